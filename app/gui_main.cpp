@@ -1,0 +1,36 @@
+// kvchat: the desktop application.
+#include "engine/error.h"
+#include "engine/model/gguf_file.h"
+#include "engine/model/model_path.h"
+#include "ui/main_window.h"
+
+#include <QApplication>
+#include <QCommandLineParser>
+#include <cstdio>
+
+int main(int argc, char** argv) {
+    QApplication app(argc, argv);
+    QApplication::setApplicationName("kvchat");
+    QApplication::setApplicationVersion(KVCHAT_VERSION);
+
+    QCommandLineParser parser;
+    parser.setApplicationDescription("Local chat with a persistent, inspectable KV cache.");
+    parser.addHelpOption();
+    parser.addVersionOption();
+    QCommandLineOption modelOpt("model", "Model file (GGUF). Default: $KVCHAT_MODEL or the installed default model.",
+                                "path");
+    parser.addOption(modelOpt);
+    parser.process(app);
+
+    const std::string path = kvchat::resolve_model_path(parser.value(modelOpt).toStdString());
+    try {
+        kvchat::read_gguf_header(path);
+    } catch (const kvchat::Error& e) {
+        std::fprintf(stderr, "kvchat: error: %s\n", e.what());
+        return 2;
+    }
+
+    kvchat::MainWindow window(QString::fromStdString(path));
+    window.show();
+    return app.exec();
+}

