@@ -1,6 +1,8 @@
 // kvchat-cli as a user runs it: exit codes and messages.
 #include <QProcess>
 #include <QTemporaryDir>
+#include "support/test_paths.h"
+
 #include <QtTest>
 
 namespace {
@@ -11,7 +13,7 @@ struct Run {
 };
 Run cli(const QStringList& args) {
     QProcess p;
-    p.start(QStringLiteral(KVCHAT_CLI_PATH), args);
+    p.start(QString::fromUtf8(kvchat::test::cli_path()), args);
     if (!p.waitForFinished(60000)) return {-1, {}, "timeout"};
     return {p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -2, QString::fromUtf8(p.readAllStandardOutput()),
             QString::fromUtf8(p.readAllStandardError())};
@@ -59,7 +61,7 @@ private slots:
         QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
         env.insert("KVCHAT_MODEL", "/nonexistent/from-env.gguf");
         p.setProcessEnvironment(env);
-        p.start(QStringLiteral(KVCHAT_CLI_PATH), {"info"});
+        p.start(QString::fromUtf8(kvchat::test::cli_path()), {"info"});
         QVERIFY(p.waitForFinished(60000));
         QCOMPARE(p.exitCode(), 2);
         QVERIFY(QString::fromUtf8(p.readAllStandardError()).contains("/nonexistent/from-env.gguf"));

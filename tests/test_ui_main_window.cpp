@@ -36,4 +36,4 @@ private slots:
 };
 
 QTEST_MAIN(TestMainWindow)
-#include "test_main_window.moc"
+#include "test_ui_main_window.moc"

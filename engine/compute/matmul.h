@@ -1,0 +1,31 @@
+#pragma once
+// Matrix products that read quantized weights in place.
+#include "engine/compute/tensor_type.h"
+
+#include <cstdint>
+
+namespace kvchat {
+
+class ThreadPool;
+
+// A 2-D weight matrix in GGML order: `rows` rows of `cols` elements each, row-major, of `type`.
+struct WeightMatrix {
+    TensorType type;
+    int64_t rows;  // output features
+    int64_t cols;  // input features (ne0 in GGUF)
+    const void* data;
+};
+
+// y[t][r] = sum_c W[r][c] * x[t][c] for t in [0, n_tokens): x is n_tokens x cols floats, y is
+// n_tokens x rows floats (both row-major, contiguous). Quantizes x per block as llama.cpp does
+// (Q8_0 for the 32-element formats, Q8_K for the K-quants) and uses the best SIMD kernels the
+// CPU has (AVX2 baseline; AVX-512 VNNI when present).
+void matmul(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y, ThreadPool& pool);
+
+// Row r of W as floats (for embedding lookups): dst has cols floats.
+void weight_row(const WeightMatrix& w, int64_t r, float* dst);
+
+// Which SIMD level the kernels use on this CPU: "avx512-vnni" or "avx2".
+const char* simd_level();
+
+}  // namespace kvchat
