@@ -1,13 +1,29 @@
 // kvchat-cli: the terminal face of the engine.
+#include "engine/compute/backend.h"
+#include "engine/compute/matmul.h"
+#include "engine/compute/thread_pool.h"
 #include "engine/error.h"
+#include "engine/generate/generator.h"
 #include "engine/model/gguf_file.h"
+#include "engine/model/model.h"
 #include "engine/model/model_path.h"
 
+#include <nlohmann/json.hpp>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
+#include <fstream>
+#include <map>
+#include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace {
+
+using nlohmann::json;
 
 const char* kUsage =
     "kvchat-cli " KVCHAT_VERSION " - local chat with a persistent KV cache\n"
@@ -15,21 +31,121 @@ const char* kUsage =
     "usage: kvchat-cli [--version] [--help] COMMAND [OPTIONS]\n"
     "\n"
     "commands:\n"
-    "  info      print what the model file holds (GGUF version, tensor and metadata counts)\n"
+    "  info       what the model file holds\n"
+    "  tokenize   --text TEXT: the token ids the prompt gets (JSON array, BOS included when the model adds it)\n"
+    "  generate   --prompt TEXT [-n N] [--greedy | --temp T --top-k K --top-p P --min-p M\n"
+    "             --repeat-penalty R --seed S] [--stop STR]... [--no-cache] [--json]\n"
+    "             continue a prompt; --json prints one object with text, tokens and timings\n"
+    "  bench      [--prompt-tokens 512] [--gen-tokens 128] [--runs 3] [--json]\n"
+    "             prefill and decode tokens per second (median of the runs)\n"
     "\n"
-    "options:\n"
-    "  --model PATH   model file (default: $KVCHAT_MODEL, else\n"
-    "                 ${XDG_DATA_HOME:-~/.local/share}/kvchat/models/gemma-3-270m-q4_k_m.gguf)\n"
-    "  --version      print the version and exit\n"
-    "  --help         print this help and exit\n";
+    "options for every command:\n"
+    "  --model PATH    GGUF file or Hugging Face folder (default: $KVCHAT_MODEL, else\n"
+    "                  ${XDG_DATA_HOME:-~/.local/share}/kvchat/models/gemma-3-270m-q4_k_m.gguf)\n"
+    "  --threads N     compute threads (default: one per core)\n"
+    "  --version       print the version and exit\n"
+    "  --help          print this help and exit\n";
+
+struct Options {
+    std::string command;
+    std::map<std::string, std::string> values;
+    std::set<std::string> flags;
+    std::vector<std::string> stops;
+};
+
+const std::set<std::string> kValueOptions = {"--model", "--threads", "--text", "--prompt", "-n", "--temp",
+                                             "--top-k", "--top-p", "--min-p", "--seed", "--repeat-penalty",
+                                             "--stop", "--prompt-tokens", "--gen-tokens", "--runs"};
+const std::set<std::string> kFlagOptions = {"--greedy", "--no-cache", "--json"};
+
+Options parse(const std::vector<std::string>& args) {
+    Options o;
+    for (size_t i = 0; i < args.size(); ++i) {
+        const std::string& a = args[i];
+        if (kValueOptions.count(a)) {
+            if (i + 1 >= args.size()) throw kvchat::Error(a + " needs a value");
+            if (a == "--stop")
+                o.stops.push_back(args[++i]);
+            else
+                o.values[a] = args[++i];
+        } else if (kFlagOptions.count(a)) {
+            o.flags.insert(a);
+        } else if (!a.empty() && a[0] == '-') {
+            throw kvchat::Error("unknown option '" + a + "' (see --help)");
+        } else if (o.command.empty()) {
+            o.command = a;
+        } else {
+            throw kvchat::Error("unexpected argument '" + a + "' (see --help)");
+        }
+    }
+    return o;
+}
+
+long long int_option(const Options& o, const std::string& name, long long fallback, long long lo, long long hi) {
+    auto it = o.values.find(name);
+    if (it == o.values.end()) return fallback;
+    size_t used = 0;
+    long long v = 0;
+    try {
+        v = std::stoll(it->second, &used);
+    } catch (const std::exception&) {
+        used = 0;
+    }
+    if (used != it->second.size() || it->second.empty())
+        throw kvchat::Error(name + " expects a whole number, got '" + it->second + "'");
+    if (v < lo || v > hi)
+        throw kvchat::Error(name + " must be between " + std::to_string(lo) + " and " + std::to_string(hi));
+    return v;
+}
+
+double float_option(const Options& o, const std::string& name, double fallback) {
+    auto it = o.values.find(name);
+    if (it == o.values.end()) return fallback;
+    size_t used = 0;
+    double v = 0;
+    try {
+        v = std::stod(it->second, &used);
+    } catch (const std::exception&) {
+        used = 0;
+    }
+    if (used != it->second.size() || it->second.empty())
+        throw kvchat::Error(name + " expects a number, got '" + it->second + "'");
+    return v;
+}
+
+std::string str_option(const Options& o, const std::string& name) {
+    auto it = o.values.find(name);
+    return it == o.values.end() ? std::string() : it->second;
+}
+
+double rss_mib() {
+    std::ifstream f("/proc/self/statm");
+    long long size = 0, resident = 0;
+    f >> size >> resident;
+    return static_cast<double>(resident) * static_cast<double>(sysconf(_SC_PAGESIZE)) / (1024.0 * 1024.0);
+}
 
 int fail(const std::string& msg) {
     std::fprintf(stderr, "kvchat-cli: error: %s\n", msg.c_str());
     return 2;
 }
 
-int cmd_info(const std::string& model) {
-    const std::string path = kvchat::resolve_model_path(model);
+struct Loaded {
+    std::unique_ptr<kvchat::Model> model;
+    std::unique_ptr<kvchat::Backend> backend;
+};
+
+Loaded load(const Options& o) {
+    const std::string path = kvchat::resolve_model_path(str_option(o, "--model"));
+    const int threads = static_cast<int>(int_option(o, "--threads", 0, 0, 1024));
+    Loaded l;
+    l.model = kvchat::Model::load(path);
+    l.backend = kvchat::make_cpu_backend(threads);
+    return l;
+}
+
+int cmd_info(const Options& o) {
+    const std::string path = kvchat::resolve_model_path(str_option(o, "--model"));
     const kvchat::GgufHeader h = kvchat::read_gguf_header(path);
     std::printf("model: %s\nformat: GGUF v%u\ntensors: %llu\nmetadata: %llu\nsize: %llu bytes\n", path.c_str(),
                 h.version, static_cast<unsigned long long>(h.tensor_count),
@@ -37,39 +153,174 @@ int cmd_info(const std::string& model) {
     return 0;
 }
 
+int cmd_tokenize(const Options& o) {
+    if (!o.values.count("--text")) throw kvchat::Error("tokenize needs --text TEXT");
+    const std::string path = kvchat::resolve_model_path(str_option(o, "--model"));
+    auto model = kvchat::Model::load(path);
+    const auto ids = model->tokenizer().encode(str_option(o, "--text"), true);
+    std::printf("%s\n", json(ids).dump().c_str());
+    return 0;
+}
+
+kvchat::SamplerConfig sampling_options(const Options& o) {
+    kvchat::SamplerConfig s;
+    s.greedy = o.flags.count("--greedy") > 0;
+    s.temperature = static_cast<float>(float_option(o, "--temp", s.temperature));
+    s.top_k = static_cast<int>(int_option(o, "--top-k", s.top_k, 0, 1 << 30));
+    s.top_p = static_cast<float>(float_option(o, "--top-p", s.top_p));
+    s.min_p = static_cast<float>(float_option(o, "--min-p", s.min_p));
+    s.repetition_penalty = static_cast<float>(float_option(o, "--repeat-penalty", s.repetition_penalty));
+    const auto now = std::chrono::steady_clock::now().time_since_epoch().count();
+    s.seed = static_cast<uint64_t>(int_option(o, "--seed", static_cast<long long>(now & 0x7fffffff), 0, 1LL << 62));
+    if (s.greedy && (o.values.count("--temp") || o.values.count("--top-k") || o.values.count("--top-p") ||
+                     o.values.count("--min-p")))
+        throw kvchat::Error("--greedy cannot be combined with --temp, --top-k, --top-p or --min-p");
+    kvchat::validate(s);
+    return s;
+}
+
+int cmd_generate(const Options& o) {
+    if (!o.values.count("--prompt")) throw kvchat::Error("generate needs --prompt TEXT");
+    const std::string prompt = str_option(o, "--prompt");
+    if (prompt.empty()) throw kvchat::Error("the prompt is empty: give --prompt some text");
+    kvchat::GenerationConfig g;
+    g.max_new_tokens = static_cast<int>(int_option(o, "-n", 128, 0, 1 << 24));
+    g.sampling = sampling_options(o);
+    g.stop_strings = o.stops;
+    g.use_cache = o.flags.count("--no-cache") == 0;
+    const bool as_json = o.flags.count("--json") > 0;
+
+    Loaded l = load(o);
+    const auto ids = l.model->tokenizer().encode(prompt, true);
+    auto cache = l.model->make_default_cache(*l.backend);
+    kvchat::Generator gen(*l.model, *l.backend);
+    std::function<void(std::string_view)> stream;
+    if (!as_json)
+        stream = [](std::string_view piece) {
+            std::fwrite(piece.data(), 1, piece.size(), stdout);
+            std::fflush(stdout);
+        };
+    const kvchat::GenerationResult r = gen.generate(*cache, ids, g, stream);
+    if (as_json) {
+        json j;
+        j["text"] = r.text;
+        j["tokens"] = r.tokens;
+        j["prompt_tokens"] = r.prompt_tokens;
+        j["prefill_tokens"] = r.prefill_tokens;
+        j["ttft_ms"] = r.ttft_ms;
+        j["prefill_tok_s"] = r.prefill_tok_s();
+        j["decode_tok_s"] = r.decode_tok_s();
+        j["kv_bytes"] = cache->bytes();
+        j["stop_reason"] = r.stop_reason;
+        j["seed"] = g.sampling.seed;
+        std::printf("%s\n", j.dump(-1, ' ', false, json::error_handler_t::replace).c_str());
+    } else {
+        std::printf("\n");
+        std::fprintf(stderr, "[%lld prompt tokens, ttft %.1f ms, prefill %.1f tok/s, decode %.1f tok/s, stop: %s]\n",
+                     static_cast<long long>(r.prompt_tokens), r.ttft_ms, r.prefill_tok_s(), r.decode_tok_s(),
+                     r.stop_reason.c_str());
+    }
+    return 0;
+}
+
+// The benchmark prompt: a fixed English text repeated, so llama.cpp's side of the comparison
+// (tests/reference/bench_llama_cpp.py) tokenizes to the same ids.
+const char* kBenchText =
+    "The history of the printing press begins in the fifteenth century. Johannes Gutenberg combined movable "
+    "metal type, oil-based inks and a wooden press adapted from those used for wine and olive oil. ";
+
+int cmd_bench(const Options& o) {
+    const int prompt_tokens = static_cast<int>(int_option(o, "--prompt-tokens", 512, 1, 1 << 20));
+    const int gen_tokens = static_cast<int>(int_option(o, "--gen-tokens", 128, 1, 1 << 20));
+    const int runs = static_cast<int>(int_option(o, "--runs", 3, 1, 100));
+    const double rss0 = rss_mib();
+    Loaded l = load(o);
+    const double rss_loaded = rss_mib();
+    const kvchat::Model& m = *l.model;
+    std::string text;
+    std::vector<int32_t> ids;
+    while (static_cast<int>(ids.size()) < prompt_tokens) {
+        text += kBenchText;
+        ids = m.tokenizer().encode(text, true);
+    }
+    ids.resize(static_cast<size_t>(prompt_tokens));
+    if (prompt_tokens + gen_tokens > m.config().n_ctx_train)
+        throw kvchat::Error("--prompt-tokens + --gen-tokens exceed the model's context of " +
+                            std::to_string(m.config().n_ctx_train));
+
+    std::vector<double> prefill, decode;
+    std::vector<float> logits;
+    for (int r = 0; r < runs; ++r) {
+        auto cache = m.make_default_cache(*l.backend);
+        auto t0 = std::chrono::steady_clock::now();
+        m.forward(*l.backend, *cache, ids.data(), static_cast<int64_t>(ids.size()), kvchat::Logits::Last, logits);
+        auto t1 = std::chrono::steady_clock::now();
+        for (int i = 0; i < gen_tokens; ++i) {
+            const int32_t next = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+            m.forward(*l.backend, *cache, &next, 1, kvchat::Logits::Last, logits);
+        }
+        auto t2 = std::chrono::steady_clock::now();
+        prefill.push_back(prompt_tokens / std::chrono::duration<double>(t1 - t0).count());
+        decode.push_back(gen_tokens / std::chrono::duration<double>(t2 - t1).count());
+    }
+    auto median = [](std::vector<double> v) {
+        std::sort(v.begin(), v.end());
+        return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+    };
+    const double rss_end = rss_mib();
+    json j;
+    j["model"] = m.path();
+    j["threads"] = l.backend->pool().size();
+    j["simd"] = kvchat::simd_level();
+    j["prompt_tokens"] = prompt_tokens;
+    j["gen_tokens"] = gen_tokens;
+    j["runs"] = runs;
+    j["prefill_tok_s"] = median(prefill);
+    j["decode_tok_s"] = median(decode);
+    j["model_file_mib"] = static_cast<double>(m.file_bytes()) / (1024.0 * 1024.0);
+    j["rss_before_load_mib"] = rss0;
+    j["rss_after_load_mib"] = rss_loaded;
+    j["rss_after_bench_mib"] = rss_end;
+    if (o.flags.count("--json")) {
+        std::printf("%s\n", j.dump().c_str());
+    } else {
+        std::printf("model      %s\nthreads    %d (%s)\nprefill    %.1f tok/s  (%d tokens, median of %d)\n"
+                    "decode     %.1f tok/s  (%d tokens, median of %d)\nmemory     %.0f MiB resident after load, "
+                    "%.0f MiB after the runs (model file %.0f MiB)\n",
+                    m.path().c_str(), l.backend->pool().size(), kvchat::simd_level(), median(prefill), prompt_tokens,
+                    runs, median(decode), gen_tokens, runs, rss_loaded, rss_end, j["model_file_mib"].get<double>());
+    }
+    return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-    std::vector<std::string> args(argv + 1, argv + argc);
-    std::string command;
-    std::string model;
-    try {
-        for (size_t i = 0; i < args.size(); ++i) {
-            const std::string& a = args[i];
-            if (a == "--help" || a == "-h") {
-                std::fputs(kUsage, stdout);
-                return 0;
-            } else if (a == "--version") {
-                std::printf("kvchat-cli %s\n", KVCHAT_VERSION);
-                return 0;
-            } else if (a == "--model") {
-                if (i + 1 >= args.size()) return fail("--model needs a path");
-                model = args[++i];
-            } else if (!a.empty() && a[0] == '-') {
-                return fail("unknown option '" + a + "' (see --help)");
-            } else if (command.empty()) {
-                command = a;
-            } else {
-                return fail("unexpected argument '" + a + "' (see --help)");
-            }
+    const std::vector<std::string> args(argv + 1, argv + argc);
+    for (const std::string& a : args) {
+        if (a == "--help" || a == "-h") {
+            std::fputs(kUsage, stdout);
+            return 0;
         }
-        if (command.empty()) {
+        if (a == "--version") {
+            std::printf("kvchat-cli %s\n", KVCHAT_VERSION);
+            return 0;
+        }
+    }
+    try {
+        const Options o = parse(args);
+        if (o.command.empty()) {
             std::fputs(kUsage, stderr);
             return 2;
         }
-        if (command == "info") return cmd_info(model);
-        return fail("unknown command '" + command + "' (see --help)");
+        if (o.command == "info") return cmd_info(o);
+        if (o.command == "tokenize") return cmd_tokenize(o);
+        if (o.command == "generate") return cmd_generate(o);
+        if (o.command == "bench") return cmd_bench(o);
+        return fail("unknown command '" + o.command + "' (see --help)");
     } catch (const kvchat::Error& e) {
         return fail(e.what());
+    } catch (const std::bad_alloc&) {
+        return fail("out of memory");
     }
 }

@@ -1,0 +1,65 @@
+#pragma once
+// One model layer's KV cache. Every slot remembers the position of the token it holds, so the
+// attention mask follows from positions alone: a query at position p sees a slot at position q
+// when q <= p and, on a sliding layer of window W, p - q < W.
+#include "engine/cache/rope.h"
+#include "engine/compute/backend.h"
+
+#include <cstdint>
+#include <string>
+
+namespace kvchat {
+
+struct AttentionShape {
+    int n_head = 0;
+    int n_head_kv = 0;
+    int head_dim = 0;
+    float scale = 1.0f;    // applied to q·k
+    float softcap = 0.0f;  // attention logit soft-capping; 0 = none
+};
+
+// What a layer is in the model: its attention shape, its RoPE and the model's own window.
+struct LayerSpec {
+    int index = 0;
+    AttentionShape shape;
+    RopeSpec rope;
+    int model_window = 0;  // the model's sliding window for this layer; 0 = global attention
+};
+
+// What the cache inspector draws for one layer.
+struct LayerTelemetry {
+    std::string kind;            // "global" or "sliding" (the model's attention kind)
+    std::string storage;         // how the cache keeps it, e.g. "growable f32"
+    int64_t tokens_held = 0;
+    int64_t capacity = 0;        // slots allocated (growable layers: current allocation)
+    int64_t bytes_fast = 0;      // resident bytes
+    int64_t bytes_slow = 0;      // bytes in the slow tier (offloaded)
+    int64_t bytes_full_precision = 0;
+    int64_t bytes_quantized = 0;
+    int64_t quantized_tokens = 0;
+    int64_t residual_tokens = 0;
+    int64_t sink_begin = 0, sink_end = 0;      // positions [begin, end) kept as sinks
+    int64_t window_begin = 0, window_end = 0;  // positions [begin, end) in the recent window
+    int64_t evicted = 0;
+    int64_t moved_in_step = 0, moved_out_step = 0;
+    int64_t moved_in_total = 0, moved_out_total = 0;
+    double prefetch_stall_ms = 0.0;
+};
+
+class CacheLayer {
+public:
+    virtual ~CacheLayer() = default;
+    // Attention of n new tokens at positions pos[0..n) over what the layer holds plus the new
+    // tokens themselves; the new tokens are then kept as the layer's retention allows.
+    // q: n x (n_head*head_dim), k and v: n x (n_head_kv*head_dim), q and k not yet rotated (the
+    // layer rotates them; q is rotated in place). out: n x (n_head*head_dim).
+    virtual void attend(Buffer& q, const Buffer& k, const Buffer& v, const int32_t* pos, int64_t n,
+                        Buffer& out) = 0;
+    // Drops every token at position >= n_tokens.
+    virtual void crop(int64_t n_tokens) = 0;
+    virtual void reset() = 0;
+    virtual int64_t tokens_held() const = 0;
+    virtual LayerTelemetry telemetry() const = 0;
+};
+
+}  // namespace kvchat

@@ -1,0 +1,35 @@
+#pragma once
+// Rotary position embedding, applied by the cache layers (so a layer that re-positions tokens,
+// like a sink cache, can rotate with the positions it chooses).
+#include <cstdint>
+#include <vector>
+
+namespace kvchat {
+
+enum class RopeStyle {
+    Interleaved,  // pairs (2i, 2i+1): llama.cpp's Llama GGUFs (weights permuted by the converter)
+    HalfSplit,    // pairs (i, i + d/2), "rotate_half": Hugging Face checkpoints, Gemma, NEOX
+};
+
+struct RopeSpec {
+    RopeStyle style = RopeStyle::HalfSplit;
+    int dims = 0;               // rotated dimensions per head (the head size for supported models)
+    double base = 10000.0;
+    double linear_scale = 1.0;  // positions are divided by this ("linear" RoPE scaling)
+};
+
+// The cos/sin pairs of one position, computed once and applied to every head of q and k.
+class RopeAngles {
+public:
+    explicit RopeAngles(const RopeSpec& spec);
+    void set_position(int64_t pos);
+    // Rotates n_heads heads of head_dim floats at x in place (head_dim >= spec.dims).
+    void rotate(float* x, int n_heads, int head_dim) const;
+
+private:
+    RopeSpec spec_;
+    std::vector<double> inv_freq_;
+    std::vector<float> cos_, sin_;
+};
+
+}  // namespace kvchat

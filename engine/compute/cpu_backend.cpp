@@ -1,0 +1,138 @@
+// The CPU backend: activations in host memory, kernels on the thread pool.
+#include "engine/compute/backend.h"
+#include "engine/compute/thread_pool.h"
+#include "engine/error.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+
+namespace kvchat {
+
+namespace {
+
+constexpr int64_t kParallelMin = 1 << 15;  // below this many elements threads cost more than they save
+
+class CpuBackend final : public Backend {
+public:
+    explicit CpuBackend(int n_threads) : pool_(n_threads) {}
+    ~CpuBackend() override {
+        for (auto& [size, ptr] : spare_) std::free(ptr);
+    }
+
+    std::string name() const override { return "cpu"; }
+    ThreadPool& pool() override { return pool_; }
+
+    Buffer alloc(int64_t rows, int64_t cols) override {
+        const size_t bytes = static_cast<size_t>(std::max<int64_t>(rows * cols, 1)) * sizeof(float);
+        // Reuse a spare block: a decode step allocates the same few sizes every time, and prefill
+        // blocks are large enough that fresh pages would cost more than the math.
+        auto it = spare_.lower_bound(bytes);
+        float* p = nullptr;
+        if (it != spare_.end() && it->first <= 2 * bytes) {
+            p = it->second;
+            sizes_[p] = it->first;
+            spare_.erase(it);
+        } else {
+            const size_t rounded = (bytes + 63) / 64 * 64;
+            p = static_cast<float*>(std::aligned_alloc(64, rounded));
+            if (!p) throw Error("out of memory allocating " + std::to_string(rounded) + " bytes of activations");
+            sizes_[p] = rounded;
+        }
+        return Buffer{p, rows, cols};
+    }
+    void free(Buffer& b) override {
+        if (!b.data) return;
+        auto it = sizes_.find(b.data);
+        spare_.emplace(it->second, b.data);
+        sizes_.erase(it);
+        b = Buffer{};
+    }
+    void read(const Buffer& b, int64_t n_rows, float* host) const override {
+        std::memcpy(host, b.data, sizeof(float) * n_rows * b.cols);
+    }
+
+    void embed(const WeightMatrix& table, const int32_t* ids, int64_t n, float scale, Buffer& out) override {
+        for (int64_t i = 0; i < n; ++i) {
+            float* row = out.data + i * out.cols;
+            weight_row(table, ids[i], row);
+            if (scale != 1.0f)
+                for (int64_t j = 0; j < out.cols; ++j) row[j] *= scale;
+        }
+    }
+
+    void rms_norm(const Buffer& x, int64_t n_rows, const NormWeight& w, float eps, Buffer& out) override {
+        const int64_t groups = n_rows * x.cols / w.size;
+        for_range(groups, w.size, [&](int64_t b, int64_t e) {
+            for (int64_t g = b; g < e; ++g) {
+                const float* src = x.data + g * w.size;
+                float* dst = out.data + g * w.size;
+                double sum = 0.0;
+                for (int64_t i = 0; i < w.size; ++i) sum += static_cast<double>(src[i]) * src[i];
+                const float s = static_cast<float>(1.0 / std::sqrt(sum / static_cast<double>(w.size) + eps));
+                for (int64_t i = 0; i < w.size; ++i) dst[i] = src[i] * s * w.data[i];
+            }
+        });
+    }
+
+    void matmul(const WeightMatrix& w, const Buffer& x, int64_t n_rows, Buffer& y) override {
+        kvchat::matmul(w, x.data, n_rows, y.data, pool_);
+    }
+
+    void add(Buffer& x, const Buffer& y, int64_t n_rows) override {
+        for_range(n_rows * x.cols, 1, [&](int64_t b, int64_t e) {
+            for (int64_t i = b; i < e; ++i) x.data[i] += y.data[i];
+        });
+    }
+
+    void gated(GatedActivation act, Buffer& gate, const Buffer& up, int64_t n_rows) override {
+        for_range(n_rows * gate.cols, 1, [&](int64_t b, int64_t e) {
+            float* g = gate.data;
+            const float* u = up.data;
+            if (act == GatedActivation::GeluTanh) {
+                constexpr float kSqrt2OverPi = 0.7978845608028654f;
+                for (int64_t i = b; i < e; ++i) {
+                    const float v = g[i];
+                    g[i] = 0.5f * v * (1.0f + std::tanh(kSqrt2OverPi * (v + 0.044715f * v * v * v))) * u[i];
+                }
+            } else {
+                for (int64_t i = b; i < e; ++i) g[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+            }
+        });
+    }
+
+    void softcap(Buffer& x, int64_t n_rows, float cap) override {
+        for_range(n_rows * x.cols, 1, [&](int64_t b, int64_t e) {
+            for (int64_t i = b; i < e; ++i) x.data[i] = cap * std::tanh(x.data[i] / cap);
+        });
+    }
+
+    void gather_rows(const Buffer& src, const std::vector<int64_t>& src_rows, Buffer& dst) override {
+        for (size_t i = 0; i < src_rows.size(); ++i)
+            std::memcpy(dst.data + static_cast<int64_t>(i) * dst.cols, src.data + src_rows[i] * src.cols,
+                        sizeof(float) * src.cols);
+    }
+
+private:
+    // Runs fn over [0, n) items of `width` floats each, on the pool when the work is large.
+    template <class Fn>
+    void for_range(int64_t n, int64_t width, Fn&& fn) {
+        if (n * width < kParallelMin || pool_.size() == 1) {
+            fn(0, n);
+            return;
+        }
+        pool_.parallel_for(n, fn);
+    }
+
+    ThreadPool pool_;
+    std::multimap<size_t, float*> spare_;
+    std::map<float*, size_t> sizes_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cpu_backend(int n_threads) { return std::make_unique<CpuBackend>(n_threads); }
+
+}  // namespace kvchat

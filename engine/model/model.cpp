@@ -1,0 +1,406 @@
+#include "engine/model/model.h"
+
+#include "engine/cache/growable_layer.h"
+#include "engine/error.h"
+#include "engine/model/architectures.h"
+#include "engine/model/gguf_file.h"
+#include "engine/model/safetensors_dir.h"
+
+#include <sys/stat.h>
+
+#include <cmath>
+
+namespace kvchat {
+
+namespace {
+
+// Limits far beyond any real model, so a corrupt header cannot ask for absurd allocations.
+constexpr int64_t kMaxLayers = 1024, kMaxWidth = 1 << 17, kMaxHeads = 1024, kMaxVocab = 1 << 22;
+
+void check_range(const std::string& path, const char* what, int64_t v, int64_t lo, int64_t hi) {
+    if (v < lo || v > hi)
+        throw Error("model '" + path + "': " + what + " = " + std::to_string(v) + " is out of range [" +
+                    std::to_string(lo) + ", " + std::to_string(hi) + "]");
+}
+
+bool is_directory(const std::string& path) {
+    struct stat st {};
+    return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+}  // namespace
+
+Model::~Model() = default;
+
+std::unique_ptr<Model> Model::load(const std::string& path) {
+    std::unique_ptr<Model> m(new Model());
+    m->path_ = path;
+    if (is_directory(path))
+        m->load_hf(path);
+    else
+        m->load_gguf(path);
+    m->check_shapes();
+    return m;
+}
+
+// A norm weight vector as f32 owned by the model, optionally with 1 added (Gemma's HF checkpoints
+// store w where the model multiplies by 1 + w; GGUF converters already added it).
+static NormWeight own_norm(std::vector<std::vector<float>>& store, const TensorView& t, bool add_one) {
+    if (t.n_dims != 1) throw Error("norm tensor '" + t.name + "' is not a vector");
+    std::vector<float> v(static_cast<size_t>(t.elements()));
+    dequantize_row(t.type, t.data, v.data(), t.elements());
+    if (add_one)
+        for (float& x : v) x += 1.0f;
+    store.push_back(std::move(v));
+    return NormWeight{store.back().data(), static_cast<int64_t>(store.back().size())};
+}
+
+static WeightMatrix as_matrix(const TensorView& t) {
+    if (t.n_dims != 2 || t.ne[2] != 1 || t.ne[3] != 1)
+        throw Error("tensor '" + t.name + "' is not a 2-D matrix (" + std::to_string(t.n_dims) + " dimensions)");
+    return WeightMatrix{t.type, t.ne[1], t.ne[0], t.data};
+}
+
+void Model::load_gguf(const std::string& path) {
+    gguf_ = GgufFile::open(path);
+    const GgufFile& f = *gguf_;
+    ModelConfig& c = config_;
+    c.source = "gguf";
+    c.arch_name = f.get_string("general.architecture");
+    if (c.arch_name == "gemma3")
+        c.arch = Architecture::Gemma3;
+    else if (c.arch_name == "llama" || c.arch_name == "mistral")
+        c.arch = Architecture::Llama;
+    else
+        throw Error("model '" + path + "': unsupported architecture '" + c.arch_name +
+                    "' (kvchat runs gemma3 and llama-family models)");
+    const std::string a = c.arch_name + ".";
+    c.n_layer = static_cast<int>(f.get_uint(a + "block_count"));
+    check_range(path, "block_count", c.n_layer, 1, kMaxLayers);
+    c.n_embd = static_cast<int>(f.get_uint(a + "embedding_length"));
+    check_range(path, "embedding_length", c.n_embd, 1, kMaxWidth);
+    c.n_ff = static_cast<int>(f.get_uint(a + "feed_forward_length"));
+    check_range(path, "feed_forward_length", c.n_ff, 1, 8 * kMaxWidth);
+    c.n_head = static_cast<int>(f.get_uint(a + "attention.head_count"));
+    check_range(path, "attention.head_count", c.n_head, 1, kMaxHeads);
+    c.n_head_kv = static_cast<int>(f.get_uint(a + "attention.head_count_kv", static_cast<uint64_t>(c.n_head)));
+    check_range(path, "attention.head_count_kv", c.n_head_kv, 1, c.n_head);
+    c.head_dim = static_cast<int>(f.get_uint(a + "attention.key_length", static_cast<uint64_t>(c.n_embd / c.n_head)));
+    check_range(path, "attention.key_length", c.head_dim, 2, 4096);
+    const int64_t v_len = static_cast<int64_t>(f.get_uint(a + "attention.value_length", static_cast<uint64_t>(c.head_dim)));
+    if (v_len != c.head_dim)
+        throw Error("model '" + path + "': attention.value_length " + std::to_string(v_len) +
+                    " differs from key_length " + std::to_string(c.head_dim) + " (not supported)");
+    c.n_ctx_train = static_cast<int>(std::min<uint64_t>(f.get_uint(a + "context_length", 4096), 1u << 24));
+    c.rms_eps = static_cast<float>(f.get_float(a + "attention.layer_norm_rms_epsilon", 1e-6));
+    c.sliding_window = static_cast<int>(f.get_uint(a + "attention.sliding_window", 0));
+    const int rope_dims = static_cast<int>(f.get_uint(a + "rope.dimension_count", static_cast<uint64_t>(c.head_dim)));
+    if (rope_dims != c.head_dim)
+        throw Error("model '" + path + "': partial rotary embeddings (rope.dimension_count " +
+                    std::to_string(rope_dims) + " of " + std::to_string(c.head_dim) + ") are not supported");
+    const std::string scaling = f.get_string(a + "rope.scaling.type", "none");
+    double scale = 1.0;
+    if (scaling == "linear")
+        scale = f.get_float(a + "rope.scaling.factor", 1.0);
+    else if (scaling != "none")
+        throw Error("model '" + path + "': RoPE scaling '" + scaling + "' is not supported (none or linear)");
+    if (!(scale >= 1.0 && scale < 1e6)) throw Error("model '" + path + "': bad rope.scaling.factor");
+    const double base = f.get_float(a + "rope.freq_base", 10000.0);
+    if (!(base > 1.0 && base < 1e12)) throw Error("model '" + path + "': bad rope.freq_base");
+
+    c.final_softcap = static_cast<float>(f.get_float(a + "final_logit_softcapping", 0.0));
+    c.attn_softcap = static_cast<float>(f.get_float(a + "attn_logit_softcapping", 0.0));
+    c.query_scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+    c.layer_sliding.assign(static_cast<size_t>(c.n_layer), false);
+    if (c.arch == Architecture::Gemma3) {
+        // Gemma 3: layer i is sliding unless (i + 1) is a multiple of 6. Sliding layers use the
+        // local RoPE base of 10,000, which the GGUF does not store.
+        c.embed_scale = std::sqrt(static_cast<float>(c.n_embd));
+        c.rope_global = RopeSpec{RopeStyle::HalfSplit, c.head_dim, base, scale};
+        c.rope_sliding = RopeSpec{RopeStyle::HalfSplit, c.head_dim, 10000.0, 1.0};
+        for (int i = 0; i < c.n_layer; ++i) c.layer_sliding[static_cast<size_t>(i)] = c.sliding_window > 0 && i % 6 < 5;
+    } else {
+        // llama.cpp's converter permutes Llama's q/k weights for adjacent-pair rotation.
+        c.rope_global = RopeSpec{RopeStyle::Interleaved, c.head_dim, base, scale};
+        c.rope_sliding = c.rope_global;
+        for (int i = 0; i < c.n_layer; ++i) c.layer_sliding[static_cast<size_t>(i)] = c.sliding_window > 0;
+    }
+
+    tokenizer_ = Tokenizer::from_gguf(f);
+    fingerprint_ = f.fingerprint();
+    file_bytes_ = f.file_size();
+
+    auto need = [&](const std::string& name) -> const TensorView& {
+        const TensorView* t = f.tensor(name);
+        if (!t) throw Error("model '" + path + "': tensor '" + name + "' is missing");
+        return *t;
+    };
+    tok_embd_ = as_matrix(need("token_embd.weight"));
+    const TensorView* out = f.tensor("output.weight");
+    output_ = out ? as_matrix(*out) : tok_embd_;  // tied embeddings when there is no output matrix
+    output_norm_ = own_norm(norm_store_, need("output_norm.weight"), false);
+    c.n_vocab = static_cast<int>(tok_embd_.rows);
+    layers_.resize(static_cast<size_t>(c.n_layer));
+    for (int i = 0; i < c.n_layer; ++i) {
+        const std::string p = "blk." + std::to_string(i) + ".";
+        LayerWeights& w = layers_[static_cast<size_t>(i)];
+        w.wq = as_matrix(need(p + "attn_q.weight"));
+        w.wk = as_matrix(need(p + "attn_k.weight"));
+        w.wv = as_matrix(need(p + "attn_v.weight"));
+        w.wo = as_matrix(need(p + "attn_output.weight"));
+        w.w_gate = as_matrix(need(p + "ffn_gate.weight"));
+        w.w_up = as_matrix(need(p + "ffn_up.weight"));
+        w.w_down = as_matrix(need(p + "ffn_down.weight"));
+        w.attn_norm = own_norm(norm_store_, need(p + "attn_norm.weight"), false);
+        w.ffn_norm = own_norm(norm_store_, need(p + "ffn_norm.weight"), false);
+        if (c.arch == Architecture::Gemma3) {
+            w.q_norm = own_norm(norm_store_, need(p + "attn_q_norm.weight"), false);
+            w.k_norm = own_norm(norm_store_, need(p + "attn_k_norm.weight"), false);
+            w.post_attn_norm = own_norm(norm_store_, need(p + "post_attention_norm.weight"), false);
+            w.post_ffn_norm = own_norm(norm_store_, need(p + "post_ffw_norm.weight"), false);
+        }
+    }
+}
+
+// A Hugging Face folder. Gemma's checkpoints store norm weights w where the model multiplies by
+// 1 + w, and every HF checkpoint uses rotate-half RoPE on unpermuted q/k weights.
+void Model::load_hf(const std::string& dir) {
+    hf_ = SafetensorsDir::open(dir);
+    const SafetensorsDir& f = *hf_;
+    nlohmann::json cfg = f.config();
+    const std::string type = cfg.value("model_type", std::string());
+    if (type == "gemma3" && cfg.contains("text_config")) cfg = cfg["text_config"];  // multimodal wrapper
+    ModelConfig& c = config_;
+    c.source = "safetensors";
+    c.arch_name = type;
+    if (type == "gemma3" || type == "gemma3_text")
+        c.arch = Architecture::Gemma3;
+    else if (type == "llama" || type == "mistral")
+        c.arch = Architecture::Llama;
+    else
+        throw Error("model '" + dir + "': unsupported model_type '" + type +
+                    "' in config.json (kvchat runs gemma3 and llama-family models)");
+    const bool gemma = c.arch == Architecture::Gemma3;
+    auto num = [&](const char* key, double fallback, bool required) -> double {
+        if (!cfg.contains(key) || cfg[key].is_null()) {
+            if (required) throw Error("model '" + dir + "': config.json lacks '" + key + "'");
+            return fallback;
+        }
+        if (!cfg[key].is_number()) throw Error("model '" + dir + "': config.json '" + key + "' is not a number");
+        return cfg[key].get<double>();
+    };
+    auto count = [&](const char* key, double fallback, bool required, int64_t lo, int64_t hi) {
+        const double v = num(key, fallback, required);
+        if (!(v >= static_cast<double>(lo) && v <= static_cast<double>(hi)) || v != std::floor(v))
+            throw Error("model '" + dir + "': config.json '" + key + "' = " + std::to_string(v) + " is out of range");
+        return static_cast<int>(v);
+    };
+    c.n_layer = count("num_hidden_layers", 0, true, 1, kMaxLayers);
+    c.n_embd = count("hidden_size", 0, true, 1, kMaxWidth);
+    c.n_ff = count("intermediate_size", 0, true, 1, 8 * kMaxWidth);
+    c.n_head = count("num_attention_heads", 0, true, 1, kMaxHeads);
+    c.n_head_kv = count("num_key_value_heads", c.n_head, false, 1, c.n_head);
+    c.head_dim = count("head_dim", c.n_embd / c.n_head, false, 2, 4096);
+    c.n_ctx_train = count("max_position_embeddings", 4096, false, 1, 1 << 24);
+    c.rms_eps = static_cast<float>(num("rms_norm_eps", 1e-6, false));
+    const double base = num("rope_theta", 10000.0, false);
+    double scale = 1.0;
+    if (cfg.contains("rope_scaling") && cfg["rope_scaling"].is_object()) {
+        const auto& rs = cfg["rope_scaling"];
+        const std::string kind = rs.value("rope_type", rs.value("type", std::string("default")));
+        if (kind == "linear")
+            scale = rs.value("factor", 1.0);
+        else if (kind != "default")
+            throw Error("model '" + dir + "': RoPE scaling '" + kind + "' is not supported (none or linear)");
+    }
+    c.sliding_window = count("sliding_window", 0, false, 0, 1 << 24);
+    c.final_softcap = static_cast<float>(num("final_logit_softcapping", 0.0, false));
+    c.attn_softcap = static_cast<float>(num("attn_logit_softcapping", 0.0, false));
+    c.layer_sliding.assign(static_cast<size_t>(c.n_layer), false);
+    if (gemma) {
+        c.query_scale = static_cast<float>(1.0 / std::sqrt(num("query_pre_attn_scalar", c.head_dim, false)));
+        c.embed_scale = std::sqrt(static_cast<float>(c.n_embd));
+        c.rope_global = RopeSpec{RopeStyle::HalfSplit, c.head_dim, base, scale};
+        c.rope_sliding = RopeSpec{RopeStyle::HalfSplit, c.head_dim, num("rope_local_base_freq", 10000.0, false), 1.0};
+        const int pattern = count("sliding_window_pattern", 6, false, 1, 1 << 20);
+        for (int i = 0; i < c.n_layer; ++i) c.layer_sliding[static_cast<size_t>(i)] = c.sliding_window > 0 && (i + 1) % pattern != 0;
+    } else {
+        c.query_scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+        c.rope_global = RopeSpec{RopeStyle::HalfSplit, c.head_dim, base, scale};
+        c.rope_sliding = c.rope_global;
+        for (int i = 0; i < c.n_layer; ++i) c.layer_sliding[static_cast<size_t>(i)] = c.sliding_window > 0;
+    }
+    if (cfg.contains("layer_types") && cfg["layer_types"].is_array()) {
+        const auto& lt = cfg["layer_types"];
+        if (lt.size() != static_cast<size_t>(c.n_layer))
+            throw Error("model '" + dir + "': config.json 'layer_types' has " + std::to_string(lt.size()) +
+                        " entries for " + std::to_string(c.n_layer) + " layers");
+        for (size_t i = 0; i < lt.size(); ++i)
+            c.layer_sliding[i] = lt[i].is_string() && lt[i].get<std::string>() == "sliding_attention";
+    }
+    if (!(base > 1.0 && base < 1e12) || !(scale >= 1.0 && scale < 1e6))
+        throw Error("model '" + dir + "': bad rope_theta or rope_scaling factor");
+
+    if (f.tokenizer_model_path().empty())
+        throw Error("model '" + dir + "': tokenizer.model is missing (kvchat reads SentencePiece tokenizers)");
+    tokenizer_ = Tokenizer::from_file(f.tokenizer_model_path());
+    fingerprint_ = f.fingerprint();
+    for (const TensorView& t : f.tensors()) file_bytes_ += t.nbytes;
+
+    std::string prefix;
+    for (const char* p : {"model.", "language_model.model.", "model.language_model."})
+        if (f.tensor(std::string(p) + "embed_tokens.weight")) {
+            prefix = p;
+            break;
+        }
+    if (prefix.empty()) throw Error("model '" + dir + "': tensor 'model.embed_tokens.weight' is missing");
+    auto need = [&](const std::string& name) -> const TensorView& {
+        const TensorView* t = f.tensor(name);
+        if (!t) throw Error("model '" + dir + "': tensor '" + name + "' is missing");
+        return *t;
+    };
+    tok_embd_ = as_matrix(need(prefix + "embed_tokens.weight"));
+    const TensorView* head = f.tensor("lm_head.weight");
+    const bool tied = cfg.value("tie_word_embeddings", gemma);
+    output_ = head && !tied ? as_matrix(*head) : tok_embd_;
+    output_norm_ = own_norm(norm_store_, need(prefix + "norm.weight"), gemma);
+    c.n_vocab = static_cast<int>(tok_embd_.rows);
+    layers_.resize(static_cast<size_t>(c.n_layer));
+    for (int i = 0; i < c.n_layer; ++i) {
+        const std::string p = prefix + "layers." + std::to_string(i) + ".";
+        LayerWeights& w = layers_[static_cast<size_t>(i)];
+        w.wq = as_matrix(need(p + "self_attn.q_proj.weight"));
+        w.wk = as_matrix(need(p + "self_attn.k_proj.weight"));
+        w.wv = as_matrix(need(p + "self_attn.v_proj.weight"));
+        w.wo = as_matrix(need(p + "self_attn.o_proj.weight"));
+        w.w_gate = as_matrix(need(p + "mlp.gate_proj.weight"));
+        w.w_up = as_matrix(need(p + "mlp.up_proj.weight"));
+        w.w_down = as_matrix(need(p + "mlp.down_proj.weight"));
+        w.attn_norm = own_norm(norm_store_, need(p + "input_layernorm.weight"), gemma);
+        if (gemma) {
+            w.q_norm = own_norm(norm_store_, need(p + "self_attn.q_norm.weight"), true);
+            w.k_norm = own_norm(norm_store_, need(p + "self_attn.k_norm.weight"), true);
+            w.post_attn_norm = own_norm(norm_store_, need(p + "post_attention_layernorm.weight"), true);
+            w.ffn_norm = own_norm(norm_store_, need(p + "pre_feedforward_layernorm.weight"), true);
+            w.post_ffn_norm = own_norm(norm_store_, need(p + "post_feedforward_layernorm.weight"), true);
+        } else {
+            w.ffn_norm = own_norm(norm_store_, need(p + "post_attention_layernorm.weight"), false);
+        }
+    }
+}
+
+void Model::check_shapes() const {
+    const ModelConfig& c = config_;
+    const std::string& path = path_;
+    check_range(path, "vocabulary size", c.n_vocab, 1, kMaxVocab);
+    if (c.n_head % c.n_head_kv != 0 || c.n_head / c.n_head_kv > 16)
+        throw Error("model '" + path + "': " + std::to_string(c.n_head) + " query heads over " +
+                    std::to_string(c.n_head_kv) + " kv heads is not a supported grouping");
+    if (c.head_dim % 2 != 0) throw Error("model '" + path + "': odd head size " + std::to_string(c.head_dim));
+    if (tokenizer_->vocab_size() > c.n_vocab)
+        throw Error("model '" + path + "': the tokenizer has " + std::to_string(tokenizer_->vocab_size()) +
+                    " tokens but the embedding only " + std::to_string(c.n_vocab));
+    auto expect = [&](const WeightMatrix& w, int64_t rows, int64_t cols, const std::string& what) {
+        if (w.rows != rows || w.cols != cols)
+            throw Error("model '" + path + "': " + what + " is " + std::to_string(w.rows) + "x" +
+                        std::to_string(w.cols) + ", expected " + std::to_string(rows) + "x" + std::to_string(cols));
+    };
+    auto expect_norm = [&](const NormWeight& w, int64_t size, const std::string& what) {
+        if (w.size != size)
+            throw Error("model '" + path + "': " + what + " has " + std::to_string(w.size) + " weights, expected " +
+                        std::to_string(size));
+    };
+    const int64_t q_dim = static_cast<int64_t>(c.n_head) * c.head_dim;
+    const int64_t kv_dim = static_cast<int64_t>(c.n_head_kv) * c.head_dim;
+    expect(tok_embd_, c.n_vocab, c.n_embd, "the token embedding");
+    expect(output_, c.n_vocab, c.n_embd, "the output matrix");
+    expect_norm(output_norm_, c.n_embd, "the output norm");
+    for (int i = 0; i < c.n_layer; ++i) {
+        const LayerWeights& w = layers_[static_cast<size_t>(i)];
+        const std::string l = "layer " + std::to_string(i) + " ";
+        expect(w.wq, q_dim, c.n_embd, l + "q projection");
+        expect(w.wk, kv_dim, c.n_embd, l + "k projection");
+        expect(w.wv, kv_dim, c.n_embd, l + "v projection");
+        expect(w.wo, c.n_embd, q_dim, l + "output projection");
+        expect(w.w_gate, c.n_ff, c.n_embd, l + "gate projection");
+        expect(w.w_up, c.n_ff, c.n_embd, l + "up projection");
+        expect(w.w_down, c.n_embd, c.n_ff, l + "down projection");
+        expect_norm(w.attn_norm, c.n_embd, l + "attention norm");
+        expect_norm(w.ffn_norm, c.n_embd, l + "feed-forward norm");
+        if (c.arch == Architecture::Gemma3) {
+            expect_norm(w.q_norm, c.head_dim, l + "q norm");
+            expect_norm(w.k_norm, c.head_dim, l + "k norm");
+            expect_norm(w.post_attn_norm, c.n_embd, l + "post-attention norm");
+            expect_norm(w.post_ffn_norm, c.n_embd, l + "post-feed-forward norm");
+        }
+    }
+}
+
+std::vector<LayerSpec> Model::layer_specs() const {
+    const ModelConfig& c = config_;
+    std::vector<LayerSpec> specs(static_cast<size_t>(c.n_layer));
+    for (int i = 0; i < c.n_layer; ++i) {
+        LayerSpec& s = specs[static_cast<size_t>(i)];
+        const bool sliding = c.layer_sliding[static_cast<size_t>(i)];
+        s.index = i;
+        s.shape = AttentionShape{c.n_head, c.n_head_kv, c.head_dim, c.query_scale, c.attn_softcap};
+        s.rope = sliding ? c.rope_sliding : c.rope_global;
+        s.model_window = sliding ? c.sliding_window : 0;
+    }
+    return specs;
+}
+
+std::unique_ptr<Cache> Model::make_default_cache(Backend& backend) const {
+    std::vector<std::unique_ptr<CacheLayer>> layers;
+    for (const LayerSpec& s : layer_specs()) layers.push_back(std::make_unique<GrowableLayer>(s, backend.pool()));
+    return std::make_unique<Cache>(std::move(layers));
+}
+
+void Model::forward(Backend& be, Cache& cache, const int32_t* tokens, int64_t n, Logits want,
+                    std::vector<float>& logits, int64_t chunk) const {
+    const ModelConfig& c = config_;
+    if (n <= 0) throw Error("nothing to run: the input has no tokens");
+    for (int64_t i = 0; i < n; ++i)
+        if (tokens[i] < 0 || tokens[i] >= c.n_vocab)
+            throw Error("token id " + std::to_string(tokens[i]) + " is outside the vocabulary (0.." +
+                        std::to_string(c.n_vocab - 1) + ")");
+    if (cache.n_layers() != static_cast<size_t>(c.n_layer))
+        throw Error("the cache has " + std::to_string(cache.n_layers()) + " layers, the model " +
+                    std::to_string(c.n_layer));
+    if (chunk <= 0) chunk = 512;
+    logits.clear();
+    std::vector<int32_t> pos;
+    for (int64_t off = 0; off < n; off += chunk) {
+        const int64_t m = std::min(chunk, n - off);
+        pos.resize(static_cast<size_t>(m));
+        for (int64_t i = 0; i < m; ++i) pos[static_cast<size_t>(i)] = static_cast<int32_t>(cache.seq_length() + i);
+        Buffer hidden = be.alloc(m, c.n_embd);
+        if (c.arch == Architecture::Gemma3)
+            forward_gemma3(*this, be, cache, tokens + off, pos.data(), m, hidden);
+        else
+            forward_llama(*this, be, cache, tokens + off, pos.data(), m, hidden);
+        cache.append_tokens(tokens + off, m);
+
+        const bool last_chunk = off + m == n;
+        if (want == Logits::All || (want == Logits::Last && last_chunk)) {
+            Buffer rows = hidden;
+            Buffer picked{};
+            if (want == Logits::Last) {
+                picked = be.alloc(1, c.n_embd);
+                be.gather_rows(hidden, {m - 1}, picked);
+                rows = picked;
+            }
+            Buffer lg = be.alloc(rows.rows, c.n_vocab);
+            be.matmul(output_, rows, rows.rows, lg);
+            if (c.final_softcap > 0.0f) be.softcap(lg, rows.rows, c.final_softcap);
+            const size_t at = logits.size();
+            logits.resize(at + static_cast<size_t>(rows.rows) * static_cast<size_t>(c.n_vocab));
+            be.read(lg, rows.rows, logits.data() + at);
+            be.free(lg);
+            if (picked.data) be.free(picked);
+        }
+        be.free(hidden);
+    }
+}
+
+}  // namespace kvchat

@@ -1,0 +1,103 @@
+#pragma once
+// A loaded model: hyper-parameters, weights used in place from the file mapping, the tokenizer,
+// and the forward pass of its architecture.
+#include "engine/cache/cache.h"
+#include "engine/compute/backend.h"
+#include "engine/compute/matmul.h"
+#include "engine/tokenizer/tokenizer.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace kvchat {
+
+class GgufFile;
+class SafetensorsDir;
+
+enum class Architecture { Gemma3, Llama };
+
+struct ModelConfig {
+    Architecture arch = Architecture::Llama;
+    std::string arch_name;    // as the file names it ("gemma3", "llama")
+    std::string source;       // "gguf" or "safetensors"
+    int n_layer = 0;
+    int n_embd = 0;
+    int n_head = 0;
+    int n_head_kv = 0;
+    int head_dim = 0;
+    int n_ff = 0;
+    int n_vocab = 0;
+    int n_ctx_train = 0;
+    float rms_eps = 1e-6f;
+    float query_scale = 1.0f;         // multiplies q·k
+    float final_softcap = 0.0f;       // 0 = none
+    float attn_softcap = 0.0f;
+    float embed_scale = 1.0f;         // token embeddings are multiplied by this
+    RopeSpec rope_global;             // RoPE of global-attention layers
+    RopeSpec rope_sliding;            // RoPE of sliding-window layers
+    int sliding_window = 0;           // 0: no sliding layers
+    std::vector<bool> layer_sliding;  // per layer
+};
+
+struct LayerWeights {
+    WeightMatrix wq{}, wk{}, wv{}, wo{};
+    WeightMatrix w_gate{}, w_up{}, w_down{};
+    NormWeight attn_norm, q_norm, k_norm, post_attn_norm;  // q/k/post norms: Gemma 3 only
+    NormWeight ffn_norm, post_ffn_norm;
+};
+
+// Which positions of a forward pass need logits.
+enum class Logits { Last, All, None };
+
+class Model {
+public:
+    // A GGUF file, or a Hugging Face folder (config.json + *.safetensors + tokenizer.model).
+    // Throws kvchat::Error naming the path and the problem (unsupported architecture, tensor
+    // type or vocabulary; a missing or misshapen tensor).
+    static std::unique_ptr<Model> load(const std::string& path);
+    ~Model();
+
+    const ModelConfig& config() const { return config_; }
+    const Tokenizer& tokenizer() const { return *tokenizer_; }
+    const std::string& fingerprint() const { return fingerprint_; }
+    const std::string& path() const { return path_; }
+    size_t file_bytes() const { return file_bytes_; }
+
+    // The attention layout of every layer, from which caches are built.
+    std::vector<LayerSpec> layer_specs() const;
+    // The simple growable cache (every layer keeps every token in f32).
+    std::unique_ptr<Cache> make_default_cache(Backend& backend) const;
+
+    // Runs tokens[0..n) at positions cache.seq_length() onward through the model, in chunks of at
+    // most `chunk` tokens, adding them to the cache. Fills `logits` (n_vocab floats per wanted
+    // position: the last one, or all n) unless `want` is None.
+    void forward(Backend& backend, Cache& cache, const int32_t* tokens, int64_t n, Logits want,
+                 std::vector<float>& logits, int64_t chunk = 512) const;
+
+    // The weights, for the architectures' forward functions.
+    const WeightMatrix& token_embedding() const { return tok_embd_; }
+    const WeightMatrix& output() const { return output_; }
+    const NormWeight& output_norm() const { return output_norm_; }
+    const LayerWeights& layer(int i) const { return layers_[static_cast<size_t>(i)]; }
+
+private:
+    Model() = default;
+    void load_gguf(const std::string& path);
+    void load_hf(const std::string& dir);
+    void check_shapes() const;
+
+    std::string path_;
+    ModelConfig config_;
+    std::unique_ptr<GgufFile> gguf_;
+    std::unique_ptr<SafetensorsDir> hf_;
+    std::unique_ptr<Tokenizer> tokenizer_;
+    std::string fingerprint_;
+    size_t file_bytes_ = 0;
+    WeightMatrix tok_embd_{}, output_{};
+    NormWeight output_norm_;
+    std::vector<LayerWeights> layers_;
+    std::vector<std::vector<float>> norm_store_;  // norm weights converted to f32 (tiny)
+};
+
+}  // namespace kvchat

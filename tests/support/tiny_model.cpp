@@ -1,0 +1,284 @@
+#include "support/tiny_model.h"
+
+#include "support/gguf_writer.h"
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <random>
+
+namespace kvchat::test {
+
+bool tiny_layer_sliding(const TinyModelSpec& s, int il) {
+    if (s.sliding_window <= 0) return false;
+    return s.arch == "gemma3" ? il % 6 < 5 : true;
+}
+
+namespace {
+
+// Random weights quantized to `type`, and the same weights read back as the file stores them.
+struct Matrix {
+    std::string bytes;
+    std::vector<double> values;
+};
+
+Matrix random_matrix(std::mt19937& rng, TensorType type, int64_t rows, int64_t cols, double scale) {
+    std::normal_distribution<float> dist(0.0f, static_cast<float>(scale));
+    std::vector<float> w(static_cast<size_t>(rows * cols));
+    for (float& x : w) x = dist(rng);
+    Matrix m;
+    const size_t rb = row_bytes(type, cols);
+    m.bytes.resize(rb * static_cast<size_t>(rows));
+    m.values.resize(w.size());
+    std::vector<float> back(static_cast<size_t>(cols));
+    for (int64_t r = 0; r < rows; ++r) {
+        quantize_row(type, w.data() + r * cols, m.bytes.data() + r * rb, cols);
+        dequantize_row(type, m.bytes.data() + r * rb, back.data(), cols);
+        for (int64_t c = 0; c < cols; ++c) m.values[static_cast<size_t>(r * cols + c)] = back[static_cast<size_t>(c)];
+    }
+    return m;
+}
+
+std::vector<double> random_norm(std::mt19937& rng, int64_t n) {
+    std::uniform_real_distribution<float> dist(0.5f, 1.5f);
+    std::vector<double> v(static_cast<size_t>(n));
+    for (double& x : v) x = static_cast<float>(dist(rng));
+    return v;
+}
+
+std::string f32_bytes(const std::vector<double>& v) {
+    std::string s(v.size() * 4, '\0');
+    for (size_t i = 0; i < v.size(); ++i) {
+        const float f = static_cast<float>(v[i]);
+        std::memcpy(s.data() + 4 * i, &f, 4);
+    }
+    return s;
+}
+
+// A SentencePiece vocabulary: <pad> <eos> <bos> <unk>, Gemma's turn markers, the 256 byte
+// pieces, then whole words, padded to n_vocab with unused pieces.
+void add_vocab(GgufWriter& w, const TinyModelSpec& s) {
+    std::vector<std::string> tokens = {"<pad>", "<eos>", "<bos>", "<unk>", "<start_of_turn>", "<end_of_turn>"};
+    std::vector<int32_t> types = {3, 3, 3, 2, 3, 3};
+    for (int b = 0; b < 256; ++b) {
+        char buf[8];
+        std::snprintf(buf, sizeof buf, "<0x%02X>", b);
+        tokens.push_back(buf);
+        types.push_back(6);
+    }
+    for (const char* word : {"\xe2\x96\x81the", "\xe2\x96\x81a", "\xe2\x96\x81cat", "\xe2\x96\x81sat", "\xe2\x96\x81on",
+                             "\xe2\x96\x81mat", "\xe2\x96\x81", "the", "a", "e", "t", "h"}) {
+        tokens.push_back(word);
+        types.push_back(1);
+    }
+    while (static_cast<int>(tokens.size()) < s.n_vocab) {
+        tokens.push_back("<unused" + std::to_string(tokens.size()) + ">");
+        types.push_back(5);
+    }
+    std::vector<float> scores(tokens.size(), 0.0f);
+    for (size_t i = 0; i < tokens.size(); ++i) scores[i] = types[i] == 1 ? -static_cast<float>(i) : 0.0f;
+    w.add_string("tokenizer.ggml.model", "llama");
+    w.add_string_array("tokenizer.ggml.tokens", tokens);
+    w.add_float32_array("tokenizer.ggml.scores", scores);
+    w.add_int32_array("tokenizer.ggml.token_type", types);
+    w.add_uint32("tokenizer.ggml.bos_token_id", 2);
+    w.add_uint32("tokenizer.ggml.eos_token_id", 1);
+    w.add_uint32("tokenizer.ggml.unknown_token_id", 3);
+    w.add_uint32("tokenizer.ggml.padding_token_id", 0);
+    w.add_bool("tokenizer.ggml.add_bos_token", true);
+    w.add_bool("tokenizer.ggml.add_space_prefix", s.arch != "gemma3");
+}
+
+}  // namespace
+
+ReferenceModel write_tiny_gguf(const TinyModelSpec& s, const std::string& path) {
+    std::mt19937 rng(s.seed);
+    ReferenceModel m;
+    m.spec = s;
+    const bool gemma = s.arch == "gemma3";
+    m.half_split_rope = gemma;
+    m.embed_scale = gemma ? std::sqrt(static_cast<float>(s.n_embd)) : 1.0;
+
+    GgufWriter w(3, 32);
+    const std::string a = s.arch + ".";
+    w.add_string("general.architecture", s.arch);
+    w.add_string("general.name", "tiny " + s.arch);
+    w.add_uint32(a + "block_count", static_cast<uint32_t>(s.n_layer));
+    w.add_uint32(a + "embedding_length", static_cast<uint32_t>(s.n_embd));
+    w.add_uint32(a + "feed_forward_length", static_cast<uint32_t>(s.n_ff));
+    w.add_uint32(a + "attention.head_count", static_cast<uint32_t>(s.n_head));
+    w.add_uint32(a + "attention.head_count_kv", static_cast<uint32_t>(s.n_head_kv));
+    w.add_uint32(a + "attention.key_length", static_cast<uint32_t>(s.head_dim));
+    w.add_uint32(a + "attention.value_length", static_cast<uint32_t>(s.head_dim));
+    w.add_uint32(a + "context_length", 2048);
+    w.add_float32(a + "attention.layer_norm_rms_epsilon", 1e-6f);
+    w.add_float32(a + "rope.freq_base", static_cast<float>(s.rope_base));
+    if (s.sliding_window > 0) w.add_uint32(a + "attention.sliding_window", static_cast<uint32_t>(s.sliding_window));
+    add_vocab(w, s);
+
+    auto matrix = [&](const std::string& name, int64_t rows, int64_t cols, std::vector<double>& out) {
+        Matrix mx = random_matrix(rng, s.weight_type, rows, cols, 1.0 / std::sqrt(static_cast<double>(cols)));
+        w.add_tensor({name, static_cast<uint32_t>(s.weight_type), {cols, rows}, std::move(mx.bytes), std::nullopt});
+        out = std::move(mx.values);
+    };
+    auto norm = [&](const std::string& name, int64_t n, std::vector<double>& out) {
+        out = random_norm(rng, n);
+        w.add_tensor({name, 0, {n}, f32_bytes(out), std::nullopt});
+    };
+    {
+        // Embeddings of unit scale, as real models have.
+        Matrix e = random_matrix(rng, s.weight_type, s.n_vocab, s.n_embd, gemma ? 0.1 : 1.0);
+        w.add_tensor({"token_embd.weight", static_cast<uint32_t>(s.weight_type), {s.n_embd, s.n_vocab},
+                      std::move(e.bytes), std::nullopt});
+        m.tok_embd = std::move(e.values);
+    }
+    norm("output_norm.weight", s.n_embd, m.output_norm);
+    const int64_t q_dim = static_cast<int64_t>(s.n_head) * s.head_dim;
+    const int64_t kv_dim = static_cast<int64_t>(s.n_head_kv) * s.head_dim;
+    m.layers.resize(static_cast<size_t>(s.n_layer));
+    for (int il = 0; il < s.n_layer; ++il) {
+        ReferenceModel::Layer& L = m.layers[static_cast<size_t>(il)];
+        const std::string p = "blk." + std::to_string(il) + ".";
+        norm(p + "attn_norm.weight", s.n_embd, L.attn_norm);
+        matrix(p + "attn_q.weight", q_dim, s.n_embd, L.wq);
+        matrix(p + "attn_k.weight", kv_dim, s.n_embd, L.wk);
+        matrix(p + "attn_v.weight", kv_dim, s.n_embd, L.wv);
+        matrix(p + "attn_output.weight", s.n_embd, q_dim, L.wo);
+        norm(p + "ffn_norm.weight", s.n_embd, L.ffn_norm);
+        matrix(p + "ffn_gate.weight", s.n_ff, s.n_embd, L.w_gate);
+        matrix(p + "ffn_up.weight", s.n_ff, s.n_embd, L.w_up);
+        matrix(p + "ffn_down.weight", s.n_embd, s.n_ff, L.w_down);
+        if (gemma) {
+            norm(p + "attn_q_norm.weight", s.head_dim, L.q_norm);
+            norm(p + "attn_k_norm.weight", s.head_dim, L.k_norm);
+            norm(p + "post_attention_norm.weight", s.n_embd, L.post_attn_norm);
+            norm(p + "post_ffw_norm.weight", s.n_embd, L.post_ffn_norm);
+        }
+    }
+    w.write(path);
+    return m;
+}
+
+namespace {
+
+using Vec = std::vector<double>;
+
+Vec matvec(const Vec& w, int64_t rows, int64_t cols, const Vec& x) {
+    Vec y(static_cast<size_t>(rows), 0.0);
+    for (int64_t r = 0; r < rows; ++r) {
+        double s = 0.0;
+        for (int64_t c = 0; c < cols; ++c) s += w[static_cast<size_t>(r * cols + c)] * x[static_cast<size_t>(c)];
+        y[static_cast<size_t>(r)] = s;
+    }
+    return y;
+}
+
+// RMS norm of each group of w.size() values.
+void rms_norm(Vec& x, const Vec& w, double eps) {
+    const size_t n = w.size();
+    for (size_t g = 0; g < x.size(); g += n) {
+        double ss = 0.0;
+        for (size_t i = 0; i < n; ++i) ss += x[g + i] * x[g + i];
+        const double s = 1.0 / std::sqrt(ss / static_cast<double>(n) + eps);
+        for (size_t i = 0; i < n; ++i) x[g + i] = x[g + i] * s * w[i];
+    }
+}
+
+void rope(Vec& x, int n_heads, int hd, int64_t pos, double base, bool half_split) {
+    const int half = hd / 2;
+    for (int h = 0; h < n_heads; ++h) {
+        double* v = x.data() + static_cast<size_t>(h) * hd;
+        for (int i = 0; i < half; ++i) {
+            const double th = static_cast<double>(pos) * std::pow(base, -2.0 * i / hd);
+            const double c = std::cos(th), s = std::sin(th);
+            const int a = half_split ? i : 2 * i, b = half_split ? i + half : 2 * i + 1;
+            const double xa = v[a], xb = v[b];
+            v[a] = xa * c - xb * s;
+            v[b] = xa * s + xb * c;
+        }
+    }
+}
+
+}  // namespace
+
+std::vector<std::vector<double>> reference_logits(const ReferenceModel& m, const std::vector<int32_t>& tokens) {
+    const TinyModelSpec& s = m.spec;
+    const bool gemma = s.arch == "gemma3";
+    const double eps = 1e-6;
+    const int64_t n = static_cast<int64_t>(tokens.size());
+    const int64_t q_dim = static_cast<int64_t>(s.n_head) * s.head_dim;
+    const int64_t kv_dim = static_cast<int64_t>(s.n_head_kv) * s.head_dim;
+    const int group = s.n_head / s.n_head_kv;
+    std::vector<Vec> x(static_cast<size_t>(n));
+    for (int64_t t = 0; t < n; ++t) {
+        x[static_cast<size_t>(t)].assign(m.tok_embd.begin() + tokens[static_cast<size_t>(t)] * s.n_embd,
+                                         m.tok_embd.begin() + (tokens[static_cast<size_t>(t)] + 1) * s.n_embd);
+        for (double& v : x[static_cast<size_t>(t)]) v *= m.embed_scale;
+    }
+    for (int il = 0; il < s.n_layer; ++il) {
+        const ReferenceModel::Layer& L = m.layers[static_cast<size_t>(il)];
+        const bool sliding = tiny_layer_sliding(s, il);
+        const int window = sliding ? s.sliding_window : 0;
+        const double base = gemma && sliding ? 10000.0 : s.rope_base;
+        std::vector<Vec> q(static_cast<size_t>(n)), k(static_cast<size_t>(n)), v(static_cast<size_t>(n));
+        for (int64_t t = 0; t < n; ++t) {
+            Vec xn = x[static_cast<size_t>(t)];
+            rms_norm(xn, L.attn_norm, eps);
+            q[t] = matvec(L.wq, q_dim, s.n_embd, xn);
+            k[t] = matvec(L.wk, kv_dim, s.n_embd, xn);
+            v[t] = matvec(L.wv, kv_dim, s.n_embd, xn);
+            if (gemma) {
+                rms_norm(q[t], L.q_norm, eps);
+                rms_norm(k[t], L.k_norm, eps);
+            }
+            rope(q[t], s.n_head, s.head_dim, t, base, m.half_split_rope);
+            rope(k[t], s.n_head_kv, s.head_dim, t, base, m.half_split_rope);
+        }
+        const double scale = 1.0 / std::sqrt(static_cast<double>(s.head_dim));
+        for (int64_t t = 0; t < n; ++t) {
+            Vec att(static_cast<size_t>(q_dim), 0.0);
+            for (int h = 0; h < s.n_head; ++h) {
+                const int g = h / group;
+                std::vector<double> sc;
+                std::vector<int64_t> js;
+                for (int64_t j = 0; j <= t; ++j) {
+                    if (window > 0 && t - j >= window) continue;
+                    double d = 0.0;
+                    for (int i = 0; i < s.head_dim; ++i) d += q[t][h * s.head_dim + i] * k[j][g * s.head_dim + i];
+                    sc.push_back(d * scale);
+                    js.push_back(j);
+                }
+                double mx = -1e300, sum = 0.0;
+                for (double d : sc) mx = std::max(mx, d);
+                for (double& d : sc) sum += (d = std::exp(d - mx));
+                for (size_t a = 0; a < js.size(); ++a)
+                    for (int i = 0; i < s.head_dim; ++i)
+                        att[static_cast<size_t>(h * s.head_dim + i)] += sc[a] / sum * v[js[a]][g * s.head_dim + i];
+            }
+            Vec o = matvec(L.wo, s.n_embd, q_dim, att);
+            if (gemma) rms_norm(o, L.post_attn_norm, eps);
+            for (int64_t i = 0; i < s.n_embd; ++i) x[t][i] += o[i];
+            Vec xn = x[t];
+            rms_norm(xn, L.ffn_norm, eps);
+            Vec gt = matvec(L.w_gate, s.n_ff, s.n_embd, xn), up = matvec(L.w_up, s.n_ff, s.n_embd, xn);
+            for (int64_t i = 0; i < s.n_ff; ++i) {
+                const double gv = gt[i];
+                const double act = gemma ? 0.5 * gv * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (gv + 0.044715 * gv * gv * gv)))
+                                         : gv / (1.0 + std::exp(-gv));
+                gt[i] = act * up[i];
+            }
+            Vec d = matvec(L.w_down, s.n_embd, s.n_ff, gt);
+            if (gemma) rms_norm(d, L.post_ffn_norm, eps);
+            for (int64_t i = 0; i < s.n_embd; ++i) x[t][i] += d[i];
+        }
+    }
+    std::vector<Vec> logits(static_cast<size_t>(n));
+    for (int64_t t = 0; t < n; ++t) {
+        Vec xn = x[t];
+        rms_norm(xn, m.output_norm, eps);
+        logits[t] = matvec(m.tok_embd, s.n_vocab, s.n_embd, xn);
+    }
+    return logits;
+}
+
+}  // namespace kvchat::test

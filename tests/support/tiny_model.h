@@ -1,0 +1,52 @@
+#pragma once
+// Tiny random-weight models for exact tests, and a naive double-precision reference forward
+// written independently of the engine (it shares only dequantize_row, which test_tensor_type
+// checks against gguf-py).
+#include "engine/compute/tensor_type.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace kvchat::test {
+
+struct TinyModelSpec {
+    std::string arch = "gemma3";  // "gemma3" or "llama"
+    int n_layer = 6;
+    int n_embd = 256;
+    int n_head = 4;
+    int n_head_kv = 2;
+    int head_dim = 64;
+    int n_ff = 512;
+    int n_vocab = 384;             // >= the tokenizer's 259 pieces (specials + bytes) + a few words
+    int sliding_window = 4;        // gemma3: window of the sliding layers; llama: 0 or a Mistral window
+    TensorType weight_type = TensorType::F32;
+    uint32_t seed = 1;
+    double rope_base = 1000000.0;  // global layers; Gemma's sliding layers use 10,000
+};
+
+// Weights as the reference uses them: matrices row-major rows x cols in double.
+struct ReferenceModel {
+    TinyModelSpec spec;
+    struct Layer {
+        std::vector<double> wq, wk, wv, wo, w_gate, w_up, w_down;
+        std::vector<double> attn_norm, q_norm, k_norm, post_attn_norm, ffn_norm, post_ffn_norm;
+    };
+    std::vector<double> tok_embd, output_norm;
+    std::vector<Layer> layers;
+    bool half_split_rope = true;  // rotate-half (Gemma, HF) or adjacent pairs (llama GGUF)
+    double embed_scale = 1.0;
+};
+
+// Writes a GGUF file with random weights of spec.weight_type (norms F32) and a small
+// SentencePiece vocabulary; returns the weights exactly as stored (dequantized to double).
+ReferenceModel write_tiny_gguf(const TinyModelSpec& spec, const std::string& path);
+
+// Logits (n_vocab doubles) at every position of `tokens`, positions 0..n-1, each query seeing
+// the tokens at positions q <= p (and p - q < window on sliding layers).
+std::vector<std::vector<double>> reference_logits(const ReferenceModel& m, const std::vector<int32_t>& tokens);
+
+// Whether layer il of the spec is a sliding-window layer.
+bool tiny_layer_sliding(const TinyModelSpec& spec, int il);
+
+}  // namespace kvchat::test
