@@ -28,4 +28,9 @@ void weight_row(const WeightMatrix& w, int64_t r, float* dst);
 // Which SIMD level the kernels use on this CPU: "avx512-vnni" or "avx2".
 const char* simd_level();
 
+// For tests and benchmarks: makes matmul use "avx2" even where AVX-512 VNNI is present, or
+// "avx512-vnni" (throws Error when the CPU lacks it); nullptr or "auto" restores the automatic
+// choice. Affects every thread; call it while no matmul runs.
+void force_simd_level(const char* level);
+
 }  // namespace kvchat

@@ -1,7 +1,9 @@
 #pragma once
 // A fixed pool of worker threads for data-parallel loops. The calling thread takes part.
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <mutex>
 #include <thread>
@@ -18,20 +20,29 @@ public:
 
     int size() const { return n_threads_; }
     // Calls fn(thread_index, n_threads) on every thread (the caller is index 0) and waits for all.
+    // Concurrent calls from different threads are serialized.
     void run(const std::function<void(int, int)>& fn);
     // Splits [0, n) into contiguous chunks, one or more per thread: fn(begin, end).
     void parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn);
 
 private:
     void worker(int index);
+    // Waits until pred() holds: spins briefly (a decode step dispatches ~100 jobs, each a few
+    // microseconds apart), then sleeps on cv, announcing itself in `sleepers`.
+    template <class Pred>
+    void await(Pred pred, std::condition_variable& cv, std::atomic<int>& sleepers);
+
     int n_threads_;
     std::vector<std::thread> threads_;
-    std::mutex mu_;
+    std::mutex run_mu_;  // one run() at a time
+    std::mutex mu_;      // only for the sleeping phase
     std::condition_variable cv_start_, cv_done_;
     const std::function<void(int, int)>* job_ = nullptr;
-    uint64_t generation_ = 0;
-    int pending_ = 0;
-    bool stop_ = false;
+    std::atomic<uint64_t> generation_{0};
+    std::atomic<int> pending_{0};
+    std::atomic<int> start_sleepers_{0}, done_sleepers_{0};
+    std::atomic<bool> stop_{false};
+    std::exception_ptr error_;  // first exception thrown by a worker in the current run
 };
 
 }  // namespace kvchat

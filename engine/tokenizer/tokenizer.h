@@ -2,8 +2,11 @@
 // SentencePiece tokenizer, built from a GGUF vocabulary or loaded from a tokenizer.model.
 // User text is always plain text: strings like "<start_of_turn>" in it are never turned into
 // control tokens. Control tokens are inserted by id by the chat template code.
+#include "engine/tokenizer/spm_vocab.h"
+
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -12,31 +15,35 @@ namespace kvchat {
 
 class GgufFile;
 
-struct SpecialTokens {
-    int32_t bos = -1, eos = -1, unk = -1, pad = -1;
-    int32_t start_of_turn = -1, end_of_turn = -1;  // Gemma's turn markers, when the vocabulary has them
-    bool add_bos = true;
-    bool add_eos = false;
-};
-
 class Tokenizer {
 public:
+    // The core: a tokenizer over a SentencePiece vocabulary (see spm_vocab.h for how it is
+    // converted). Throws kvchat::Error when the vocabulary is unusable.
+    static std::unique_ptr<Tokenizer> from_vocab(const SpmVocab& vocab);
     // From a GGUF whose tokenizer.ggml.model is "llama" (SentencePiece); throws kvchat::Error
     // naming the vocabulary type for anything else (e.g. "gpt2" BPE of Llama 3 and Qwen).
     static std::unique_ptr<Tokenizer> from_gguf(const GgufFile& file);
     // From a SentencePiece tokenizer.model file (a Hugging Face model folder); special ids from
-    // the model itself, optionally overridden by the caller.
-    static std::unique_ptr<Tokenizer> from_file(const std::string& tokenizer_model_path);
+    // the model itself unless the caller passes them (from the folder's tokenizer_config.json).
+    // Special markers typed user-defined become control here too.
+    static std::unique_ptr<Tokenizer> from_file(const std::string& tokenizer_model_path,
+                                                const std::optional<SpecialTokens>& special = std::nullopt);
     virtual ~Tokenizer() = default;
 
     // Plain-text tokenization; with add_bos the BOS id is prepended when the model asks for it.
+    // Invalid UTF-8 in `text` is tokenized as U+FFFD.
     virtual std::vector<int32_t> encode(std::string_view text, bool add_bos) const = 0;
     // The bytes of one token as the model produces them (byte-fallback tokens give single bytes,
-    // "▁" becomes a space). Control tokens give "".
+    // "▁" becomes a space). Control and unused tokens give "", the unknown token " ⁇ ".
+    // Throws kvchat::Error for an id outside the vocabulary.
     virtual std::string token_bytes(int32_t id) const = 0;
+    // The concatenated token bytes as valid UTF-8 (invalid sequences become U+FFFD). A space
+    // prefix that encode() added (add_space_prefix vocabularies) is kept: decode is what the
+    // model wrote, byte for byte, and equals what StreamingDetokenizer yields.
     virtual std::string decode(const std::vector<int32_t>& ids) const = 0;
     virtual int32_t vocab_size() const = 0;
-    virtual bool is_control(int32_t id) const = 0;
+    virtual TokenType type(int32_t id) const = 0;  // after the conversion rules of spm_vocab.h
+    bool is_control(int32_t id) const { return type(id) == TokenType::Control; }
     virtual std::string piece(int32_t id) const = 0;  // the raw vocabulary string
     virtual int32_t find_piece(std::string_view piece) const = 0;  // -1 when absent
     const SpecialTokens& special() const { return special_; }
@@ -46,7 +53,8 @@ protected:
 };
 
 // Turns a stream of token ids into text pieces that are always valid UTF-8: bytes of a
-// character split across tokens are held back until the character is complete.
+// character split across tokens are held back until the character is complete, and bytes
+// that can never complete one become U+FFFD.
 class StreamingDetokenizer {
 public:
     explicit StreamingDetokenizer(const Tokenizer& tok) : tok_(tok) {}

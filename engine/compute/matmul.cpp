@@ -1,0 +1,358 @@
+// Matrix products over quantized weights: picks the SIMD level, quantizes the activations once
+// per call, and splits the work over the thread pool. The integer kernels live in
+// matmul_avx2.cpp / matmul_avx512.cpp; the float-weight kernels are here.
+#include "engine/compute/matmul.h"
+
+#include "engine/compute/matmul_kernels.h"
+#include "engine/compute/quant_blocks.h"
+#include "engine/compute/thread_pool.h"
+#include "engine/error.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <string>
+#include <vector>
+
+namespace kvchat {
+
+namespace {
+
+using kernels::ActivationGroups;
+using kernels::Int8Layout;
+using kernels::KernelSet;
+using kernels::kPanelRows;
+using kernels::QuantizedActivations;
+
+// --- SIMD level ------------------------------------------------------------------------------
+
+bool cpu_has_avx512_vnni() {
+    static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                            __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+                            __builtin_cpu_supports("avx512vnni");
+    return has;
+}
+
+std::atomic<bool> avx2_forced{false};
+
+bool use_avx512() { return cpu_has_avx512_vnni() && !avx2_forced.load(std::memory_order_relaxed); }
+
+const KernelSet& kernel_set() { return use_avx512() ? kernels::avx512_kernels() : kernels::avx2_kernels(); }
+
+// Up to this many tokens, the hot types use the fused kernels (weights unpacked in registers per
+// token); beyond, an int8 panel is unpacked once and reused by all tokens.
+constexpr int64_t kFusedMaxTokens = 2;
+
+// --- buffers -----------------------------------------------------------------------------------
+
+// 64-byte aligned storage that only grows, kept per thread across calls.
+class ScratchBuffer {
+public:
+    void* get(size_t bytes) {
+        if (bytes > lines_.size() * sizeof(Line)) lines_.resize((bytes + sizeof(Line) - 1) / sizeof(Line));
+        return lines_.data();
+    }
+
+private:
+    struct alignas(64) Line {
+        uint8_t b[64];
+    };
+    std::vector<Line> lines_;
+};
+
+// --- activation quantization -------------------------------------------------------------------
+
+inline float hsum(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+inline float hmax(__m256 v) {
+    __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_max_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+inline int32_t hsum_i32(__m256i v) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+    return _mm_cvtsi128_si32(s);
+}
+
+// One token: blocks of `block` (32 or 256) columns, q = round(x * 127 / max|x|), and sums of q per
+// 16 columns (the K-quant kernels and the panel bias need them).
+void quantize_token(const float* x, int64_t cols, int64_t block, int8_t* q, float* d, int16_t* sum16) {
+    const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    for (int64_t b = 0; b < cols / block; ++b) {
+        const float* xb = x + b * block;
+        __m256 amax = _mm256_setzero_ps();
+        for (int64_t i = 0; i < block; i += 8) amax = _mm256_max_ps(amax, _mm256_and_ps(_mm256_loadu_ps(xb + i), abs_mask));
+        const float m = hmax(amax);
+        d[b] = m / 127.0f;
+        const __m256 inv = _mm256_set1_ps(m > 0.0f ? 127.0f / m : 0.0f);
+        for (int64_t i = 0; i < block; i += 32) {
+            __m256i v[4];
+            for (int k = 0; k < 4; ++k) v[k] = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(xb + i + 8 * k), inv));
+            const __m256i packed = _mm256_packs_epi16(_mm256_packs_epi32(v[0], v[1]), _mm256_packs_epi32(v[2], v[3]));
+            _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + b * block + i), _mm256_permutevar8x32_epi32(packed, order));
+            const int64_t s = (b * block + i) / 16;
+            sum16[s] = int16_t(hsum_i32(_mm256_add_epi32(v[0], v[1])));
+            sum16[s + 1] = int16_t(hsum_i32(_mm256_add_epi32(v[2], v[3])));
+        }
+    }
+}
+
+struct ActivationBuffers {
+    std::vector<int8_t> q;
+    std::vector<float> d;
+    std::vector<int16_t> sum16;
+    std::vector<float> group_d, group_d_sum;
+    std::vector<int32_t> group_bias;
+};
+
+QuantizedActivations quantize_activations(const float* x, int64_t n_tokens, int64_t cols, int64_t block,
+                                          ActivationBuffers& buf, ThreadPool& pool) {
+    buf.q.resize(size_t(n_tokens * cols));
+    buf.d.resize(size_t(n_tokens * (cols / block)));
+    buf.sum16.resize(size_t(n_tokens * (cols / 16)));
+    QuantizedActivations a;
+    a.n_tokens = n_tokens;
+    a.cols = cols;
+    a.block = block;
+    a.q = buf.q.data();
+    a.d = buf.d.data();
+    a.sum16 = buf.sum16.data();
+    auto quantize = [&](int64_t t0, int64_t t1) {
+        for (int64_t t = t0; t < t1; ++t) {
+            quantize_token(x + t * cols, cols, block, buf.q.data() + t * cols, buf.d.data() + t * (cols / block),
+                           buf.sum16.data() + t * (cols / 16));
+        }
+    };
+    if (n_tokens * cols >= 32768) pool.parallel_for(n_tokens, quantize);
+    else quantize(0, n_tokens);
+    return a;
+}
+
+// Per token and panel group: the activation scale, scale * sum, and the -128 * sum that cancels
+// the unsigned offset of AVX-512 panels.
+ActivationGroups activation_groups(const QuantizedActivations& a, int group, ActivationBuffers& buf) {
+    const int64_t groups = a.cols / group;
+    const size_t n = size_t(a.n_tokens * groups);
+    buf.group_d.resize(n);
+    buf.group_d_sum.resize(n);
+    buf.group_bias.resize(n);
+    for (int64_t t = 0; t < a.n_tokens; ++t) {
+        const float* d = a.d_row(t);
+        const int16_t* s16 = a.sum16_row(t);
+        for (int64_t g = 0; g < groups; ++g) {
+            int32_t sum = 0;
+            for (int k = 0; k < group / 16; ++k) sum += s16[g * (group / 16) + k];
+            const float dg = d[g * group / a.block];
+            const size_t i = size_t(t * groups + g);
+            buf.group_d[i] = dg;
+            buf.group_d_sum[i] = dg * float(sum);
+            buf.group_bias[i] = -128 * sum;
+        }
+    }
+    ActivationGroups g;
+    g.n_groups = groups;
+    g.d = buf.group_d.data();
+    g.d_sum = buf.group_d_sum.data();
+    g.bias = buf.group_bias.data();
+    return g;
+}
+
+// --- integer weights ---------------------------------------------------------------------------
+
+void fused_product(const KernelSet::FusedDot dot, const WeightMatrix& w, const QuantizedActivations& x, float* y,
+                   ThreadPool& pool) {
+    const size_t stride = row_bytes(w.type, w.cols);
+    const auto* base = static_cast<const uint8_t*>(w.data);
+    pool.parallel_for(w.rows, [&](int64_t r0, int64_t r1) {
+        // A few rows at a time, so that with several tokens their weights come from L1.
+        constexpr int64_t kRowStep = 16;
+        for (int64_t r = r0; r < r1; r += kRowStep) {
+            const int64_t n = std::min(kRowStep, r1 - r);
+            for (int64_t t = 0; t < x.n_tokens; ++t) {
+                dot(base + r * stride, stride, n, w.cols, x.q_row(t), x.d_row(t), x.sum16_row(t), y + t * w.rows + r);
+            }
+        }
+    });
+}
+
+void panel_product(const KernelSet& ks, const Int8Layout& layout, const WeightMatrix& w, const QuantizedActivations& x,
+                   const ActivationGroups& g, float* y, ThreadPool& pool) {
+    const size_t stride = row_bytes(w.type, w.cols);
+    const auto* base = static_cast<const uint8_t*>(w.data);
+    const int64_t n_panels = (w.rows + kPanelRows - 1) / kPanelRows;
+    const size_t panel_bytes = ks.panel_bytes(layout, w.cols);
+    const size_t scratch_bytes = size_t(w.cols) * kPanelRows + size_t(w.cols / layout.group) * kPanelRows * 2 * sizeof(float);
+    auto run_panels = [&](int64_t p0, int64_t p1, int64_t t0, int64_t t1) {
+        thread_local ScratchBuffer scratch, panel;
+        void* s = scratch.get(scratch_bytes);
+        void* p = panel.get(panel_bytes);
+        for (int64_t i = p0; i < p1; ++i) {
+            const int64_t r = i * kPanelRows;
+            const int n = int(std::min<int64_t>(kPanelRows, w.rows - r));
+            ks.pack_panel(w.type, layout, base + r * stride, stride, n, w.cols, s, p);
+            ks.panel_product(layout, p, w.cols, x, g, t0, t1, y + r, w.rows, n);
+        }
+    };
+    if (n_panels >= pool.size() || x.n_tokens < pool.size()) {
+        pool.parallel_for(n_panels, [&](int64_t p0, int64_t p1) { run_panels(p0, p1, 0, x.n_tokens); });
+    } else {
+        // Few rows, many tokens: every thread unpacks all panels and takes a share of the tokens.
+        pool.parallel_for(x.n_tokens, [&](int64_t t0, int64_t t1) { run_panels(0, n_panels, t0, t1); });
+    }
+}
+
+// --- float weights -----------------------------------------------------------------------------
+
+template <TensorType T>
+struct FloatWeights;
+
+template <>
+struct FloatWeights<TensorType::F32> {
+    static __m256 load8(const void* p, int64_t i) { return _mm256_loadu_ps(static_cast<const float*>(p) + i); }
+    static float load1(const void* p, int64_t i) {
+        float v;
+        std::memcpy(&v, static_cast<const uint8_t*>(p) + 4 * i, 4);
+        return v;
+    }
+    static constexpr size_t kBytes = 4;
+};
+
+template <>
+struct FloatWeights<TensorType::F16> {
+    static __m256 load8(const void* p, int64_t i) {
+        return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(p) + i)));
+    }
+    static float load1(const void* p, int64_t i) {
+        uint16_t h;
+        std::memcpy(&h, static_cast<const uint8_t*>(p) + 2 * i, 2);
+        return fp16_to_fp32(h);
+    }
+    static constexpr size_t kBytes = 2;
+};
+
+template <>
+struct FloatWeights<TensorType::BF16> {
+    // bf16 is the top half of an fp32: widen and shift.
+    static __m256 load8(const void* p, int64_t i) {
+        const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(p) + i));
+        return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+    }
+    static float load1(const void* p, int64_t i) {
+        uint16_t h;
+        std::memcpy(&h, static_cast<const uint8_t*>(p) + 2 * i, 2);
+        return bf16_to_fp32(h);
+    }
+    static constexpr size_t kBytes = 2;
+};
+
+// R rows x NT tokens per pass: each converted weight vector serves NT tokens, each x vector R rows.
+template <TensorType T, int R, int NT>
+void float_tile(const uint8_t* w, size_t stride, int64_t cols, const float* x, float* y, int64_t y_stride) {
+    using F = FloatWeights<T>;
+    __m256 acc[R][NT];
+    for (int r = 0; r < R; ++r)
+        for (int t = 0; t < NT; ++t) acc[r][t] = _mm256_setzero_ps();
+    int64_t c = 0;
+    for (; c + 8 <= cols; c += 8) {
+        __m256 xv[NT];
+        for (int t = 0; t < NT; ++t) xv[t] = _mm256_loadu_ps(x + t * cols + c);
+        for (int r = 0; r < R; ++r) {
+            const __m256 wv = F::load8(w + r * stride, c);
+            for (int t = 0; t < NT; ++t) acc[r][t] = _mm256_fmadd_ps(wv, xv[t], acc[r][t]);
+        }
+    }
+    for (int r = 0; r < R; ++r) {
+        for (int t = 0; t < NT; ++t) {
+            float s = hsum(acc[r][t]);
+            for (int64_t k = c; k < cols; ++k) s += F::load1(w + r * stride, k) * x[t * cols + k];
+            y[t * y_stride + r] = s;
+        }
+    }
+}
+
+template <TensorType T>
+void float_product(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y, ThreadPool& pool) {
+    const size_t stride = FloatWeights<T>::kBytes * size_t(w.cols);
+    const auto* base = static_cast<const uint8_t*>(w.data);
+    pool.parallel_for(w.rows, [&](int64_t r0, int64_t r1) {
+        constexpr int64_t kRowStep = 16;
+        for (int64_t rb = r0; rb < r1; rb += kRowStep) {
+            const int64_t re = std::min(rb + kRowStep, r1);
+            for (int64_t t = 0; t < n_tokens; t += 2) {
+                const bool pair = t + 1 < n_tokens;
+                int64_t r = rb;
+                for (; r + 4 <= re; r += 4) {
+                    if (pair) float_tile<T, 4, 2>(base + r * stride, stride, w.cols, x + t * w.cols, y + t * w.rows + r, w.rows);
+                    else float_tile<T, 4, 1>(base + r * stride, stride, w.cols, x + t * w.cols, y + t * w.rows + r, w.rows);
+                }
+                for (; r < re; ++r) {
+                    if (pair) float_tile<T, 1, 2>(base + r * stride, stride, w.cols, x + t * w.cols, y + t * w.rows + r, w.rows);
+                    else float_tile<T, 1, 1>(base + r * stride, stride, w.cols, x + t * w.cols, y + t * w.rows + r, w.rows);
+                }
+            }
+        }
+    });
+}
+
+}  // namespace
+
+void matmul(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y, ThreadPool& pool) {
+    const TypeTraits& tt = traits(w.type);
+    if (w.rows < 0 || w.cols <= 0 || w.cols % tt.block_elems != 0) {
+        throw Error("matmul: " + std::to_string(w.cols) + " columns do not fit " + std::string(tt.name) + " blocks");
+    }
+    if (n_tokens <= 0 || w.rows == 0) return;
+    switch (w.type) {
+        case TensorType::F32: return float_product<TensorType::F32>(w, x, n_tokens, y, pool);
+        case TensorType::F16: return float_product<TensorType::F16>(w, x, n_tokens, y, pool);
+        case TensorType::BF16: return float_product<TensorType::BF16>(w, x, n_tokens, y, pool);
+        default: break;
+    }
+    const Int8Layout layout = kernels::int8_layout(w.type);
+    if (layout.group == 0) throw Error("matmul: no kernel for " + std::string(tt.name));
+    thread_local ActivationBuffers buf;
+    const QuantizedActivations xq = quantize_activations(x, n_tokens, w.cols, layout.act_block, buf, pool);
+    const KernelSet& ks = kernel_set();
+    const auto fused = ks.fused[uint32_t(w.type)];
+    if (fused && n_tokens <= kFusedMaxTokens) {
+        fused_product(fused, w, xq, y, pool);
+        return;
+    }
+    const ActivationGroups g = activation_groups(xq, layout.group, buf);
+    panel_product(ks, layout, w, xq, g, y, pool);
+}
+
+void weight_row(const WeightMatrix& w, int64_t r, float* dst) {
+    if (r < 0 || r >= w.rows) throw Error("weight_row: row " + std::to_string(r) + " out of range");
+    dequantize_row(w.type, static_cast<const uint8_t*>(w.data) + size_t(r) * row_bytes(w.type, w.cols), dst, w.cols);
+}
+
+const char* simd_level() { return use_avx512() ? "avx512-vnni" : "avx2"; }
+
+void force_simd_level(const char* level) {
+    const std::string l = level ? level : "auto";
+    if (l == "auto") {
+        avx2_forced.store(false);
+    } else if (l == "avx2") {
+        avx2_forced.store(true);
+    } else if (l == "avx512-vnni") {
+        if (!cpu_has_avx512_vnni()) throw Error("force_simd_level: this CPU lacks AVX-512 VNNI");
+        avx2_forced.store(false);
+    } else {
+        throw Error("force_simd_level: unknown level '" + l + "'");
+    }
+}
+
+}  // namespace kvchat

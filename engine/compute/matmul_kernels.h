@@ -1,0 +1,83 @@
+#pragma once
+// What matmul.cpp shares with the SIMD kernel files (matmul_avx2.cpp, matmul_avx512.cpp).
+//
+// Two ways to compute one weight row block against the quantized activations:
+// - fused dot kernels, one per hot weight type, that unpack a block in registers and use it at
+//   once (decode: one token, memory-bound, weights streamed once);
+// - int8 panels for every integer type: 16 rows unpacked once into int8 values with a float
+//   scale (and optional min) per group of 16 or 32 columns, interleaved so that one vector load
+//   holds 4 columns of all 16 rows; a register-blocked micro-kernel then reuses each loaded
+//   vector across many tokens (prefill: compute-bound).
+#include "engine/compute/tensor_type.h"
+
+#include <cstddef>
+#include <cstdint>
+
+namespace kvchat::kernels {
+
+inline constexpr int kPanelRows = 16;
+
+// x quantized to int8 per block: q = round(x / d), |q| <= 127.
+struct QuantizedActivations {
+    int64_t n_tokens = 0;
+    int64_t cols = 0;
+    int64_t block = 0;              // columns sharing one scale: 32, or 256 for K-quant weights
+    const int8_t* q = nullptr;      // n_tokens x cols
+    const float* d = nullptr;       // n_tokens x cols/block
+    const int16_t* sum16 = nullptr;  // n_tokens x cols/16: sums of q over 16 columns
+
+    const int8_t* q_row(int64_t t) const { return q + t * cols; }
+    const float* d_row(int64_t t) const { return d + t * (cols / block); }
+    const int16_t* sum16_row(int64_t t) const { return sum16 + t * (cols / 16); }
+};
+
+// Per token and panel group (16 or 32 columns): what the panel micro-kernel folds in per group.
+struct ActivationGroups {
+    int64_t n_groups = 0;  // per token
+    const float* d = nullptr;       // activation scale of the group
+    const float* d_sum = nullptr;   // d * sum(q): multiplies the weight min
+    const int32_t* bias = nullptr;  // -128 * sum(q): undoes the +128 that makes weights unsigned
+};
+
+// How a weight type unpacks to int8 groups: w = scale * v + min, v signed 8-bit.
+struct Int8Layout {
+    int group;     // 16 or 32
+    bool has_min;  // types with an additive per-group minimum (Q4_1, Q5_1, Q2_K, Q4_K, Q5_K)
+    int act_block; // activation block: 32 (Q8_0 style) or 256 (Q8_K style)
+};
+
+// The layout of an integer weight type; group == 0 for the float types.
+Int8Layout int8_layout(TensorType t);
+
+// Unpacks one row of `cols` elements: v[cols] int8, scale[cols/group], min[cols/group] (when the
+// layout has mins). SIMD for the hot types, plain code for the rest.
+void unpack_row_int8(TensorType t, const void* row, int64_t cols, int8_t* v, float* scale, float* min);
+
+// One SIMD level's kernels.
+struct KernelSet {
+    // y[r] = dot(row r, token) for r in [0, n_rows): rows `stride` bytes apart. Null when the
+    // type has no fused kernel.
+    using FusedDot = void (*)(const void* rows, size_t stride, int64_t n_rows, int64_t cols, const int8_t* xq,
+                              const float* xd, const int16_t* xsum16, float* y);
+    FusedDot fused[32] = {};
+
+    // Size in bytes of a packed panel for `cols` columns of `layout`.
+    size_t (*panel_bytes)(const Int8Layout& layout, int64_t cols);
+    // Packs up to 16 rows (missing ones as zeros) of a weight matrix into `panel`. scratch holds
+    // 16 * cols int8 values plus 2 * 16 * cols/group floats.
+    void (*pack_panel)(TensorType t, const Int8Layout& layout, const uint8_t* rows, size_t stride, int n_rows,
+                       int64_t cols, void* scratch, void* panel);
+    // y[t * y_stride + r] for tokens [t0, t1) and r in [0, n_rows) from a packed panel.
+    void (*panel_product)(const Int8Layout& layout, const void* panel, int64_t cols, const QuantizedActivations& x,
+                          const ActivationGroups& g, int64_t t0, int64_t t1, float* y, int64_t y_stride, int n_rows);
+};
+
+const KernelSet& avx2_kernels();
+namespace avx2 {
+// As KernelSet::pack_panel, with values stored as v + 128 (unsigned) for vpdpbusd.
+void pack_panel_unsigned(TensorType t, const Int8Layout& layout, const uint8_t* rows, size_t stride, int n_rows,
+                         int64_t cols, void* scratch, void* panel);
+}  // namespace avx2
+const KernelSet& avx512_kernels();
+
+}  // namespace kvchat::kernels

@@ -1,0 +1,112 @@
+#include "engine/compute/thread_pool.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <chrono>
+
+namespace kvchat {
+
+namespace {
+// How long a waiting thread spins before it sleeps. Long enough to cover the gap between two
+// kernels of one forward pass, short enough not to burn a shared core while the app is idle.
+constexpr auto kSpinTime = std::chrono::microseconds(200);
+}  // namespace
+
+ThreadPool::ThreadPool(int n_threads) {
+    if (n_threads <= 0) n_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    n_threads_ = n_threads;
+    threads_.reserve(n_threads_ - 1);
+    for (int i = 1; i < n_threads_; ++i) threads_.emplace_back([this, i] { worker(i); });
+}
+
+ThreadPool::~ThreadPool() {
+    stop_.store(true);
+    {
+        std::lock_guard lock(mu_);
+        generation_.fetch_add(1);
+    }
+    cv_start_.notify_all();
+    for (auto& t : threads_) t.join();
+}
+
+template <class Pred>
+void ThreadPool::await(Pred pred, std::condition_variable& cv, std::atomic<int>& sleepers) {
+    if (pred()) return;
+    const auto deadline = std::chrono::steady_clock::now() + kSpinTime;
+    for (int i = 0;; ++i) {
+        for (int k = 0; k < 16; ++k) {
+            _mm_pause();
+            if (pred()) return;
+        }
+        if ((i & 7) == 7 && std::chrono::steady_clock::now() > deadline) break;
+    }
+    std::unique_lock lock(mu_);
+    // The increment and the waker's store are both sequentially consistent: either the waker
+    // sees a sleeper and notifies under the mutex, or pred() below sees the new state.
+    sleepers.fetch_add(1);
+    cv.wait(lock, pred);
+    sleepers.fetch_sub(1);
+}
+
+void ThreadPool::worker(int index) {
+    uint64_t seen = 0;
+    for (;;) {
+        await([&] { return generation_.load() != seen; }, cv_start_, start_sleepers_);
+        seen = generation_.load();
+        if (stop_.load()) return;
+        try {
+            (*job_)(index, n_threads_);
+        } catch (...) {
+            std::lock_guard lock(mu_);
+            if (!error_) error_ = std::current_exception();
+        }
+        if (pending_.fetch_sub(1) == 1 && done_sleepers_.load() > 0) {
+            { std::lock_guard lock(mu_); }
+            cv_done_.notify_all();
+        }
+    }
+}
+
+void ThreadPool::run(const std::function<void(int, int)>& fn) {
+    if (n_threads_ == 1) {
+        fn(0, 1);
+        return;
+    }
+    std::lock_guard run_lock(run_mu_);
+    job_ = &fn;
+    error_ = nullptr;
+    pending_.store(n_threads_ - 1);
+    generation_.fetch_add(1);
+    if (start_sleepers_.load() > 0) {
+        { std::lock_guard lock(mu_); }
+        cv_start_.notify_all();
+    }
+    std::exception_ptr own_error;
+    try {
+        fn(0, n_threads_);
+    } catch (...) {
+        own_error = std::current_exception();
+    }
+    await([&] { return pending_.load() == 0; }, cv_done_, done_sleepers_);
+    job_ = nullptr;
+    if (own_error) std::rethrow_exception(own_error);
+    if (error_) std::rethrow_exception(error_);
+}
+
+void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn) {
+    if (n <= 0) return;
+    const int64_t parts = std::min<int64_t>(n, n_threads_);
+    if (parts == 1) {
+        fn(0, n);
+        return;
+    }
+    run([&](int index, int) {
+        if (index >= parts) return;
+        const int64_t begin = n * index / parts;
+        const int64_t end = n * (index + 1) / parts;
+        fn(begin, end);
+    });
+}
+
+}  // namespace kvchat
