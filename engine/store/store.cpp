@@ -302,6 +302,18 @@ PrefixRecord read_prefix(const Statement& st, const std::string& path) {
     return p;
 }
 
+// The first problem quick_check names, without its "*** in database main ***" heading.
+std::string first_finding(const std::string& report) {
+    size_t start = 0;
+    while (start < report.size()) {
+        const size_t end = std::min(report.find('\n', start), report.size());
+        const std::string line = report.substr(start, end - start);
+        if (!line.empty() && line.rfind("***", 0) != 0) return line;
+        start = end + 1;
+    }
+    return report;
+}
+
 void check_name(std::string_view kind, std::string_view name) {
     if (name.empty()) throw Error("a " + std::string(kind) + " needs a name");
 }
@@ -382,8 +394,7 @@ void Store::open_checked() {
         // quick_check reads every page once: damage is reported now, naming the file, rather than
         // half way through a conversation.
         const std::string check = pragma("quick_check");
-        if (check != "ok")
-            throw Error("database " + in_quotes(path_) + " is damaged: " + check.substr(0, check.find('\n')));
+        if (check != "ok") throw Error("database " + in_quotes(path_) + " is damaged: " + first_finding(check));
     }
 
     exec(db_, path_, "PRAGMA journal_mode = WAL");
