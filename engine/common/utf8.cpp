@@ -1,0 +1,84 @@
+#include "engine/common/utf8.h"
+
+#include <cstddef>
+#include <cstdint>
+
+namespace kvchat {
+
+namespace {
+
+// Length of the well-formed sequence starting at text[i], or 0 when the sequence is ill-formed;
+// `subpart` then receives the length of its maximal subpart (at least 1), the bytes one U+FFFD
+// stands for. The ranges are those of Unicode table 3-7.
+size_t sequence_length(std::string_view text, size_t i, size_t& subpart) {
+    const auto byte = [&](size_t k) { return static_cast<uint8_t>(text[k]); };
+    const uint8_t lead = byte(i);
+    subpart = 1;
+    if (lead < 0x80) return 1;
+    size_t need;
+    uint8_t lo = 0x80, hi = 0xBF;  // allowed range of the second byte
+    if (lead >= 0xC2 && lead <= 0xDF) {
+        need = 2;
+    } else if (lead >= 0xE0 && lead <= 0xEF) {
+        need = 3;
+        if (lead == 0xE0) lo = 0xA0;       // below is overlong
+        else if (lead == 0xED) hi = 0x9F;  // above is a surrogate
+    } else if (lead >= 0xF0 && lead <= 0xF4) {
+        need = 4;
+        if (lead == 0xF0) lo = 0x90;       // below is overlong
+        else if (lead == 0xF4) hi = 0x8F;  // above is beyond U+10FFFF
+    } else {
+        return 0;  // continuation byte, C0, C1 or F5..FF: never a lead
+    }
+    for (size_t k = 1; k < need; ++k) {
+        if (i + k >= text.size()) return 0;  // truncated: the bytes so far are the subpart
+        const uint8_t b = byte(i + k);
+        const bool ok = k == 1 ? (b >= lo && b <= hi) : (b >= 0x80 && b <= 0xBF);
+        if (!ok) return 0;
+        subpart = k + 1;
+    }
+    return need;
+}
+
+}  // namespace
+
+bool is_valid_utf8(std::string_view text) {
+    size_t i = 0;
+    while (i < text.size()) {
+        // ASCII runs are the common case; skip them without the table.
+        if (static_cast<uint8_t>(text[i]) < 0x80) {
+            ++i;
+            continue;
+        }
+        size_t subpart;
+        const size_t n = sequence_length(text, i, subpart);
+        if (n == 0) return false;
+        i += n;
+    }
+    return true;
+}
+
+RepairedUtf8 repair_utf8(std::string_view text) {
+    RepairedUtf8 out;
+    if (is_valid_utf8(text)) {
+        out.text.assign(text);
+        return out;
+    }
+    out.text.reserve(text.size() + 16);
+    size_t i = 0;
+    while (i < text.size()) {
+        size_t subpart;
+        const size_t n = sequence_length(text, i, subpart);
+        if (n > 0) {
+            out.text.append(text.substr(i, n));
+            i += n;
+        } else {
+            out.text.append("\xEF\xBF\xBD");
+            out.replaced = true;
+            i += subpart;
+        }
+    }
+    return out;
+}
+
+}  // namespace kvchat

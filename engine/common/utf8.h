@@ -1,0 +1,24 @@
+#pragma once
+// UTF-8 checking and repair. Text reaches the store from pastes, files and a model's output; it is
+// kept byte for byte when it is valid and otherwise repaired the way the Unicode standard
+// recommends (chapter 3, "U+FFFD substitution of maximal subparts"), so that every reader of the
+// store sees well-formed text and the user is told that something was replaced.
+#include <string>
+#include <string_view>
+
+namespace kvchat {
+
+// True when `text` is well-formed UTF-8 (Unicode table 3-7): no overlong forms, no surrogates
+// (U+D800..U+DFFF), nothing above U+10FFFF, no stray continuation bytes, no truncated sequences.
+bool is_valid_utf8(std::string_view text);
+
+struct RepairedUtf8 {
+    std::string text;
+    bool replaced = false;  // true when at least one U+FFFD was substituted
+};
+
+// A copy of `text` in which each maximal subpart of an ill-formed sequence is replaced by one
+// U+FFFD (EF BF BD). Valid input comes back unchanged with replaced == false.
+RepairedUtf8 repair_utf8(std::string_view text);
+
+}  // namespace kvchat

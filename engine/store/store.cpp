@@ -1,0 +1,767 @@
+#include "engine/store/store.h"
+
+#include "engine/common/utf8.h"
+#include "engine/error.h"
+#include "engine/model/model_path.h"
+
+#include <sqlite3.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <iterator>
+
+namespace kvchat {
+
+namespace {
+
+// PRAGMA application_id marks the file as kvchat's ("KVCH"), so another program's database is
+// recognised and left alone.
+constexpr int kApplicationId = 0x4B564348;
+
+// How long a statement waits for another connection's lock (a second kvchat window, the
+// terminal tool) before reporting the database busy.
+constexpr int kBusyTimeoutMs = 5000;
+
+// Forward migrations: steps[i] brings a database from version i to version i + 1, each in its
+// own transaction together with the new user_version. Append new steps; never edit old ones.
+const char* const kMigrations[] = {
+    // 1: the first schema.
+    R"sql(
+CREATE TABLE conversations (
+    id                INTEGER PRIMARY KEY AUTOINCREMENT,
+    title             TEXT NOT NULL UNIQUE,
+    model_fingerprint TEXT NOT NULL DEFAULT '',
+    cache_spec        TEXT NOT NULL DEFAULT '',
+    snapshot          TEXT,
+    created_ms        INTEGER NOT NULL,
+    updated_ms        INTEGER NOT NULL
+);
+CREATE INDEX conversations_by_update ON conversations (updated_ms);
+
+CREATE TABLE messages (
+    id                INTEGER PRIMARY KEY AUTOINCREMENT,
+    conversation_id   INTEGER NOT NULL REFERENCES conversations (id) ON DELETE CASCADE,
+    ordinal           INTEGER NOT NULL,
+    role              TEXT NOT NULL CHECK (role IN ('system', 'user', 'assistant')),
+    content           TEXT NOT NULL,
+    content_repaired  INTEGER NOT NULL DEFAULT 0,
+    prompt_tokens     INTEGER NOT NULL DEFAULT 0,
+    generated_tokens  INTEGER NOT NULL DEFAULT 0,
+    ttft_ms           REAL,
+    tokens_per_second REAL,
+    created_ms        INTEGER NOT NULL,
+    UNIQUE (conversation_id, ordinal)
+);
+
+CREATE TABLE prefixes (
+    id                INTEGER PRIMARY KEY AUTOINCREMENT,
+    name              TEXT NOT NULL UNIQUE,
+    text              TEXT NOT NULL,
+    text_repaired     INTEGER NOT NULL DEFAULT 0,
+    model_fingerprint TEXT NOT NULL DEFAULT '',
+    cache_spec        TEXT NOT NULL DEFAULT '',
+    tokens            BLOB NOT NULL,
+    snapshot          TEXT,
+    created_ms        INTEGER NOT NULL,
+    last_used_ms      INTEGER,
+    use_count         INTEGER NOT NULL DEFAULT 0
+);
+
+CREATE TABLE settings (
+    key   TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+) WITHOUT ROWID;
+
+PRAGMA application_id = 1263944520;
+)sql",
+};
+static_assert(std::size(kMigrations) == Store::kSchemaVersion, "one migration step per schema version");
+static_assert(kApplicationId == 1263944520, "the migration text spells out kApplicationId");
+
+int64_t now_ms() {
+    using namespace std::chrono;
+    return duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count();
+}
+
+std::string in_quotes(std::string_view s) { return "'" + std::string(s) + "'"; }
+
+// Snapshot names come back from the database and become paths, so only plain file names pass:
+// nothing that could climb out of the snapshots folder or name a hidden temporary file.
+bool is_plain_file_name(std::string_view name) {
+    if (name.empty() || name.size() > 200 || name.front() == '.') return false;
+    for (char c : name) {
+        const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+                        c == '_' || c == '-';
+        if (!ok) return false;
+    }
+    return true;
+}
+
+void check_snapshot_name(std::string_view name) {
+    if (!is_plain_file_name(name))
+        throw Error("snapshot name " + in_quotes(name) +
+                    " is not a plain file name (letters, digits, '.', '_', '-'; not starting with '.')");
+}
+
+std::string encode_tokens(const std::vector<int32_t>& tokens) {
+    std::string out;
+    out.resize(tokens.size() * 4);
+    for (size_t i = 0; i < tokens.size(); ++i) {
+        const auto u = static_cast<uint32_t>(tokens[i]);
+        out[4 * i + 0] = static_cast<char>(u & 0xFF);
+        out[4 * i + 1] = static_cast<char>((u >> 8) & 0xFF);
+        out[4 * i + 2] = static_cast<char>((u >> 16) & 0xFF);
+        out[4 * i + 3] = static_cast<char>((u >> 24) & 0xFF);
+    }
+    return out;
+}
+
+std::vector<int32_t> decode_tokens(std::string_view bytes) {
+    std::vector<int32_t> out(bytes.size() / 4);
+    for (size_t i = 0; i < out.size(); ++i) {
+        const auto b = [&](size_t k) { return static_cast<uint32_t>(static_cast<uint8_t>(bytes[4 * i + k])); };
+        out[i] = static_cast<int32_t>(b(0) | (b(1) << 8) | (b(2) << 16) | (b(3) << 24));
+    }
+    return out;
+}
+
+[[noreturn]] void fail(sqlite3* db, const std::string& path, const std::string& what, int rc) {
+    const std::string name = "database " + in_quotes(path);
+    const std::string msg = db ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
+    switch (rc & 0xFF) {
+        case SQLITE_CORRUPT:
+        case SQLITE_NOTADB: throw Error(name + " is damaged: " + msg);
+        case SQLITE_FULL: throw Error(name + ": the disk is full: " + msg);
+        case SQLITE_BUSY:
+        case SQLITE_LOCKED: throw Error(name + " is busy (another program holds its lock): " + msg);
+        case SQLITE_READONLY: throw Error(name + " cannot be written: " + msg);
+        case SQLITE_IOERR: throw Error(name + ": input/output error while " + what + ": " + msg);
+        default: throw Error(name + ": " + what + " failed: " + msg);
+    }
+}
+
+void exec(sqlite3* db, const std::string& path, const char* sql) {
+    const int rc = sqlite3_exec(db, sql, nullptr, nullptr, nullptr);
+    if (rc != SQLITE_OK) fail(db, path, "running a statement", rc);
+}
+
+// A prepared statement, finalized on scope exit. Text and blobs are bound with SQLITE_TRANSIENT
+// (copied), so a binding never outlives the string it came from.
+class Statement {
+public:
+    Statement(sqlite3* db, const std::string& path, const char* sql) : db_(db), path_(path) {
+        const int rc = sqlite3_prepare_v2(db, sql, -1, &stmt_, nullptr);
+        if (rc != SQLITE_OK) fail(db_, path_, "preparing a statement", rc);
+    }
+    ~Statement() { sqlite3_finalize(stmt_); }
+    Statement(const Statement&) = delete;
+    Statement& operator=(const Statement&) = delete;
+
+    Statement& bind_int(int i, int64_t v) { return check(sqlite3_bind_int64(stmt_, i, v)); }
+    Statement& bind_real(int i, std::optional<double> v) {
+        return check(v ? sqlite3_bind_double(stmt_, i, *v) : sqlite3_bind_null(stmt_, i));
+    }
+    // sqlite binds a null pointer as SQL NULL, so empty text points at a literal instead.
+    Statement& bind_text(int i, std::string_view v) {
+        return check(sqlite3_bind_text64(stmt_, i, v.empty() ? "" : v.data(), v.size(), SQLITE_TRANSIENT, SQLITE_UTF8));
+    }
+    Statement& bind_text_or_null(int i, std::string_view v) {
+        return v.empty() ? check(sqlite3_bind_null(stmt_, i)) : bind_text(i, v);
+    }
+    Statement& bind_blob(int i, std::string_view v) {
+        return check(sqlite3_bind_blob64(stmt_, i, v.empty() ? "" : v.data(), v.size(), SQLITE_TRANSIENT));
+    }
+
+    // True while rows come; false when done. Throws on any other outcome.
+    bool step() {
+        const int rc = sqlite3_step(stmt_);
+        if (rc == SQLITE_ROW) return true;
+        if (rc == SQLITE_DONE) return false;
+        fail(db_, path_, "running a statement", rc);
+    }
+    // Runs a statement that changes rows and returns how many it changed. A UNIQUE violation is
+    // reported as `taken` (the caller knows which name it was) instead of sqlite's wording.
+    int64_t change(const std::string& taken = {}) {
+        const int rc = sqlite3_step(stmt_);
+        if (rc == SQLITE_CONSTRAINT_UNIQUE && !taken.empty()) throw Error(taken);
+        if (rc != SQLITE_DONE && rc != SQLITE_ROW) fail(db_, path_, "running a statement", rc);
+        return sqlite3_changes64(db_);
+    }
+
+    bool is_null(int i) const { return sqlite3_column_type(stmt_, i) == SQLITE_NULL; }
+    int64_t integer(int i) const { return sqlite3_column_int64(stmt_, i); }
+    std::optional<int64_t> optional_integer(int i) const {
+        return is_null(i) ? std::nullopt : std::optional<int64_t>(integer(i));
+    }
+    std::optional<double> optional_real(int i) const {
+        return is_null(i) ? std::nullopt : std::optional<double>(sqlite3_column_double(stmt_, i));
+    }
+    std::string text(int i) const {
+        const auto* p = reinterpret_cast<const char*>(sqlite3_column_text(stmt_, i));
+        const int n = sqlite3_column_bytes(stmt_, i);  // after column_text, as sqlite requires
+        return p ? std::string(p, static_cast<size_t>(n)) : std::string();
+    }
+    std::string blob(int i) const {
+        const auto* p = static_cast<const char*>(sqlite3_column_blob(stmt_, i));
+        const int n = sqlite3_column_bytes(stmt_, i);
+        return p ? std::string(p, static_cast<size_t>(n)) : std::string();
+    }
+
+private:
+    Statement& check(int rc) {
+        if (rc != SQLITE_OK) fail(db_, path_, "binding a parameter", rc);
+        return *this;
+    }
+    sqlite3* db_;
+    const std::string& path_;
+    sqlite3_stmt* stmt_ = nullptr;
+};
+
+// BEGIN IMMEDIATE takes the write lock up front, so a transaction that reads and then writes
+// cannot fail half way with SQLITE_BUSY. Rolled back unless committed.
+class Transaction {
+public:
+    Transaction(sqlite3* db, const std::string& path) : db_(db), path_(path) { exec(db_, path_, "BEGIN IMMEDIATE"); }
+    ~Transaction() {
+        if (!committed_) sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+    }
+    Transaction(const Transaction&) = delete;
+    Transaction& operator=(const Transaction&) = delete;
+    void commit() {
+        exec(db_, path_, "COMMIT");
+        committed_ = true;
+    }
+
+private:
+    sqlite3* db_;
+    const std::string& path_;
+    bool committed_ = false;
+};
+
+// Column lists shared by the readers, in the order the row readers below expect.
+#define KVCHAT_CONVERSATION_COLUMNS "id, title, model_fingerprint, cache_spec, snapshot, created_ms, updated_ms"
+#define KVCHAT_MESSAGE_COLUMNS                                                                             \
+    "id, conversation_id, ordinal, role, content, content_repaired, prompt_tokens, generated_tokens, ttft_ms, " \
+    "tokens_per_second, created_ms"
+#define KVCHAT_PREFIX_COLUMNS                                                                                  \
+    "id, name, text, text_repaired, model_fingerprint, cache_spec, tokens, snapshot, created_ms, last_used_ms, " \
+    "use_count"
+
+ConversationRecord read_conversation(const Statement& st) {
+    ConversationRecord c;
+    c.id = st.integer(0);
+    c.title = st.text(1);
+    c.model_fingerprint = st.text(2);
+    c.cache_spec = st.text(3);
+    c.snapshot = st.text(4);
+    c.created_ms = st.integer(5);
+    c.updated_ms = st.integer(6);
+    return c;
+}
+
+MessageRecord read_message(const Statement& st, const std::string& path) {
+    MessageRecord m;
+    m.id = st.integer(0);
+    m.conversation_id = st.integer(1);
+    m.ordinal = st.integer(2);
+    const std::string role = st.text(3);
+    if (role == "system") m.role = Role::System;
+    else if (role == "user") m.role = Role::User;
+    else if (role == "assistant") m.role = Role::Assistant;
+    else
+        throw Error("database " + in_quotes(path) + " is damaged: message " + std::to_string(m.id) + " has the role " +
+                    in_quotes(role));
+    m.content = st.text(4);
+    m.content_repaired = st.integer(5) != 0;
+    m.stats.prompt_tokens = st.integer(6);
+    m.stats.generated_tokens = st.integer(7);
+    m.stats.ttft_ms = st.optional_real(8);
+    m.stats.tokens_per_second = st.optional_real(9);
+    m.created_ms = st.integer(10);
+    return m;
+}
+
+PrefixRecord read_prefix(const Statement& st, const std::string& path) {
+    PrefixRecord p;
+    p.id = st.integer(0);
+    p.name = st.text(1);
+    p.text = st.text(2);
+    p.text_repaired = st.integer(3) != 0;
+    p.model_fingerprint = st.text(4);
+    p.cache_spec = st.text(5);
+    const std::string tokens = st.blob(6);
+    if (tokens.size() % 4 != 0)
+        throw Error("database " + in_quotes(path) + " is damaged: the token list of prefix " + in_quotes(p.name) + " is " +
+                    std::to_string(tokens.size()) + " bytes, not a whole number of 4-byte tokens");
+    p.tokens = decode_tokens(tokens);
+    p.snapshot = st.text(7);
+    p.created_ms = st.integer(8);
+    p.last_used_ms = st.optional_integer(9);
+    p.use_count = st.integer(10);
+    return p;
+}
+
+// The first problem quick_check names, without its "*** in database main ***" heading.
+std::string first_finding(const std::string& report) {
+    size_t start = 0;
+    while (start < report.size()) {
+        const size_t end = std::min(report.find('\n', start), report.size());
+        const std::string line = report.substr(start, end - start);
+        if (!line.empty() && line.rfind("***", 0) != 0) return line;
+        start = end + 1;
+    }
+    return report;
+}
+
+void check_name(std::string_view kind, std::string_view name) {
+    if (name.empty()) throw Error("a " + std::string(kind) + " needs a name");
+}
+
+}  // namespace
+
+std::string_view role_name(Role role) {
+    switch (role) {
+        case Role::System: return "system";
+        case Role::User: return "user";
+        case Role::Assistant: return "assistant";
+    }
+    return "user";
+}
+
+std::string Store::default_path() { return data_dir() + "/kvchat.db"; }
+
+Store::Store(const std::string& path) : path_(path) {
+    namespace fs = std::filesystem;
+    if (path_.empty()) throw Error("the database path is empty");
+    fs::path folder = fs::path(path_).parent_path();
+    if (folder.empty()) folder = ".";
+    std::error_code ec;
+    fs::create_directories(folder, ec);
+    if (ec)
+        throw Error("cannot create the folder " + in_quotes(folder.string()) + " for database " + in_quotes(path_) + ": " +
+                    ec.message());
+    const int rc =
+        sqlite3_open_v2(path_.c_str(), &db_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_EXRESCODE, nullptr);
+    if (rc != SQLITE_OK) {
+        const std::string msg = db_ ? sqlite3_errmsg(db_) : sqlite3_errstr(rc);
+        sqlite3_close(db_);
+        db_ = nullptr;
+        throw Error("cannot open database " + in_quotes(path_) + ": " + msg);
+    }
+    try {
+        open_checked();
+        snapshot_dir_ = (folder / "snapshots").string();
+        fs::create_directories(snapshot_dir_, ec);
+        if (ec) throw Error("cannot create the snapshot folder " + in_quotes(snapshot_dir_) + ": " + ec.message());
+    } catch (...) {
+        sqlite3_close(db_);
+        db_ = nullptr;
+        throw;
+    }
+}
+
+Store::~Store() {
+    if (db_) sqlite3_close(db_);
+}
+
+void Store::open_checked() {
+    sqlite3_extended_result_codes(db_, 1);
+    sqlite3_busy_timeout(db_, kBusyTimeoutMs);
+    // Until the file is known to be ours and current, closing must not checkpoint a leftover
+    // write-ahead log into it: a refused database is left exactly as it was.
+    sqlite3_db_config(db_, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1, nullptr);
+
+    const auto query_int = [&](const char* sql) {
+        Statement st(db_, path_, sql);
+        return st.step() ? st.integer(0) : int64_t{0};
+    };
+    const int64_t version = query_int("PRAGMA user_version");
+    if (version > kSchemaVersion)
+        throw Error("database " + in_quotes(path_) + " is from a newer kvchat (schema " + std::to_string(version) +
+                    ", this build knows " + std::to_string(kSchemaVersion) +
+                    "); it was left unchanged: open it with a newer kvchat or choose another database");
+    if (version < 0)
+        throw Error("database " + in_quotes(path_) + " is damaged: its schema version is " + std::to_string(version));
+    const int64_t application = query_int("PRAGMA application_id");
+    if (application != 0 && application != kApplicationId)
+        throw Error("database " + in_quotes(path_) + " belongs to another program (application id " +
+                    std::to_string(application) + "); it was left unchanged");
+    if (version == 0 && query_int("SELECT count(*) FROM sqlite_schema") > 0)
+        throw Error("database " + in_quotes(path_) +
+                    " is not a kvchat database (it has tables but no kvchat schema version); it was left unchanged");
+    if (version > 0) {
+        // quick_check reads every page once: damage is reported now, naming the file, rather than
+        // half way through a conversation.
+        const std::string check = pragma("quick_check");
+        if (check != "ok") throw Error("database " + in_quotes(path_) + " is damaged: " + first_finding(check));
+    }
+
+    exec(db_, path_, "PRAGMA journal_mode = WAL");
+    exec(db_, path_, "PRAGMA foreign_keys = ON");
+    // FULL: a committed message survives a power cut, not only a crash of the program.
+    exec(db_, path_, "PRAGMA synchronous = FULL");
+    migrate(static_cast<int>(version));
+    sqlite3_db_config(db_, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 0, nullptr);
+}
+
+void Store::migrate(int from_version) {
+    for (int target = from_version + 1; target <= kSchemaVersion; ++target) {
+        Transaction t(db_, path_);
+        // Another process may have migrated between our check and taking the write lock.
+        Statement v(db_, path_, "PRAGMA user_version");
+        if (v.step() && v.integer(0) >= target) continue;
+        exec(db_, path_, kMigrations[target - 1]);
+        // PRAGMA takes no bound parameters; the number is this build's constant, not input.
+        exec(db_, path_, ("PRAGMA user_version = " + std::to_string(target)).c_str());
+        t.commit();
+    }
+}
+
+std::string Store::snapshot_path(std::string_view name) const {
+    check_snapshot_name(name);
+    return snapshot_dir_ + "/" + std::string(name);
+}
+
+std::vector<std::string> Store::snapshot_names() const {
+    Statement st(db_, path_,
+                 "SELECT snapshot FROM conversations WHERE snapshot IS NOT NULL "
+                 "UNION SELECT snapshot FROM prefixes WHERE snapshot IS NOT NULL");
+    std::vector<std::string> out;
+    while (st.step()) out.push_back(st.text(0));
+    return out;
+}
+
+std::string Store::pragma(std::string_view name) const {
+    // Pragma names cannot be bound, so only a bare lower-case identifier is accepted.
+    if (name.empty()) throw Error("empty pragma name");
+    for (char c : name)
+        if (!((c >= 'a' && c <= 'z') || c == '_')) throw Error("not a pragma name: " + in_quotes(name));
+    const std::string sql = "PRAGMA " + std::string(name);
+    Statement st(db_, path_, sql.c_str());
+    std::string out;
+    while (st.step()) {
+        if (!out.empty()) out += '\n';
+        out += st.text(0);
+    }
+    return out;
+}
+
+int64_t Store::next_update_time() const {
+    // One past the newest when the clock has not moved on (or went back), so "most recently
+    // updated first" always follows the order of the updates.
+    Statement st(db_, path_, "SELECT max(updated_ms) FROM conversations");
+    const int64_t newest = st.step() && !st.is_null(0) ? st.integer(0) : 0;
+    return std::max(now_ms(), newest + 1);
+}
+
+void Store::require_conversation(int64_t id) const {
+    Statement st(db_, path_, "SELECT 1 FROM conversations WHERE id = ?1");
+    st.bind_int(1, id);
+    if (!st.step()) throw Error("no conversation with id " + std::to_string(id));
+}
+
+// ---- conversations ----
+
+ConversationRecord Store::create_conversation(std::string_view title, std::string_view model_fingerprint,
+                                              std::string_view cache_spec) {
+    const std::string name = repair_utf8(title).text;
+    check_name("conversation", name);
+    Transaction t(db_, path_);
+    const int64_t now = next_update_time();
+    Statement st(db_, path_,
+                 "INSERT INTO conversations (title, model_fingerprint, cache_spec, created_ms, updated_ms) "
+                 "VALUES (?1, ?2, ?3, ?4, ?4)");
+    st.bind_text(1, name)
+        .bind_text(2, repair_utf8(model_fingerprint).text)
+        .bind_text(3, repair_utf8(cache_spec).text)
+        .bind_int(4, now);
+    st.change("a conversation named " + in_quotes(name) + " already exists");
+    const int64_t id = sqlite3_last_insert_rowid(db_);
+    t.commit();
+    return *find_conversation_by_id(id);
+}
+
+std::optional<ConversationRecord> Store::find_conversation(std::string_view title) const {
+    Statement st(db_, path_, "SELECT " KVCHAT_CONVERSATION_COLUMNS " FROM conversations WHERE title = ?1");
+    st.bind_text(1, repair_utf8(title).text);
+    if (!st.step()) return std::nullopt;
+    return read_conversation(st);
+}
+
+std::optional<ConversationRecord> Store::find_conversation_by_id(int64_t id) const {
+    Statement st(db_, path_, "SELECT " KVCHAT_CONVERSATION_COLUMNS " FROM conversations WHERE id = ?1");
+    st.bind_int(1, id);
+    if (!st.step()) return std::nullopt;
+    return read_conversation(st);
+}
+
+std::vector<ConversationRecord> Store::list_conversations() const {
+    Statement st(db_, path_,
+                 "SELECT " KVCHAT_CONVERSATION_COLUMNS " FROM conversations ORDER BY updated_ms DESC, id DESC");
+    std::vector<ConversationRecord> out;
+    while (st.step()) out.push_back(read_conversation(st));
+    return out;
+}
+
+void Store::rename_conversation(int64_t id, std::string_view title) {
+    const std::string name = repair_utf8(title).text;
+    check_name("conversation", name);
+    Statement st(db_, path_, "UPDATE conversations SET title = ?1 WHERE id = ?2");
+    st.bind_text(1, name).bind_int(2, id);
+    if (st.change("a conversation named " + in_quotes(name) + " already exists") == 0)
+        throw Error("no conversation with id " + std::to_string(id));
+}
+
+std::string Store::delete_conversation(int64_t id) {
+    Transaction t(db_, path_);
+    Statement get(db_, path_, "SELECT snapshot FROM conversations WHERE id = ?1");
+    get.bind_int(1, id);
+    if (!get.step()) throw Error("no conversation with id " + std::to_string(id));
+    std::string snapshot = get.text(0);
+    Statement del(db_, path_, "DELETE FROM conversations WHERE id = ?1");
+    del.bind_int(1, id).change();
+    t.commit();
+    return snapshot;
+}
+
+void Store::set_conversation_cache_spec(int64_t id, std::string_view cache_spec) {
+    Statement st(db_, path_, "UPDATE conversations SET cache_spec = ?1 WHERE id = ?2");
+    st.bind_text(1, repair_utf8(cache_spec).text).bind_int(2, id);
+    if (st.change() == 0) throw Error("no conversation with id " + std::to_string(id));
+}
+
+void Store::set_conversation_model(int64_t id, std::string_view model_fingerprint) {
+    Statement st(db_, path_, "UPDATE conversations SET model_fingerprint = ?1 WHERE id = ?2");
+    st.bind_text(1, repair_utf8(model_fingerprint).text).bind_int(2, id);
+    if (st.change() == 0) throw Error("no conversation with id " + std::to_string(id));
+}
+
+std::string Store::set_conversation_snapshot(int64_t id, std::string_view snapshot) {
+    if (!snapshot.empty()) check_snapshot_name(snapshot);
+    Transaction t(db_, path_);
+    Statement get(db_, path_, "SELECT snapshot FROM conversations WHERE id = ?1");
+    get.bind_int(1, id);
+    if (!get.step()) throw Error("no conversation with id " + std::to_string(id));
+    std::string old = get.text(0);
+    Statement set(db_, path_, "UPDATE conversations SET snapshot = ?1 WHERE id = ?2");
+    set.bind_text_or_null(1, snapshot).bind_int(2, id).change();
+    t.commit();
+    return old == snapshot ? std::string() : old;
+}
+
+void Store::touch_conversation(int64_t id) {
+    Transaction t(db_, path_);
+    Statement st(db_, path_, "UPDATE conversations SET updated_ms = ?1 WHERE id = ?2");
+    st.bind_int(1, next_update_time()).bind_int(2, id);
+    if (st.change() == 0) throw Error("no conversation with id " + std::to_string(id));
+    t.commit();
+}
+
+// ---- messages ----
+
+MessageRecord Store::append_message(int64_t conversation_id, Role role, std::string_view content,
+                                    const GenerationStats& stats) {
+    RepairedUtf8 text = repair_utf8(content);
+    Transaction t(db_, path_);
+    require_conversation(conversation_id);
+    const int64_t now = next_update_time();
+    Statement next(db_, path_, "SELECT coalesce(max(ordinal), -1) + 1 FROM messages WHERE conversation_id = ?1");
+    next.bind_int(1, conversation_id).step();
+    const int64_t ordinal = next.integer(0);
+    Statement insert(db_, path_,
+                     "INSERT INTO messages (conversation_id, ordinal, role, content, content_repaired, prompt_tokens, "
+                     "generated_tokens, ttft_ms, tokens_per_second, created_ms) "
+                     "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)");
+    insert.bind_int(1, conversation_id)
+        .bind_int(2, ordinal)
+        .bind_text(3, role_name(role))
+        .bind_text(4, text.text)
+        .bind_int(5, text.replaced ? 1 : 0)
+        .bind_int(6, stats.prompt_tokens)
+        .bind_int(7, stats.generated_tokens)
+        .bind_real(8, stats.ttft_ms)
+        .bind_real(9, stats.tokens_per_second)
+        .bind_int(10, now)
+        .change();
+    const int64_t id = sqlite3_last_insert_rowid(db_);
+    Statement touch(db_, path_, "UPDATE conversations SET updated_ms = ?1 WHERE id = ?2");
+    touch.bind_int(1, now).bind_int(2, conversation_id).change();
+    t.commit();
+
+    MessageRecord m;
+    m.id = id;
+    m.conversation_id = conversation_id;
+    m.ordinal = ordinal;
+    m.role = role;
+    m.content = std::move(text.text);
+    m.content_repaired = text.replaced;
+    m.stats = stats;
+    m.created_ms = now;
+    return m;
+}
+
+std::vector<MessageRecord> Store::list_messages(int64_t conversation_id) const {
+    Statement st(db_, path_,
+                 "SELECT " KVCHAT_MESSAGE_COLUMNS " FROM messages WHERE conversation_id = ?1 ORDER BY ordinal");
+    st.bind_int(1, conversation_id);
+    std::vector<MessageRecord> out;
+    while (st.step()) out.push_back(read_message(st, path_));
+    return out;
+}
+
+bool Store::update_message_content(int64_t message_id, std::string_view content) {
+    const RepairedUtf8 text = repair_utf8(content);
+    Transaction t(db_, path_);
+    Statement st(db_, path_, "UPDATE messages SET content = ?1, content_repaired = ?2 WHERE id = ?3");
+    st.bind_text(1, text.text).bind_int(2, text.replaced ? 1 : 0).bind_int(3, message_id);
+    if (st.change() == 0) throw Error("no message with id " + std::to_string(message_id));
+    Statement touch(db_, path_,
+                    "UPDATE conversations SET updated_ms = ?1 "
+                    "WHERE id = (SELECT conversation_id FROM messages WHERE id = ?2)");
+    touch.bind_int(1, next_update_time()).bind_int(2, message_id).change();
+    t.commit();
+    return text.replaced;
+}
+
+int64_t Store::delete_messages_after(int64_t conversation_id, int64_t ordinal) {
+    Transaction t(db_, path_);
+    require_conversation(conversation_id);
+    Statement del(db_, path_, "DELETE FROM messages WHERE conversation_id = ?1 AND ordinal > ?2");
+    const int64_t deleted = del.bind_int(1, conversation_id).bind_int(2, ordinal).change();
+    if (deleted > 0) {
+        Statement touch(db_, path_, "UPDATE conversations SET updated_ms = ?1 WHERE id = ?2");
+        touch.bind_int(1, next_update_time()).bind_int(2, conversation_id).change();
+    }
+    t.commit();
+    return deleted;
+}
+
+// ---- prefixes ----
+
+PrefixRecord Store::save_prefix(const PrefixRecord& prefix) {
+    const std::string name = repair_utf8(prefix.name).text;
+    check_name("prefix", name);
+    if (!prefix.snapshot.empty()) check_snapshot_name(prefix.snapshot);
+    const RepairedUtf8 text = repair_utf8(prefix.text);
+    Statement st(db_, path_,
+                 "INSERT INTO prefixes (name, text, text_repaired, model_fingerprint, cache_spec, tokens, snapshot, "
+                 "created_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)");
+    st.bind_text(1, name)
+        .bind_text(2, text.text)
+        .bind_int(3, text.replaced ? 1 : 0)
+        .bind_text(4, repair_utf8(prefix.model_fingerprint).text)
+        .bind_text(5, repair_utf8(prefix.cache_spec).text)
+        .bind_blob(6, encode_tokens(prefix.tokens))
+        .bind_text_or_null(7, prefix.snapshot)
+        .bind_int(8, now_ms());
+    st.change("a prefix named " + in_quotes(name) + " already exists");
+    return *find_prefix_by_id(sqlite3_last_insert_rowid(db_));
+}
+
+std::optional<PrefixRecord> Store::find_prefix(std::string_view name) const {
+    Statement st(db_, path_, "SELECT " KVCHAT_PREFIX_COLUMNS " FROM prefixes WHERE name = ?1");
+    st.bind_text(1, repair_utf8(name).text);
+    if (!st.step()) return std::nullopt;
+    return read_prefix(st, path_);
+}
+
+std::optional<PrefixRecord> Store::find_prefix_by_id(int64_t id) const {
+    Statement st(db_, path_, "SELECT " KVCHAT_PREFIX_COLUMNS " FROM prefixes WHERE id = ?1");
+    st.bind_int(1, id);
+    if (!st.step()) return std::nullopt;
+    return read_prefix(st, path_);
+}
+
+std::vector<PrefixRecord> Store::list_prefixes() const {
+    Statement st(db_, path_, "SELECT " KVCHAT_PREFIX_COLUMNS " FROM prefixes ORDER BY name, id");
+    std::vector<PrefixRecord> out;
+    while (st.step()) out.push_back(read_prefix(st, path_));
+    return out;
+}
+
+void Store::rename_prefix(int64_t id, std::string_view name) {
+    const std::string fixed = repair_utf8(name).text;
+    check_name("prefix", fixed);
+    Statement st(db_, path_, "UPDATE prefixes SET name = ?1 WHERE id = ?2");
+    st.bind_text(1, fixed).bind_int(2, id);
+    if (st.change("a prefix named " + in_quotes(fixed) + " already exists") == 0)
+        throw Error("no prefix with id " + std::to_string(id));
+}
+
+PrefixTextUpdate Store::update_prefix_text(int64_t id, std::string_view text, const std::vector<int32_t>& tokens) {
+    RepairedUtf8 fixed = repair_utf8(text);
+    Transaction t(db_, path_);
+    Statement get(db_, path_, "SELECT snapshot FROM prefixes WHERE id = ?1");
+    get.bind_int(1, id);
+    if (!get.step()) throw Error("no prefix with id " + std::to_string(id));
+    PrefixTextUpdate result{fixed.replaced, get.text(0)};
+    Statement set(db_, path_,
+                  "UPDATE prefixes SET text = ?1, text_repaired = ?2, tokens = ?3, snapshot = NULL WHERE id = ?4");
+    set.bind_text(1, fixed.text).bind_int(2, fixed.replaced ? 1 : 0).bind_blob(3, encode_tokens(tokens)).bind_int(4, id);
+    set.change();
+    t.commit();
+    return result;
+}
+
+std::string Store::set_prefix_snapshot(int64_t id, std::string_view snapshot, std::string_view model_fingerprint,
+                                       std::string_view cache_spec) {
+    if (!snapshot.empty()) check_snapshot_name(snapshot);
+    Transaction t(db_, path_);
+    Statement get(db_, path_, "SELECT snapshot FROM prefixes WHERE id = ?1");
+    get.bind_int(1, id);
+    if (!get.step()) throw Error("no prefix with id " + std::to_string(id));
+    std::string old = get.text(0);
+    Statement set(db_, path_,
+                  "UPDATE prefixes SET snapshot = ?1, model_fingerprint = ?2, cache_spec = ?3 WHERE id = ?4");
+    set.bind_text_or_null(1, snapshot)
+        .bind_text(2, repair_utf8(model_fingerprint).text)
+        .bind_text(3, repair_utf8(cache_spec).text)
+        .bind_int(4, id)
+        .change();
+    t.commit();
+    return old == snapshot ? std::string() : old;
+}
+
+std::string Store::delete_prefix(int64_t id) {
+    Transaction t(db_, path_);
+    Statement get(db_, path_, "SELECT snapshot FROM prefixes WHERE id = ?1");
+    get.bind_int(1, id);
+    if (!get.step()) throw Error("no prefix with id " + std::to_string(id));
+    std::string snapshot = get.text(0);
+    Statement del(db_, path_, "DELETE FROM prefixes WHERE id = ?1");
+    del.bind_int(1, id).change();
+    t.commit();
+    return snapshot;
+}
+
+void Store::record_prefix_use(int64_t id) {
+    Statement st(db_, path_, "UPDATE prefixes SET last_used_ms = ?1, use_count = use_count + 1 WHERE id = ?2");
+    st.bind_int(1, now_ms()).bind_int(2, id);
+    if (st.change() == 0) throw Error("no prefix with id " + std::to_string(id));
+}
+
+// ---- settings ----
+
+std::optional<std::string> Store::setting(std::string_view key) const {
+    Statement st(db_, path_, "SELECT value FROM settings WHERE key = ?1");
+    st.bind_text(1, repair_utf8(key).text);
+    if (!st.step()) return std::nullopt;
+    return st.text(0);
+}
+
+void Store::set_setting(std::string_view key, std::string_view value) {
+    const std::string k = repair_utf8(key).text;
+    if (k.empty()) throw Error("a setting needs a name");
+    Statement st(db_, path_,
+                 "INSERT INTO settings (key, value) VALUES (?1, ?2) "
+                 "ON CONFLICT (key) DO UPDATE SET value = excluded.value");
+    st.bind_text(1, k).bind_text(2, repair_utf8(value).text).change();
+}
+
+void Store::remove_setting(std::string_view key) {
+    Statement st(db_, path_, "DELETE FROM settings WHERE key = ?1");
+    st.bind_text(1, repair_utf8(key).text).change();
+}
+
+}  // namespace kvchat
