@@ -3,6 +3,7 @@
 #include "engine/error.h"
 
 #include <chrono>
+#include <utility>
 
 namespace kvchat {
 
