@@ -1,4 +1,5 @@
 // kvchat-cli: the terminal face of the engine.
+#include "app/cli_options.h"
 #include "engine/compute/backend.h"
 #include "engine/compute/matmul.h"
 #include "engine/compute/thread_pool.h"
@@ -24,6 +25,7 @@
 namespace {
 
 using nlohmann::json;
+using namespace kvchat::cli;
 
 const char* kUsage =
     "kvchat-cli " KVCHAT_VERSION " - local chat with a persistent KV cache\n"
@@ -46,106 +48,13 @@ const char* kUsage =
     "  --version       print the version and exit\n"
     "  --help          print this help and exit\n";
 
-struct Options {
-    std::string command;
-    std::map<std::string, std::string> values;
-    std::set<std::string> flags;
-    std::vector<std::string> stops;
-};
-
-const std::set<std::string> kValueOptions = {"--model", "--threads", "--text", "--prompt", "-n", "--temp",
-                                             "--top-k", "--top-p", "--min-p", "--seed", "--repeat-penalty",
-                                             "--stop", "--prompt-tokens", "--gen-tokens", "--runs"};
-const std::set<std::string> kFlagOptions = {"--greedy", "--no-cache", "--json"};
-
-Options parse(const std::vector<std::string>& args) {
-    Options o;
-    for (size_t i = 0; i < args.size(); ++i) {
-        const std::string& a = args[i];
-        if (kValueOptions.count(a)) {
-            if (i + 1 >= args.size()) throw kvchat::Error(a + " needs a value");
-            if (a == "--stop")
-                o.stops.push_back(args[++i]);
-            else
-                o.values[a] = args[++i];
-        } else if (kFlagOptions.count(a)) {
-            o.flags.insert(a);
-        } else if (!a.empty() && a[0] == '-') {
-            throw kvchat::Error("unknown option '" + a + "' (see --help)");
-        } else if (o.command.empty()) {
-            o.command = a;
-        } else {
-            throw kvchat::Error("unexpected argument '" + a + "' (see --help)");
-        }
-    }
-    return o;
-}
-
-long long int_option(const Options& o, const std::string& name, long long fallback, long long lo, long long hi) {
-    auto it = o.values.find(name);
-    if (it == o.values.end()) return fallback;
-    size_t used = 0;
-    long long v = 0;
-    try {
-        v = std::stoll(it->second, &used);
-    } catch (const std::exception&) {
-        used = 0;
-    }
-    if (used != it->second.size() || it->second.empty())
-        throw kvchat::Error(name + " expects a whole number, got '" + it->second + "'");
-    if (v < lo || v > hi)
-        throw kvchat::Error(name + " must be between " + std::to_string(lo) + " and " + std::to_string(hi));
-    return v;
-}
-
-double float_option(const Options& o, const std::string& name, double fallback) {
-    auto it = o.values.find(name);
-    if (it == o.values.end()) return fallback;
-    size_t used = 0;
-    double v = 0;
-    try {
-        v = std::stod(it->second, &used);
-    } catch (const std::exception&) {
-        used = 0;
-    }
-    if (used != it->second.size() || it->second.empty())
-        throw kvchat::Error(name + " expects a number, got '" + it->second + "'");
-    return v;
-}
-
-std::string str_option(const Options& o, const std::string& name) {
-    auto it = o.values.find(name);
-    return it == o.values.end() ? std::string() : it->second;
-}
-
-double rss_mib() {
-    std::ifstream f("/proc/self/statm");
-    long long size = 0, resident = 0;
-    f >> size >> resident;
-    return static_cast<double>(resident) * static_cast<double>(sysconf(_SC_PAGESIZE)) / (1024.0 * 1024.0);
-}
-
 int fail(const std::string& msg) {
     std::fprintf(stderr, "kvchat-cli: error: %s\n", msg.c_str());
     return 2;
 }
 
-struct Loaded {
-    std::unique_ptr<kvchat::Model> model;
-    std::unique_ptr<kvchat::Backend> backend;
-};
-
-Loaded load(const Options& o) {
-    const std::string path = kvchat::resolve_model_path(str_option(o, "--model"));
-    const int threads = static_cast<int>(int_option(o, "--threads", 0, 0, 1024));
-    Loaded l;
-    l.model = kvchat::Model::load(path);
-    l.backend = kvchat::make_cpu_backend(threads);
-    return l;
-}
-
 int cmd_info(const Options& o) {
-    const std::string path = kvchat::resolve_model_path(str_option(o, "--model"));
+    const std::string path = kvchat::resolve_model_path(o.str("--model"));
     const kvchat::GgufHeader h = kvchat::read_gguf_header(path);
     std::printf("model: %s\nformat: GGUF v%u\ntensors: %llu\nmetadata: %llu\nsize: %llu bytes\n", path.c_str(),
                 h.version, static_cast<unsigned long long>(h.tensor_count),
@@ -154,43 +63,26 @@ int cmd_info(const Options& o) {
 }
 
 int cmd_tokenize(const Options& o) {
-    if (!o.values.count("--text")) throw kvchat::Error("tokenize needs --text TEXT");
-    const std::string path = kvchat::resolve_model_path(str_option(o, "--model"));
+    if (!o.has("--text")) throw kvchat::Error("tokenize needs --text TEXT");
+    const std::string path = kvchat::resolve_model_path(o.str("--model"));
     auto model = kvchat::Model::load(path);
-    const auto ids = model->tokenizer().encode(str_option(o, "--text"), true);
+    const auto ids = model->tokenizer().encode(o.str("--text"), true);
     std::printf("%s\n", json(ids).dump().c_str());
     return 0;
 }
 
-kvchat::SamplerConfig sampling_options(const Options& o) {
-    kvchat::SamplerConfig s;
-    s.greedy = o.flags.count("--greedy") > 0;
-    s.temperature = static_cast<float>(float_option(o, "--temp", s.temperature));
-    s.top_k = static_cast<int>(int_option(o, "--top-k", s.top_k, 0, 1 << 30));
-    s.top_p = static_cast<float>(float_option(o, "--top-p", s.top_p));
-    s.min_p = static_cast<float>(float_option(o, "--min-p", s.min_p));
-    s.repetition_penalty = static_cast<float>(float_option(o, "--repeat-penalty", s.repetition_penalty));
-    const auto now = std::chrono::steady_clock::now().time_since_epoch().count();
-    s.seed = static_cast<uint64_t>(int_option(o, "--seed", static_cast<long long>(now & 0x7fffffff), 0, 1LL << 62));
-    if (s.greedy && (o.values.count("--temp") || o.values.count("--top-k") || o.values.count("--top-p") ||
-                     o.values.count("--min-p")))
-        throw kvchat::Error("--greedy cannot be combined with --temp, --top-k, --top-p or --min-p");
-    kvchat::validate(s);
-    return s;
-}
-
 int cmd_generate(const Options& o) {
-    if (!o.values.count("--prompt")) throw kvchat::Error("generate needs --prompt TEXT");
-    const std::string prompt = str_option(o, "--prompt");
+    if (!o.has("--prompt")) throw kvchat::Error("generate needs --prompt TEXT");
+    const std::string prompt = o.str("--prompt");
     if (prompt.empty()) throw kvchat::Error("the prompt is empty: give --prompt some text");
     kvchat::GenerationConfig g;
-    g.max_new_tokens = static_cast<int>(int_option(o, "-n", 128, 0, 1 << 24));
+    g.max_new_tokens = static_cast<int>(o.integer("-n", 128, 0, 1 << 24));
     g.sampling = sampling_options(o);
-    g.stop_strings = o.stops;
-    g.use_cache = o.flags.count("--no-cache") == 0;
-    const bool as_json = o.flags.count("--json") > 0;
+    g.stop_strings = o.repeated.count("--stop") ? o.repeated.at("--stop") : std::vector<std::string>{};
+    g.use_cache = !o.flag("--no-cache");
+    const bool as_json = o.flag("--json");
 
-    Loaded l = load(o);
+    Loaded l = load_model(o);
     const auto ids = l.model->tokenizer().encode(prompt, true);
     auto cache = l.model->make_default_cache(*l.backend);
     kvchat::Generator gen(*l.model, *l.backend);
@@ -230,11 +122,11 @@ const char* kBenchText =
     "metal type, oil-based inks and a wooden press adapted from those used for wine and olive oil. ";
 
 int cmd_bench(const Options& o) {
-    const int prompt_tokens = static_cast<int>(int_option(o, "--prompt-tokens", 512, 1, 1 << 20));
-    const int gen_tokens = static_cast<int>(int_option(o, "--gen-tokens", 128, 1, 1 << 20));
-    const int runs = static_cast<int>(int_option(o, "--runs", 3, 1, 100));
+    const int prompt_tokens = static_cast<int>(o.integer("--prompt-tokens", 512, 1, 1 << 20));
+    const int gen_tokens = static_cast<int>(o.integer("--gen-tokens", 128, 1, 1 << 20));
+    const int runs = static_cast<int>(o.integer("--runs", 3, 1, 100));
     const double rss0 = rss_mib();
-    Loaded l = load(o);
+    Loaded l = load_model(o);
     const double rss_loaded = rss_mib();
     const kvchat::Model& m = *l.model;
     std::string text;
@@ -281,7 +173,7 @@ int cmd_bench(const Options& o) {
     j["rss_before_load_mib"] = rss0;
     j["rss_after_load_mib"] = rss_loaded;
     j["rss_after_bench_mib"] = rss_end;
-    if (o.flags.count("--json")) {
+    if (o.flag("--json")) {
         std::printf("%s\n", j.dump().c_str());
     } else {
         std::printf("model      %s\nthreads    %d (%s)\nprefill    %.1f tok/s  (%d tokens, median of %d)\n"
@@ -309,6 +201,7 @@ int main(int argc, char** argv) {
     }
     try {
         const Options o = parse(args);
+        if (!o.positional.empty()) return fail("unexpected argument '" + o.positional[0] + "' (see --help)");
         if (o.command.empty()) {
             std::fputs(kUsage, stderr);
             return 2;
