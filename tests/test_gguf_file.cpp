@@ -194,10 +194,13 @@ private slots:
         QCOMPARE(embd->nbytes, size_t(262144) * (640 / 32) * 34);
         QVERIFY(f->tensor("no.such.tensor") == nullptr);
 
-        // Every tensor lies inside the file's mapping: the weights are used in place.
+        // Every tensor lies inside the file's mapping: the weights are used in place. The file
+        // keeps GGUF's default alignment of 32 bytes, so each tensor starts on one.
         const auto maps = mappings_of(path);
         QVERIFY(!maps.empty());
+        const uint64_t alignment = f->get_uint("general.alignment", 32);
         for (const kvchat::TensorView& t : f->tensors()) {
+            QCOMPARE(reinterpret_cast<uintptr_t>(t.data) % alignment, uintptr_t(0));
             const auto lo = reinterpret_cast<uintptr_t>(t.data);
             bool inside = false;
             for (const auto& [a, b] : maps) inside = inside || (lo >= a && lo + t.nbytes <= b);
