@@ -5,6 +5,7 @@
 #include "engine/error.h"
 #include "engine/model/gguf_file.h"
 #include "engine/model/model_path.h"
+#include "engine/tokenizer/protobuf_wire.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "engine/tokenizer/utf8.h"
 #include "support/gguf_writer.h"
@@ -432,6 +433,48 @@ private slots:
         QVERIFY(d->special().add_bos);
         QVERIFY(d->encode("hi", true) == (std::vector<int32_t>{2, 269}));  // "▁hi"
         QCOMPARE(d->decode({269}), std::string(" hi"));
+    }
+
+    // GGUF's tokenizer.ggml.precompiled_charsmap reaches the normalizer: the tiny model's table
+    // (full-width Latin to ASCII) makes "ｈｉ" the same tokens as "hi".
+    void ggufPrecompiledCharsmap() {
+        std::ifstream in(kvchat::test::data_path("tiny_tokenizer.model"), std::ios::binary);
+        const std::string model((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+        std::string charsmap;
+        kvchat::ProtoReader top(model);
+        for (kvchat::ProtoField f; top.next(f);) {
+            if (f.number != 3) continue;  // ModelProto.normalizer_spec
+            kvchat::ProtoReader spec(f.bytes);
+            for (kvchat::ProtoField g; spec.next(g);)
+                if (g.number == 2) charsmap = std::string(g.bytes);  // precompiled_charsmap
+        }
+        QVERIFY(charsmap.size() > 100);
+
+        kvchat::SpmVocab v = small_vocab();
+        const auto plain = Tokenizer::from_vocab(v);
+        QVERIFY(plain->encode("\xEF\xBD\x88\xEF\xBD\x89", false) != (std::vector<int32_t>{268}));
+        v.precompiled_charsmap = charsmap;
+        QVERIFY(Tokenizer::from_vocab(v)->encode("\xEF\xBD\x88\xEF\xBD\x89", false) == (std::vector<int32_t>{268}));
+
+        QTemporaryDir dir;
+        const std::string path = (dir.path() + "/vocab.gguf").toStdString();
+        kvchat::test::GgufWriter w;
+        w.add_string("tokenizer.ggml.model", "llama");
+        w.add_string_array("tokenizer.ggml.tokens", v.tokens);
+        w.add_float32_array("tokenizer.ggml.scores", v.scores);
+        std::vector<int32_t> types;
+        for (TokenType t : v.types) types.push_back(static_cast<int32_t>(t));
+        w.add_int32_array("tokenizer.ggml.token_type", types);
+        w.add_uint32("tokenizer.ggml.unknown_token_id", 3);
+        w.add_bool("tokenizer.ggml.add_space_prefix", false);
+        std::vector<kvchat::GgufValue> bytes;
+        for (char c : charsmap) bytes.push_back(kvchat::test::gguf_uint(kvchat::GgufType::UINT8, static_cast<unsigned char>(c)));
+        w.add("tokenizer.ggml.precompiled_charsmap", kvchat::test::gguf_array(kvchat::GgufType::UINT8, bytes));
+        w.write(path);
+        const auto t = Tokenizer::from_gguf(*kvchat::GgufFile::open(path));
+        QVERIFY(t->encode("\xEF\xBD\x88\xEF\xBD\x89", false) == (std::vector<int32_t>{268}));
+        QCOMPARE(t->special().bos, -1);  // absent from the metadata
+        QVERIFY(t->encode("hi", true) == (std::vector<int32_t>{268}));
     }
 
     void fromVocabRules() {
