@@ -22,6 +22,10 @@ inline __m256i madd_scaled(__m256i acc, __m256i p, __m256i k) { return _mm256_dp
 
 #include "engine/compute/fused_dot.inc"
 
+// _mm512_cvtepi32_ps with an all-ones zero mask: the same instruction, without GCC 12's false
+// maybe-uninitialized warning about the unmasked intrinsic's undefined pass-through operand.
+inline __m512 to_float(__m512i v) { return _mm512_maskz_cvtepi32_ps(__mmask16(0xffff), v); }
+
 inline int32_t load_i32(const int8_t* p) {
     int32_t x;
     std::memcpy(&x, p, 4);
@@ -46,7 +50,7 @@ void panel_tile(const uint8_t* pq, const float* ps, const float* pm, int64_t gro
             const int8_t* x = xq + t * x_stride + g * G;
             __m512i s = _mm512_set1_epi32(gb[t * g_stride + g]);
             for (int k = 0; k < G / 4; ++k) s = _mm512_dpbusd_epi32(s, w[k], _mm512_set1_epi32(load_i32(x + 4 * k)));
-            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(a, _mm512_set1_ps(gd[t * g_stride + g])), acc[t]);
+            acc[t] = _mm512_fmadd_ps(to_float(s), _mm512_mul_ps(a, _mm512_set1_ps(gd[t * g_stride + g])), acc[t]);
         }
         if constexpr (MIN) {
             const __m512 m = _mm512_loadu_ps(pm + g * kPanelRows);

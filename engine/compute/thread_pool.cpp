@@ -16,6 +16,7 @@ constexpr auto kSpinTime = std::chrono::microseconds(200);
 ThreadPool::ThreadPool(int n_threads) {
     if (n_threads <= 0) n_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     n_threads_ = n_threads;
+    spin_ = n_threads_ <= int(std::thread::hardware_concurrency());
     threads_.reserve(n_threads_ - 1);
     for (int i = 1; i < n_threads_; ++i) threads_.emplace_back([this, i] { worker(i); });
 }
@@ -34,7 +35,8 @@ template <class Pred>
 void ThreadPool::await(Pred pred, std::condition_variable& cv, std::atomic<int>& sleepers) {
     if (pred()) return;
     const auto deadline = std::chrono::steady_clock::now() + kSpinTime;
-    for (int i = 0;; ++i) {
+    // With more threads than cores, a spinning thread only delays the one it waits for.
+    for (int i = 0; spin_; ++i) {
         for (int k = 0; k < 16; ++k) {
             _mm_pause();
             if (pred()) return;
