@@ -107,9 +107,13 @@ public:
     ~SimdLevelScope() { force_simd_level(nullptr); }
 };
 
-bool cpu_has_avx512_vnni() {
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
+bool level_supported(const char* level) {
+    try {
+        SimdLevelScope scope(level);
+        return true;
+    } catch (const Error&) {
+        return false;
+    }
 }
 
 }  // namespace
@@ -120,7 +124,7 @@ private slots:
     void matchesReference_data() {
         QTest::addColumn<TensorType>("type");
         QTest::addColumn<QString>("level");
-        for (const char* level : {"avx2", "avx512-vnni"}) {
+        for (const char* level : {"avx2", "avx512-vnni", "amx"}) {
             for (TensorType t : kAllTypes) {
                 QTest::newRow(qPrintable(QString("%1/%2").arg(QString::fromLatin1(traits(t).name.data(), int(traits(t).name.size())), level)))
                     << t << QString(level);
@@ -133,7 +137,7 @@ private slots:
     void matchesReference() {
         QFETCH(TensorType, type);
         QFETCH(QString, level);
-        if (level == "avx512-vnni" && !cpu_has_avx512_vnni()) QSKIP("CPU lacks AVX-512 VNNI");
+        if (!level_supported(level.toLatin1().constData())) QSKIP("CPU cannot run this level");
         SimdLevelScope scope(level.toLatin1().constData());
         QCOMPARE(QString(simd_level()), level);
 
@@ -185,14 +189,16 @@ private slots:
         }
     }
 
-    // AVX2 and AVX-512 must agree to within float rounding: both multiply the same int8 values.
+    // The levels must agree to within float rounding: all multiply the same int8 values (1 token
+    // takes the fused kernels, 13 and 40 the panels or AMX tiles).
     void simdLevelsAgree() {
-        if (!cpu_has_avx512_vnni()) QSKIP("CPU lacks AVX-512 VNNI");
+        if (!level_supported("avx512-vnni")) QSKIP("CPU lacks AVX-512 VNNI");
+        const char* high = level_supported("amx") ? "amx" : "avx512-vnni";
         ThreadPool pool(2);
         for (TensorType t : kAllTypes) {
             const int64_t cols = traits(t).block_elems == 1 ? 96 : 256;
             const Weights w = make_weights(t, 21, cols, 3);
-            for (int64_t n_tokens : {1, 13}) {
+            for (int64_t n_tokens : {1, 13, 40}) {
                 const std::vector<float> x = make_activations(n_tokens, cols, 11);
                 std::vector<float> y2(static_cast<size_t>(n_tokens * 21)), y5(size_t(n_tokens * 21));
                 {
@@ -200,7 +206,7 @@ private slots:
                     matmul(w.matrix(), x.data(), n_tokens, y2.data(), pool);
                 }
                 {
-                    SimdLevelScope scope("avx512-vnni");
+                    SimdLevelScope scope(high);
                     matmul(w.matrix(), x.data(), n_tokens, y5.data(), pool);
                 }
                 for (size_t i = 0; i < y2.size(); ++i) {
@@ -236,12 +242,16 @@ private slots:
     }
 
     void simdLevelCanBeForced() {
+        const QString automatic = simd_level();
+        QVERIFY(automatic == "avx2" || automatic == "avx512-vnni" || automatic == "amx");
         {
             SimdLevelScope scope("avx2");
             QCOMPARE(QString(simd_level()), QString("avx2"));
         }
-        QCOMPARE(QString(simd_level()), QString(cpu_has_avx512_vnni() ? "avx512-vnni" : "avx2"));
+        QCOMPARE(QString(simd_level()), automatic);
         QVERIFY_THROWS_EXCEPTION(Error, force_simd_level("sse9"));
+        // A level above what the CPU runs is refused.
+        if (automatic == "avx2") QVERIFY_THROWS_EXCEPTION(Error, force_simd_level("avx512-vnni"));
     }
 };
 

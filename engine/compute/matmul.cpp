@@ -28,6 +28,8 @@ using kernels::QuantizedActivations;
 
 // --- SIMD level ------------------------------------------------------------------------------
 
+enum class Level { avx2, avx512_vnni, amx };
+
 bool cpu_has_avx512_vnni() {
     static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                             __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
@@ -35,15 +37,26 @@ bool cpu_has_avx512_vnni() {
     return has;
 }
 
-std::atomic<bool> avx2_forced{false};
+Level best_level() {
+    static const Level best = !cpu_has_avx512_vnni() ? Level::avx2 : (kernels::amx_usable() ? Level::amx : Level::avx512_vnni);
+    return best;
+}
 
-bool use_avx512() { return cpu_has_avx512_vnni() && !avx2_forced.load(std::memory_order_relaxed); }
+// -1: automatic; otherwise a forced Level.
+std::atomic<int> forced_level{-1};
 
-const KernelSet& kernel_set() { return use_avx512() ? kernels::avx512_kernels() : kernels::avx2_kernels(); }
+Level level() {
+    const int f = forced_level.load(std::memory_order_relaxed);
+    return f < 0 ? best_level() : Level(f);
+}
+
+const KernelSet& kernel_set() { return level() == Level::avx2 ? kernels::avx2_kernels() : kernels::avx512_kernels(); }
 
 // Up to this many tokens, the hot types use the fused kernels (weights unpacked in registers per
 // token); beyond, an int8 panel is unpacked once and reused by all tokens.
 constexpr int64_t kFusedMaxTokens = 2;
+// From this many tokens on, AMX tiles (16 tokens wide) beat the AVX-512 panels.
+constexpr int64_t kAmxMinTokens = 8;
 
 // --- buffers -----------------------------------------------------------------------------------
 
@@ -213,6 +226,28 @@ void panel_product(const KernelSet& ks, const Int8Layout& layout, const WeightMa
     }
 }
 
+// AMX: activations interleaved once per call, then every thread takes whole 16-row panels.
+void amx_product(const Int8Layout& layout, const WeightMatrix& w, const QuantizedActivations& x,
+                 const ActivationGroups& g, float* y, ThreadPool& pool) {
+    thread_local ScratchBuffer packed_x;
+    void* px = packed_x.get(kernels::amx_activation_bytes(layout, w.cols, x.n_tokens));
+    const int64_t token_blocks = (x.n_tokens + 15) / 16;
+    pool.parallel_for(token_blocks, [&](int64_t b0, int64_t b1) { kernels::amx_pack_activations(layout, x, g, b0, b1, px); });
+    const size_t stride = row_bytes(w.type, w.cols);
+    const auto* base = static_cast<const uint8_t*>(w.data);
+    const int64_t n_panels = (w.rows + kPanelRows - 1) / kPanelRows;
+    const size_t scratch_bytes = size_t(w.cols) * kPanelRows + size_t(w.cols / layout.group) * kPanelRows * 4 * sizeof(float);
+    pool.parallel_for(n_panels, [&](int64_t p0, int64_t p1) {
+        thread_local ScratchBuffer scratch;
+        void* s = scratch.get(scratch_bytes);
+        for (int64_t i = p0; i < p1; ++i) {
+            const int64_t r = i * kPanelRows;
+            const int n = int(std::min<int64_t>(kPanelRows, w.rows - r));
+            kernels::amx_rows(w.type, layout, base + r * stride, stride, n, w.cols, px, x.n_tokens, s, y + r, w.rows);
+        }
+    });
+}
+
 // --- float weights -----------------------------------------------------------------------------
 
 template <TensorType T>
@@ -331,7 +366,8 @@ void matmul(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y, T
         return;
     }
     const ActivationGroups g = activation_groups(xq, layout.group, buf);
-    panel_product(ks, layout, w, xq, g, y, pool);
+    if (level() == Level::amx && n_tokens >= kAmxMinTokens) amx_product(layout, w, xq, g, y, pool);
+    else panel_product(ks, layout, w, xq, g, y, pool);
 }
 
 void weight_row(const WeightMatrix& w, int64_t r, float* dst) {
@@ -339,20 +375,32 @@ void weight_row(const WeightMatrix& w, int64_t r, float* dst) {
     dequantize_row(w.type, static_cast<const uint8_t*>(w.data) + size_t(r) * row_bytes(w.type, w.cols), dst, w.cols);
 }
 
-const char* simd_level() { return use_avx512() ? "avx512-vnni" : "avx2"; }
+const char* simd_level() {
+    switch (level()) {
+        case Level::avx2: return "avx2";
+        case Level::avx512_vnni: return "avx512-vnni";
+        case Level::amx: return "amx";
+    }
+    return "avx2";
+}
 
-void force_simd_level(const char* level) {
-    const std::string l = level ? level : "auto";
+void force_simd_level(const char* name) {
+    const std::string l = name ? name : "auto";
+    Level wanted;
     if (l == "auto") {
-        avx2_forced.store(false);
+        forced_level.store(-1);
+        return;
     } else if (l == "avx2") {
-        avx2_forced.store(true);
+        wanted = Level::avx2;
     } else if (l == "avx512-vnni") {
-        if (!cpu_has_avx512_vnni()) throw Error("force_simd_level: this CPU lacks AVX-512 VNNI");
-        avx2_forced.store(false);
+        wanted = Level::avx512_vnni;
+    } else if (l == "amx") {
+        wanted = Level::amx;
     } else {
         throw Error("force_simd_level: unknown level '" + l + "'");
     }
+    if (int(wanted) > int(best_level())) throw Error("force_simd_level: this CPU cannot run " + l);
+    forced_level.store(int(wanted));
 }
 
 }  // namespace kvchat

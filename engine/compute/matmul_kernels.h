@@ -73,6 +73,19 @@ struct KernelSet {
 };
 
 const KernelSet& avx2_kernels();
+
+// AMX-INT8 prefill (matmul_amx_avx512.cpp). amx_usable: the CPU has AMX-INT8 and the OS granted
+// this process the tile state.
+bool amx_usable();
+// Activations interleaved for the tiles, per block of 16 tokens: cols x 16 bytes, then the
+// group scales and scale*sums transposed to [group][16 tokens].
+size_t amx_activation_bytes(const Int8Layout& layout, int64_t cols, int64_t n_tokens);
+void amx_pack_activations(const Int8Layout& layout, const QuantizedActivations& x, const ActivationGroups& g,
+                          int64_t block_begin, int64_t block_end, void* packed);
+// Up to 16 weight rows against all tokens; scratch as for pack_panel plus 2 * 16 * cols/group
+// floats.
+void amx_rows(TensorType t, const Int8Layout& layout, const uint8_t* rows, size_t stride, int n_rows, int64_t cols,
+              const void* packed_x, int64_t n_tokens, void* scratch, float* y, int64_t y_stride);
 namespace avx2 {
 // As KernelSet::pack_panel, with values stored as v + 128 (unsigned) for vpdpbusd.
 void pack_panel_unsigned(TensorType t, const Int8Layout& layout, const uint8_t* rows, size_t stride, int n_rows,
