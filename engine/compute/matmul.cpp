@@ -126,6 +126,7 @@ struct ActivationBuffers {
     std::vector<int8_t> q;
     std::vector<float> d;
     std::vector<int16_t> sum16;
+    std::vector<int32_t> neg_sum8;
     std::vector<float> group_d, group_d_sum;
     std::vector<int32_t> group_bias;
 };
@@ -142,10 +143,20 @@ QuantizedActivations quantize_activations(const float* x, int64_t n_tokens, int6
     a.q = buf.q.data();
     a.d = buf.d.data();
     a.sum16 = buf.sum16.data();
+    const bool sums8 = block == 32;
+    if (sums8) {
+        buf.neg_sum8.assign(size_t(n_tokens * (cols / 32) * 8), 0);
+        a.neg_sum8 = buf.neg_sum8.data();
+    }
     auto quantize = [&](int64_t t0, int64_t t1) {
         for (int64_t t = t0; t < t1; ++t) {
+            const int16_t* s16 = buf.sum16.data() + t * (cols / 16);
             quantize_token(x + t * cols, cols, block, buf.q.data() + t * cols, buf.d.data() + t * (cols / block),
                            buf.sum16.data() + t * (cols / 16));
+            if (sums8) {
+                int32_t* s8 = buf.neg_sum8.data() + t * (cols / 32) * 8;
+                for (int64_t b = 0; b < cols / 32; ++b) s8[8 * b] = -(int32_t(s16[2 * b]) + s16[2 * b + 1]);
+            }
         }
     };
     if (n_tokens * cols >= 32768) pool.parallel_for(n_tokens, quantize);
@@ -194,7 +205,9 @@ void fused_product(const KernelSet::FusedDot dot, const WeightMatrix& w, const Q
         for (int64_t r = r0; r < r1; r += kRowStep) {
             const int64_t n = std::min(kRowStep, r1 - r);
             for (int64_t t = 0; t < x.n_tokens; ++t) {
-                dot(base + r * stride, stride, n, w.cols, x.q_row(t), x.d_row(t), x.sum16_row(t), y + t * w.rows + r);
+                const kernels::TokenActivations xt{x.q_row(t), x.d_row(t), x.sum16_row(t),
+                                                   x.neg_sum8 ? x.neg_sum8 + t * (x.cols / 32) * 8 : nullptr};
+                dot(base + r * stride, stride, n, w.cols, xt, y + t * w.rows + r);
             }
         }
     });

@@ -1,6 +1,10 @@
 // AVX-512 VNNI kernels, called only after a run-time CPU check. This file must not instantiate
 // templates that other files also instantiate (std containers, algorithms): the linker keeps
 // one copy, and it could be this file's AVX-512 one.
+// GCC 12 reports the _mm512_undefined_* pass-through operands inside many AVX-512 intrinsics as
+// maybe-uninitialized (GCC bug 105593, fixed in 13); the pragma must precede the headers.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
 #include "engine/compute/matmul_kernels.h"
 #include "engine/compute/quant_blocks.h"
 
@@ -22,9 +26,71 @@ inline __m256i madd_scaled(__m256i acc, __m256i p, __m256i k) { return _mm256_dp
 
 #include "engine/compute/fused_dot.inc"
 
-// _mm512_cvtepi32_ps with an all-ones zero mask: the same instruction, without GCC 12's false
-// maybe-uninitialized warning about the unmasked intrinsic's undefined pass-through operand.
-inline __m512 to_float(__m512i v) { return _mm512_maskz_cvtepi32_ps(__mmask16(0xffff), v); }
+
+inline __m512 to_float(__m512i v) { return _mm512_cvtepi32_ps(v); }
+
+// --- fused kernels for the 32-element blocks, 512-bit ------------------------------------
+// The 256-bit kernels in fused_dot.inc spend most of their time on each block's scale (an fp16
+// load, convert, multiply, broadcast). Here 16 blocks' scales come from one gather and one
+// convert, two blocks share each vpdpbusd, and values are unsigned (q + z) so no sign fix-ups
+// are needed: the chain starts from -z * sum(x), taken from the activations' neg_sum8.
+
+// The weight values of one block as unsigned bytes; kShift: log2 of the offset z they carry.
+struct Q8_0Values {
+    static constexpr int kShift = 7;
+    __m256i operator()(const BlockQ8_0& b) const { return _mm256_xor_si256(load256(b.qs), _mm256_set1_epi8(char(0x80))); }
+};
+struct Q4_0Values {
+    static constexpr int kShift = 3;
+    __m256i operator()(const BlockQ4_0& b) const { return nibbles_32(b.qs); }
+};
+struct Q5_0Values {
+    static constexpr int kShift = 4;
+    __m256i operator()(const BlockQ5_0& b) const {
+        const __mmask32 high = _cvtu32_mask32(load_u32(b.qh));
+        return _mm256_or_si256(nibbles_32(b.qs), _mm256_maskz_mov_epi8(high, _mm256_set1_epi8(0x10)));
+    }
+};
+
+template <class Block, class Values>
+void fused_unsigned_32(const void* rows, size_t stride, int64_t n_rows, int64_t cols, const TokenActivations& x,
+                       float* y) {
+    const Values values;
+    const int64_t nb = cols / 32;
+    const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const __m512i scale_offsets = _mm512_mullo_epi32(lane, _mm512_set1_epi32(int(sizeof(Block))));
+    // Lanes 0-7 take the first block of a pair, 8-15 the second.
+    const __m512i pair_lanes = _mm512_srli_epi32(lane, 3);
+    for (int64_t r = 0; r < n_rows; ++r) {
+        const auto* b = reinterpret_cast<const Block*>(static_cast<const uint8_t*>(rows) + r * stride);
+        __m512 acc = _mm512_setzero_ps();
+        for (int64_t c = 0; c < nb; c += 16) {
+            const int n = int(nb - c < 16 ? nb - c : 16);
+            const __mmask16 present = __mmask16((1u << n) - 1);
+            // The dword at each block's start holds its fp16 scale in the low half.
+            const __m512i raw = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), present, scale_offsets, &b[c], 1);
+            const __m512 scales = _mm512_mul_ps(_mm512_cvtph_ps(_mm512_cvtepi32_epi16(raw)), _mm512_maskz_loadu_ps(present, x.d + c));
+            __m512i pair = pair_lanes;
+            for (int j = 0; j < n; j += 2, pair = _mm512_add_epi32(pair, _mm512_set1_epi32(2))) {
+                const int8_t* xq = x.q + (c + j) * 32;
+                const int32_t* bias = x.neg_sum8 + (c + j) * 8;
+                __m512i u, xv, start;
+                if (j + 1 < n) {
+                    u = _mm512_inserti64x4(_mm512_castsi256_si512(values(b[c + j])), values(b[c + j + 1]), 1);
+                    xv = _mm512_loadu_si512(xq);
+                    start = _mm512_loadu_si512(bias);
+                } else {
+                    u = _mm512_zextsi256_si512(values(b[c + j]));
+                    xv = _mm512_zextsi256_si512(load256(xq));
+                    start = _mm512_zextsi256_si512(load256(bias));
+                }
+                const __m512i p = _mm512_dpbusd_epi32(_mm512_slli_epi32(start, Values::kShift), u, xv);
+                acc = _mm512_fmadd_ps(to_float(p), _mm512_permutexvar_ps(pair, scales), acc);
+            }
+        }
+        y[r] = _mm512_reduce_add_ps(acc);
+    }
+}
 
 inline int32_t load_i32(const int8_t* p) {
     int32_t x;
@@ -108,6 +174,9 @@ void panel_product(const Int8Layout& layout, const void* panel, int64_t cols, co
 KernelSet make_kernels() {
     KernelSet k;
     install_fused(k);
+    k.fused[uint32_t(TensorType::Q8_0)] = fused_unsigned_32<BlockQ8_0, Q8_0Values>;
+    k.fused[uint32_t(TensorType::Q4_0)] = fused_unsigned_32<BlockQ4_0, Q4_0Values>;
+    k.fused[uint32_t(TensorType::Q5_0)] = fused_unsigned_32<BlockQ5_0, Q5_0Values>;
     k.panel_bytes = avx2_kernels().panel_bytes;
     k.pack_panel = avx2::pack_panel_unsigned;
     k.panel_product = panel_product;

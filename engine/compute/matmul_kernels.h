@@ -26,9 +26,21 @@ struct QuantizedActivations {
     const float* d = nullptr;       // n_tokens x cols/block
     const int16_t* sum16 = nullptr;  // n_tokens x cols/16: sums of q over 16 columns
 
+    // Only for 32-column blocks: per block 8 int32, the first -sum(q), the rest 0. A vpdpbusd
+    // chain that starts from it cancels the unsigned offset of the weights in one step.
+    const int32_t* neg_sum8 = nullptr;  // n_tokens x cols/32 x 8
+
     const int8_t* q_row(int64_t t) const { return q + t * cols; }
     const float* d_row(int64_t t) const { return d + t * (cols / block); }
     const int16_t* sum16_row(int64_t t) const { return sum16 + t * (cols / 16); }
+};
+
+// One token's row of QuantizedActivations.
+struct TokenActivations {
+    const int8_t* q;
+    const float* d;
+    const int16_t* sum16;
+    const int32_t* neg_sum8;
 };
 
 // Per token and panel group (16 or 32 columns): what the panel micro-kernel folds in per group.
@@ -57,8 +69,8 @@ void unpack_row_int8(TensorType t, const void* row, int64_t cols, int8_t* v, flo
 struct KernelSet {
     // y[r] = dot(row r, token) for r in [0, n_rows): rows `stride` bytes apart. Null when the
     // type has no fused kernel.
-    using FusedDot = void (*)(const void* rows, size_t stride, int64_t n_rows, int64_t cols, const int8_t* xq,
-                              const float* xd, const int16_t* xsum16, float* y);
+    using FusedDot = void (*)(const void* rows, size_t stride, int64_t n_rows, int64_t cols,
+                              const TokenActivations& x, float* y);
     FusedDot fused[32] = {};
 
     // Size in bytes of a packed panel for `cols` columns of `layout`.
