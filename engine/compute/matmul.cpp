@@ -249,7 +249,7 @@ void amx_product(const Int8Layout& layout, const WeightMatrix& w, const Quantize
     const size_t stride = row_bytes(w.type, w.cols);
     const auto* base = static_cast<const uint8_t*>(w.data);
     const int64_t n_panels = (w.rows + kPanelRows - 1) / kPanelRows;
-    const size_t scratch_bytes = size_t(w.cols) * kPanelRows + size_t(w.cols / layout.group) * kPanelRows * 4 * sizeof(float);
+    const size_t scratch_bytes = kernels::amx_scratch_bytes(layout, w.cols);
     pool.parallel_for(n_panels, [&](int64_t p0, int64_t p1) {
         thread_local ScratchBuffer scratch;
         void* s = scratch.get(scratch_bytes);

@@ -94,8 +94,8 @@ bool amx_usable();
 size_t amx_activation_bytes(const Int8Layout& layout, int64_t cols, int64_t n_tokens);
 void amx_pack_activations(const Int8Layout& layout, const QuantizedActivations& x, const ActivationGroups& g,
                           int64_t block_begin, int64_t block_end, void* packed);
-// Up to 16 weight rows against all tokens; scratch as for pack_panel plus 2 * 16 * cols/group
-// floats.
+// Up to 16 weight rows against all tokens; scratch: amx_scratch_bytes.
+size_t amx_scratch_bytes(const Int8Layout& layout, int64_t cols);
 void amx_rows(TensorType t, const Int8Layout& layout, const uint8_t* rows, size_t stride, int n_rows, int64_t cols,
               const void* packed_x, int64_t n_tokens, void* scratch, float* y, int64_t y_stride);
 namespace avx2 {
