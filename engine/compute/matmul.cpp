@@ -56,7 +56,7 @@ const KernelSet& kernel_set() { return level() == Level::avx2 ? kernels::avx2_ke
 // token); beyond, an int8 panel is unpacked once and reused by all tokens.
 constexpr int64_t kFusedMaxTokens = 2;
 // From this many tokens on, AMX tiles (16 tokens wide) beat the AVX-512 panels.
-constexpr int64_t kAmxMinTokens = 8;
+constexpr int64_t kAmxMinTokens = 16;
 
 // --- buffers -----------------------------------------------------------------------------------
 
