@@ -35,27 +35,45 @@ inline __m512 to_float(__m512i v) { return _mm512_cvtepi32_ps(v); }
 // convert, two blocks share each vpdpbusd, and values are unsigned (q + z) so no sign fix-ups
 // are needed: the chain starts from -z * sum(x), taken from the activations' neg_sum8.
 
-// The weight values of one block as unsigned bytes; kShift: log2 of the offset z they carry.
+// The weight values of one block (one) or two consecutive blocks (pair) as unsigned bytes;
+// kShift: log2 of the offset z they carry.
 struct Q8_0Values {
     static constexpr int kShift = 7;
-    __m256i operator()(const BlockQ8_0& b) const { return _mm256_xor_si256(load256(b.qs), _mm256_set1_epi8(char(0x80))); }
+    static __m256i one(const BlockQ8_0& b) { return _mm256_xor_si256(load256(b.qs), _mm256_set1_epi8(char(0x80))); }
+    static __m512i pair(const BlockQ8_0& b0, const BlockQ8_0& b1) {
+        return _mm512_inserti64x4(_mm512_castsi256_si512(one(b0)), one(b1), 1);
+    }
 };
+
+// Nibbles of two blocks in one register, in x's order: low then high nibbles of the first block,
+// then of the second.
+inline __m512i nibbles_64(const uint8_t* qs0, const uint8_t* qs1) {
+    const __m256i q = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qs0))),
+                                              _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs1)), 1);
+    const __m512i both = _mm512_inserti64x4(_mm512_castsi256_si512(q), _mm256_srli_epi16(q, 4), 1);
+    return _mm512_and_si512(_mm512_shuffle_i64x2(both, both, _MM_SHUFFLE(3, 1, 2, 0)), _mm512_set1_epi8(15));
+}
+
 struct Q4_0Values {
     static constexpr int kShift = 3;
-    __m256i operator()(const BlockQ4_0& b) const { return nibbles_32(b.qs); }
+    static __m256i one(const BlockQ4_0& b) { return nibbles_32(b.qs); }
+    static __m512i pair(const BlockQ4_0& b0, const BlockQ4_0& b1) { return nibbles_64(b0.qs, b1.qs); }
 };
 struct Q5_0Values {
     static constexpr int kShift = 4;
-    __m256i operator()(const BlockQ5_0& b) const {
+    static __m256i one(const BlockQ5_0& b) {
         const __mmask32 high = _cvtu32_mask32(load_u32(b.qh));
         return _mm256_or_si256(nibbles_32(b.qs), _mm256_maskz_mov_epi8(high, _mm256_set1_epi8(0x10)));
+    }
+    static __m512i pair(const BlockQ5_0& b0, const BlockQ5_0& b1) {
+        const __mmask64 high = _cvtu64_mask64(uint64_t(load_u32(b0.qh)) | (uint64_t(load_u32(b1.qh)) << 32));
+        return _mm512_or_si512(nibbles_64(b0.qs, b1.qs), _mm512_maskz_mov_epi8(high, _mm512_set1_epi8(0x10)));
     }
 };
 
 template <class Block, class Values>
 void fused_unsigned_32(const void* rows, size_t stride, int64_t n_rows, int64_t cols, const TokenActivations& x,
                        float* y) {
-    const Values values;
     const int64_t nb = cols / 32;
     const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
     const __m512i scale_offsets = _mm512_mullo_epi32(lane, _mm512_set1_epi32(int(sizeof(Block))));
@@ -76,11 +94,11 @@ void fused_unsigned_32(const void* rows, size_t stride, int64_t n_rows, int64_t 
                 const int32_t* bias = x.neg_sum8 + (c + j) * 8;
                 __m512i u, xv, start;
                 if (j + 1 < n) {
-                    u = _mm512_inserti64x4(_mm512_castsi256_si512(values(b[c + j])), values(b[c + j + 1]), 1);
+                    u = Values::pair(b[c + j], b[c + j + 1]);
                     xv = _mm512_loadu_si512(xq);
                     start = _mm512_loadu_si512(bias);
                 } else {
-                    u = _mm512_zextsi256_si512(values(b[c + j]));
+                    u = _mm512_zextsi256_si512(Values::one(b[c + j]));
                     xv = _mm512_zextsi256_si512(load256(xq));
                     start = _mm512_zextsi256_si512(load256(bias));
                 }
