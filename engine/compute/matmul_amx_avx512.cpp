@@ -76,51 +76,57 @@ inline void scale_group(const int32_t* c, const float* scale, const float* min, 
     }
 }
 
-// a: 16 rows of int8 values, `cols` apart; scale/min: [group][16 rows]; b: the token block's
-// interleaved activations; token_d/token_d_sum: [group][16 tokens]; c: groups x 256 int32.
-// First the tile unit multiplies every group into c, then AVX-512 folds them: reading a tile's
-// result right after storing it stalls on the store, reading it a phase later does not.
+// a: [group][16 rows][G] int8 values; scale/min: [group][16 rows]; b: the token block's
+// interleaved activations; token_d/token_d_sum: [group][16 tokens]; c: kChunk x 256 int32.
+// The tile unit multiplies a chunk of groups into c, then AVX-512 folds them: reading a tile's
+// result right after storing it stalls on the store, reading it a few groups later does not,
+// and a chunk of results still fits in L1.
+constexpr int64_t kChunk = 8;
+
 template <int G, bool MIN>
 void amx_block(const int8_t* a, const float* scale, const float* min, int64_t cols, const uint8_t* b,
                const float* token_d, const float* token_d_sum, int32_t* c, float* y, int64_t y_stride, int n_rows,
                int n_tokens) {
     const int64_t groups = cols / G;
-    compiler_barrier();
-    int64_t g = 0;
-    for (; g + 3 < groups; g += 4) {
-        _tile_zero(0);
-        _tile_loadd(4, a + g * G, cols);
-        _tile_loadd(6, b + g * G * 16, 64);
-        _tile_dpbssd(0, 4, 6);
-        _tile_zero(1);
-        _tile_loadd(5, a + (g + 1) * G, cols);
-        _tile_loadd(7, b + (g + 1) * G * 16, 64);
-        _tile_dpbssd(1, 5, 7);
-        _tile_zero(2);
-        _tile_loadd(4, a + (g + 2) * G, cols);
-        _tile_loadd(6, b + (g + 2) * G * 16, 64);
-        _tile_dpbssd(2, 4, 6);
-        _tile_zero(3);
-        _tile_loadd(5, a + (g + 3) * G, cols);
-        _tile_loadd(7, b + (g + 3) * G * 16, 64);
-        _tile_dpbssd(3, 5, 7);
-        _tile_stored(0, c + g * 256, 64);
-        _tile_stored(1, c + (g + 1) * 256, 64);
-        _tile_stored(2, c + (g + 2) * 256, 64);
-        _tile_stored(3, c + (g + 3) * 256, 64);
-    }
-    for (; g < groups; ++g) {
-        _tile_zero(0);
-        _tile_loadd(4, a + g * G, cols);
-        _tile_loadd(6, b + g * G * 16, 64);
-        _tile_dpbssd(0, 4, 6);
-        _tile_stored(0, c + g * 256, 64);
-    }
-    compiler_barrier();
     __m512 acc[kPanelRows];
     for (auto& v : acc) v = _mm512_setzero_ps();
-    for (g = 0; g < groups; ++g) {
-        scale_group<MIN>(c + g * 256, scale + 16 * g, min + 16 * g, token_d + 16 * g, token_d_sum + 16 * g, acc);
+    for (int64_t g0 = 0; g0 < groups; g0 += kChunk) {
+        const int64_t g1 = g0 + kChunk < groups ? g0 + kChunk : groups;
+        compiler_barrier();
+        int64_t g = g0;
+        for (; g + 3 < g1; g += 4) {
+            _tile_zero(0);
+            _tile_loadd(4, a + g * G * 16, G);
+            _tile_loadd(6, b + g * G * 16, 64);
+            _tile_dpbssd(0, 4, 6);
+            _tile_zero(1);
+            _tile_loadd(5, a + (g + 1) * G * 16, G);
+            _tile_loadd(7, b + (g + 1) * G * 16, 64);
+            _tile_dpbssd(1, 5, 7);
+            _tile_zero(2);
+            _tile_loadd(4, a + (g + 2) * G * 16, G);
+            _tile_loadd(6, b + (g + 2) * G * 16, 64);
+            _tile_dpbssd(2, 4, 6);
+            _tile_zero(3);
+            _tile_loadd(5, a + (g + 3) * G * 16, G);
+            _tile_loadd(7, b + (g + 3) * G * 16, 64);
+            _tile_dpbssd(3, 5, 7);
+            _tile_stored(0, c + (g - g0) * 256, 64);
+            _tile_stored(1, c + (g - g0 + 1) * 256, 64);
+            _tile_stored(2, c + (g - g0 + 2) * 256, 64);
+            _tile_stored(3, c + (g - g0 + 3) * 256, 64);
+        }
+        for (; g < g1; ++g) {
+            _tile_zero(0);
+            _tile_loadd(4, a + g * G * 16, G);
+            _tile_loadd(6, b + g * G * 16, 64);
+            _tile_dpbssd(0, 4, 6);
+            _tile_stored(0, c + (g - g0) * 256, 64);
+        }
+        compiler_barrier();
+        for (g = g0; g < g1; ++g) {
+            scale_group<MIN>(c + (g - g0) * 256, scale + 16 * g, min + 16 * g, token_d + 16 * g, token_d_sum + 16 * g, acc);
+        }
     }
     // acc[m] holds row m for 16 tokens; y wants tokens as rows.
     alignas(64) float out[kPanelRows][16];
@@ -173,8 +179,9 @@ void amx_pack_activations(const Int8Layout& layout, const QuantizedActivations& 
 
 size_t amx_scratch_bytes(const Int8Layout& layout, int64_t cols) {
     const size_t groups = size_t(cols / layout.group);
-    // int8 rows, scales and mins as unpacked and transposed, one 16 x 16 int32 result per group.
-    return size_t(cols) * kPanelRows + groups * kPanelRows * 4 * sizeof(float) + groups * 256 * sizeof(int32_t);
+    // int8 rows, scales and mins as unpacked and transposed, a chunk of 16 x 16 int32 results,
+    // the int8 rows regrouped.
+    return size_t(cols) * kPanelRows * 2 + groups * kPanelRows * 4 * sizeof(float) + kChunk * 256 * sizeof(int32_t);
 }
 
 void amx_rows(TensorType t, const Int8Layout& layout, const uint8_t* rows, size_t stride, int n_rows, int64_t cols,
@@ -196,6 +203,11 @@ void amx_rows(TensorType t, const Int8Layout& layout, const uint8_t* rows, size_
     float* scale_t = min + groups * kPanelRows;
     float* min_t = scale_t + groups * kPanelRows;
     auto* c = reinterpret_cast<int32_t*>(min_t + groups * kPanelRows);
+    // Each group's 16 rows side by side, so a weight tile is one contiguous load.
+    auto* a = reinterpret_cast<int8_t*>(c + kChunk * 256);
+    const int G = layout.group;
+    for (int64_t g = 0; g < groups; ++g)
+        for (int r = 0; r < kPanelRows; ++r) std::memcpy(a + (g * kPanelRows + r) * G, v + r * cols + g * G, size_t(G));
     for (int64_t g = 0; g < groups; ++g) {
         for (int r = 0; r < kPanelRows; ++r) {
             scale_t[g * kPanelRows + r] = scale[r * groups + g];
@@ -211,11 +223,11 @@ void amx_rows(TensorType t, const Int8Layout& layout, const uint8_t* rows, size_
         const int nt = int(n_tokens - blk * 16 < 16 ? n_tokens - blk * 16 : 16);
         float* yb = y + blk * 16 * y_stride;
         if (layout.group == 32) {
-            if (layout.has_min) amx_block<32, true>(v, scale_t, min_t, cols, b, d, ds, c, yb, y_stride, n_rows, nt);
-            else amx_block<32, false>(v, scale_t, min_t, cols, b, d, ds, c, yb, y_stride, n_rows, nt);
+            if (layout.has_min) amx_block<32, true>(a, scale_t, min_t, cols, b, d, ds, c, yb, y_stride, n_rows, nt);
+            else amx_block<32, false>(a, scale_t, min_t, cols, b, d, ds, c, yb, y_stride, n_rows, nt);
         } else {
-            if (layout.has_min) amx_block<16, true>(v, scale_t, min_t, cols, b, d, ds, c, yb, y_stride, n_rows, nt);
-            else amx_block<16, false>(v, scale_t, min_t, cols, b, d, ds, c, yb, y_stride, n_rows, nt);
+            if (layout.has_min) amx_block<16, true>(a, scale_t, min_t, cols, b, d, ds, c, yb, y_stride, n_rows, nt);
+            else amx_block<16, false>(a, scale_t, min_t, cols, b, d, ds, c, yb, y_stride, n_rows, nt);
         }
     }
     _tile_release();
