@@ -166,25 +166,29 @@ QuantizedActivations quantize_activations(const float* x, int64_t n_tokens, int6
 
 // Per token and panel group: the activation scale, scale * sum, and the -128 * sum that cancels
 // the unsigned offset of AVX-512 panels.
-ActivationGroups activation_groups(const QuantizedActivations& a, int group, ActivationBuffers& buf) {
+ActivationGroups activation_groups(const QuantizedActivations& a, int group, ActivationBuffers& buf, ThreadPool& pool) {
     const int64_t groups = a.cols / group;
     const size_t n = size_t(a.n_tokens * groups);
     buf.group_d.resize(n);
     buf.group_d_sum.resize(n);
     buf.group_bias.resize(n);
-    for (int64_t t = 0; t < a.n_tokens; ++t) {
-        const float* d = a.d_row(t);
-        const int16_t* s16 = a.sum16_row(t);
-        for (int64_t g = 0; g < groups; ++g) {
-            int32_t sum = 0;
-            for (int k = 0; k < group / 16; ++k) sum += s16[g * (group / 16) + k];
-            const float dg = d[g * group / a.block];
-            const size_t i = size_t(t * groups + g);
-            buf.group_d[i] = dg;
-            buf.group_d_sum[i] = dg * float(sum);
-            buf.group_bias[i] = -128 * sum;
+    auto fill = [&](int64_t t0, int64_t t1) {
+        for (int64_t t = t0; t < t1; ++t) {
+            const float* d = a.d_row(t);
+            const int16_t* s16 = a.sum16_row(t);
+            for (int64_t g = 0; g < groups; ++g) {
+                int32_t sum = 0;
+                for (int k = 0; k < group / 16; ++k) sum += s16[g * (group / 16) + k];
+                const float dg = d[g * group / a.block];
+                const size_t i = size_t(t * groups + g);
+                buf.group_d[i] = dg;
+                buf.group_d_sum[i] = dg * float(sum);
+                buf.group_bias[i] = -128 * sum;
+            }
         }
-    }
+    };
+    if (n >= 8192) pool.parallel_for(a.n_tokens, fill);
+    else fill(0, a.n_tokens);
     ActivationGroups g;
     g.n_groups = groups;
     g.d = buf.group_d.data();
@@ -378,7 +382,7 @@ void matmul(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y, T
         fused_product(fused, w, xq, y, pool);
         return;
     }
-    const ActivationGroups g = activation_groups(xq, layout.group, buf);
+    const ActivationGroups g = activation_groups(xq, layout.group, buf, pool);
     if (level() == Level::amx && n_tokens >= kAmxMinTokens) amx_product(layout, w, xq, g, y, pool);
     else panel_product(ks, layout, w, xq, g, y, pool);
 }

@@ -161,11 +161,14 @@ void amx_pack_activations(const Int8Layout& layout, const QuantizedActivations& 
         float* ds = d + groups * 16;
         const int64_t t0 = blk * 16;
         const int n = int(x.n_tokens - t0 < 16 ? x.n_tokens - t0 : 16);
-        // Tile rows of 16 tokens x 4 columns, padding tokens as zeros.
+        // Tile rows of 16 tokens x 4 columns, padding tokens as zeros: one gather per row.
+        const __mmask16 present = __mmask16((1u << n) - 1);
+        const __m512i token_offsets = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                                         _mm512_set1_epi32(int(x.cols)));
+        const int8_t* first = x.q_row(t0);
         for (int64_t s = 0; s < x.cols / 4; ++s) {
-            uint8_t* row = q + 64 * s;
-            for (int t = 0; t < n; ++t) std::memcpy(row + 4 * t, x.q_row(t0 + t) + 4 * s, 4);
-            if (n < 16) std::memset(row + 4 * n, 0, size_t(4 * (16 - n)));
+            const __m512i row = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), present, token_offsets, first + 4 * s, 1);
+            _mm512_storeu_si512(q + 64 * s, row);
         }
         for (int64_t g = 0; g < groups; ++g) {
             for (int t = 0; t < 16; ++t) {
