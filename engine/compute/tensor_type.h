@@ -33,14 +33,19 @@ struct TypeTraits {
 
 // Traits for a type id read from a file; nullopt for ids kvchat does not support.
 std::optional<TypeTraits> type_traits(uint32_t type_id);
+// Traits of a supported type; throws kvchat::Error for a value outside the enum.
 const TypeTraits& traits(TensorType t);
-// Bytes of a row of n elements; n must be a multiple of the block size (checked by callers).
+// Bytes of a row of n elements; n must be a multiple of the block size (checked by callers;
+// a partial block throws kvchat::Error here too).
 size_t row_bytes(TensorType t, int64_t n);
 
 // Converts n elements (a multiple of the block size) of type t at src to floats.
 void dequantize_row(TensorType t, const void* src, float* dst, int64_t n);
 // Reference quantizer (round to nearest as ggml's *_ref functions define it); for writing test
-// models and for quantizing activations. n must be a multiple of the block size.
+// models and for quantizing activations. n must be a multiple of the block size, src finite.
+// F16, BF16, Q4_0..Q8_1 and Q8_K match ggml's reference bit for bit. Q2_K..Q6_K use a simpler
+// scheme than ggml (no scale search): valid blocks, every element within half a step of its
+// sub-block's grid, but not ggml's bytes.
 void quantize_row(TensorType t, const float* src, void* dst, int64_t n);
 
 }  // namespace kvchat
