@@ -30,6 +30,7 @@ const Shape kShapes[] = {
     {"attn_k", TensorType::Q5_0, 256, 640},      {"attn_v", TensorType::Q8_0, 256, 640},
     {"attn_output", TensorType::Q4_K, 640, 1024}, {"ffn_gate/up", TensorType::Q5_0, 2048, 640},
     {"ffn_down", TensorType::Q6_K, 640, 2048},
+    {"f32 (extra)", TensorType::F32, 640, 640},
 };
 
 // Quantizes a few distinct rows and repeats them: the kernels' speed does not depend on the
