@@ -1,13 +1,16 @@
 #pragma once
-// What matmul.cpp shares with the SIMD kernel files (matmul_avx2.cpp, matmul_avx512.cpp).
+// What matmul.cpp shares with the kernel files (int8_unpack.cpp, matmul_avx2.cpp,
+// matmul_avx512.cpp, matmul_amx_avx512.cpp).
 //
-// Two ways to compute one weight row block against the quantized activations:
+// Three ways to compute a block of weight rows against the quantized activations:
 // - fused dot kernels, one per hot weight type, that unpack a block in registers and use it at
-//   once (decode: one token, memory-bound, weights streamed once);
+//   once (decode: one or two tokens, memory-bound, weights streamed once);
 // - int8 panels for every integer type: 16 rows unpacked once into int8 values with a float
 //   scale (and optional min) per group of 16 or 32 columns, interleaved so that one vector load
 //   holds 4 columns of all 16 rows; a register-blocked micro-kernel then reuses each loaded
-//   vector across many tokens (prefill: compute-bound).
+//   vector across up to 16 tokens (short prompts, and every type without a fused kernel);
+// - AMX tiles (prefill of 16 tokens or more): the same unpacked rows, 16 rows x 16 tokens per
+//   tile multiply.
 #include "engine/compute/tensor_type.h"
 
 #include <cstddef>
@@ -55,7 +58,7 @@ struct ActivationGroups {
 struct Int8Layout {
     int group;     // 16 or 32
     bool has_min;  // types with an additive per-group minimum (Q4_1, Q5_1, Q2_K, Q4_K, Q5_K)
-    int act_block; // activation block: 32 (Q8_0 style) or 256 (Q8_K style)
+    int act_block;  // activation block: 32 (Q8_0 style) or 256 (Q8_K style)
 };
 
 // The layout of an integer weight type; group == 0 for the float types.
@@ -85,6 +88,12 @@ struct KernelSet {
 };
 
 const KernelSet& avx2_kernels();
+const KernelSet& avx512_kernels();
+namespace avx2 {
+// As KernelSet::pack_panel, with values stored as v + 128 (unsigned) for vpdpbusd.
+void pack_panel_unsigned(TensorType t, const Int8Layout& layout, const uint8_t* rows, size_t stride, int n_rows,
+                         int64_t cols, void* scratch, void* panel);
+}  // namespace avx2
 
 // AMX-INT8 prefill (matmul_amx_avx512.cpp). amx_usable: the CPU has AMX-INT8 and the OS granted
 // this process the tile state.
@@ -98,11 +107,5 @@ void amx_pack_activations(const Int8Layout& layout, const QuantizedActivations& 
 size_t amx_scratch_bytes(const Int8Layout& layout, int64_t cols);
 void amx_rows(TensorType t, const Int8Layout& layout, const uint8_t* rows, size_t stride, int n_rows, int64_t cols,
               const void* packed_x, int64_t n_tokens, void* scratch, float* y, int64_t y_stride);
-namespace avx2 {
-// As KernelSet::pack_panel, with values stored as v + 128 (unsigned) for vpdpbusd.
-void pack_panel_unsigned(TensorType t, const Int8Layout& layout, const uint8_t* rows, size_t stride, int n_rows,
-                         int64_t cols, void* scratch, void* panel);
-}  // namespace avx2
-const KernelSet& avx512_kernels();
 
 }  // namespace kvchat::kernels
