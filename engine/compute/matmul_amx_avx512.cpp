@@ -165,7 +165,7 @@ void amx_pack_activations(const Int8Layout& layout, const QuantizedActivations& 
         const __mmask16 present = __mmask16((1u << n) - 1);
         const __m512i token_offsets = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
                                                          _mm512_set1_epi32(int(x.cols)));
-        const int8_t* first = x.q_row(t0);
+        const int8_t* first = x.q + t0 * x.cols;
         for (int64_t s = 0; s < x.cols / 4; ++s) {
             const __m512i row = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), present, token_offsets, first + 4 * s, 1);
             _mm512_storeu_si512(q + 64 * s, row);

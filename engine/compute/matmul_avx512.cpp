@@ -173,7 +173,7 @@ void panel_product_g(const void* panel, int64_t cols, const QuantizedActivations
     const int64_t gs = ag.n_groups;
     for (int64_t t = t0; t < t1; t += kMaxTile<G>) {
         const int nt = int(t1 - t < kMaxTile<G> ? t1 - t : kMaxTile<G>);
-        tiles.fn[nt - 1](pq, ps, pm, groups, x.q_row(t), cols, ag.d + t * gs, ag.d_sum + t * gs, ag.bias + t * gs, gs,
+        tiles.fn[nt - 1](pq, ps, pm, groups, x.q + t * x.cols, cols, ag.d + t * gs, ag.d_sum + t * gs, ag.bias + t * gs, gs,
                          y + t * y_stride, y_stride, n_rows);
     }
 }

@@ -33,6 +33,8 @@ struct QuantizedActivations {
     // chain that starts from it cancels the unsigned offset of the weights in one step.
     const int32_t* neg_sum8 = nullptr;  // n_tokens x cols/32 x 8
 
+    // For matmul.cpp only: an AVX-512 file that calls an inline function may emit the one copy
+    // the linker keeps, compiled for AVX-512.
     const int8_t* q_row(int64_t t) const { return q + t * cols; }
     const float* d_row(int64_t t) const { return d + t * (cols / block); }
     const int16_t* sum16_row(int64_t t) const { return sum16 + t * (cols / 16); }
