@@ -7,7 +7,7 @@
 #include "engine/model/model_path.h"
 #include "engine/tokenizer/protobuf_wire.h"
 #include "engine/tokenizer/tokenizer.h"
-#include "engine/tokenizer/utf8.h"
+#include "engine/common/utf8.h"
 #include "support/gguf_writer.h"
 #include "support/test_paths.h"
 
