@@ -338,8 +338,17 @@ template <TensorType T>
 void float_product(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y, ThreadPool& pool) {
     const size_t stride = FloatWeights<T>::kBytes * size_t(w.cols);
     const auto* base = static_cast<const uint8_t*>(w.data);
+    constexpr int64_t kRowStep = 16;
+    if (const auto rows_kernel = kernel_set().float_rows) {
+        pool.parallel_for(w.rows, [&](int64_t r0, int64_t r1) {
+            // A few rows at a time, so that their weights serve all tokens from L1.
+            for (int64_t r = r0; r < r1; r += kRowStep) {
+                rows_kernel(T, base + r * stride, stride, std::min(kRowStep, r1 - r), w.cols, x, n_tokens, y + r, w.rows);
+            }
+        });
+        return;
+    }
     pool.parallel_for(w.rows, [&](int64_t r0, int64_t r1) {
-        constexpr int64_t kRowStep = 16;
         for (int64_t rb = r0; rb < r1; rb += kRowStep) {
             const int64_t re = std::min(rb + kRowStep, r1);
             for (int64_t t = 0; t < n_tokens; t += 2) {
