@@ -1,6 +1,7 @@
-// Matrix products over quantized weights: picks the SIMD level, quantizes the activations once
-// per call, and splits the work over the thread pool. The integer kernels live in
-// matmul_avx2.cpp / matmul_avx512.cpp; the float-weight kernels are here.
+// Matrix products over quantized weights: picks the SIMD level and the kernel family (fused for
+// 1-2 tokens, int8 panels for a few, AMX tiles for a batch), quantizes the activations once per
+// call, and splits the work over the thread pool. The integer kernels live in matmul_avx2.cpp,
+// matmul_avx512.cpp and matmul_amx_avx512.cpp; the AVX2 float-weight loop is here.
 #include "engine/compute/matmul.h"
 
 #include "engine/compute/matmul_kernels.h"
@@ -254,15 +255,26 @@ void amx_product(const Int8Layout& layout, const WeightMatrix& w, const Quantize
     const auto* base = static_cast<const uint8_t*>(w.data);
     const int64_t n_panels = (w.rows + kPanelRows - 1) / kPanelRows;
     const size_t scratch_bytes = kernels::amx_scratch_bytes(layout, w.cols);
-    pool.parallel_for(n_panels, [&](int64_t p0, int64_t p1) {
+    const size_t block_bytes = kernels::amx_activation_bytes(layout, w.cols, 16);
+    // Panels [p0, p1) against token blocks [b0, b1).
+    auto run = [&](int64_t p0, int64_t p1, int64_t b0, int64_t b1) {
         thread_local ScratchBuffer scratch;
         void* s = scratch.get(scratch_bytes);
+        const auto* xb = static_cast<const uint8_t*>(px) + size_t(b0) * block_bytes;
+        const int64_t n_tokens = std::min(x.n_tokens, b1 * 16) - b0 * 16;
         for (int64_t i = p0; i < p1; ++i) {
             const int64_t r = i * kPanelRows;
             const int n = int(std::min<int64_t>(kPanelRows, w.rows - r));
-            kernels::amx_rows(w.type, layout, base + r * stride, stride, n, w.cols, px, x.n_tokens, s, y + r, w.rows);
+            kernels::amx_rows(w.type, layout, base + r * stride, stride, n, w.cols, xb, n_tokens, s,
+                              y + b0 * 16 * w.rows + r, w.rows);
         }
-    });
+    };
+    if (n_panels >= 4 * pool.size() || token_blocks < pool.size()) {
+        pool.parallel_for(n_panels, [&](int64_t p0, int64_t p1) { run(p0, p1, 0, token_blocks); });
+    } else {
+        // Few rows, many tokens: every thread unpacks all panels and takes a share of the tokens.
+        pool.parallel_for(token_blocks, [&](int64_t b0, int64_t b1) { run(0, n_panels, b0, b1); });
+    }
 }
 
 // --- float weights -----------------------------------------------------------------------------
