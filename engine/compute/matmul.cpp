@@ -144,7 +144,8 @@ QuantizedActivations quantize_activations(const float* x, int64_t n_tokens, int6
     a.q = buf.q.data();
     a.d = buf.d.data();
     a.sum16 = buf.sum16.data();
-    const bool sums8 = block == 32;
+    // Only the fused kernels (a token or two) read neg_sum8.
+    const bool sums8 = block == 32 && n_tokens <= kFusedMaxTokens;
     if (sums8) {
         buf.neg_sum8.assign(size_t(n_tokens * (cols / 32) * 8), 0);
         a.neg_sum8 = buf.neg_sum8.data();
