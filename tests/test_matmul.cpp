@@ -7,6 +7,7 @@
 // under 1e-2 of sum_c |w_c| * |x_c| for activations of even magnitude. Float weights are
 // multiplied in fp32 without quantizing x: 1e-5 of the |w|.|x| norm.
 #include "engine/compute/matmul.h"
+#include "engine/compute/matmul_kernels.h"
 #include "engine/compute/tensor_type.h"
 #include "engine/compute/thread_pool.h"
 #include "engine/error.h"
@@ -213,6 +214,28 @@ private slots:
                     const double scale = std::max(1.0, std::fabs(double(y2[i])));
                     QVERIFY2(std::fabs(double(y2[i]) - double(y5[i])) <= 1e-4 * scale,
                              qPrintable(QString("%1 tokens %2 output %3: %4 vs %5").arg(traits(t).name.data()).arg(n_tokens).arg(i).arg(y2[i]).arg(y5[i])));
+                }
+            }
+        }
+    }
+
+    // The int8 form every integer kernel starts from: scale * v + min reproduces dequantize_row.
+    void int8UnpackMatchesDequantize() {
+        for (TensorType t : kAllTypes) {
+            if (is_float(t)) continue;
+            const kernels::Int8Layout layout = kernels::int8_layout(t);
+            QVERIFY(layout.group == 16 || layout.group == 32);
+            const Weights w = make_weights(t, 3, 512, 23);
+            std::vector<int8_t> v(512);
+            std::vector<float> scale(512 / layout.group), min(512 / layout.group, 0.0f);
+            for (int64_t r = 0; r < w.rows; ++r) {
+                kernels::unpack_row_int8(t, w.data.data() + size_t(r) * row_bytes(t, 512), 512, v.data(), scale.data(), min.data());
+                for (int64_t c = 0; c < 512; ++c) {
+                    const size_t g = size_t(c / layout.group);
+                    const double got = double(scale[g]) * v[size_t(c)] + (layout.has_min ? double(min[g]) : 0.0);
+                    const double want = w.dequantized[size_t(r * 512 + c)];
+                    QVERIFY2(std::fabs(got - want) <= 1e-6 * std::max(1.0, std::fabs(want)),
+                             qPrintable(QString("%1 row %2 col %3: %4 vs %5").arg(traits(t).name.data()).arg(r).arg(c).arg(got).arg(want)));
                 }
             }
         }

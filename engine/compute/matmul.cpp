@@ -1,6 +1,7 @@
-// Matrix products over quantized weights: picks the SIMD level, quantizes the activations once
-// per call, and splits the work over the thread pool. The integer kernels live in
-// matmul_avx2.cpp / matmul_avx512.cpp; the float-weight kernels are here.
+// Matrix products over quantized weights: picks the SIMD level and the kernel family (fused for
+// 1-2 tokens, int8 panels for a few, AMX tiles for a batch), quantizes the activations once per
+// call, and splits the work over the thread pool. The integer kernels live in matmul_avx2.cpp,
+// matmul_avx512.cpp and matmul_amx_avx512.cpp; the AVX2 float-weight loop is here.
 #include "engine/compute/matmul.h"
 
 #include "engine/compute/matmul_kernels.h"
@@ -143,7 +144,8 @@ QuantizedActivations quantize_activations(const float* x, int64_t n_tokens, int6
     a.q = buf.q.data();
     a.d = buf.d.data();
     a.sum16 = buf.sum16.data();
-    const bool sums8 = block == 32;
+    // Only the fused kernels (a token or two) read neg_sum8.
+    const bool sums8 = block == 32 && n_tokens <= kFusedMaxTokens;
     if (sums8) {
         buf.neg_sum8.assign(size_t(n_tokens * (cols / 32) * 8), 0);
         a.neg_sum8 = buf.neg_sum8.data();
@@ -254,15 +256,26 @@ void amx_product(const Int8Layout& layout, const WeightMatrix& w, const Quantize
     const auto* base = static_cast<const uint8_t*>(w.data);
     const int64_t n_panels = (w.rows + kPanelRows - 1) / kPanelRows;
     const size_t scratch_bytes = kernels::amx_scratch_bytes(layout, w.cols);
-    pool.parallel_for(n_panels, [&](int64_t p0, int64_t p1) {
+    const size_t block_bytes = kernels::amx_activation_bytes(layout, w.cols, 16);
+    // Panels [p0, p1) against token blocks [b0, b1).
+    auto run = [&](int64_t p0, int64_t p1, int64_t b0, int64_t b1) {
         thread_local ScratchBuffer scratch;
         void* s = scratch.get(scratch_bytes);
+        const auto* xb = static_cast<const uint8_t*>(px) + size_t(b0) * block_bytes;
+        const int64_t n_tokens = std::min(x.n_tokens, b1 * 16) - b0 * 16;
         for (int64_t i = p0; i < p1; ++i) {
             const int64_t r = i * kPanelRows;
             const int n = int(std::min<int64_t>(kPanelRows, w.rows - r));
-            kernels::amx_rows(w.type, layout, base + r * stride, stride, n, w.cols, px, x.n_tokens, s, y + r, w.rows);
+            kernels::amx_rows(w.type, layout, base + r * stride, stride, n, w.cols, xb, n_tokens, s,
+                              y + b0 * 16 * w.rows + r, w.rows);
         }
-    });
+    };
+    if (n_panels >= 4 * pool.size() || token_blocks < pool.size()) {
+        pool.parallel_for(n_panels, [&](int64_t p0, int64_t p1) { run(p0, p1, 0, token_blocks); });
+    } else {
+        // Few rows, many tokens: every thread unpacks all panels and takes a share of the tokens.
+        pool.parallel_for(token_blocks, [&](int64_t b0, int64_t b1) { run(0, n_panels, b0, b1); });
+    }
 }
 
 // --- float weights -----------------------------------------------------------------------------
@@ -338,8 +351,17 @@ template <TensorType T>
 void float_product(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y, ThreadPool& pool) {
     const size_t stride = FloatWeights<T>::kBytes * size_t(w.cols);
     const auto* base = static_cast<const uint8_t*>(w.data);
+    constexpr int64_t kRowStep = 16;
+    if (const auto rows_kernel = kernel_set().float_rows) {
+        pool.parallel_for(w.rows, [&](int64_t r0, int64_t r1) {
+            // A few rows at a time, so that their weights serve all tokens from L1.
+            for (int64_t r = r0; r < r1; r += kRowStep) {
+                rows_kernel(T, base + r * stride, stride, std::min(kRowStep, r1 - r), w.cols, x, n_tokens, y + r, w.rows);
+            }
+        });
+        return;
+    }
     pool.parallel_for(w.rows, [&](int64_t r0, int64_t r1) {
-        constexpr int64_t kRowStep = 16;
         for (int64_t rb = r0; rb < r1; rb += kRowStep) {
             const int64_t re = std::min(rb + kRowStep, r1);
             for (int64_t t = 0; t < n_tokens; t += 2) {

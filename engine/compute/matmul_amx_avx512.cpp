@@ -6,6 +6,9 @@
 // Like every *_avx512.cpp file, this one is called only after a run-time CPU check and must not
 // instantiate templates other files share.
 #pragma GCC target("amx-tile,amx-int8")
+// GCC 12 reports the _mm512_undefined_* pass-through operands inside AVX-512 intrinsics as
+// maybe-uninitialized (GCC bug 105593, fixed in 13); the pragma must precede the headers.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
 #include "engine/compute/matmul_kernels.h"
 
@@ -67,7 +70,7 @@ inline void scale_group(const int32_t* c, const float* scale, const float* min, 
                         const float* token_d_sum, __m512* acc) {
     const __m512 d = _mm512_loadu_ps(token_d);
     for (int m = 0; m < kPanelRows; ++m) {
-        const __m512 v = _mm512_maskz_cvtepi32_ps(__mmask16(0xffff), _mm512_load_si512(c + 16 * m));
+        const __m512 v = _mm512_cvtepi32_ps(_mm512_load_si512(c + 16 * m));
         acc[m] = _mm512_fmadd_ps(v, _mm512_mul_ps(d, _mm512_set1_ps(scale[m])), acc[m]);
     }
     if constexpr (MIN) {
@@ -83,13 +86,19 @@ inline void scale_group(const int32_t* c, const float* scale, const float* min, 
 // and a chunk of results still fits in L1.
 constexpr int64_t kChunk = 8;
 
-template <int G, bool MIN>
+// SB: groups that share one activation scale. 1 for Q8_0-style activations: every group folds
+// both scales in (convert, multiply, FMA). For K-quants (Q8_K activations, one scale per 256
+// columns) a super-block's groups accumulate with the row scales only (convert, FMA), and the
+// token scale is applied once per super-block; token_d_sum then holds plain sums.
+template <int G, bool MIN, int SB>
 void amx_block(const int8_t* a, const float* scale, const float* min, int64_t cols, const uint8_t* b,
                const float* token_d, const float* token_d_sum, int32_t* c, float* y, int64_t y_stride, int n_rows,
                int n_tokens) {
     const int64_t groups = cols / G;
     __m512 acc[kPanelRows];
+    __m512 acc_sb[kPanelRows];
     for (auto& v : acc) v = _mm512_setzero_ps();
+    for (auto& v : acc_sb) v = _mm512_setzero_ps();
     for (int64_t g0 = 0; g0 < groups; g0 += kChunk) {
         const int64_t g1 = g0 + kChunk < groups ? g0 + kChunk : groups;
         compiler_barrier();
@@ -125,7 +134,26 @@ void amx_block(const int8_t* a, const float* scale, const float* min, int64_t co
         }
         compiler_barrier();
         for (g = g0; g < g1; ++g) {
-            scale_group<MIN>(c + (g - g0) * 256, scale + 16 * g, min + 16 * g, token_d + 16 * g, token_d_sum + 16 * g, acc);
+            const int32_t* cg = c + (g - g0) * 256;
+            if constexpr (SB == 1) {
+                scale_group<MIN>(cg, scale + 16 * g, min + 16 * g, token_d + 16 * g, token_d_sum + 16 * g, acc);
+            } else {
+                for (int m = 0; m < kPanelRows; ++m) {
+                    const __m512 v = _mm512_cvtepi32_ps(_mm512_load_si512(cg + 16 * m));
+                    acc_sb[m] = _mm512_fmadd_ps(v, _mm512_set1_ps(scale[16 * g + m]), acc_sb[m]);
+                }
+                if constexpr (MIN) {
+                    const __m512 sums = _mm512_loadu_ps(token_d_sum + 16 * g);
+                    for (int m = 0; m < kPanelRows; ++m) acc_sb[m] = _mm512_fmadd_ps(_mm512_set1_ps(min[16 * g + m]), sums, acc_sb[m]);
+                }
+                if (g % SB == SB - 1) {
+                    const __m512 d = _mm512_loadu_ps(token_d + 16 * g);
+                    for (int m = 0; m < kPanelRows; ++m) {
+                        acc[m] = _mm512_fmadd_ps(acc_sb[m], d, acc[m]);
+                        acc_sb[m] = _mm512_setzero_ps();
+                    }
+                }
+            }
         }
     }
     // acc[m] holds row m for 16 tokens; y wants tokens as rows.
@@ -154,6 +182,7 @@ size_t amx_activation_bytes(const Int8Layout& layout, int64_t cols, int64_t n_to
 void amx_pack_activations(const Int8Layout& layout, const QuantizedActivations& x, const ActivationGroups& ag,
                           int64_t block_begin, int64_t block_end, void* packed) {
     const int64_t groups = x.cols / layout.group;
+    const bool super_blocks = layout.act_block == 256;
     const size_t block_bytes = size_t(x.cols) * 16 + size_t(groups) * 16 * 2 * sizeof(float);
     for (int64_t blk = block_begin; blk < block_end; ++blk) {
         auto* q = static_cast<uint8_t*>(packed) + size_t(blk) * block_bytes;
@@ -174,7 +203,10 @@ void amx_pack_activations(const Int8Layout& layout, const QuantizedActivations& 
             for (int t = 0; t < 16; ++t) {
                 const bool real = t < n;
                 d[g * 16 + t] = real ? ag.d[(t0 + t) * ag.n_groups + g] : 0.0f;
-                ds[g * 16 + t] = real ? ag.d_sum[(t0 + t) * ag.n_groups + g] : 0.0f;
+                // Plain sums where the kernel applies the token scale per super-block: -bias / 128
+                // is the exact integer sum.
+                const int64_t i = (t0 + t) * ag.n_groups + g;
+                ds[g * 16 + t] = !real ? 0.0f : (super_blocks ? float(-ag.bias[i]) / 128.0f : ag.d_sum[i]);
             }
         }
     }
@@ -225,13 +257,20 @@ void amx_rows(TensorType t, const Int8Layout& layout, const uint8_t* rows, size_
         const float* ds = d + groups * 16;
         const int nt = int(n_tokens - blk * 16 < 16 ? n_tokens - blk * 16 : 16);
         float* yb = y + blk * 16 * y_stride;
-        if (layout.group == 32) {
-            if (layout.has_min) amx_block<32, true>(a, scale_t, min_t, cols, b, d, ds, c, yb, y_stride, n_rows, nt);
-            else amx_block<32, false>(a, scale_t, min_t, cols, b, d, ds, c, yb, y_stride, n_rows, nt);
+#define KV_BLOCK(G, MIN, SB) amx_block<G, MIN, SB>(a, scale_t, min_t, cols, b, d, ds, c, yb, y_stride, n_rows, nt)
+        if (layout.act_block == 256) {
+            if (layout.group == 32) {
+                if (layout.has_min) KV_BLOCK(32, true, 8);
+                else KV_BLOCK(32, false, 8);
+            } else {
+                if (layout.has_min) KV_BLOCK(16, true, 16);
+                else KV_BLOCK(16, false, 16);
+            }
         } else {
-            if (layout.has_min) amx_block<16, true>(a, scale_t, min_t, cols, b, d, ds, c, yb, y_stride, n_rows, nt);
-            else amx_block<16, false>(a, scale_t, min_t, cols, b, d, ds, c, yb, y_stride, n_rows, nt);
+            if (layout.has_min) KV_BLOCK(32, true, 1);
+            else KV_BLOCK(32, false, 1);
         }
+#undef KV_BLOCK
     }
     _tile_release();
 }

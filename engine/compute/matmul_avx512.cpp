@@ -4,6 +4,7 @@
 // GCC 12 reports the _mm512_undefined_* pass-through operands inside many AVX-512 intrinsics as
 // maybe-uninitialized (GCC bug 105593, fixed in 13); the pragma must precede the headers.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 
 #include "engine/compute/matmul_kernels.h"
 #include "engine/compute/quant_blocks.h"
@@ -189,6 +190,79 @@ void panel_product(const Int8Layout& layout, const void* panel, int64_t cols, co
     }
 }
 
+// --- float weights -------------------------------------------------------------------------
+
+template <TensorType T>
+inline __m512 load_weights16(const uint8_t* row, int64_t c, __mmask16 m) {
+    if constexpr (T == TensorType::F32) {
+        return _mm512_maskz_loadu_ps(m, row + 4 * c);
+    } else if constexpr (T == TensorType::F16) {
+        return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, row + 2 * c));
+    } else {
+        // bf16 is the top half of an fp32: widen and shift.
+        return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, row + 2 * c)), 16));
+    }
+}
+
+// R rows x NT tokens: each converted weight vector serves NT tokens, each x vector R rows. The
+// column tail uses masked loads.
+template <TensorType T, int R, int NT>
+void float_tile(const uint8_t* w, size_t stride, int64_t cols, const float* x, float* y, int64_t y_stride) {
+    __m512 acc[R][NT];
+    for (int r = 0; r < R; ++r)
+        for (int t = 0; t < NT; ++t) acc[r][t] = _mm512_setzero_ps();
+    for (int64_t c = 0; c < cols; c += 16) {
+        const __mmask16 m = cols - c >= 16 ? __mmask16(0xffff) : __mmask16((1u << (cols - c)) - 1);
+        __m512 xv[NT];
+        for (int t = 0; t < NT; ++t) xv[t] = _mm512_maskz_loadu_ps(m, x + t * cols + c);
+        for (int r = 0; r < R; ++r) {
+            const __m512 wv = load_weights16<T>(w + r * stride, c, m);
+            for (int t = 0; t < NT; ++t) acc[r][t] = _mm512_fmadd_ps(wv, xv[t], acc[r][t]);
+        }
+    }
+    for (int r = 0; r < R; ++r)
+        for (int t = 0; t < NT; ++t) y[t * y_stride + r] = _mm512_reduce_add_ps(acc[r][t]);
+}
+
+template <TensorType T>
+void float_rows_t(const uint8_t* rows, size_t stride, int64_t n_rows, int64_t cols, const float* x, int64_t n_tokens,
+                  float* y, int64_t y_stride) {
+    constexpr int kTokens = 4;
+    for (int64_t t = 0; t < n_tokens; t += kTokens) {
+        const int64_t nt = n_tokens - t < kTokens ? n_tokens - t : kTokens;
+        const float* xt = x + t * cols;
+        float* yt = y + t * y_stride;
+        int64_t r = 0;
+        for (; r + 4 <= n_rows; r += 4) {
+            const uint8_t* w = rows + r * stride;
+            switch (nt) {
+                case 4: float_tile<T, 4, 4>(w, stride, cols, xt, yt + r, y_stride); break;
+                case 3: float_tile<T, 4, 3>(w, stride, cols, xt, yt + r, y_stride); break;
+                case 2: float_tile<T, 4, 2>(w, stride, cols, xt, yt + r, y_stride); break;
+                default: float_tile<T, 4, 1>(w, stride, cols, xt, yt + r, y_stride); break;
+            }
+        }
+        for (; r < n_rows; ++r) {
+            const uint8_t* w = rows + r * stride;
+            switch (nt) {
+                case 4: float_tile<T, 1, 4>(w, stride, cols, xt, yt + r, y_stride); break;
+                case 3: float_tile<T, 1, 3>(w, stride, cols, xt, yt + r, y_stride); break;
+                case 2: float_tile<T, 1, 2>(w, stride, cols, xt, yt + r, y_stride); break;
+                default: float_tile<T, 1, 1>(w, stride, cols, xt, yt + r, y_stride); break;
+            }
+        }
+    }
+}
+
+void float_rows(TensorType t, const uint8_t* rows, size_t stride, int64_t n_rows, int64_t cols, const float* x,
+                int64_t n_tokens, float* y, int64_t y_stride) {
+    switch (t) {
+        case TensorType::F32: return float_rows_t<TensorType::F32>(rows, stride, n_rows, cols, x, n_tokens, y, y_stride);
+        case TensorType::F16: return float_rows_t<TensorType::F16>(rows, stride, n_rows, cols, x, n_tokens, y, y_stride);
+        default: return float_rows_t<TensorType::BF16>(rows, stride, n_rows, cols, x, n_tokens, y, y_stride);
+    }
+}
+
 KernelSet make_kernels() {
     KernelSet k;
     install_fused(k);
@@ -197,6 +271,7 @@ KernelSet make_kernels() {
     k.fused[uint32_t(TensorType::Q5_0)] = fused_unsigned_32<BlockQ5_0, Q5_0Values>;
     k.panel_bytes = avx2_kernels().panel_bytes;
     k.pack_panel = avx2::pack_panel_unsigned;
+    k.float_rows = float_rows;
     k.panel_product = panel_product;
     return k;
 }

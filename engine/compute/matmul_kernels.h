@@ -84,6 +84,11 @@ struct KernelSet {
     // 16 * cols int8 values plus 2 * 16 * cols/group floats.
     void (*pack_panel)(TensorType t, const Int8Layout& layout, const uint8_t* rows, size_t stride, int n_rows,
                        int64_t cols, void* scratch, void* panel);
+    // Float weights (F32, F16, BF16): y[t * y_stride + r] = dot(row r, x[t]) for all tokens, x
+    // unquantized. Null where matmul.cpp's AVX2 loop serves.
+    void (*float_rows)(TensorType t, const uint8_t* rows, size_t stride, int64_t n_rows, int64_t cols, const float* x,
+                       int64_t n_tokens, float* y, int64_t y_stride) = nullptr;
+
     // y[t * y_stride + r] for tokens [t0, t1) and r in [0, n_rows) from a packed panel.
     void (*panel_product)(const Int8Layout& layout, const void* panel, int64_t cols, const QuantizedActivations& x,
                           const ActivationGroups& g, int64_t t0, int64_t t1, float* y, int64_t y_stride, int n_rows);
