@@ -109,7 +109,9 @@ void quantize_token(const float* x, int64_t cols, int64_t block, int8_t* q, floa
         __m256 amax = _mm256_setzero_ps();
         for (int64_t i = 0; i < block; i += 8) amax = _mm256_max_ps(amax, _mm256_and_ps(_mm256_loadu_ps(xb + i), abs_mask));
         const float m = hmax(amax);
-        d[b] = m / 127.0f;
+        // The 32-element formats carry the activation scale as fp16 (llama.cpp's Q8_0 block); using
+        // the same rounded scale keeps our logits on llama.cpp's, which Gemma is sensitive to.
+        d[b] = block == 32 ? fp16_to_fp32(fp32_to_fp16(m / 127.0f)) : m / 127.0f;
         const __m256 inv = _mm256_set1_ps(m > 0.0f ? 127.0f / m : 0.0f);
         for (int64_t i = 0; i < block; i += 32) {
             __m256i v[4];
