@@ -1,5 +1,6 @@
 // The default model against llama.cpp (golden data from tests/reference/make_golden_gemma3.py):
-// tokenization, logits at every position, and greedy continuations.
+// tokenization, logits at every position, and greedy continuations, measured against how far
+// llama.cpp's own two attention paths are from each other.
 #include "engine/compute/backend.h"
 #include "engine/generate/generator.h"
 #include "engine/model/model.h"
@@ -13,18 +14,68 @@
 
 using nlohmann::json;
 
+namespace {
+
+struct Agreement {
+    double top1 = 0.0;  // share of positions whose argmax is the same
+    double mad = 0.0;   // mean |logit difference| over the reference's top-10 ids
+    int64_t positions = 0;
+};
+
+// llama.cpp against itself: its default attention path (golden_gemma3.json) and its flash-attention
+// path (golden_gemma3_flash.json) round differently in f16, and Gemma 3 270M amplifies rounding
+// enough that the two disagree measurably. That disagreement is the noise floor kvchat is held to.
+Agreement llama_cpp_self_agreement(const json& a, const json& b) {
+    Agreement r;
+    int64_t same = 0, compared = 0;
+    double diff = 0.0;
+    for (size_t p = 0; p < a["prompts"].size(); ++p) {
+        const json& pa = a["prompts"][p];
+        const json& pb = b["prompts"][p];
+        for (size_t t = 0; t < pa["top_ids"].size(); ++t) {
+            ++r.positions;
+            same += pa["top_ids"][t][0] == pb["top_ids"][t][0];
+            for (size_t i = 0; i < pa["top_ids"][t].size(); ++i)
+                for (size_t j = 0; j < pb["top_ids"][t].size(); ++j)
+                    if (pa["top_ids"][t][i] == pb["top_ids"][t][j]) {
+                        diff += std::fabs(pa["top_logits"][t][i].get<double>() - pb["top_logits"][t][j].get<double>());
+                        ++compared;
+                    }
+        }
+    }
+    r.top1 = static_cast<double>(same) / r.positions;
+    r.mad = diff / compared;
+    return r;
+}
+
+int identical_greedy(const json& a, const json& b) {
+    int n = 0;
+    for (size_t p = 0; p < a["prompts"].size(); ++p) n += a["prompts"][p]["greedy"] == b["prompts"][p]["greedy"];
+    return n;
+}
+
+}  // namespace
+
 class TestGemma3Golden : public QObject {
     Q_OBJECT
     std::unique_ptr<kvchat::Model> model_;
     std::unique_ptr<kvchat::Backend> backend_;
-    json golden_;
+    json golden_, flash_;
+    Agreement floor_;
 
 private slots:
     void initTestCase() {
         std::ifstream f(kvchat::test::data_path("golden_gemma3.json"));
-        QVERIFY(f.good());
+        std::ifstream g(kvchat::test::data_path("golden_gemma3_flash.json"));
+        QVERIFY(f.good() && g.good());
         golden_ = json::parse(f);
+        flash_ = json::parse(g);
         QVERIFY(golden_["prompts"].size() >= 12);
+        QCOMPARE(flash_["prompts"].size(), golden_["prompts"].size());
+        floor_ = llama_cpp_self_agreement(golden_, flash_);
+        qInfo("llama.cpp default vs flash attention: top-1 %.4f, mean |top-10 logit difference| %.4f, greedy "
+              "identical %d of %d",
+              floor_.top1, floor_.mad, identical_greedy(golden_, flash_), int(golden_["prompts"].size()));
         model_ = kvchat::Model::load(kvchat::resolve_model_path(""));
         backend_ = kvchat::make_cpu_backend(0);
     }
@@ -38,7 +89,8 @@ private slots:
     }
 
     // Top-1 agreement and the mean absolute difference of llama.cpp's top-10 logits, over every
-    // position of every prompt.
+    // position of every prompt: at least 99% top-1 (the bound) and no further from
+    // llama.cpp than llama.cpp's own two attention paths are from each other (with 25% slack).
     void logitsMatch() {
         const int64_t n_vocab = model_->config().n_vocab;
         int64_t positions = 0, top1_same = 0, compared = 0;
@@ -68,15 +120,21 @@ private slots:
         }
         const double agreement = static_cast<double>(top1_same) / positions;
         const double mad = abs_diff / compared;
-        qInfo("top-1 agreement %.4f over %lld positions; mean |top-10 logit difference| %.4f", agreement,
-              static_cast<long long>(positions), mad);
+        qInfo("kvchat vs llama.cpp: top-1 agreement %.4f over %lld positions; mean |top-10 logit difference| %.4f",
+              agreement, static_cast<long long>(positions), mad);
         QVERIFY2(agreement >= 0.99, qPrintable(QString("top-1 agreement %1").arg(agreement)));
-        QVERIFY2(mad < 0.05, qPrintable(QString("mean abs logit difference %1").arg(mad)));
+        QVERIFY2(mad <= 1.25 * floor_.mad,
+                 qPrintable(QString("mean abs logit difference %1, llama.cpp's own %2").arg(mad).arg(floor_.mad)));
     }
 
+    // Free-running greedy continuations diverge wherever two candidates are within rounding of
+    // each other, so they are compared with llama.cpp's own agreement; teacher-forced, every step
+    // of llama.cpp's continuation must get the same argmax from kvchat at least 95% of the time.
     void greedyMatches() {
         int same = 0;
         QStringList differing;
+        int64_t forced_steps = 0, forced_same = 0;
+        const int64_t n_vocab = model_->config().n_vocab;
         for (const json& p : golden_["prompts"]) {
             const auto ids = p["tokens"].get<std::vector<int32_t>>();
             const auto want = p["greedy"].get<std::vector<int32_t>>();
@@ -87,14 +145,32 @@ private slots:
             g.sampling.greedy = true;
             g.stop_at_eos = false;  // the golden tokens are plain argmax steps
             const auto r = gen.generate(*cache, ids, g);
-            if (r.tokens == want)
+            if (r.tokens == want) {
                 ++same;
-            else
-                differing << QString::fromStdString(p["name"]);
+            } else {
+                size_t k = 0;
+                while (k < want.size() && k < r.tokens.size() && r.tokens[k] == want[k]) ++k;
+                differing << QString("%1 (from token %2)").arg(QString::fromStdString(p["name"])).arg(k);
+            }
+            // Teacher-forced: feed llama.cpp's tokens and compare each next-token choice.
+            auto forced = model_->make_default_cache(*backend_);
+            std::vector<float> logits;
+            model_->forward(*backend_, *forced, ids.data(), static_cast<int64_t>(ids.size()), kvchat::Logits::Last, logits);
+            for (size_t k = 0; k < want.size(); ++k) {
+                const int64_t ours = std::max_element(logits.begin(), logits.begin() + n_vocab) - logits.begin();
+                ++forced_steps;
+                forced_same += ours == want[k];
+                model_->forward(*backend_, *forced, &want[k], 1, kvchat::Logits::Last, logits);
+            }
         }
-        qInfo("greedy continuations identical for %d of %d prompts; differing: %s", same,
-              int(golden_["prompts"].size()), qPrintable(differing.join(", ")));
-        QVERIFY(same >= static_cast<int>(golden_["prompts"].size()) - 1);
+        const int floor_same = identical_greedy(golden_, flash_);
+        const double forced = static_cast<double>(forced_same) / forced_steps;
+        qInfo("greedy continuations identical for %d of %d prompts (llama.cpp's own paths: %d); differing: %s",
+              same, int(golden_["prompts"].size()), floor_same, qPrintable(differing.join(", ")));
+        qInfo("teacher-forced greedy steps identical: %lld of %lld (%.4f)", static_cast<long long>(forced_same),
+              static_cast<long long>(forced_steps), forced);
+        QVERIFY(same >= floor_same - 1);
+        QVERIFY2(forced >= 0.95, qPrintable(QString("teacher-forced agreement %1").arg(forced)));
     }
 };
 

@@ -6,6 +6,10 @@ parsed for special tokens), the top-10 logits at every position, and 32 greedy t
 the logits, no sampler). Run with the reference environment from setup_reference.sh:
 
     $(tests/reference/setup_reference.sh) tests/reference/make_golden_gemma3.py MODEL.gguf tests/data/golden_gemma3.json
+    $(tests/reference/setup_reference.sh) tests/reference/make_golden_gemma3.py MODEL.gguf tests/data/golden_gemma3_flash.json --flash-attn
+
+The second file is llama.cpp again with its flash-attention path: how far llama.cpp's two attention
+paths disagree with each other is the noise floor the test holds kvchat to.
 """
 import json
 import sys
@@ -41,10 +45,11 @@ TOPK = 10
 
 def main():
     model_path, out_path = sys.argv[1], sys.argv[2]
+    flash = "--flash-attn" in sys.argv[3:]
     llm = Llama(model_path=model_path, n_ctx=2048, n_batch=512, logits_all=True, n_threads=2,
-                verbose=False, seed=0)
+                flash_attn=flash, verbose=False, seed=0)
     out = {"model": "gemma-3-270m-q4_k_m.gguf", "reference": "llama.cpp via llama-cpp-python 0.3.36",
-           "topk": TOPK, "prompts": []}
+           "flash_attn": flash, "topk": TOPK, "prompts": []}
     for name, text in PROMPTS:
         toks = llm.tokenize(text.encode("utf-8"), add_bos=True, special=False)
         llm.reset()
