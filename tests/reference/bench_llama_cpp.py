@@ -38,7 +38,7 @@ def run(model, threads, n_prompt, n_gen, runs, flash):
         llm.eval(toks)
         t1 = time.perf_counter()
         for _ in range(n_gen):
-            nxt = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+            nxt = int(np.argmax(np.ctypeslib.as_array(llm._ctx.get_logits(), shape=(llm.n_vocab(),))))
             llm.eval([nxt])
         t2 = time.perf_counter()
         prefill.append(n_prompt / (t1 - t0))
