@@ -213,56 +213,65 @@ int cmd_bench_caches(const Options& o) {
             throw kvchat::Error("--context " + std::to_string(ctx) + " + --gen-tokens exceed the model's context of " +
                                 std::to_string(m.config().n_ctx_train));
         const std::vector<int32_t> ids = bench_prompt(m, ctx);
-        std::vector<int32_t> reference;
-        double ref_bytes = 0, ref_decode = 0;
         std::vector<std::string> order = specs;
         if (std::find(order.begin(), order.end(), "dynamic") == order.end()) order.insert(order.begin(), "dynamic");
         else std::stable_partition(order.begin(), order.end(), [](const std::string& s) { return s == "dynamic"; });
-        std::unique_ptr<kvchat::Cache> dynamic_cache;
-        for (const std::string& spec : order) {
-            auto cache = m.make_cache(*l.backend, spec);
+        // Prefill every strategy, then decode them in turns, one step each, so a machine whose
+        // load drifts slows all of them alike and the ratios stay meaningful.
+        struct Run {
+            std::string spec;
+            std::unique_ptr<kvchat::Cache> cache;
             std::vector<float> logits;
-            const auto t0 = std::chrono::steady_clock::now();
-            m.forward(*l.backend, *cache, ids.data(), static_cast<int64_t>(ids.size()), kvchat::Logits::Last, logits);
-            const auto t1 = std::chrono::steady_clock::now();
             std::vector<int32_t> out;
-            for (int i = 0; i < gen_tokens; ++i) {
-                const int32_t next = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
-                out.push_back(next);
-                if (i + 1 < gen_tokens) m.forward(*l.backend, *cache, &next, 1, kvchat::Logits::Last, logits);
+            double prefill = 0, decode_s = 0, conv_ms = 0;
+        };
+        std::vector<Run> runs;
+        for (const std::string& spec : order) {
+            Run r;
+            r.spec = spec;
+            r.cache = m.make_cache(*l.backend, spec);
+            const auto t0 = std::chrono::steady_clock::now();
+            m.forward(*l.backend, *r.cache, ids.data(), static_cast<int64_t>(ids.size()), kvchat::Logits::Last, r.logits);
+            r.prefill = ctx / std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+            runs.push_back(std::move(r));
+        }
+        for (int i = 0; i < gen_tokens; ++i)
+            for (Run& r : runs) {
+                const int32_t next = static_cast<int32_t>(std::max_element(r.logits.begin(), r.logits.end()) - r.logits.begin());
+                r.out.push_back(next);
+                if (i + 1 == gen_tokens) continue;
+                const auto t0 = std::chrono::steady_clock::now();
+                m.forward(*l.backend, *r.cache, &next, 1, kvchat::Logits::Last, r.logits);
+                r.decode_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
             }
-            const auto t2 = std::chrono::steady_clock::now();
-            const double prefill = ctx / std::chrono::duration<double>(t1 - t0).count();
-            const double decode = gen_tokens > 1 ? (gen_tokens - 1) / std::chrono::duration<double>(t2 - t1).count() : 0.0;
-            const kvchat::CacheTelemetry tel = cache->telemetry();
-            if (spec == "dynamic") {
-                reference = out;
-                ref_bytes = static_cast<double>(tel.total_bytes);
-                ref_decode = decode;
-            }
+        // Converting the dynamic cache (a copy of it) to each strategy.
+        for (Run& r : runs) {
+            if (r.spec == "dynamic") continue;
+            auto copy = kvchat::clone_cache(*runs[0].cache);
+            const auto c0 = std::chrono::steady_clock::now();
+            kvchat::convert(*copy, r.spec);
+            r.conv_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - c0).count();
+        }
+        const Run& ref = runs[0];
+        const double ref_bytes = static_cast<double>(ref.cache->telemetry().total_bytes);
+        const double ref_decode = gen_tokens > 1 ? (gen_tokens - 1) / ref.decode_s : 0.0;
+        for (const Run& r : runs) {
+            if (std::find(specs.begin(), specs.end(), r.spec) == specs.end()) continue;
+            const kvchat::CacheTelemetry tel = r.cache->telemetry();
+            const double decode = gen_tokens > 1 ? (gen_tokens - 1) / r.decode_s : 0.0;
             int agree = 0;
-            for (size_t i = 0; i < out.size(); ++i) agree += out[i] == reference[i];
-            double conv_ms = 0.0;
-            if (spec == "dynamic") {
-                dynamic_cache = std::move(cache);
-            } else {
-                auto copy = kvchat::clone_cache(*dynamic_cache);
-                const auto c0 = std::chrono::steady_clock::now();
-                kvchat::convert(*copy, spec);
-                conv_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - c0).count();
-            }
-            json row = {{"strategy", spec}, {"context", ctx}, {"kv_bytes", tel.total_bytes},
-                        {"kv_ratio", ref_bytes > 0 ? tel.total_bytes / ref_bytes : 0.0}, {"prefill_tok_s", prefill},
+            for (size_t i = 0; i < r.out.size(); ++i) agree += r.out[i] == ref.out[i];
+            json row = {{"strategy", r.spec}, {"context", ctx}, {"kv_bytes", tel.total_bytes},
+                        {"kv_ratio", tel.total_bytes / ref_bytes}, {"prefill_tok_s", r.prefill},
                         {"decode_tok_s", decode}, {"decode_ratio", ref_decode > 0 ? decode / ref_decode : 0.0},
-                        {"agreement", static_cast<double>(agree) / gen_tokens}, {"convert_ms", conv_ms},
+                        {"agreement", static_cast<double>(agree) / gen_tokens}, {"convert_ms", r.conv_ms},
                         {"cache", telemetry_json(tel)}};
-            if (std::find(specs.begin(), specs.end(), spec) == specs.end()) continue;
             if (o.flag("--json")) {
                 rows.push_back(row);
             } else {
-                std::printf("%-58s %7d %10.2f %6.3f %10.1f %10.2f %6.3f %6.3f %9.1f\n", spec.c_str(), ctx,
-                            tel.total_bytes / (1024.0 * 1024.0), row["kv_ratio"].get<double>(), prefill, decode,
-                            row["decode_ratio"].get<double>(), row["agreement"].get<double>(), conv_ms);
+                std::printf("%-58s %7d %10.2f %6.3f %10.1f %10.2f %6.3f %6.3f %9.1f\n", r.spec.c_str(), ctx,
+                            tel.total_bytes / (1024.0 * 1024.0), row["kv_ratio"].get<double>(), r.prefill, decode,
+                            row["decode_ratio"].get<double>(), row["agreement"].get<double>(), r.conv_ms);
                 std::fflush(stdout);
             }
         }
