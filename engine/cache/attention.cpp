@@ -127,9 +127,21 @@ struct Kernel {
     // tmp: head_dim floats, group x head_dim scaled queries, group x head_dim value-zero sums.
     void run_block(Partial& st, const float* qg, int32_t p, const QuantBlockView& b, int g, float* tmp) const {
         switch (in.kivi->nbits) {
-            case 8: return run_block_bits<8>(st, qg, p, b, g, tmp);
-            case 4: return run_block_bits<4>(st, qg, p, b, g, tmp);
-            default: return run_block_bits<2>(st, qg, p, b, g, tmp);
+            case 8: return run_block_group<8>(st, qg, p, b, g, tmp);
+            case 4: return run_block_group<4>(st, qg, p, b, g, tmp);
+            default: return run_block_group<2>(st, qg, p, b, g, tmp);
+        }
+    }
+
+    // Common head groupings get their own copy, so the per-head accumulators stay in registers.
+    template <int NB>
+    void run_block_group(Partial& st, const float* qg, int32_t p, const QuantBlockView& b, int g, float* tmp) const {
+        switch (group) {
+            case 1: return run_block_bits<NB, 1>(st, qg, p, b, g, tmp);
+            case 2: return run_block_bits<NB, 2>(st, qg, p, b, g, tmp);
+            case 4: return run_block_bits<NB, 4>(st, qg, p, b, g, tmp);
+            case 8: return run_block_bits<NB, 8>(st, qg, p, b, g, tmp);
+            default: return run_block_bits<NB, 0>(st, qg, p, b, g, tmp);
         }
     }
 
@@ -153,8 +165,9 @@ struct Kernel {
     // Keys and values are read straight from their codes: q·k = (q ⊙ scale)·codes + q·zero, and
     // each value adds p·scale·codes to the accumulator, with p·zero summed per channel group and
     // added once per block.
-    template <int NB>
+    template <int NB, int GR>
     void run_block_bits(Partial& st, const float* qg, int32_t p, const QuantBlockView& b, int g, float* tmp) const {
+        const int group = GR ? GR : this->group;
         const KiviFormat& f = *in.kivi;
         int32_t lo = b.first_pos, hi = std::min<int32_t>(b.first_pos + b.count - 1, p);
         if (in.window > 0) lo = std::max<int32_t>(lo, p - in.window + 1);
