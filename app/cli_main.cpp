@@ -4,6 +4,9 @@
 #include "engine/compute/matmul.h"
 #include "engine/compute/thread_pool.h"
 #include "engine/error.h"
+#include "engine/cache/cache_factory.h"
+#include "engine/cache/cache_spec.h"
+#include "engine/cache/convert.h"
 #include "engine/generate/generator.h"
 #include "engine/model/gguf_file.h"
 #include "engine/model/model.h"
@@ -36,10 +39,19 @@ const char* kUsage =
     "  info       what the model file holds\n"
     "  tokenize   --text TEXT: the token ids the prompt gets (JSON array, BOS included when the model adds it)\n"
     "  generate   --prompt TEXT [-n N] [--greedy | --temp T --top-k K --top-p P --min-p M\n"
-    "             --repeat-penalty R --seed S] [--stop STR]... [--no-cache] [--json]\n"
-    "             continue a prompt; --json prints one object with text, tokens and timings\n"
+    "             --repeat-penalty R --seed S] [--stop STR]... [--no-cache] [--cache SPEC] [--json]\n"
+    "             continue a prompt; --json prints one object with text, tokens, timings and the\n"
+    "             cache's telemetry\n"
     "  bench      [--prompt-tokens 512] [--gen-tokens 128] [--runs 3] [--json]\n"
     "             prefill and decode tokens per second (median of the runs)\n"
+    "  bench      --cache SPEC[,SPEC...] [--context N[,N...]] [--gen-tokens 32] [--json]\n"
+    "             one row per strategy and context: KV bytes, prefill and decode speed, the greedy\n"
+    "             tokens' agreement with dynamic, and the time to convert a dynamic cache to it\n"
+    "\n"
+    "cache strategies (--cache; combine with +, e.g. quantized:nbits=4+offloaded):\n"
+    "  dynamic | static:max_len=N | offloaded[:dir=PATH] | offloaded_static:max_len=N[,dir=PATH]\n"
+    "  quantized[:nbits=2|4|8,residual=128,group=64] | sliding_window:window=W\n"
+    "  sink:window=W,sinks=S | hybrid[:max_len=N]\n"
     "\n"
     "options for every command:\n"
     "  --model PATH    GGUF file or Hugging Face folder (default: $KVCHAT_MODEL, else\n"
@@ -71,6 +83,34 @@ int cmd_tokenize(const Options& o) {
     return 0;
 }
 
+json telemetry_json(const kvchat::CacheTelemetry& t) {
+    json j;
+    j["spec"] = t.spec;
+    j["tokens"] = t.tokens;
+    j["total_bytes"] = t.total_bytes;
+    j["bytes_fast"] = t.bytes_fast;
+    j["bytes_slow"] = t.bytes_slow;
+    j["bytes_reserved"] = t.bytes_reserved;
+    j["bytes_per_token"] = t.bytes_per_token;
+    j["moved_in_step"] = t.moved_in_step;
+    j["moved_out_step"] = t.moved_out_step;
+    j["prefetch_stall_ms"] = t.prefetch_stall_ms;
+    json layers = json::array();
+    for (const kvchat::LayerTelemetry& l : t.layers) {
+        layers.push_back({{"kind", l.kind}, {"storage", l.storage}, {"tokens_held", l.tokens_held},
+                          {"capacity", l.capacity}, {"bytes_fast", l.bytes_fast}, {"bytes_slow", l.bytes_slow},
+                          {"bytes_full_precision", l.bytes_full_precision}, {"bytes_quantized", l.bytes_quantized},
+                          {"bytes_reserved", l.bytes_reserved}, {"quantized_tokens", l.quantized_tokens},
+                          {"residual_tokens", l.residual_tokens}, {"sink_range", {l.sink_begin, l.sink_end}},
+                          {"window_range", {l.window_begin, l.window_end}}, {"evicted", l.evicted},
+                          {"moved_in_step", l.moved_in_step}, {"moved_out_step", l.moved_out_step},
+                          {"moved_in_total", l.moved_in_total}, {"moved_out_total", l.moved_out_total},
+                          {"prefetch_stall_ms", l.prefetch_stall_ms}});
+    }
+    j["layers"] = layers;
+    return j;
+}
+
 int cmd_generate(const Options& o) {
     if (!o.has("--prompt")) throw kvchat::Error("generate needs --prompt TEXT");
     const std::string prompt = o.str("--prompt");
@@ -84,7 +124,7 @@ int cmd_generate(const Options& o) {
 
     Loaded l = load_model(o);
     const auto ids = l.model->tokenizer().encode(prompt, true);
-    auto cache = l.model->make_default_cache(*l.backend);
+    auto cache = l.model->make_cache(*l.backend, o.str("--cache", "dynamic"));
     kvchat::Generator gen(*l.model, *l.backend);
     std::function<void(std::string_view)> stream;
     if (!as_json)
@@ -103,6 +143,7 @@ int cmd_generate(const Options& o) {
         j["prefill_tok_s"] = r.prefill_tok_s();
         j["decode_tok_s"] = r.decode_tok_s();
         j["kv_bytes"] = cache->bytes();
+        j["cache"] = telemetry_json(cache->telemetry());
         j["stop_reason"] = r.stop_reason;
         j["seed"] = g.sampling.seed;
         std::printf("%s\n", j.dump(-1, ' ', false, json::error_handler_t::replace).c_str());
@@ -121,7 +162,126 @@ const char* kBenchText =
     "The history of the printing press begins in the fifteenth century. Johannes Gutenberg combined movable "
     "metal type, oil-based inks and a wooden press adapted from those used for wine and olive oil. ";
 
+std::vector<int> int_list(const std::string& name, const std::string& text) {
+    std::vector<int> out;
+    size_t at = 0;
+    while (at <= text.size()) {
+        const size_t comma = text.find(',', at);
+        const std::string piece = text.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
+        size_t used = 0;
+        long long v = 0;
+        try {
+            v = std::stoll(piece, &used);
+        } catch (const std::exception&) {
+            used = 0;
+        }
+        if (piece.empty() || used != piece.size() || v < 1 || v > (1 << 24))
+            throw kvchat::Error(name + " expects whole numbers separated by commas, got '" + piece + "'");
+        out.push_back(static_cast<int>(v));
+        if (comma == std::string::npos) break;
+        at = comma + 1;
+    }
+    return out;
+}
+
+std::vector<int32_t> bench_prompt(const kvchat::Model& m, int n) {
+    std::string text;
+    std::vector<int32_t> ids;
+    while (static_cast<int>(ids.size()) < n) {
+        text += kBenchText;
+        ids = m.tokenizer().encode(text, true);
+    }
+    ids.resize(static_cast<size_t>(n));
+    return ids;
+}
+
+// One row per strategy and context: KV bytes, prefill and decode speed, the greedy tokens'
+// agreement with `dynamic`, and how long converting a dynamic cache of that context takes.
+int cmd_bench_caches(const Options& o) {
+    std::vector<std::string> specs = kvchat::split_spec_list(o.str("--cache", "dynamic"));
+    for (std::string& s : specs) s = kvchat::to_string(kvchat::parse_cache_spec(s));
+    const std::vector<int> contexts = int_list("--context", o.str("--context", "1024"));
+    const int gen_tokens = static_cast<int>(o.integer("--gen-tokens", 32, 1, 1 << 20));
+    Loaded l = load_model(o);
+    const kvchat::Model& m = *l.model;
+    json rows = json::array();
+    if (!o.flag("--json"))
+        std::printf("%-58s %7s %10s %6s %10s %10s %6s %6s %9s\n", "strategy", "context", "KV MiB", "xdyn", "prefill/s",
+                    "decode/s", "xdyn", "agree", "conv ms");
+    for (int ctx : contexts) {
+        if (ctx + gen_tokens > m.config().n_ctx_train)
+            throw kvchat::Error("--context " + std::to_string(ctx) + " + --gen-tokens exceed the model's context of " +
+                                std::to_string(m.config().n_ctx_train));
+        const std::vector<int32_t> ids = bench_prompt(m, ctx);
+        std::vector<std::string> order = specs;
+        if (std::find(order.begin(), order.end(), "dynamic") == order.end()) order.insert(order.begin(), "dynamic");
+        else std::stable_partition(order.begin(), order.end(), [](const std::string& s) { return s == "dynamic"; });
+        // Prefill every strategy, then decode them in turns, one step each, so a machine whose
+        // load drifts slows all of them alike and the ratios stay meaningful.
+        struct Run {
+            std::string spec;
+            std::unique_ptr<kvchat::Cache> cache;
+            std::vector<float> logits;
+            std::vector<int32_t> out;
+            double prefill = 0, decode_s = 0, conv_ms = 0;
+        };
+        std::vector<Run> runs;
+        for (const std::string& spec : order) {
+            Run r;
+            r.spec = spec;
+            r.cache = m.make_cache(*l.backend, spec);
+            const auto t0 = std::chrono::steady_clock::now();
+            m.forward(*l.backend, *r.cache, ids.data(), static_cast<int64_t>(ids.size()), kvchat::Logits::Last, r.logits);
+            r.prefill = ctx / std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+            runs.push_back(std::move(r));
+        }
+        for (int i = 0; i < gen_tokens; ++i)
+            for (Run& r : runs) {
+                const int32_t next = static_cast<int32_t>(std::max_element(r.logits.begin(), r.logits.end()) - r.logits.begin());
+                r.out.push_back(next);
+                if (i + 1 == gen_tokens) continue;
+                const auto t0 = std::chrono::steady_clock::now();
+                m.forward(*l.backend, *r.cache, &next, 1, kvchat::Logits::Last, r.logits);
+                r.decode_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+            }
+        // Converting the dynamic cache (a copy of it) to each strategy.
+        for (Run& r : runs) {
+            if (r.spec == "dynamic") continue;
+            auto copy = kvchat::clone_cache(*runs[0].cache);
+            const auto c0 = std::chrono::steady_clock::now();
+            kvchat::convert(*copy, r.spec);
+            r.conv_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - c0).count();
+        }
+        const Run& ref = runs[0];
+        const double ref_bytes = static_cast<double>(ref.cache->telemetry().total_bytes);
+        const double ref_decode = gen_tokens > 1 ? (gen_tokens - 1) / ref.decode_s : 0.0;
+        for (const Run& r : runs) {
+            if (std::find(specs.begin(), specs.end(), r.spec) == specs.end()) continue;
+            const kvchat::CacheTelemetry tel = r.cache->telemetry();
+            const double decode = gen_tokens > 1 ? (gen_tokens - 1) / r.decode_s : 0.0;
+            int agree = 0;
+            for (size_t i = 0; i < r.out.size(); ++i) agree += r.out[i] == ref.out[i];
+            json row = {{"strategy", r.spec}, {"context", ctx}, {"kv_bytes", tel.total_bytes},
+                        {"kv_ratio", tel.total_bytes / ref_bytes}, {"prefill_tok_s", r.prefill},
+                        {"decode_tok_s", decode}, {"decode_ratio", ref_decode > 0 ? decode / ref_decode : 0.0},
+                        {"agreement", static_cast<double>(agree) / gen_tokens}, {"convert_ms", r.conv_ms},
+                        {"cache", telemetry_json(tel)}};
+            if (o.flag("--json")) {
+                rows.push_back(row);
+            } else {
+                std::printf("%-58s %7d %10.2f %6.3f %10.1f %10.2f %6.3f %6.3f %9.1f\n", r.spec.c_str(), ctx,
+                            tel.total_bytes / (1024.0 * 1024.0), row["kv_ratio"].get<double>(), r.prefill, decode,
+                            row["decode_ratio"].get<double>(), row["agreement"].get<double>(), r.conv_ms);
+                std::fflush(stdout);
+            }
+        }
+    }
+    if (o.flag("--json")) std::printf("%s\n", rows.dump().c_str());
+    return 0;
+}
+
 int cmd_bench(const Options& o) {
+    if (o.has("--cache") || o.has("--context")) return cmd_bench_caches(o);
     const int prompt_tokens = static_cast<int>(o.integer("--prompt-tokens", 512, 1, 1 << 20));
     const int gen_tokens = static_cast<int>(o.integer("--gen-tokens", 128, 1, 1 << 20));
     const int runs = static_cast<int>(o.integer("--runs", 3, 1, 100));

@@ -1,0 +1,100 @@
+// kvchat-cli's cache options on a tiny model: --cache on generate and bench, the telemetry in
+// --json, and refusals that name the bad parameter.
+#include "support/test_paths.h"
+#include "support/tiny_model.h"
+
+#include <QJsonArray>
+#include <QJsonDocument>
+#include <QJsonObject>
+#include <QProcess>
+#include <QTemporaryDir>
+#include <QtTest>
+
+namespace {
+struct Run {
+    int code;
+    QString out;
+    QString err;
+};
+Run cli(const QStringList& args) {
+    QProcess p;
+    p.start(QString::fromUtf8(kvchat::test::cli_path()), args);
+    if (!p.waitForFinished(120000)) return {-1, {}, "timeout"};
+    return {p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -2, QString::fromUtf8(p.readAllStandardOutput()),
+            QString::fromUtf8(p.readAllStandardError())};
+}
+}  // namespace
+
+class TestCliCache : public QObject {
+    Q_OBJECT
+    QTemporaryDir dir_;
+    QString model_;
+
+private slots:
+    void initTestCase() {
+        model_ = dir_.path() + "/tiny.gguf";
+        kvchat::test::TinyModelSpec s;
+        kvchat::test::write_tiny_gguf(s, model_.toStdString());
+    }
+
+    void generateReportsTelemetry() {
+        const Run r = cli({"generate", "--model", model_, "--prompt", "the cat sat on the mat", "-n", "12", "--greedy",
+                           "--cache", "hybrid+quantized:nbits=8,residual=8,group=8", "--json", "--threads", "2"});
+        QVERIFY2(r.code == 0, qPrintable(r.err));
+        const QJsonObject j = QJsonDocument::fromJson(r.out.toUtf8()).object();
+        const QJsonObject c = j["cache"].toObject();
+        QCOMPARE(c["spec"].toString(), QString("hybrid+quantized:nbits=8,residual=8,group=8"));
+        const QJsonArray layers = c["layers"].toArray();
+        QCOMPARE(layers.size(), 6);
+        QCOMPARE(layers[0].toObject()["kind"].toString(), QString("sliding"));
+        QCOMPARE(layers[5].toObject()["kind"].toString(), QString("global"));
+        QVERIFY(layers[5].toObject()["quantized_tokens"].toInt() > 0);
+        QVERIFY(layers[0].toObject()["evicted"].toInt() > 0);
+        QVERIFY(c["total_bytes"].toDouble() > 0);
+        QVERIFY(c["bytes_per_token"].toDouble() > 0);
+    }
+
+    void benchPrintsOneRowPerStrategyAndContext() {
+        const Run r = cli({"bench", "--model", model_, "--cache", "dynamic,sink:window=8,sinks=2,quantized:nbits=4,residual=8,group=8",
+                           "--context", "16,24", "--gen-tokens", "4", "--json", "--threads", "2"});
+        QVERIFY2(r.code == 0, qPrintable(r.err));
+        const QJsonArray rows = QJsonDocument::fromJson(r.out.toUtf8()).array();
+        QCOMPARE(rows.size(), 6);
+        for (const auto& v : rows) {
+            const QJsonObject row = v.toObject();
+            QVERIFY(row["kv_bytes"].toDouble() > 0);
+            QVERIFY(row["prefill_tok_s"].toDouble() > 0);
+            QVERIFY(row["decode_tok_s"].toDouble() > 0);
+            QVERIFY(row["agreement"].toDouble() >= 0 && row["agreement"].toDouble() <= 1);
+        }
+        QCOMPARE(rows[0].toObject()["agreement"].toDouble(), 1.0);
+        QCOMPARE(rows[1].toObject()["strategy"].toString(), QString("sink:window=8,sinks=2"));
+        QVERIFY(rows[1].toObject()["kv_bytes"].toDouble() < rows[0].toObject()["kv_bytes"].toDouble());
+        // The text table has a header and one line per row.
+        const Run t = cli({"bench", "--model", model_, "--cache", "dynamic,static:max_len=40", "--context", "16",
+                           "--gen-tokens", "3", "--threads", "2"});
+        QVERIFY2(t.code == 0, qPrintable(t.err));
+        QCOMPARE(t.out.trimmed().split('\n').size(), 3);
+        QVERIFY(t.out.contains("static:max_len=40"));
+    }
+
+    void badCacheSpecsAreNamed_data() {
+        QTest::addColumn<QString>("spec");
+        QTest::addColumn<QString>("expected");
+        QTest::newRow("unknown") << "turbo" << "unknown cache strategy 'turbo'";
+        QTest::newRow("nbits") << "quantized:nbits=3" << "nbits=3";
+        QTest::newRow("sinks") << "sink:window=4,sinks=6" << "sinks=6 must be smaller than window=4";
+        QTest::newRow("max_len") << "static:max_len=3" << "max_len=3";
+        QTest::newRow("dir") << "offloaded:dir=/nonexistent/tier" << "/nonexistent/tier";
+    }
+    void badCacheSpecsAreNamed() {
+        QFETCH(QString, spec);
+        QFETCH(QString, expected);
+        const Run r = cli({"generate", "--model", model_, "--prompt", "the cat sat on the mat", "-n", "2", "--cache", spec});
+        QCOMPARE(r.code, 2);
+        QVERIFY2(r.err.contains(expected), qPrintable(r.err));
+    }
+};
+
+QTEST_GUILESS_MAIN(TestCliCache)
+#include "test_cli_cache.moc"
