@@ -60,7 +60,7 @@ AxisLayer::AxisLayer(const LayerSpec& spec, const LayerConfig& cfg, ThreadPool& 
         if (hd % vg != 0)
             throw Error("quantized: group=" + std::to_string(cfg_.group) + " must divide the head size " +
                         std::to_string(hd) + " (or exceed it)");
-        if (kv_dim_ % 8 != 0) throw Error("quantized: the kv width " + std::to_string(kv_dim_) + " is not a multiple of 8");
+        if (hd % 8 != 0) throw Error("quantized: the head size " + std::to_string(hd) + " is not a multiple of 8");
         kivi_ = KiviFormat(cfg_.nbits, cfg_.group, vg, static_cast<int>(kv_dim_));
     }
     if (full()) {

@@ -159,7 +159,8 @@ LoadedSnapshot load_snapshot(const std::string& path, const std::vector<LayerSpe
         if (r.get<uint32_t>("layer index") != i) r.fail("layers are out of order");
         cache.layer(i).load_state(r);
         if (r.remaining() != 0) r.fail("trailing bytes after the layer");
-        if (cache.layer(i).tokens_held() > n_tokens) r.fail("holds more tokens than the snapshot's history");
+        if (cache.layer(i).tokens_held() > n_tokens || cache.layer(i).end_position() != n_tokens)
+            r.fail("does not line up with the snapshot's token history");
     }
     cache.append_tokens(tokens.data(), n_tokens);
     for (uint32_t c = 0; c < n_checkpoints; ++c) {
