@@ -436,7 +436,8 @@ void AxisLayer::load_state(ByteReader& r) {
             static_cast<uint64_t>(n_slots) * sizeof(int32_t) > r.remaining())
             r.fail("layer " + std::to_string(spec_.index) + ": bad slot count " + std::to_string(n_slots));
         std::vector<int32_t> pos(static_cast<size_t>(n_slots));
-        std::memcpy(pos.data(), r.take(pos.size() * sizeof(int32_t), "slot positions"), pos.size() * sizeof(int32_t));
+        const char* pos_bytes = r.take(pos.size() * sizeof(int32_t), "slot positions");
+        if (!pos.empty()) std::memcpy(pos.data(), pos_bytes, pos.size() * sizeof(int32_t));
         for (int64_t i = 0; i < n_slots; ++i) {
             const int32_t p = pos[static_cast<size_t>(i)];
             const bool ok = ordered() ? p == i : p == kEmpty || (p >= 0 && p < next && slot_index(p) == i);
