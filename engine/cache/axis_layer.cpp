@@ -60,7 +60,7 @@ AxisLayer::AxisLayer(const LayerSpec& spec, const LayerConfig& cfg, ThreadPool& 
         if (hd % vg != 0)
             throw Error("quantized: group=" + std::to_string(cfg_.group) + " must divide the head size " +
                         std::to_string(hd) + " (or exceed it)");
-        if (kv_dim_ % 8 != 0) throw Error("quantized: the kv width " + std::to_string(kv_dim_) + " is not a multiple of 8");
+        if (hd % 8 != 0) throw Error("quantized: the head size " + std::to_string(hd) + " is not a multiple of 8");
         kivi_ = KiviFormat(cfg_.nbits, cfg_.group, vg, static_cast<int>(kv_dim_));
     }
     if (full()) {
@@ -436,7 +436,8 @@ void AxisLayer::load_state(ByteReader& r) {
             static_cast<uint64_t>(n_slots) * sizeof(int32_t) > r.remaining())
             r.fail("layer " + std::to_string(spec_.index) + ": bad slot count " + std::to_string(n_slots));
         std::vector<int32_t> pos(static_cast<size_t>(n_slots));
-        std::memcpy(pos.data(), r.take(pos.size() * sizeof(int32_t), "slot positions"), pos.size() * sizeof(int32_t));
+        const char* pos_bytes = r.take(pos.size() * sizeof(int32_t), "slot positions");
+        if (!pos.empty()) std::memcpy(pos.data(), pos_bytes, pos.size() * sizeof(int32_t));
         for (int64_t i = 0; i < n_slots; ++i) {
             const int32_t p = pos[static_cast<size_t>(i)];
             const bool ok = ordered() ? p == i : p == kEmpty || (p >= 0 && p < next && slot_index(p) == i);

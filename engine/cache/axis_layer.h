@@ -39,6 +39,7 @@ public:
     void crop(int64_t n_tokens) override;
     void reset() override;
     int64_t tokens_held() const override;
+    int64_t end_position() const override { return next_pos_; }
     LayerTelemetry telemetry() const override;
     void check_room(int64_t first, int64_t n) const override;
     bool can_crop_to(int64_t n) const override;

@@ -73,6 +73,8 @@ public:
     virtual void crop(int64_t n_tokens) = 0;
     virtual void reset() = 0;
     virtual int64_t tokens_held() const = 0;
+    // One past the last position the layer has seen (0 when empty).
+    virtual int64_t end_position() const = 0;
     virtual LayerTelemetry telemetry() const = 0;
 
     // Throws kvchat::Error when positions [first, first + n) do not fit (a fixed capacity).

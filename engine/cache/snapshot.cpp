@@ -133,7 +133,8 @@ LoadedSnapshot load_snapshot(const std::string& path, const std::vector<LayerSpe
     if (n_tokens < 0 || static_cast<uint64_t>(n_tokens) > head.remaining() / sizeof(int32_t))
         head.fail("bad token count " + std::to_string(n_tokens));
     std::vector<int32_t> tokens(static_cast<size_t>(n_tokens));
-    std::memcpy(tokens.data(), head.take(tokens.size() * sizeof(int32_t), "token ids"), tokens.size() * sizeof(int32_t));
+    const char* token_bytes = head.take(tokens.size() * sizeof(int32_t), "token ids");
+    if (!tokens.empty()) std::memcpy(tokens.data(), token_bytes, tokens.size() * sizeof(int32_t));
     for (int32_t t : tokens)
         if (t < 0) head.fail("negative token id");
     const uint32_t n_layers = head.get<uint32_t>("layer count");
@@ -159,7 +160,8 @@ LoadedSnapshot load_snapshot(const std::string& path, const std::vector<LayerSpe
         if (r.get<uint32_t>("layer index") != i) r.fail("layers are out of order");
         cache.layer(i).load_state(r);
         if (r.remaining() != 0) r.fail("trailing bytes after the layer");
-        if (cache.layer(i).tokens_held() > n_tokens) r.fail("holds more tokens than the snapshot's history");
+        if (cache.layer(i).tokens_held() > n_tokens || cache.layer(i).end_position() != n_tokens)
+            r.fail("does not line up with the snapshot's token history");
     }
     cache.append_tokens(tokens.data(), n_tokens);
     for (uint32_t c = 0; c < n_checkpoints; ++c) {
