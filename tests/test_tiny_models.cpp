@@ -130,6 +130,33 @@ private slots:
         QVERIFY2(err < 1e-5, qPrintable(QString("relative error %1").arg(err)));
     }
 
+    // A sink cache runs past the model's context; every other strategy stops there.
+    void sinkRunsPastContext() {
+        TinyModelSpec s;
+        s.arch = "llama";
+        s.n_layer = 2;
+        s.n_ctx = 48;
+        QTemporaryDir dir;
+        const std::string path = (dir.path() + "/tiny.gguf").toStdString();
+        kvchat::test::write_tiny_gguf(s, path);
+        auto model = kvchat::Model::load(path);
+        auto backend = kvchat::make_cpu_backend(1);
+        kvchat::Generator gen(*model, *backend);
+        kvchat::GenerationConfig g;
+        g.max_new_tokens = 100;
+        g.sampling.greedy = true;
+        g.stop_at_eos = false;
+        auto dynamic = model->make_cache(*backend, "dynamic");
+        const auto bounded = gen.generate(*dynamic, kTokens, g);
+        QCOMPARE(bounded.stop_reason, std::string("context_full"));
+        QCOMPARE(static_cast<int64_t>(kTokens.size() + bounded.tokens.size()), int64_t(48));
+        auto sink = model->make_cache(*backend, "sink:window=16,sinks=2");
+        const auto endless = gen.generate(*sink, kTokens, g);
+        QCOMPARE(endless.stop_reason, std::string("max_new_tokens"));
+        QCOMPARE(endless.tokens.size(), size_t(100));
+        QVERIFY(sink->seq_length() > 48);
+    }
+
     // Generation with the cache gives exactly the tokens of recomputing the whole context.
     void cacheEqualsNoCache_data() {
         QTest::addColumn<QString>("arch");

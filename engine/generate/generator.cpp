@@ -1,8 +1,10 @@
 #include "engine/generate/generator.h"
 
+#include "engine/cache/cache_spec.h"
 #include "engine/error.h"
 
 #include <chrono>
+#include <climits>
 #include <utility>
 
 namespace kvchat {
@@ -60,7 +62,12 @@ GenerationResult Generator::generate(Cache& cache, const std::vector<int32_t>& i
     validate(config.sampling);
     if (input.empty()) throw Error("the prompt is empty: give at least one token of input");
     if (config.max_new_tokens < 0) throw Error("-n must not be negative");
-    const int64_t max_ctx = config.max_context > 0 ? config.max_context : mc.n_ctx_train;
+    // A sink cache places tokens at their rank in the cache, so it never leaves the positions the
+    // model was trained on and may run on indefinitely (bounded by 32-bit positions).
+    const bool sink = parse_cache_spec(cache.spec()).retention == RetentionKind::Sink;
+    const int64_t max_ctx = config.max_context > 0 ? config.max_context
+                            : sink                 ? int64_t{INT32_MAX}
+                                                   : mc.n_ctx_train;
     const int64_t needed = cache.seq_length() + static_cast<int64_t>(input.size());
     if (needed > max_ctx)
         throw Error("the prompt needs " + std::to_string(needed) + " tokens of context but the limit is " +

@@ -116,7 +116,7 @@ ReferenceModel write_tiny_gguf(const TinyModelSpec& s, const std::string& path) 
     w.add_uint32(a + "attention.head_count_kv", static_cast<uint32_t>(s.n_head_kv));
     w.add_uint32(a + "attention.key_length", static_cast<uint32_t>(s.head_dim));
     w.add_uint32(a + "attention.value_length", static_cast<uint32_t>(s.head_dim));
-    w.add_uint32(a + "context_length", 2048);
+    w.add_uint32(a + "context_length", static_cast<uint32_t>(s.n_ctx));
     w.add_float32(a + "attention.layer_norm_rms_epsilon", 1e-6f);
     w.add_float32(a + "rope.freq_base", static_cast<float>(s.rope_base));
     if (s.sliding_window > 0) w.add_uint32(a + "attention.sliding_window", static_cast<uint32_t>(s.sliding_window));
