@@ -52,10 +52,4 @@ size_t append_valid_utf8(std::string_view s, bool at_end, std::string& out) {
     return n;
 }
 
-bool is_valid_utf8(std::string_view bytes) {
-    std::string copy;
-    copy.reserve(bytes.size());
-    return append_valid_utf8(bytes, true, copy) == bytes.size() && copy == bytes;
-}
-
 }  // namespace kvchat

@@ -11,6 +11,6 @@ namespace kvchat {
 // Returns how many bytes of `bytes` were consumed.
 size_t append_valid_utf8(std::string_view bytes, bool at_end, std::string& out);
 
-bool is_valid_utf8(std::string_view bytes);
+// (is_valid_utf8 lives in engine/common/utf8.h, shared with the store.)
 
 }  // namespace kvchat
