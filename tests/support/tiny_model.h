@@ -23,6 +23,7 @@ struct TinyModelSpec {
     TensorType weight_type = TensorType::F32;
     uint32_t seed = 1;
     double rope_base = 1000000.0;  // global layers; Gemma's sliding layers use 10,000
+    std::string chat_template;     // tokenizer.chat_template; empty: the key is left out
 };
 
 // Weights as the reference uses them: matrices row-major rows x cols in double.

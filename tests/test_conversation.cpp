@@ -1,0 +1,208 @@
+// Conversations on tiny models: every turn with the cache answers exactly as a fresh cache that
+// prefills the whole rendered transcript (the reference), and prefills only what changed.
+// Regenerate, edit, stop mid-answer, the context refusal and the live retention switch.
+#include "engine/chat/conversation.h"
+#include "engine/chat/conversation_cache.h"
+#include "engine/compute/backend.h"
+#include "engine/error.h"
+#include "support/tiny_model.h"
+
+#include <QTemporaryDir>
+#include <QtTest>
+
+using namespace kvchat;
+
+namespace {
+
+struct Tiny {
+    QTemporaryDir dir;
+    std::unique_ptr<Model> model;
+    std::unique_ptr<Backend> backend;
+};
+
+std::unique_ptr<Tiny> tiny(const std::string& arch) {
+    auto t = std::make_unique<Tiny>();
+    test::TinyModelSpec spec;
+    spec.arch = arch;
+    spec.n_layer = arch == "gemma3" ? 6 : 2;
+    spec.n_embd = 64;
+    spec.n_head = 2;
+    spec.n_head_kv = 1;
+    spec.head_dim = 32;
+    spec.n_ff = 128;
+    spec.sliding_window = arch == "gemma3" ? 8 : 0;
+    const std::string path = (t->dir.path() + "/m.gguf").toStdString();
+    test::write_tiny_gguf(spec, path);
+    t->model = Model::load(path);
+    t->backend = make_cpu_backend(2);
+    return t;
+}
+
+TurnOptions greedy(int n) {
+    TurnOptions o;
+    o.generation.max_new_tokens = n;
+    o.generation.sampling.greedy = true;
+    return o;
+}
+
+// The reference: a fresh cache, the whole transcript rendered and prefilled, greedy decoding.
+std::string reference_reply(const Tiny& t, const ChatTemplate& tmpl, const std::vector<ChatMessage>& msgs, int n) {
+    const RenderedChat r = tmpl.render(msgs, true);
+    auto cache = t.model->make_default_cache(*t.backend);
+    Generator gen(*t.model, *t.backend);
+    GenerationConfig g = greedy(n).generation;
+    g.stop_tokens = tmpl.stop_tokens();
+    g.stop_strings = tmpl.stop_strings();
+    return gen.generate(*cache, r.tokens, g).text;
+}
+
+}  // namespace
+
+class TestConversation : public QObject {
+    Q_OBJECT
+private slots:
+    void multiTurnMatchesRecomputing_data() {
+        QTest::addColumn<QString>("arch");
+        QTest::addColumn<QString>("spec");
+        QTest::newRow("gemma3 dynamic") << "gemma3" << "dynamic";
+        QTest::newRow("llama dynamic") << "llama" << "dynamic";
+    }
+    void multiTurnMatchesRecomputing() {
+        QFETCH(QString, arch);
+        QFETCH(QString, spec);
+        auto t = tiny(arch.toStdString());
+        Conversation c(*t->model, *t->backend, ChatTemplate::for_model(*t->model), spec.toStdString());
+        c.append(Role::System, "the cat");
+        const char* turns[] = {"the mat", "a cat sat", "on the mat", "the"};
+        int64_t previous_total = 0;
+        for (const char* msg : turns) {
+            std::vector<ChatMessage> expected_msgs = c.messages();
+            expected_msgs.push_back({Role::User, msg});
+            const std::string expected = reference_reply(*t, c.chat_template(), expected_msgs, 12);
+            const TurnResult r = c.send(msg, greedy(12));
+            QCOMPARE(r.text, expected);
+            QCOMPARE(c.messages().back().content, expected);
+            QCOMPARE(r.prefill_tokens + r.cached_tokens, r.prompt_tokens);
+            if (previous_total > 0) {
+                // Everything of the earlier turns that renders the same stays in the cache.
+                QVERIFY2(r.cached_tokens > 0, "nothing was reused");
+                QVERIFY(r.prefill_tokens < r.prompt_tokens);
+            }
+            previous_total = r.prompt_tokens;
+        }
+    }
+
+    void regenerateKeepsEarlierConversation_data() {
+        QTest::addColumn<QString>("arch");
+        QTest::newRow("gemma3") << "gemma3";
+        QTest::newRow("llama") << "llama";
+    }
+    void regenerateKeepsEarlierConversation() {
+        QFETCH(QString, arch);
+        auto t = tiny(arch.toStdString());
+        Conversation c(*t->model, *t->backend, ChatTemplate::for_model(*t->model), "dynamic");
+        c.send("the cat", greedy(8));
+        c.send("sat on the mat", greedy(8));
+        const std::vector<ChatMessage> before(c.messages().begin(), c.messages().end() - 1);
+        const RenderedChat prompt = c.chat_template().render(before, true);
+        const TurnResult r = c.regenerate(greedy(8));
+        QCOMPARE(r.text, reference_reply(*t, c.chat_template(), before, 8));
+        // Only the generation prompt (at most) is computed again, never the earlier conversation.
+        const int64_t last_message_start = prompt.message_starts.back();
+        QVERIFY2(r.cached_tokens >= last_message_start,
+                 qPrintable(QString("reused %1 of %2").arg(r.cached_tokens).arg(last_message_start)));
+        QVERIFY(r.prefill_tokens <= static_cast<int64_t>(prompt.tokens.size()) - last_message_start);
+        QCOMPARE(c.messages().size(), before.size() + 1);
+    }
+
+    void editLastMessageCropsToIt() {
+        auto t = tiny("gemma3");
+        Conversation c(*t->model, *t->backend, ChatTemplate::for_model(*t->model), "dynamic");
+        c.send("the cat", greedy(8));
+        c.send("sat on the mat", greedy(8));
+        const size_t last_user = c.messages().size() - 2;
+        std::vector<ChatMessage> edited(c.messages().begin(), c.messages().begin() + last_user + 1);
+        edited.back().content = "a cat on a mat";
+        const RenderedChat prompt = c.chat_template().render(edited, true);
+        c.edit(last_user, "a cat on a mat");
+        const TurnResult r = c.respond(greedy(8));
+        QCOMPARE(r.text, reference_reply(*t, c.chat_template(), edited, 8));
+        // Everything before the edited message is kept (and its unchanged opening markers).
+        QVERIFY(r.cached_tokens >= prompt.message_starts[last_user]);
+        QVERIFY(r.cached_tokens < prompt.message_starts[last_user] + 8);
+        QCOMPARE(r.prefill_tokens + r.cached_tokens, static_cast<int64_t>(prompt.tokens.size()));
+    }
+
+    void editEarlierMessageContinues() {
+        auto t = tiny("llama");
+        Conversation c(*t->model, *t->backend, ChatTemplate::for_model(*t->model), "dynamic");
+        c.send("the cat", greedy(6));
+        c.send("sat on the mat", greedy(6));
+        c.edit(0, "a mat");
+        QCOMPARE(c.messages().size(), size_t(1));
+        const TurnResult r = c.respond(greedy(6));
+        QCOMPARE(r.text, reference_reply(*t, c.chat_template(), {{Role::User, "a mat"}}, 6));
+        // And the next turn goes on from the edited history.
+        std::vector<ChatMessage> next = c.messages();
+        next.push_back({Role::User, "the"});
+        QCOMPARE(c.send("the", greedy(6)).text, reference_reply(*t, c.chat_template(), next, 6));
+    }
+
+    void stopKeepsPartialAnswerAndCacheMatches() {
+        auto t = tiny("gemma3");
+        Conversation c(*t->model, *t->backend, ChatTemplate::for_model(*t->model), "dynamic");
+        const RenderedChat prompt = c.chat_template().render({{Role::User, "the cat"}}, true);
+        std::atomic<bool> stop{false};
+        int pieces = 0;
+        TurnOptions o = greedy(40);
+        o.generation.stop_at_eos = false;
+        const TurnResult r = c.send("the cat", o, [&](std::string_view) {
+            if (++pieces == 3) stop = true;
+        }, &stop);
+        QCOMPARE(r.stop_reason, std::string("cancelled"));
+        QVERIFY(!r.tokens.empty() && r.tokens.size() < 40);
+        QCOMPARE(c.messages().size(), size_t(2));
+        QCOMPARE(c.messages().back().content, r.text);
+        // The cache holds the prompt and exactly the reply's tokens.
+        std::vector<int32_t> expected = prompt.tokens;
+        expected.insert(expected.end(), r.tokens.begin(), r.tokens.end());
+        QCOMPARE(c.cache().tokens(), expected);
+        // The conversation goes on as if the partial answer had been the whole answer.
+        std::vector<ChatMessage> next = c.messages();
+        next.push_back({Role::User, "on the mat"});
+        QCOMPARE(c.send("on the mat", greedy(8)).text, reference_reply(*t, c.chat_template(), next, 8));
+    }
+
+    void refusesWhatDoesNotFit() {
+        auto t = tiny("llama");
+        Conversation c(*t->model, *t->backend, ChatTemplate::for_model(*t->model), "dynamic");
+        c.send("the cat", greedy(4));
+        const auto before = c.messages();
+        std::string huge;
+        for (int i = 0; i < 700; ++i) huge += "the cat ";  // beyond the tiny model's 2048 tokens
+        try {
+            c.send(huge, greedy(4));
+            QFAIL("a turn beyond the context was accepted");
+        } catch (const Error& e) {
+            QVERIFY2(QString(e.what()).contains("context"), e.what());
+            QVERIFY2(QString(e.what()).contains("sink or sliding"), e.what());
+        }
+        QCOMPARE(c.messages().size(), before.size());
+        QCOMPARE(c.messages().back().content, before.back().content);
+    }
+
+    void lostCacheIsRebuiltFromTranscript() {
+        auto t = tiny("gemma3");
+        Conversation c(*t->model, *t->backend, ChatTemplate::for_model(*t->model), "dynamic");
+        c.send("the cat", greedy(6));
+        c.release_cache();
+        std::vector<ChatMessage> next = c.messages();
+        next.push_back({Role::User, "a mat"});
+        const TurnResult r = c.send("a mat", greedy(6));
+        QCOMPARE(r.cached_tokens, int64_t(0));
+        QCOMPARE(r.text, reference_reply(*t, c.chat_template(), next, 6));
+    }
+};
+
+QTEST_GUILESS_MAIN(TestConversation)
+#include "test_conversation.moc"
