@@ -227,7 +227,8 @@ TurnResult ConversationRegistry::send(std::string_view title, std::string_view t
                 notices.push_back("reused the cache of prefix " + quoted(p->name) + " (" +
                                   std::to_string(p->tokens.size()) + " tokens)");
             }
-        store_.append_message(e.id, Role::User, fixed.text);
+        // The raw text, so the store records that it repaired it (it repairs it the same way).
+        store_.append_message(e.id, Role::User, text);
     } catch (...) {
         c.truncate(c.messages().size() - 1);
         throw;
@@ -292,7 +293,7 @@ TurnResult ConversationRegistry::edit(std::string_view title, size_t ordinal, st
     c.check_fits(c.chat_template().render(edited, true), options);
     const std::vector<MessageRecord> stored = store_.list_messages(e.id);
     if (ordinal >= stored.size()) throw Error("the store lacks message " + std::to_string(ordinal));
-    store_.update_message_content(stored[ordinal].id, fixed.text);
+    store_.update_message_content(stored[ordinal].id, text);
     store_.delete_messages_after(e.id, static_cast<int64_t>(ordinal));
     c.edit(ordinal, fixed.text);
     const size_t before = c.messages().size();
