@@ -37,8 +37,9 @@ const char* kUsage =
     "  info       what the model file holds\n"
     "  tokenize   --text TEXT: the token ids the prompt gets (JSON array, BOS included when the model adds it)\n"
     "  generate   --prompt TEXT [-n N] [--greedy | --temp T --top-k K --top-p P --min-p M\n"
-    "             --repeat-penalty R --seed S] [--stop STR]... [--no-cache] [--json]\n"
-    "             continue a prompt; --json prints one object with text, tokens and timings\n"
+    "             --repeat-penalty R --seed S] [--stop STR]... [--no-cache] [--cache SPEC] [--json]\n"
+    "             continue a prompt; --json prints one object with text, tokens, timings and the\n"
+    "             cache's telemetry\n"
     "  bench      [--prompt-tokens 512] [--gen-tokens 128] [--runs 3] [--json]\n"
     "             prefill and decode tokens per second (median of the runs)\n"
     "  chat       [--db PATH] --conversation NAME [--prefix NAME] [--cache SPEC] [--system TEXT]\n"
@@ -81,6 +82,34 @@ int cmd_tokenize(const Options& o) {
     return 0;
 }
 
+json telemetry_json(const kvchat::CacheTelemetry& t) {
+    json j;
+    j["spec"] = t.spec;
+    j["tokens"] = t.tokens;
+    j["total_bytes"] = t.total_bytes;
+    j["bytes_fast"] = t.bytes_fast;
+    j["bytes_slow"] = t.bytes_slow;
+    j["bytes_reserved"] = t.bytes_reserved;
+    j["bytes_per_token"] = t.bytes_per_token;
+    j["moved_in_step"] = t.moved_in_step;
+    j["moved_out_step"] = t.moved_out_step;
+    j["prefetch_stall_ms"] = t.prefetch_stall_ms;
+    json layers = json::array();
+    for (const kvchat::LayerTelemetry& l : t.layers) {
+        layers.push_back({{"kind", l.kind}, {"storage", l.storage}, {"tokens_held", l.tokens_held},
+                          {"capacity", l.capacity}, {"bytes_fast", l.bytes_fast}, {"bytes_slow", l.bytes_slow},
+                          {"bytes_full_precision", l.bytes_full_precision}, {"bytes_quantized", l.bytes_quantized},
+                          {"bytes_reserved", l.bytes_reserved}, {"quantized_tokens", l.quantized_tokens},
+                          {"residual_tokens", l.residual_tokens}, {"sink_range", {l.sink_begin, l.sink_end}},
+                          {"window_range", {l.window_begin, l.window_end}}, {"evicted", l.evicted},
+                          {"moved_in_step", l.moved_in_step}, {"moved_out_step", l.moved_out_step},
+                          {"moved_in_total", l.moved_in_total}, {"moved_out_total", l.moved_out_total},
+                          {"prefetch_stall_ms", l.prefetch_stall_ms}});
+    }
+    j["layers"] = layers;
+    return j;
+}
+
 int cmd_generate(const Options& o) {
     if (!o.has("--prompt")) throw kvchat::Error("generate needs --prompt TEXT");
     const std::string prompt = o.str("--prompt");
@@ -94,7 +123,7 @@ int cmd_generate(const Options& o) {
 
     Loaded l = load_model(o);
     const auto ids = l.model->tokenizer().encode(prompt, true);
-    auto cache = l.model->make_default_cache(*l.backend);
+    auto cache = l.model->make_cache(*l.backend, o.str("--cache", "dynamic"));
     kvchat::Generator gen(*l.model, *l.backend);
     std::function<void(std::string_view)> stream;
     if (!as_json)
@@ -113,6 +142,7 @@ int cmd_generate(const Options& o) {
         j["prefill_tok_s"] = r.prefill_tok_s();
         j["decode_tok_s"] = r.decode_tok_s();
         j["kv_bytes"] = cache->bytes();
+        j["cache"] = telemetry_json(cache->telemetry());
         j["stop_reason"] = r.stop_reason;
         j["seed"] = g.sampling.seed;
         std::printf("%s\n", j.dump(-1, ' ', false, json::error_handler_t::replace).c_str());

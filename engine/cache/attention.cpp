@@ -13,7 +13,7 @@ namespace kvchat {
 
 namespace {
 
-constexpr int kBlock = 64;     // slots scored before the running softmax is updated
+constexpr int kBlock = 64;     // f32 slots scored before the running softmax is updated
 constexpr int kMaxGroup = 16;  // query heads per kv head handled together
 
 inline float hsum(__m256 v) {
@@ -45,70 +45,222 @@ inline void scale_add(float* acc, float c, float p, const float* v, int n) {
     for (; i < n; ++i) acc[i] = acc[i] * c + p * v[i];
 }
 
-}  // namespace
+inline void scale(float* acc, float c, int n) {
+    const __m256 vc = _mm256_set1_ps(c);
+    int i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(acc + i, _mm256_mul_ps(vc, _mm256_loadu_ps(acc + i)));
+    for (; i < n; ++i) acc[i] *= c;
+}
 
-void attend_slots(const float* q, const int32_t* qpos, int64_t n_q, const SlotView& slots,
-                  const AttentionShape& shape, int window, float* out, ThreadPool& pool) {
-    const int hd = shape.head_dim;
-    const int n_kv = shape.n_head_kv;
-    const int group = shape.n_head / n_kv;
-    const int64_t q_stride = static_cast<int64_t>(shape.n_head) * hd;
-    const float neg_inf = -std::numeric_limits<float>::infinity();
+// acc += a * codes + b (n floats)
+inline void affine_add(float* acc, float a, float b, const float* codes, int n) {
+    const __m256 va = _mm256_set1_ps(a), vb = _mm256_set1_ps(b);
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(acc + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(codes + i), _mm256_add_ps(vb, _mm256_loadu_ps(acc + i))));
+    for (; i < n; ++i) acc[i] += a * codes[i] + b;
+}
 
-    pool.parallel_for(n_q * n_kv, [&](int64_t begin, int64_t end) {
-        std::vector<float> acc(static_cast<size_t>(group) * hd);
+// One unit of work along the slots: 64 f32 slots of one view, or one quantized block.
+struct Unit {
+    int view;        // index into slots, or -1 for a block
+    int64_t begin;   // first slot, or block index
+    int count;
+};
+
+// Running softmax state of `group` query heads: max, sum and the weighted value sum.
+struct Partial {
+    float m[kMaxGroup], l[kMaxGroup];
+    float* acc;  // group x head_dim
+};
+
+struct Kernel {
+    const AttentionInput& in;
+    const AttentionShape& s;
+    int hd, n_kv, group;
+    int64_t q_stride;
+    float neg_inf = -std::numeric_limits<float>::infinity();
+
+    float score_of(float raw) const {
+        float x = raw * s.scale;
+        if (s.softcap > 0.0f) x = s.softcap * std::tanh(x / s.softcap);
+        return x;
+    }
+
+    // Folds scores[h][0..nv) into the running state; value(a, h, c, p) adds p * value of visible
+    // slot a to acc row h after it was rescaled by c.
+    template <class AddValues>
+    void update(Partial& st, float (*scores)[kBlock], int nv, AddValues add_values) const {
+        float cs[kMaxGroup], mx[kMaxGroup];
+        for (int h = 0; h < group; ++h) {
+            float bmax = neg_inf;
+            for (int a = 0; a < nv; ++a) bmax = std::max(bmax, scores[h][a]);
+            mx[h] = std::max(st.m[h], bmax);
+            cs[h] = st.m[h] == neg_inf ? 0.0f : std::exp(st.m[h] - mx[h]);
+            float lsum = st.l[h] * cs[h];
+            for (int a = 0; a < nv; ++a) lsum += (scores[h][a] = std::exp(scores[h][a] - mx[h]));
+            st.l[h] = lsum;
+            st.m[h] = mx[h];
+        }
+        add_values(cs);
+    }
+
+    void run_slots(Partial& st, const float* qg, const float* qsg, int32_t p, const SlotView& sv, int64_t j0, int nb,
+                   int g) const {
         float scores[kMaxGroup][kBlock];
         int visible[kBlock];
-        for (int64_t idx = begin; idx < end; ++idx) {
-            const int64_t t = idx / n_kv;
-            const int g = static_cast<int>(idx % n_kv);
-            const int32_t p = qpos[t];
-            const float* qg = q + t * q_stride + static_cast<int64_t>(g) * group * hd;
-            float m[kMaxGroup], l[kMaxGroup];
-            std::fill(m, m + group, neg_inf);
-            std::fill(l, l + group, 0.0f);
-            std::fill(acc.begin(), acc.end(), 0.0f);
-
-            for (int64_t j0 = 0; j0 < slots.n; j0 += kBlock) {
-                const int nb = static_cast<int>(std::min<int64_t>(kBlock, slots.n - j0));
-                int nv = 0;
-                for (int j = 0; j < nb; ++j) {
-                    const int32_t sp = slots.pos[j0 + j];
-                    if (sp <= p && (window == 0 || p - sp < window)) visible[nv++] = j;
-                }
-                if (nv == 0) continue;
-                for (int h = 0; h < group; ++h) {
-                    float bmax = neg_inf;
-                    for (int a = 0; a < nv; ++a) {
-                        const float* kj = slots.k + (j0 + visible[a]) * slots.stride + static_cast<int64_t>(g) * hd;
-                        float s = dot(qg + static_cast<int64_t>(h) * hd, kj, hd) * shape.scale;
-                        if (shape.softcap > 0.0f) s = shape.softcap * std::tanh(s / shape.softcap);
-                        scores[h][a] = s;
-                        bmax = std::max(bmax, s);
-                    }
-                    const float new_m = std::max(m[h], bmax);
-                    const float c = m[h] == neg_inf ? 0.0f : std::exp(m[h] - new_m);
-                    float* ah = acc.data() + static_cast<size_t>(h) * hd;
-                    float lsum = l[h] * c;
-                    bool first = true;
-                    for (int a = 0; a < nv; ++a) {
-                        const float pr = std::exp(scores[h][a] - new_m);
-                        lsum += pr;
-                        const float* vj = slots.v + (j0 + visible[a]) * slots.stride + static_cast<int64_t>(g) * hd;
-                        scale_add(ah, first ? c : 1.0f, pr, vj, hd);
-                        first = false;
-                    }
-                    l[h] = lsum;
-                    m[h] = new_m;
+        int nv = 0;
+        for (int j = 0; j < nb; ++j) {
+            const int32_t sp = sv.pos[j0 + j];
+            if (sp <= p && (sp < in.sink_end || in.window == 0 || p - sp < in.window)) visible[nv++] = j;
+        }
+        if (nv == 0) return;
+        for (int h = 0; h < group; ++h)
+            for (int a = 0; a < nv; ++a) {
+                const int64_t j = j0 + visible[a];
+                const float* qh = (sv.pos[j] < in.sink_end && qsg ? qsg : qg) + static_cast<int64_t>(h) * hd;
+                scores[h][a] = score_of(dot(qh, sv.k + j * sv.stride + static_cast<int64_t>(g) * hd, hd));
+            }
+        update(st, scores, nv, [&](const float* cs) {
+            for (int h = 0; h < group; ++h) {
+                float* ah = st.acc + static_cast<size_t>(h) * hd;
+                for (int a = 0; a < nv; ++a) {
+                    const float* vj = sv.v + (j0 + visible[a]) * sv.stride + static_cast<int64_t>(g) * hd;
+                    scale_add(ah, a == 0 ? cs[h] : 1.0f, scores[h][a], vj, hd);
                 }
             }
-            float* og = out + t * q_stride + static_cast<int64_t>(g) * group * hd;
-            for (int h = 0; h < group; ++h) {
-                const float inv = l[h] > 0.0f ? 1.0f / l[h] : 0.0f;
-                for (int i = 0; i < hd; ++i) og[h * hd + i] = acc[static_cast<size_t>(h) * hd + i] * inv;
+        });
+    }
+
+    // tmp: head_dim floats of unpacked codes, then group x head_dim scaled queries.
+    void run_block(Partial& st, const float* qg, int32_t p, const QuantBlockView& b, int g, float* tmp) const {
+        const KiviFormat& f = *in.kivi;
+        int32_t lo = b.first_pos, hi = std::min<int32_t>(b.first_pos + b.count - 1, p);
+        if (in.window > 0) lo = std::max<int32_t>(lo, p - in.window + 1);
+        if (lo > hi) return;
+        const int c0 = g * hd;
+        // q·k = sum_c (q_c * scale_c) code_c + sum_c q_c * zero_c
+        float* qk = tmp + hd;
+        float bias[kMaxGroup];
+        const float* ks = f.key_scale(b.data) + c0;
+        const float* kz = f.key_zero(b.data) + c0;
+        for (int h = 0; h < group; ++h) {
+            const float* qh = qg + static_cast<int64_t>(h) * hd;
+            float* o = qk + h * hd;
+            for (int c = 0; c < hd; ++c) o[c] = qh[c] * ks[c];
+            bias[h] = dot(qh, kz, hd);
+        }
+        const int vg = std::min(f.value_group, hd);
+        float scores[kMaxGroup][kBlock];
+        for (int32_t s0 = lo; s0 <= hi; s0 += kBlock) {
+            const int nv = std::min<int32_t>(kBlock, hi - s0 + 1);
+            const int first = static_cast<int>(s0 - b.first_pos);
+            for (int a = 0; a < nv; ++a) {
+                kivi_unpack(f.key_row(b.data, first + a), f.nbits, c0, hd, tmp);
+                for (int h = 0; h < group; ++h) scores[h][a] = score_of(dot(qk + h * hd, tmp, hd) + bias[h]);
+            }
+            update(st, scores, nv, [&](const float* cs) {
+                for (int h = 0; h < group; ++h) scale(st.acc + static_cast<size_t>(h) * hd, cs[h], hd);
+                for (int a = 0; a < nv; ++a) {
+                    const int j = first + a;
+                    kivi_unpack(f.value_row(b.data, j), f.nbits, c0, hd, tmp);
+                    const float* vs = f.value_scale(b.data, j) + c0 / f.value_group;
+                    const float* vz = f.value_zero(b.data, j) + c0 / f.value_group;
+                    for (int h = 0; h < group; ++h) {
+                        float* ah = st.acc + static_cast<size_t>(h) * hd;
+                        const float pr = scores[h][a];
+                        for (int c = 0; c < hd; c += vg)
+                            affine_add(ah + c, pr * vs[c / vg], pr * vz[c / vg], tmp + c, vg);
+                    }
+                }
+            });
+        }
+    }
+};
+
+}  // namespace
+
+void attend(const AttentionInput& in, const AttentionShape& shape, float* out, ThreadPool& pool) {
+    Kernel kr{in, shape, shape.head_dim, shape.n_head_kv, shape.n_head / shape.n_head_kv,
+              static_cast<int64_t>(shape.n_head) * shape.head_dim};
+    const int hd = kr.hd, group = kr.group, n_kv = kr.n_kv;
+    std::vector<Unit> units;
+    for (size_t v = 0; v < in.slots.size(); ++v)
+        for (int64_t j = 0; j < in.slots[v].n; j += kBlock)
+            units.push_back({static_cast<int>(v), j, static_cast<int>(std::min<int64_t>(kBlock, in.slots[v].n - j))});
+    for (size_t b = 0; b < in.blocks.size(); ++b) units.push_back({-1, static_cast<int64_t>(b), in.blocks[b].count});
+    const int64_t n_units = static_cast<int64_t>(units.size());
+
+    // Few (query, kv head) pairs (decode): split the slots across threads too, and merge.
+    const int64_t pairs = in.n_q * n_kv;
+    int64_t parts = 1;
+    if (pairs < 2 * pool.size() && n_units > 1)
+        parts = std::min<int64_t>(n_units, (2 * pool.size() + pairs - 1) / pairs);
+    const size_t state_floats = static_cast<size_t>(group) * (hd + 2);
+    std::vector<float> partials(parts > 1 ? static_cast<size_t>(pairs * parts) * state_floats : 0);
+
+    pool.parallel_for(pairs * parts, [&](int64_t begin, int64_t end) {
+        std::vector<float> acc(static_cast<size_t>(group) * hd);
+        std::vector<float> tmp(static_cast<size_t>(hd) * (group + 1));
+        for (int64_t idx = begin; idx < end; ++idx) {
+            const int64_t pair = idx / parts, part = idx % parts;
+            const int64_t t = pair / n_kv;
+            const int g = static_cast<int>(pair % n_kv);
+            const int32_t p = in.qpos[t];
+            const float* qg = in.q + t * kr.q_stride + static_cast<int64_t>(g) * group * hd;
+            const float* qsg = in.q_sink ? in.q_sink + t * kr.q_stride + static_cast<int64_t>(g) * group * hd : nullptr;
+            Partial st;
+            st.acc = acc.data();
+            std::fill(st.m, st.m + group, kr.neg_inf);
+            std::fill(st.l, st.l + group, 0.0f);
+            std::fill(acc.begin(), acc.end(), 0.0f);
+            const int64_t u0 = n_units * part / parts, u1 = n_units * (part + 1) / parts;
+            for (int64_t u = u0; u < u1; ++u) {
+                const Unit& un = units[static_cast<size_t>(u)];
+                if (un.view >= 0)
+                    kr.run_slots(st, qg, qsg, p, in.slots[static_cast<size_t>(un.view)], un.begin, un.count, g);
+                else
+                    kr.run_block(st, qg, p, in.blocks[static_cast<size_t>(un.begin)], g, tmp.data());
+            }
+            if (parts == 1) {
+                float* og = out + t * kr.q_stride + static_cast<int64_t>(g) * group * hd;
+                for (int h = 0; h < group; ++h) {
+                    const float inv = st.l[h] > 0.0f ? 1.0f / st.l[h] : 0.0f;
+                    for (int i = 0; i < hd; ++i) og[h * hd + i] = acc[static_cast<size_t>(h) * hd + i] * inv;
+                }
+            } else {
+                float* dst = partials.data() + static_cast<size_t>(idx) * state_floats;
+                for (int h = 0; h < group; ++h) {
+                    dst[h * (hd + 2)] = st.m[h];
+                    dst[h * (hd + 2) + 1] = st.l[h];
+                    std::copy(acc.begin() + h * hd, acc.begin() + (h + 1) * hd, dst + h * (hd + 2) + 2);
+                }
             }
         }
     });
+    if (parts == 1) return;
+    for (int64_t pair = 0; pair < pairs; ++pair) {
+        const int64_t t = pair / n_kv;
+        const int g = static_cast<int>(pair % n_kv);
+        float* og = out + t * kr.q_stride + static_cast<int64_t>(g) * group * hd;
+        for (int h = 0; h < group; ++h) {
+            float m = kr.neg_inf;
+            for (int64_t part = 0; part < parts; ++part)
+                m = std::max(m, partials[static_cast<size_t>(pair * parts + part) * state_floats + h * (hd + 2)]);
+            float l = 0.0f;
+            float* o = og + h * hd;
+            std::fill(o, o + hd, 0.0f);
+            for (int64_t part = 0; part < parts; ++part) {
+                const float* src = partials.data() + static_cast<size_t>(pair * parts + part) * state_floats + h * (hd + 2);
+                if (src[0] == kr.neg_inf) continue;
+                const float c = std::exp(src[0] - m);
+                l += src[1] * c;
+                for (int i = 0; i < hd; ++i) o[i] += src[2 + i] * c;
+            }
+            const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+            for (int i = 0; i < hd; ++i) o[i] *= inv;
+        }
+    }
 }
 
 }  // namespace kvchat

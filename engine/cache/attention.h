@@ -1,15 +1,19 @@
 #pragma once
-// Scaled dot-product attention on the CPU over slots that carry their positions.
+// Scaled dot-product attention on the CPU over what a cache layer holds: runs of f32 slots that
+// carry their positions, and KIVI blocks read in place (keys and values dequantized a row at a
+// time inside the loop, never materialised). One online softmax runs over all of it.
 #include "engine/cache/cache_layer.h"
+#include "engine/cache/kivi_block.h"
 
 #include <cstdint>
+#include <vector>
 
 namespace kvchat {
 
 class ThreadPool;
 
-// Keys and values of the slots a layer holds: slot i has kv heads at k + i*stride and
-// v + i*stride (n_head_kv * head_dim floats each) and holds the token at position pos[i].
+// Keys and values of f32 slots: slot i has kv heads at k + i*stride and v + i*stride
+// (n_head_kv * head_dim floats each) and holds the token at position pos[i] (INT32_MAX: empty).
 struct SlotView {
     const float* k = nullptr;
     const float* v = nullptr;
@@ -18,9 +22,27 @@ struct SlotView {
     int64_t stride = 0;
 };
 
-// out[t] = softmax(scale * q[t]·K^T (soft-capped), masked by positions) V for each head, where
-// q is n_q x (n_head*head_dim), already rotated. `window` is the layer's sliding window (0: none).
-void attend_slots(const float* q, const int32_t* qpos, int64_t n_q, const SlotView& slots,
-                  const AttentionShape& shape, int window, float* out, ThreadPool& pool);
+// `count` consecutive tokens from position first_pos, quantized in one block record.
+struct QuantBlockView {
+    const uint8_t* data = nullptr;
+    int32_t first_pos = 0;
+    int32_t count = 0;
+};
+
+struct AttentionInput {
+    const float* q = nullptr;       // n_q x (n_head*head_dim), rotated at the query positions
+    const float* q_sink = nullptr;  // the same queries rotated at their rank in a sink cache (or null)
+    const int32_t* qpos = nullptr;
+    int64_t n_q = 0;
+    // A query at p sees a slot at q <= p when q < sink_end, or window == 0, or p - q < window.
+    int window = 0;
+    int sink_end = 0;
+    std::vector<SlotView> slots;
+    const KiviFormat* kivi = nullptr;
+    std::vector<QuantBlockView> blocks;
+};
+
+// out: n_q x (n_head*head_dim).
+void attend(const AttentionInput& in, const AttentionShape& shape, float* out, ThreadPool& pool);
 
 }  // namespace kvchat

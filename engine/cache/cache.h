@@ -1,46 +1,97 @@
 #pragma once
 // A model's KV cache: one CacheLayer per model layer, plus the token ids it holds in order
-// (the history a rebuild re-prefills from).
+// (the history a rebuild re-prefills from), the strategy spec it was made with, and (for
+// offloaded strategies) the slow tier its layers share.
 #include "engine/cache/cache_layer.h"
 
 #include <memory>
+#include <string>
 #include <vector>
 
 namespace kvchat {
 
+class OffloadTier;
+class ThreadPool;
+
+// What a cache looked like at one length, small enough to keep one per turn: the content of the
+// layers that forget tokens (windows, sinks); the other layers only need a crop to go back.
+struct CacheCheckpoint {
+    std::string spec;
+    int64_t length = 0;
+    std::vector<std::string> layer_states;  // empty for layers that keep every token
+    int64_t bytes() const {
+        int64_t b = 0;
+        for (const auto& s : layer_states) b += static_cast<int64_t>(s.size());
+        return b;
+    }
+};
+
+// The whole cache, for the inspector.
+struct CacheTelemetry {
+    std::string spec;
+    int64_t tokens = 0;        // sequence length
+    int64_t total_bytes = 0;   // held, fast + slow tier
+    int64_t bytes_fast = 0, bytes_slow = 0;
+    int64_t bytes_reserved = 0;
+    double bytes_per_token = 0.0;
+    int64_t moved_in_step = 0, moved_out_step = 0;
+    double prefetch_stall_ms = 0.0;
+    std::vector<LayerTelemetry> layers;
+};
+
 class Cache {
 public:
-    explicit Cache(std::vector<std::unique_ptr<CacheLayer>> layers) : layers_(std::move(layers)) {}
+    Cache(std::string spec, std::vector<std::unique_ptr<CacheLayer>> layers, std::shared_ptr<OffloadTier> tier = nullptr);
+    ~Cache();
 
+    // The canonical spec string the cache was made with (see cache_spec.h).
+    const std::string& spec() const { return spec_; }
     size_t n_layers() const { return layers_.size(); }
     CacheLayer& layer(size_t i) { return *layers_[i]; }
     const CacheLayer& layer(size_t i) const { return *layers_[i]; }
+    // The spill file of an offloaded cache ("" otherwise).
+    std::string spill_path() const;
 
     // Tokens seen so far; the next token goes at this position.
     int64_t seq_length() const { return static_cast<int64_t>(tokens_.size()); }
     const std::vector<int32_t>& tokens() const { return tokens_; }
     void append_tokens(const int32_t* ids, int64_t n) { tokens_.insert(tokens_.end(), ids, ids + n); }
+    // Throws kvchat::Error (naming the parameter) when n more tokens do not fit, before anything
+    // is changed.
+    void check_room(int64_t n) const;
+    // Puts the layers back in line with tokens() after a forward pass failed half-way.
+    void roll_back();
 
-    // Keeps the first n tokens.
-    void crop(int64_t n) {
-        if (n >= seq_length()) return;
-        for (auto& l : layers_) l->crop(n);
-        tokens_.resize(static_cast<size_t>(n));
+    // Whether crop(n) keeps everything positions >= n need (see CacheLayer::can_crop_to).
+    bool can_crop_to(int64_t n) const;
+    // Keeps the first n tokens; throws kvchat::Error when !can_crop_to(n).
+    void crop(int64_t n);
+    void reset();
+
+    CacheCheckpoint checkpoint() const;
+    // Crops to the checkpoint's length and puts the saved windows back. False (nothing changed)
+    // when the checkpoint is of another strategy or longer than the cache.
+    bool restore(const CacheCheckpoint& cp);
+
+    int64_t bytes() const;
+    CacheTelemetry telemetry() const;
+
+    // Takes over other's layers, spec and tokens (conversion); other is left empty.
+    void replace_with(Cache& other);
+
+    // What the cache was built for (set by make_cache), so it can be rebuilt under another spec.
+    void set_origin(std::vector<LayerSpec> specs, ThreadPool* pool) {
+        layer_specs_ = std::move(specs);
+        pool_ = pool;
     }
-    void reset() {
-        for (auto& l : layers_) l->reset();
-        tokens_.clear();
-    }
-    int64_t bytes() const {
-        int64_t b = 0;
-        for (auto& l : layers_) {
-            const LayerTelemetry t = l->telemetry();
-            b += t.bytes_fast + t.bytes_slow;
-        }
-        return b;
-    }
+    const std::vector<LayerSpec>& layer_specs() const { return layer_specs_; }
+    ThreadPool* pool() const { return pool_; }
 
 private:
+    std::vector<LayerSpec> layer_specs_;
+    ThreadPool* pool_ = nullptr;
+    std::string spec_;
+    std::shared_ptr<OffloadTier> tier_;  // declared before layers_: outlives them
     std::vector<std::unique_ptr<CacheLayer>> layers_;
     std::vector<int32_t> tokens_;
 };

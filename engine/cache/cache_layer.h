@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace kvchat {
 
@@ -41,10 +42,23 @@ struct LayerTelemetry {
     int64_t sink_begin = 0, sink_end = 0;      // positions [begin, end) kept as sinks
     int64_t window_begin = 0, window_end = 0;  // positions [begin, end) in the recent window
     int64_t evicted = 0;
+    int64_t bytes_reserved = 0;  // memory or disk set aside for the layer (>= bytes held)
     int64_t moved_in_step = 0, moved_out_step = 0;
     int64_t moved_in_total = 0, moved_out_total = 0;
     double prefetch_stall_ms = 0.0;
 };
+
+// The tokens a layer holds, in position order, in f32 (keys rotated at their positions), for
+// conversion between strategies. exact[i] is 0 where the value was reconstructed from a
+// quantized store.
+struct TokenRows {
+    int64_t kv_dim = 0;
+    std::vector<int32_t> pos;
+    std::vector<float> k, v;  // pos.size() x kv_dim each
+    std::vector<uint8_t> exact;
+};
+
+class ByteReader;
 
 class CacheLayer {
 public:
@@ -60,6 +74,25 @@ public:
     virtual void reset() = 0;
     virtual int64_t tokens_held() const = 0;
     virtual LayerTelemetry telemetry() const = 0;
+
+    // Throws kvchat::Error when positions [first, first + n) do not fit (a fixed capacity).
+    virtual void check_room(int64_t first, int64_t n) const = 0;
+    // Whether after crop(n) the layer still holds every token that positions >= n attend to
+    // (a ring buffer that overwrote part of [n - window, n) does not).
+    virtual bool can_crop_to(int64_t n) const = 0;
+    // Whether the layer forgets tokens (a window or sinks): its checkpoints need its content.
+    virtual bool discards_tokens() const = 0;
+    // The whole state, for snapshots and checkpoints; load_state refuses a state of a different
+    // layout or a damaged one (kvchat::Error) and then leaves the layer empty.
+    virtual void save_state(std::string& out) const = 0;
+    virtual void load_state(ByteReader& in) = 0;
+    // A one-line description of the layer's layout, equal for layers that can share state.
+    virtual std::string layout() const = 0;
+    // Conversion: every token held, and whether the layer can be rebuilt from `rows` alone for a
+    // cache of `length` tokens (every needed token present, exact unless this layer quantizes).
+    virtual void export_tokens(TokenRows& rows) const = 0;
+    virtual bool can_import(const TokenRows& rows, int64_t length) const = 0;
+    virtual void import_tokens(const TokenRows& rows, int64_t length) = 0;
 };
 
 }  // namespace kvchat

@@ -1,6 +1,6 @@
 #include "engine/model/model.h"
 
-#include "engine/cache/growable_layer.h"
+#include "engine/cache/cache_factory.h"
 #include "engine/error.h"
 #include "engine/model/architectures.h"
 #include "engine/model/gguf_file.h"
@@ -371,10 +371,10 @@ std::vector<LayerSpec> Model::layer_specs() const {
     return specs;
 }
 
-std::unique_ptr<Cache> Model::make_default_cache(Backend& backend) const {
-    std::vector<std::unique_ptr<CacheLayer>> layers;
-    for (const LayerSpec& s : layer_specs()) layers.push_back(std::make_unique<GrowableLayer>(s, backend.pool()));
-    return std::make_unique<Cache>(std::move(layers));
+std::unique_ptr<Cache> Model::make_default_cache(Backend& backend) const { return make_cache(backend, "dynamic"); }
+
+std::unique_ptr<Cache> Model::make_cache(Backend& backend, const std::string& spec) const {
+    return kvchat::make_cache(layer_specs(), spec, backend.pool());
 }
 
 void Model::forward(Backend& be, Cache& cache, const int32_t* tokens, int64_t n, Logits want,
@@ -389,6 +389,7 @@ void Model::forward(Backend& be, Cache& cache, const int32_t* tokens, int64_t n,
         throw Error("the cache has " + std::to_string(cache.n_layers()) + " layers, the model " +
                     std::to_string(c.n_layer));
     if (chunk <= 0) chunk = 512;
+    cache.check_room(n);
     logits.clear();
     std::vector<int32_t> pos;
     for (int64_t off = 0; off < n; off += chunk) {
@@ -396,10 +397,18 @@ void Model::forward(Backend& be, Cache& cache, const int32_t* tokens, int64_t n,
         pos.resize(static_cast<size_t>(m));
         for (int64_t i = 0; i < m; ++i) pos[static_cast<size_t>(i)] = static_cast<int32_t>(cache.seq_length() + i);
         Buffer hidden = be.alloc(m, c.n_embd);
-        if (c.arch == Architecture::Gemma3)
-            forward_gemma3(*this, be, cache, tokens + off, pos.data(), m, hidden);
-        else
-            forward_llama(*this, be, cache, tokens + off, pos.data(), m, hidden);
+        try {
+            if (c.arch == Architecture::Gemma3)
+                forward_gemma3(*this, be, cache, tokens + off, pos.data(), m, hidden);
+            else
+                forward_llama(*this, be, cache, tokens + off, pos.data(), m, hidden);
+        } catch (...) {
+            // Some layers took the chunk and some did not (e.g. a full disk under an offloaded
+            // cache): put every layer back at the tokens the cache reports.
+            be.free(hidden);
+            cache.roll_back();
+            throw;
+        }
         cache.append_tokens(tokens + off, m);
 
         const bool last_chunk = off + m == n;

@@ -69,8 +69,11 @@ public:
 
     // The attention layout of every layer, from which caches are built.
     std::vector<LayerSpec> layer_specs() const;
-    // The simple growable cache (every layer keeps every token in f32).
+    // The `dynamic` cache: global layers keep every token in f32, sliding layers their window.
     std::unique_ptr<Cache> make_default_cache(Backend& backend) const;
+    // A cache under a strategy spec (see engine/cache/cache_spec.h); throws kvchat::Error naming
+    // the bad parameter.
+    std::unique_ptr<Cache> make_cache(Backend& backend, const std::string& spec) const;
 
     // Runs tokens[0..n) at positions cache.seq_length() onward through the model, in chunks of at
     // most `chunk` tokens, adding them to the cache. Fills `logits` (n_vocab floats per wanted

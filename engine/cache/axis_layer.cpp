@@ -1,0 +1,574 @@
+#include "engine/cache/axis_layer.h"
+
+#include "engine/cache/attention.h"
+#include "engine/cache/byte_io.h"
+#include "engine/cache/offload_tier.h"
+#include "engine/error.h"
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <numeric>
+
+namespace kvchat {
+
+namespace {
+
+constexpr uint32_t kLayerMagic = 0x5259414C;  // "LAYR"
+
+// Lends a layer its arena for one operation and gives it back (writing changes to the slow tier)
+// even when the operation throws.
+template <class Layer>
+class ArenaLoan {
+public:
+    explicit ArenaLoan(const Layer* l, void (Layer::*begin)() const, void (Layer::*end)() const) : l_(l), end_(end) {
+        (l_->*begin)();
+    }
+    void finish() {
+        done_ = true;
+        (l_->*end_)();
+    }
+    ~ArenaLoan() {
+        if (!done_) try {
+                (l_->*end_)();
+            } catch (...) {
+            }
+    }
+
+private:
+    const Layer* l_;
+    void (Layer::*end_)() const;
+    bool done_ = false;
+};
+
+}  // namespace
+
+AxisLayer::AxisLayer(const LayerSpec& spec, const LayerConfig& cfg, ThreadPool& pool, OffloadTier* tier, int tier_index)
+    : spec_(spec), cfg_(cfg), pool_(pool), tier_(cfg.offloaded ? tier : nullptr), tier_index_(tier_index),
+      kv_dim_(static_cast<int64_t>(spec.shape.n_head_kv) * spec.shape.head_dim) {
+    switch (cfg_.retention) {
+        case RetentionKind::All: recent_ = spec.model_window; break;
+        case RetentionKind::SlidingWindow: recent_ = cfg_.window; break;
+        case RetentionKind::Sink:
+            recent_ = cfg_.window - cfg_.sinks;
+            sink_end_ = cfg_.sinks;
+            break;
+    }
+    if (!full()) {
+        const int hd = spec.shape.head_dim;
+        const int vg = std::min(cfg_.group, hd);
+        if (hd % vg != 0)
+            throw Error("quantized: group=" + std::to_string(cfg_.group) + " must divide the head size " +
+                        std::to_string(hd) + " (or exceed it)");
+        if (kv_dim_ % 8 != 0) throw Error("quantized: the kv width " + std::to_string(kv_dim_) + " is not a multiple of 8");
+        kivi_ = KiviFormat(cfg_.nbits, cfg_.group, vg, static_cast<int>(kv_dim_));
+    }
+    if (full()) {
+        if (cfg_.retention == RetentionKind::All)
+            slot_limit_ = cfg_.fixed ? cfg_.max_len : std::numeric_limits<int32_t>::max();
+        else
+            slot_limit_ = cfg_.window;
+        if (cfg_.fixed) slot_cap_ = slot_limit_;
+    } else {
+        slot_limit_ = slot_cap_ = sink_end_;
+        res_cap_ = cfg_.residual + 1;
+        if (cfg_.retention != RetentionKind::All)
+            blk_cap_ = (recent_ + cfg_.group - 1) / cfg_.group + 2;
+        else if (cfg_.fixed)
+            blk_cap_ = (cfg_.max_len + cfg_.group - 1) / cfg_.group + 1;
+    }
+    res_off_ = static_cast<size_t>(slot_cap_) * rec_bytes();
+    blk_off_ = res_off_ + static_cast<size_t>(res_cap_) * rec_bytes();
+    slot_pos_.assign(static_cast<size_t>(slot_cap_), kEmpty);
+    res_pos_.resize(static_cast<size_t>(res_cap_));
+    if (tier_) {
+        if (cfg_.fixed) tier_->reserve(tier_index_, capacity_bytes());
+    } else {
+        resident_.resize(capacity_bytes());
+    }
+}
+
+int64_t AxisLayer::slot_index(int32_t p) const {
+    if (ordered()) return n_ordered_;
+    if (p < sink_end_) return p;
+    if (cfg_.retention == RetentionKind::SlidingWindow) return p % cfg_.window;
+    return sink_end_ + (p - sink_end_) % (cfg_.window - sink_end_);
+}
+
+size_t AxisLayer::used_bytes() const {
+    if (full()) return static_cast<size_t>(slot_used_) * rec_bytes();
+    return blk_off_ + static_cast<size_t>(blk_used_) * kivi_.block_bytes;
+}
+
+size_t AxisLayer::capacity_bytes() const {
+    if (full()) return static_cast<size_t>(slot_cap_) * rec_bytes();
+    return blk_off_ + static_cast<size_t>(blk_cap_) * kivi_.block_bytes;
+}
+
+void AxisLayer::begin() const {
+    dirty_lo_ = std::numeric_limits<size_t>::max();
+    dirty_hi_ = 0;
+    base_ = tier_ ? tier_->acquire(tier_index_, used_bytes(), capacity_bytes()) : resident_.data();
+}
+
+void AxisLayer::end() const {
+    if (tier_) {
+        const size_t lo = dirty_lo_ < dirty_hi_ ? dirty_lo_ : 0, hi = dirty_lo_ < dirty_hi_ ? dirty_hi_ : 0;
+        base_ = nullptr;
+        tier_->release(tier_index_, used_bytes(), lo, hi);
+    }
+}
+
+void AxisLayer::grow_slots(int64_t need) {
+    if (need > slot_limit_) throw Error("cache layer " + std::to_string(spec_.index) + ": no room for slot " + std::to_string(need - 1));
+    const int64_t cap = std::min<int64_t>(slot_limit_, std::max<int64_t>({need, 2 * slot_cap_, 16}));
+    slot_cap_ = cap;
+    slot_pos_.resize(static_cast<size_t>(cap), kEmpty);
+    res_off_ = blk_off_ = static_cast<size_t>(cap) * rec_bytes();
+    if (tier_) {
+        base_ = tier_->grow(tier_index_, capacity_bytes());
+    } else {
+        resident_.resize(capacity_bytes());
+        base_ = resident_.data();
+    }
+}
+
+void AxisLayer::store(int32_t p, const float* k, const float* v) {
+    const size_t rb = rec_bytes(), half = rb / 2;
+    if (full() || p < sink_end_) {
+        const int64_t i = slot_index(p);
+        if (i >= slot_cap_) grow_slots(i + 1);
+        if (slot_pos_[static_cast<size_t>(i)] != kEmpty) ++evicted_;
+        float* dst = slot(i);
+        std::memcpy(dst, k, half);
+        std::memcpy(dst + kv_dim_, v, half);
+        mark(static_cast<size_t>(i) * rb, static_cast<size_t>(i + 1) * rb);
+        slot_pos_[static_cast<size_t>(i)] = p;
+        if (ordered()) n_ordered_ = i + 1;
+        slot_used_ = std::max(slot_used_, i + 1);
+    } else {
+        if (res_count_ == 0) res_first_ = p;
+        float* dst = res_slot(res_count_);
+        std::memcpy(dst, k, half);
+        std::memcpy(dst + kv_dim_, v, half);
+        mark(res_off_ + static_cast<size_t>(res_count_) * rb, res_off_ + static_cast<size_t>(res_count_ + 1) * rb);
+        ++res_count_;
+        if (recent_ > 0 && cfg_.retention != RetentionKind::All) evict_before(p + 1 - recent_);
+        if (res_count_ > cfg_.residual) quantize_oldest();
+    }
+    next_pos_ = p + 1;
+}
+
+void AxisLayer::quantize_oldest() {
+    const int G = cfg_.group;
+    int32_t rec;
+    if (!free_records_.empty()) {
+        rec = free_records_.back();
+        free_records_.pop_back();
+    } else {
+        if (blk_used_ == blk_cap_) {
+            blk_cap_ = std::max<int64_t>(4, 2 * blk_cap_);
+            if (tier_) {
+                base_ = tier_->grow(tier_index_, capacity_bytes());
+            } else {
+                resident_.resize(capacity_bytes());
+                base_ = resident_.data();
+            }
+        }
+        rec = static_cast<int32_t>(blk_used_++);
+    }
+    const float* first = res_slot(0);
+    kivi_quantize_block(kivi_, first, first + kv_dim_, 2 * kv_dim_, G, block_data(rec));
+    const size_t at = blk_off_ + static_cast<size_t>(rec) * kivi_.block_bytes;
+    mark(at, at + kivi_.block_bytes);
+    blocks_.push_back({res_first_, G, rec});
+    const size_t rb = rec_bytes();
+    std::memmove(res_slot(0), res_slot(G), static_cast<size_t>(res_count_ - G) * rb);
+    mark(res_off_, res_off_ + static_cast<size_t>(res_count_ - G) * rb);
+    res_first_ += G;
+    res_count_ -= G;
+}
+
+void AxisLayer::evict_before(int32_t keep_from) {
+    while (!blocks_.empty() && blocks_.front().first + blocks_.front().count <= keep_from) {
+        evicted_ += blocks_.front().count;
+        free_records_.push_back(blocks_.front().record);
+        blocks_.pop_front();
+    }
+    if (res_count_ > 0 && res_first_ < keep_from) {
+        const int64_t d = std::min<int64_t>(res_count_, keep_from - res_first_);
+        const size_t rb = rec_bytes();
+        std::memmove(res_slot(0), res_slot(d), static_cast<size_t>(res_count_ - d) * rb);
+        mark(res_off_, res_off_ + static_cast<size_t>(res_count_ - d) * rb);
+        res_first_ += static_cast<int32_t>(d);
+        res_count_ -= d;
+        evicted_ += d;
+    }
+}
+
+void AxisLayer::check_room(int64_t first, int64_t n) const {
+    if (first + n > std::numeric_limits<int32_t>::max() - 1)
+        throw Error("the cache cannot hold positions beyond " + std::to_string(std::numeric_limits<int32_t>::max() - 1));
+    if (cfg_.retention == RetentionKind::All && cfg_.fixed && first + n > cfg_.max_len)
+        throw Error("the static cache holds max_len=" + std::to_string(cfg_.max_len) + " tokens, but " +
+                    std::to_string(first + n) + " are needed (" + std::to_string(first) + " held + " +
+                    std::to_string(n) + " new); choose a larger max_len");
+}
+
+void AxisLayer::attend(Buffer& q, const Buffer& k, const Buffer& v, const int32_t* pos, int64_t n, Buffer& out) {
+    const AttentionShape& s = spec_.shape;
+    check_room(pos[0], n);
+    const int64_t q_dim = static_cast<int64_t>(s.n_head) * s.head_dim;
+    thread_local std::vector<float> knew, qsink;
+    knew.assign(k.data, k.data + n * kv_dim_);
+    // Sinks are seen at their rank in the cache (StreamingLLM): a query that has filled the
+    // window sits at rank window - 1, the sinks at their own positions. Recent tokens keep their
+    // real positions; RoPE depends only on the distance, which ranks and positions agree on.
+    const bool sink_q = sink_end_ > 0 && pos[n - 1] >= cfg_.window;
+    if (sink_q) qsink.assign(q.data, q.data + n * q_dim);
+    RopeAngles angles(spec_.rope);
+    for (int64_t t = 0; t < n; ++t) {
+        angles.set_position(pos[t]);
+        angles.rotate(q.data + t * q_dim, s.n_head, s.head_dim);
+        angles.rotate(knew.data() + t * kv_dim_, s.n_head_kv, s.head_dim);
+        if (sink_q) {
+            angles.set_position(std::min<int64_t>(pos[t], cfg_.window - 1));
+            angles.rotate(qsink.data() + t * q_dim, s.n_head, s.head_dim);
+        }
+    }
+
+    ArenaLoan<AxisLayer> loan(this, &AxisLayer::begin, &AxisLayer::end);
+    AttentionInput in;
+    in.q = q.data;
+    in.q_sink = sink_q ? qsink.data() : nullptr;
+    in.qpos = pos;
+    in.n_q = n;
+    in.window = recent_;
+    in.sink_end = sink_end_;
+    const int64_t stride = 2 * kv_dim_;
+    // Views end at the last slot ever written, not the allocation, so two caches with the same
+    // tokens split the work the same way whatever their growth history (bit-equal results).
+    const int64_t n_slots = ordered() ? n_ordered_ : slot_used_;
+    if (n_slots > 0) in.slots.push_back({slot(0), slot(0) + kv_dim_, slot_pos_.data(), n_slots, stride});
+    if (!full()) {
+        in.kivi = &kivi_;
+        for (const Block& b : blocks_) in.blocks.push_back({block_data(b.record), b.first, b.count});
+        for (int64_t i = 0; i < res_count_; ++i) res_pos_[static_cast<size_t>(i)] = res_first_ + static_cast<int32_t>(i);
+        if (res_count_ > 0) in.slots.push_back({res_slot(0), res_slot(0) + kv_dim_, res_pos_.data(), res_count_, stride});
+    }
+    in.slots.push_back({knew.data(), v.data, pos, n, kv_dim_});
+    kvchat::attend(in, s, out.data, pool_);
+
+    // Keep the new tokens. An f32 ring skips the ones this chunk would overwrite anyway.
+    const int32_t keep_from = pos[n - 1] + 1 - recent_;
+    const bool ring = full() && cfg_.retention != RetentionKind::All;
+    for (int64_t t = 0; t < n; ++t) {
+        if (ring && pos[t] >= sink_end_ && pos[t] < keep_from) {
+            ++evicted_;
+            continue;
+        }
+        store(pos[t], knew.data() + t * kv_dim_, v.data + t * kv_dim_);
+    }
+    next_pos_ = pos[n - 1] + 1;
+    loan.finish();
+}
+
+void AxisLayer::crop(int64_t n_tokens) {
+    const int32_t n = static_cast<int32_t>(std::min<int64_t>(n_tokens, std::numeric_limits<int32_t>::max()));
+    if (n >= next_pos_) return;
+    if (ordered()) {
+        n_ordered_ = std::lower_bound(slot_pos_.begin(), slot_pos_.begin() + n_ordered_, n) - slot_pos_.begin();
+        std::fill(slot_pos_.begin() + n_ordered_, slot_pos_.end(), kEmpty);
+        slot_used_ = n_ordered_;
+    } else {
+        for (int32_t& p : slot_pos_)
+            if (p != kEmpty && p >= n) p = kEmpty;
+    }
+    if (!full()) {
+        while (!blocks_.empty() && blocks_.back().first >= n) {
+            free_records_.push_back(blocks_.back().record);
+            blocks_.pop_back();
+        }
+        if (!blocks_.empty()) blocks_.back().count = std::min(blocks_.back().count, n - blocks_.back().first);
+        if (res_first_ >= n)
+            res_count_ = 0;
+        else
+            res_count_ = std::min<int64_t>(res_count_, n - res_first_);
+    }
+    next_pos_ = n;
+    if (tier_) tier_->set_size(tier_index_, used_bytes());
+}
+
+void AxisLayer::clear_meta() {
+    std::fill(slot_pos_.begin(), slot_pos_.end(), kEmpty);
+    n_ordered_ = slot_used_ = 0;
+    blocks_.clear();
+    free_records_.clear();
+    blk_used_ = 0;
+    res_first_ = 0;
+    res_count_ = 0;
+    next_pos_ = 0;
+    evicted_ = 0;
+    if (tier_) tier_->set_size(tier_index_, 0);
+}
+
+void AxisLayer::reset() { clear_meta(); }
+
+int64_t AxisLayer::tokens_held() const {
+    if (ordered()) return n_ordered_;
+    int64_t held = std::count_if(slot_pos_.begin(), slot_pos_.end(), [](int32_t p) { return p != kEmpty; });
+    for (const Block& b : blocks_) held += b.count;
+    return held + res_count_;
+}
+
+int32_t AxisLayer::oldest_recent() const {
+    if (ordered()) return n_ordered_ > 0 ? slot_pos_[0] : kEmpty;
+    int32_t oldest = kEmpty;
+    for (int32_t p : slot_pos_)
+        if (p != kEmpty && p >= sink_end_) oldest = std::min(oldest, p);
+    if (!blocks_.empty()) oldest = std::min(oldest, blocks_.front().first);
+    if (res_count_ > 0) oldest = std::min(oldest, res_first_);
+    return oldest;
+}
+
+bool AxisLayer::can_crop_to(int64_t n) const {
+    if (n >= next_pos_ || cfg_.retention == RetentionKind::All) return true;
+    // A query at n sees the sinks and positions from n - recent + 1 on.
+    const int64_t need_lo = std::max<int64_t>(sink_end_, n - recent_ + 1);
+    if (need_lo >= n) return true;
+    return oldest_recent() <= need_lo;
+}
+
+LayerTelemetry AxisLayer::telemetry() const {
+    LayerTelemetry t;
+    t.kind = spec_.model_window > 0 ? "sliding" : "global";
+    std::string st = cfg_.fixed ? "fixed" : "growable";
+    st += full() ? " f32" : " int" + std::to_string(cfg_.nbits) + " + f32 residual";
+    if (cfg_.retention == RetentionKind::SlidingWindow) st += ", ring of " + std::to_string(cfg_.window);
+    if (cfg_.retention == RetentionKind::Sink)
+        st += ", " + std::to_string(cfg_.sinks) + " sinks + ring of " + std::to_string(cfg_.window - cfg_.sinks);
+    if (tier_) st += ", offloaded";
+    t.storage = st;
+    t.tokens_held = tokens_held();
+    const int64_t rb = static_cast<int64_t>(rec_bytes());
+    if (full()) {
+        t.capacity = slot_cap_;
+        t.bytes_full_precision = t.tokens_held * rb;
+    } else {
+        int64_t sinks = std::count_if(slot_pos_.begin(), slot_pos_.end(), [](int32_t p) { return p != kEmpty; });
+        for (const Block& b : blocks_) t.quantized_tokens += b.count;
+        t.residual_tokens = res_count_;
+        t.capacity = slot_cap_ + res_cap_ + blk_cap_ * cfg_.group;
+        t.bytes_full_precision = (sinks + res_count_) * rb;
+        t.bytes_quantized = static_cast<int64_t>(blocks_.size()) * static_cast<int64_t>(kivi_.block_bytes);
+    }
+    const int64_t held_bytes = t.bytes_full_precision + t.bytes_quantized;
+    (tier_ ? t.bytes_slow : t.bytes_fast) = held_bytes;
+    t.bytes_reserved = static_cast<int64_t>(capacity_bytes());
+    if (sink_end_ > 0) t.sink_end = std::min<int64_t>(sink_end_, next_pos_);
+    const int32_t oldest = oldest_recent();
+    if (oldest != kEmpty) {
+        t.window_begin = oldest;
+        t.window_end = next_pos_;
+    }
+    t.evicted = evicted_;
+    if (tier_) {
+        const TierTraffic& tr = tier_->traffic(tier_index_);
+        t.moved_in_step = tr.in_step;
+        t.moved_out_step = tr.out_step;
+        t.moved_in_total = tr.in_total;
+        t.moved_out_total = tr.out_total;
+        t.prefetch_stall_ms = tr.stall_ms;
+    }
+    return t;
+}
+
+std::string AxisLayer::layout() const {
+    const char* ret = cfg_.retention == RetentionKind::All ? "all" : cfg_.retention == RetentionKind::SlidingWindow ? "window" : "sink";
+    std::string s = "layer " + std::to_string(spec_.index) + (spec_.model_window > 0 ? " sliding " : " global ") +
+                    std::to_string(spec_.shape.n_head_kv) + "x" + std::to_string(spec_.shape.head_dim) + " " + ret;
+    if (cfg_.retention != RetentionKind::All) s += " window=" + std::to_string(cfg_.window);
+    if (cfg_.retention == RetentionKind::Sink) s += " sinks=" + std::to_string(cfg_.sinks);
+    if (cfg_.fixed) s += " max_len=" + std::to_string(cfg_.max_len);
+    if (!full())
+        s += " nbits=" + std::to_string(cfg_.nbits) + " group=" + std::to_string(cfg_.group) +
+             " residual=" + std::to_string(cfg_.residual);
+    return s;
+}
+
+void AxisLayer::save_state(std::string& out) const {
+    ArenaLoan<AxisLayer> loan(this, &AxisLayer::begin, &AxisLayer::end);
+    ByteWriter w(out);
+    w.put<uint32_t>(kLayerMagic);
+    w.str(layout());
+    w.put<int32_t>(next_pos_);
+    w.put<int64_t>(evicted_);
+    const int64_t n_slots = ordered() ? n_ordered_ : slot_used_;
+    w.put<int64_t>(n_slots);
+    w.bytes(slot_pos_.data(), static_cast<size_t>(n_slots) * sizeof(int32_t));
+    for (int64_t i = 0; i < n_slots; ++i)
+        if (slot_pos_[static_cast<size_t>(i)] != kEmpty) w.bytes(slot(i), rec_bytes());
+    if (!full()) {
+        w.put<int32_t>(res_first_);
+        w.put<int64_t>(res_count_);
+        if (res_count_ > 0) w.bytes(res_slot(0), static_cast<size_t>(res_count_) * rec_bytes());
+        w.put<int64_t>(static_cast<int64_t>(blocks_.size()));
+        for (const Block& b : blocks_) {
+            w.put<int32_t>(b.first);
+            w.put<int32_t>(b.count);
+            w.bytes(block_data(b.record), kivi_.block_bytes);
+        }
+    }
+    loan.finish();
+}
+
+void AxisLayer::load_state(ByteReader& r) {
+    clear_meta();
+    try {
+        if (r.get<uint32_t>("layer magic") != kLayerMagic) r.fail("layer " + std::to_string(spec_.index) + " has a bad magic number");
+        const std::string lay = r.str("layer layout", 4096);
+        if (lay != layout()) r.fail("the snapshot's layer is '" + lay + "' but this cache's is '" + layout() + "'");
+        const int32_t next = r.get<int32_t>("next position");
+        const int64_t evicted = r.get<int64_t>("evicted count");
+        if (next < 0 || evicted < 0) r.fail("layer " + std::to_string(spec_.index) + ": negative counts");
+        const int64_t n_slots = r.get<int64_t>("slot count");
+        if (n_slots < 0 || n_slots > slot_limit_ || (ordered() && n_slots > next) ||
+            static_cast<uint64_t>(n_slots) * sizeof(int32_t) > r.remaining())
+            r.fail("layer " + std::to_string(spec_.index) + ": bad slot count " + std::to_string(n_slots));
+        std::vector<int32_t> pos(static_cast<size_t>(n_slots));
+        std::memcpy(pos.data(), r.take(pos.size() * sizeof(int32_t), "slot positions"), pos.size() * sizeof(int32_t));
+        for (int64_t i = 0; i < n_slots; ++i) {
+            const int32_t p = pos[static_cast<size_t>(i)];
+            const bool ok = ordered() ? p == i : p == kEmpty || (p >= 0 && p < next && slot_index(p) == i);
+            if (!ok) r.fail("layer " + std::to_string(spec_.index) + ": slot " + std::to_string(i) + " holds an impossible position");
+        }
+        ArenaLoan<AxisLayer> loan(this, &AxisLayer::begin, &AxisLayer::end);
+        if (n_slots > slot_cap_) grow_slots(n_slots);
+        for (int64_t i = 0; i < n_slots; ++i) {
+            const int32_t p = pos[static_cast<size_t>(i)];
+            if (p == kEmpty) continue;
+            std::memcpy(slot(i), r.take(rec_bytes(), "slot data"), rec_bytes());
+            slot_pos_[static_cast<size_t>(i)] = p;
+            slot_used_ = std::max(slot_used_, i + 1);
+        }
+        if (ordered()) n_ordered_ = n_slots;
+        slot_used_ = n_slots;
+        if (!full()) {
+            const int32_t rf = r.get<int32_t>("residual start");
+            const int64_t rc = r.get<int64_t>("residual count");
+            if (rf < 0 || rc < 0 || rc > cfg_.residual || rf + rc > next)
+                r.fail("layer " + std::to_string(spec_.index) + ": bad residual range");
+            if (rc > 0) std::memcpy(res_slot(0), r.take(static_cast<size_t>(rc) * rec_bytes(), "residual data"), static_cast<size_t>(rc) * rec_bytes());
+            res_first_ = rf;
+            res_count_ = rc;
+            const int64_t nb = r.get<int64_t>("block count");
+            if (nb < 0 || static_cast<uint64_t>(nb) > r.remaining() / kivi_.block_bytes)
+                r.fail("layer " + std::to_string(spec_.index) + ": bad block count");
+            int64_t prev_end = 0;
+            for (int64_t b = 0; b < nb; ++b) {
+                const int32_t first = r.get<int32_t>("block start");
+                const int32_t count = r.get<int32_t>("block count");
+                if (first < prev_end || count < 1 || count > cfg_.group || first + count > next ||
+                    (res_count_ > 0 && first + count > res_first_))
+                    r.fail("layer " + std::to_string(spec_.index) + ": block " + std::to_string(b) + " has a bad range");
+                prev_end = first + count;
+                if (blk_used_ == blk_cap_) {
+                    blk_cap_ = std::max<int64_t>(4, 2 * blk_cap_);
+                    if (tier_)
+                        base_ = tier_->grow(tier_index_, capacity_bytes());
+                    else {
+                        resident_.resize(capacity_bytes());
+                        base_ = resident_.data();
+                    }
+                }
+                const int32_t rec = static_cast<int32_t>(blk_used_++);
+                std::memcpy(block_data(rec), r.take(kivi_.block_bytes, "block data"), kivi_.block_bytes);
+                blocks_.push_back({first, count, rec});
+            }
+        }
+        next_pos_ = next;
+        evicted_ = evicted;
+        mark(0, used_bytes());
+        loan.finish();
+    } catch (...) {
+        clear_meta();
+        throw;
+    }
+}
+
+void AxisLayer::export_tokens(TokenRows& rows) const {
+    ArenaLoan<AxisLayer> loan(this, &AxisLayer::begin, &AxisLayer::end);
+    rows = TokenRows{};
+    rows.kv_dim = kv_dim_;
+    struct Src {
+        int32_t pos;
+        const float* rec;  // f32 record, or null for a quantized token
+        const Block* block;
+        int j;
+    };
+    std::vector<Src> src;
+    const int64_t n_slots = ordered() ? n_ordered_ : slot_used_;
+    for (int64_t i = 0; i < n_slots; ++i)
+        if (slot_pos_[static_cast<size_t>(i)] != kEmpty) src.push_back({slot_pos_[static_cast<size_t>(i)], slot(i), nullptr, 0});
+    for (const Block& b : blocks_)
+        for (int j = 0; j < b.count; ++j) src.push_back({b.first + j, nullptr, &b, j});
+    for (int64_t i = 0; i < res_count_; ++i) src.push_back({res_first_ + static_cast<int32_t>(i), res_slot(i), nullptr, 0});
+    std::sort(src.begin(), src.end(), [](const Src& a, const Src& b) { return a.pos < b.pos; });
+    const size_t n = src.size(), d = static_cast<size_t>(kv_dim_);
+    rows.pos.resize(n);
+    rows.k.resize(n * d);
+    rows.v.resize(n * d);
+    rows.exact.resize(n);
+    for (size_t i = 0; i < n; ++i) {
+        rows.pos[i] = src[i].pos;
+        if (src[i].rec) {
+            std::memcpy(rows.k.data() + i * d, src[i].rec, d * sizeof(float));
+            std::memcpy(rows.v.data() + i * d, src[i].rec + d, d * sizeof(float));
+            rows.exact[i] = 1;
+        } else {
+            kivi_dequantize_token(kivi_, block_data(src[i].block->record), src[i].j, rows.k.data() + i * d, rows.v.data() + i * d);
+            rows.exact[i] = 0;
+        }
+    }
+    loan.finish();
+}
+
+bool AxisLayer::can_import(const TokenRows& rows, int64_t length) const {
+    auto needed = [&](int64_t p) {
+        if (cfg_.retention == RetentionKind::All) return true;
+        return p < sink_end_ || p >= length - recent_ + 1;
+    };
+    // rows.pos is sorted; walk the needed positions alongside.
+    size_t i = 0;
+    for (int64_t p = 0; p < length; ++p) {
+        if (!needed(p)) {
+            if (cfg_.retention != RetentionKind::All && p >= sink_end_) p = std::max<int64_t>(p, length - recent_);
+            continue;
+        }
+        while (i < rows.pos.size() && rows.pos[i] < p) ++i;
+        if (i >= rows.pos.size() || rows.pos[i] != p) return false;
+        if (!rows.exact[i] && full()) return false;
+    }
+    return true;
+}
+
+void AxisLayer::import_tokens(const TokenRows& rows, int64_t length) {
+    check_room(0, length);
+    clear_meta();
+    ArenaLoan<AxisLayer> loan(this, &AxisLayer::begin, &AxisLayer::end);
+    const size_t d = static_cast<size_t>(kv_dim_);
+    const int32_t keep_from = static_cast<int32_t>(length - recent_);
+    const bool ring = full() && cfg_.retention != RetentionKind::All;
+    for (size_t i = 0; i < rows.pos.size(); ++i) {
+        if (rows.pos[i] >= length) break;
+        if (ring && rows.pos[i] >= sink_end_ && rows.pos[i] < keep_from) {
+            ++evicted_;
+            continue;
+        }
+        store(rows.pos[i], rows.k.data() + i * d, rows.v.data() + i * d);
+    }
+    next_pos_ = static_cast<int32_t>(length);
+    loan.finish();
+}
+
+}  // namespace kvchat

@@ -1,0 +1,115 @@
+#include "engine/cache/cache.h"
+
+#include "engine/cache/byte_io.h"
+#include "engine/cache/offload_tier.h"
+#include "engine/error.h"
+
+namespace kvchat {
+
+Cache::Cache(std::string spec, std::vector<std::unique_ptr<CacheLayer>> layers, std::shared_ptr<OffloadTier> tier)
+    : spec_(std::move(spec)), tier_(std::move(tier)), layers_(std::move(layers)) {}
+
+Cache::~Cache() {
+    layers_.clear();  // before the tier they may write to
+}
+
+std::string Cache::spill_path() const { return tier_ ? tier_->path() : std::string(); }
+
+void Cache::check_room(int64_t n) const {
+    for (const auto& l : layers_) l->check_room(seq_length(), n);
+}
+
+void Cache::roll_back() {
+    for (auto& l : layers_) l->crop(seq_length());
+}
+
+bool Cache::can_crop_to(int64_t n) const {
+    if (n < 0) return false;
+    for (const auto& l : layers_)
+        if (!l->can_crop_to(n)) return false;
+    return true;
+}
+
+void Cache::crop(int64_t n) {
+    if (n < 0) throw Error("cannot crop the cache to a negative length");
+    if (n >= seq_length()) return;
+    if (!can_crop_to(n))
+        throw Error("cannot crop the " + spec_ + " cache back to " + std::to_string(n) + " tokens: its windows no longer hold the tokens before that point (restore a checkpoint or rebuild)");
+    for (auto& l : layers_) l->crop(n);
+    tokens_.resize(static_cast<size_t>(n));
+}
+
+void Cache::reset() {
+    for (auto& l : layers_) l->reset();
+    tokens_.clear();
+}
+
+CacheCheckpoint Cache::checkpoint() const {
+    CacheCheckpoint cp;
+    cp.spec = spec_;
+    cp.length = seq_length();
+    cp.layer_states.resize(layers_.size());
+    for (size_t i = 0; i < layers_.size(); ++i)
+        if (layers_[i]->discards_tokens()) layers_[i]->save_state(cp.layer_states[i]);
+    return cp;
+}
+
+bool Cache::restore(const CacheCheckpoint& cp) {
+    if (cp.spec != spec_ || cp.length > seq_length() || cp.length < 0 || cp.layer_states.size() != layers_.size()) return false;
+    for (size_t i = 0; i < layers_.size(); ++i)
+        if (layers_[i]->discards_tokens() && cp.layer_states[i].empty()) return false;
+    // The states were saved by these same layers, so loading only fails on memory corruption.
+    for (size_t i = 0; i < layers_.size(); ++i) {
+        if (!cp.layer_states[i].empty()) {
+            ByteReader r(cp.layer_states[i], "checkpoint");
+            layers_[i]->load_state(r);
+        } else {
+            layers_[i]->crop(cp.length);
+        }
+    }
+    tokens_.resize(static_cast<size_t>(cp.length));
+    return true;
+}
+
+int64_t Cache::bytes() const {
+    int64_t b = 0;
+    for (const auto& l : layers_) {
+        const LayerTelemetry t = l->telemetry();
+        b += t.bytes_fast + t.bytes_slow;
+    }
+    return b;
+}
+
+CacheTelemetry Cache::telemetry() const {
+    CacheTelemetry c;
+    c.spec = spec_;
+    c.tokens = seq_length();
+    for (const auto& l : layers_) {
+        c.layers.push_back(l->telemetry());
+        const LayerTelemetry& t = c.layers.back();
+        c.bytes_fast += t.bytes_fast;
+        c.bytes_slow += t.bytes_slow;
+        c.bytes_reserved += t.bytes_reserved;
+        c.moved_in_step += t.moved_in_step;
+        c.moved_out_step += t.moved_out_step;
+        c.prefetch_stall_ms += t.prefetch_stall_ms;
+    }
+    c.total_bytes = c.bytes_fast + c.bytes_slow;
+    c.bytes_per_token = c.tokens > 0 ? static_cast<double>(c.total_bytes) / static_cast<double>(c.tokens) : 0.0;
+    return c;
+}
+
+void Cache::replace_with(Cache& other) {
+    layers_.clear();
+    tier_.reset();
+    spec_ = std::move(other.spec_);
+    tier_ = std::move(other.tier_);
+    layers_ = std::move(other.layers_);
+    tokens_ = std::move(other.tokens_);
+    layer_specs_ = other.layer_specs_;
+    pool_ = other.pool_;
+    other.layers_.clear();
+    other.tokens_.clear();
+}
+
+}  // namespace kvchat

@@ -1,0 +1,47 @@
+#include "engine/cache/cache_factory.h"
+
+#include "engine/cache/offload_tier.h"
+
+namespace kvchat {
+
+LayerConfig layer_config(const LayerSpec& spec, const CacheSpec& s) {
+    LayerConfig c;
+    c.nbits = s.nbits;
+    c.residual = s.residual;
+    c.group = s.group;
+    c.offloaded = s.offloaded;
+    const int m = spec.model_window;
+    if (m > 0) {
+        // A model's sliding layer never looks further back than its window, so every strategy
+        // keeps a ring of it there (a smaller sliding_window narrows it; sinks add nothing the
+        // layer could see). dynamic grows it as tokens arrive; the others preallocate it.
+        c.retention = RetentionKind::SlidingWindow;
+        c.window = s.retention == RetentionKind::SlidingWindow ? std::min(m, s.window) : m;
+        c.fixed = s.base != "dynamic";
+        return c;
+    }
+    c.retention = s.retention;
+    c.window = s.window;
+    c.sinks = s.sinks;
+    c.fixed = s.fixed || s.retention != RetentionKind::All;
+    c.max_len = s.retention == RetentionKind::All ? s.max_len : 0;
+    if (s.retention == RetentionKind::All) c.fixed = s.fixed;
+    return c;
+}
+
+std::unique_ptr<Cache> make_cache(const std::vector<LayerSpec>& layers, const CacheSpec& s, ThreadPool& pool) {
+    std::shared_ptr<OffloadTier> tier;
+    if (s.offloaded) tier = std::make_shared<OffloadTier>(s.offload_dir, static_cast<int>(layers.size()));
+    std::vector<std::unique_ptr<CacheLayer>> out;
+    for (size_t i = 0; i < layers.size(); ++i)
+        out.push_back(std::make_unique<AxisLayer>(layers[i], layer_config(layers[i], s), pool, tier.get(), static_cast<int>(i)));
+    auto cache = std::make_unique<Cache>(to_string(s), std::move(out), std::move(tier));
+    cache->set_origin(layers, &pool);
+    return cache;
+}
+
+std::unique_ptr<Cache> make_cache(const std::vector<LayerSpec>& layers, const std::string& spec, ThreadPool& pool) {
+    return make_cache(layers, parse_cache_spec(spec), pool);
+}
+
+}  // namespace kvchat

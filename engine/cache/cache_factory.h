@@ -1,0 +1,23 @@
+#pragma once
+// Builds a Cache for a model's layers under a strategy spec: each layer's axes follow the spec
+// and the model (the model's own sliding layers keep its window whatever the spec).
+#include "engine/cache/axis_layer.h"
+#include "engine/cache/cache.h"
+#include "engine/cache/cache_spec.h"
+
+#include <memory>
+#include <vector>
+
+namespace kvchat {
+
+class ThreadPool;
+
+// The axes of layer `spec` under a strategy.
+LayerConfig layer_config(const LayerSpec& spec, const CacheSpec& strategy);
+
+// Throws kvchat::Error naming the parameter (e.g. a group that does not divide the head size)
+// or the slow-tier directory that cannot take a spill file.
+std::unique_ptr<Cache> make_cache(const std::vector<LayerSpec>& layers, const CacheSpec& strategy, ThreadPool& pool);
+std::unique_ptr<Cache> make_cache(const std::vector<LayerSpec>& layers, const std::string& spec, ThreadPool& pool);
+
+}  // namespace kvchat

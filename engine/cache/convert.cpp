@@ -1,0 +1,66 @@
+#include "engine/cache/convert.h"
+
+#include "engine/cache/cache_factory.h"
+#include "engine/compute/thread_pool.h"
+#include "engine/error.h"
+
+#include <chrono>
+
+namespace kvchat {
+
+ConvertResult convert(Cache& cache, const std::string& target, const ConvertOptions& opt) {
+    const auto t0 = std::chrono::steady_clock::now();
+    if (!cache.pool()) throw Error("this cache was not made by make_cache and cannot be converted");
+    const CacheSpec spec = parse_cache_spec(target);
+    ThreadPool& pool = *cache.pool();
+    std::unique_ptr<Cache> fresh = make_cache(cache.layer_specs(), spec, pool);
+    const int64_t length = cache.seq_length();
+    fresh->check_room(length);
+    ConvertResult result;
+
+    // Carry tokens over layer by layer when every layer can be rebuilt from what the old one
+    // holds. Layers are independent, so they convert in parallel unless a spill file is shared.
+    const size_t n = cache.n_layers();
+    std::vector<char> ok(n, 1);
+    const bool serial = !cache.spill_path().empty() || !fresh->spill_path().empty();
+    auto check = [&](int64_t b, int64_t e) {
+        TokenRows rows;
+        for (int64_t i = b; i < e; ++i) {
+            cache.layer(static_cast<size_t>(i)).export_tokens(rows);
+            ok[static_cast<size_t>(i)] = fresh->layer(static_cast<size_t>(i)).can_import(rows, length);
+            if (ok[static_cast<size_t>(i)]) fresh->layer(static_cast<size_t>(i)).import_tokens(rows, length);
+        }
+    };
+    if (serial)
+        check(0, static_cast<int64_t>(n));
+    else
+        pool.parallel_for(static_cast<int64_t>(n), check);
+    bool all = true;
+    for (char c : ok) all = all && c;
+
+    if (all) {
+        fresh->append_tokens(cache.tokens().data(), length);
+    } else {
+        if (!opt.reprefill)
+            throw Error("converting the " + cache.spec() + " cache to " + fresh->spec() +
+                        " needs tokens it no longer holds; it must be rebuilt through the model");
+        fresh->reset();
+        const std::vector<int32_t>& tokens = cache.tokens();
+        const int64_t chunk = opt.chunk > 0 ? opt.chunk : 256;
+        for (int64_t at = 0; at < length; at += chunk) {
+            if (opt.cancel && opt.cancel->load()) throw Error("conversion to " + fresh->spec() + " cancelled; the cache is unchanged");
+            const int64_t m = std::min(chunk, length - at);
+            opt.reprefill(*fresh, std::vector<int32_t>(tokens.begin() + at, tokens.begin() + at + m));
+            if (fresh->seq_length() != at + m)
+                throw Error("conversion: the re-prefill did not add the tokens it was given");
+            if (opt.progress) opt.progress(at + m, length);
+        }
+        result.rebuilt = true;
+        result.reprefilled_tokens = length;
+    }
+    cache.replace_with(*fresh);
+    result.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    return result;
+}
+
+}  // namespace kvchat

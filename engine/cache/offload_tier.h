@@ -1,0 +1,74 @@
+#pragma once
+// The slow tier of offloaded caches on the CPU: a spill file on disk (one per cache, removed
+// when the cache is dropped) holding every offloaded layer's bytes, and two fast buffers. While
+// layer i computes in one buffer, a prefetch thread reads the next layer into the other; after
+// attention only the bytes the layer changed are written back.
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace kvchat {
+
+struct TierTraffic {
+    int64_t in_step = 0, out_step = 0;    // bytes read / written by the layer's last use
+    int64_t in_total = 0, out_total = 0;
+    double stall_ms = 0.0;                // waiting for reads that prefetch had not finished
+};
+
+class OffloadTier {
+public:
+    // Creates the spill file in `dir` (empty: $TMPDIR, else /tmp); throws kvchat::Error naming
+    // the directory and the reason when it cannot.
+    OffloadTier(const std::string& dir, int n_layers);
+    ~OffloadTier();
+    OffloadTier(const OffloadTier&) = delete;
+    OffloadTier& operator=(const OffloadTier&) = delete;
+
+    // Makes the layer's bytes [0, size) available in a fast buffer of at least `capacity` bytes
+    // (waiting for its prefetch, or reading it now), and starts prefetching the next layer.
+    uint8_t* acquire(int layer, size_t size, size_t capacity);
+    // Grows the acquired buffer, keeping its content.
+    uint8_t* grow(int layer, size_t capacity);
+    // Writes bytes [lo, hi) of the acquired buffer back, records the layer's size, and gives the
+    // buffer up. Throws kvchat::Error (e.g. a full disk) naming the spill file.
+    void release(int layer, size_t size, size_t lo, size_t hi);
+    // Reserves disk space for `bytes` of a layer up front (fixed-capacity caches), so a full disk
+    // shows when the cache is made rather than mid-conversation.
+    void reserve(int layer, size_t bytes);
+    // Counts a new step of traffic for the layer (resets its per-step counters).
+    const TierTraffic& traffic(int layer) const { return traffic_[static_cast<size_t>(layer)]; }
+    // Records a layer's size after it shrank without being acquired (a crop).
+    void set_size(int layer, size_t size) { sizes_[static_cast<size_t>(layer)] = size; }
+    size_t stored_bytes(int layer) const { return sizes_[static_cast<size_t>(layer)]; }
+    const std::string& path() const { return path_; }
+
+private:
+    void prefetch_loop();
+    void read_into(int layer, size_t size, std::vector<uint8_t>& buf);
+    [[noreturn]] void fail(const std::string& what, int err) const;
+    int64_t offset(int layer) const { return static_cast<int64_t>(layer) << 36; }
+
+    std::string path_;
+    int fd_ = -1;
+    int n_layers_;
+    std::vector<size_t> sizes_;
+    std::vector<TierTraffic> traffic_;
+    std::vector<uint8_t> buf_[2];
+    int cur_ = 0;             // buffer of the acquired layer
+    int acquired_ = -1;
+    // Prefetch state, guarded by mu_.
+    std::mutex mu_;
+    std::condition_variable cv_;
+    int want_ = -1;           // layer to prefetch (into buf_[1 - cur_])
+    size_t want_size_ = 0;
+    bool busy_ = false;
+    int ready_ = -1;          // layer whose bytes sit in buf_[1 - cur_]
+    std::string prefetch_error_;
+    bool stop_ = false;
+    std::thread thread_;
+};
+
+}  // namespace kvchat
