@@ -1,5 +1,6 @@
 #include "engine/chat/conversation.h"
 
+#include "engine/cache/cache_spec.h"
 #include "engine/chat/conversation_cache.h"
 #include "engine/error.h"
 
@@ -10,6 +11,8 @@
 namespace kvchat {
 
 namespace {
+
+constexpr size_t kMaxCheckpoints = 6;
 
 double ms_between(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
     return std::chrono::duration<double, std::milli>(b - a).count();
@@ -34,8 +37,18 @@ std::string_view context_policy_name(ContextPolicy p) {
 }
 
 Conversation::Conversation(const Model& model, Backend& backend, ChatTemplate chat_template, std::string cache_spec)
-    : model_(model), backend_(backend), template_(std::move(chat_template)), cache_spec_(std::move(cache_spec)) {
-    if (cache_spec_.empty()) cache_spec_ = default_cache_spec();
+    : model_(model), backend_(backend), template_(std::move(chat_template)), cache_spec_(canonical_cache_spec(cache_spec)) {}
+
+void Conversation::set_cache_spec(const std::string& spec) { cache_spec_ = canonical_cache_spec(spec); }
+
+void Conversation::set_cache(std::unique_ptr<Cache> cache, std::vector<CacheCheckpoint> checkpoints) {
+    cache_ = std::move(cache);
+    checkpoints_ = std::move(checkpoints);
+}
+
+std::unique_ptr<Cache> Conversation::release_cache() {
+    checkpoints_.clear();
+    return std::move(cache_);
 }
 
 void Conversation::append(Role role, std::string content) { messages_.push_back({role, std::move(content)}); }
@@ -82,17 +95,18 @@ void Conversation::switch_retention(const RenderedChat& rendered, const TurnOpti
                                     std::vector<std::string>& notices) {
     const int64_t needed = static_cast<int64_t>(rendered.tokens.size()) + 1;
     if (needed <= context_limit()) return;
+    if (parse_cache_spec(cache_spec_).retention != RetentionKind::All) return;  // already bounded
     std::string spec = options.retention_spec;
     if (spec.empty()) {
         const int64_t window = std::max<int64_t>(16, model_.config().n_ctx_train / 2);
         spec = options.policy == ContextPolicy::Sink ? "sink:window=" + std::to_string(window) + ",sinks=4"
                                                      : "sliding_window:window=" + std::to_string(window);
     }
-    Cache& c = cache();
-    cache_ = convert_cache(c, model_, backend_, spec);
-    cache_spec_ = spec;
-    notices.push_back("the conversation outgrew the context; switched the cache to " + spec +
-                      " retention (the oldest tokens are no longer attended to)");
+    convert_conversation_cache(cache(), model_, backend_, spec);
+    cache_spec_ = cache().spec();
+    checkpoints_.clear();
+    notices.push_back("the conversation outgrew the context; the cache switched to " + cache_spec_ +
+                      " (the oldest tokens are no longer attended to)");
 }
 
 int64_t Conversation::align_cache(const std::vector<int32_t>& tokens, std::vector<std::string>& notices) {
@@ -104,16 +118,25 @@ int64_t Conversation::align_cache(const std::vector<int32_t>& tokens, std::vecto
     // The last token is always computed again: its logits start the reply.
     lcp = std::min<int64_t>(lcp, static_cast<int64_t>(tokens.size()) - 1);
     if (lcp >= c.seq_length()) return c.seq_length();
-    if (cache_can_crop_to(c, lcp)) {
+    auto forget_after = [&](int64_t n) {
+        std::erase_if(checkpoints_, [&](const CacheCheckpoint& cp) { return cp.length > n; });
+    };
+    if (c.can_crop_to(lcp)) {
         c.crop(lcp);
+        forget_after(lcp);
         return lcp;
     }
-    const int64_t restored = restore_cache_checkpoint(c, lcp);
-    if (restored >= 0) return restored;
+    for (auto it = checkpoints_.rbegin(); it != checkpoints_.rend(); ++it)
+        if (it->length <= lcp && c.restore(*it)) {
+            const int64_t at = it->length;
+            forget_after(at);
+            return at;
+        }
     notices.push_back("the cache could not go back to token " + std::to_string(lcp) +
                       " (its sliding window had moved on and no checkpoint was kept there); the conversation "
                       "is prefilled again");
     c.reset();
+    checkpoints_.clear();
     return 0;
 }
 
@@ -129,8 +152,13 @@ void Conversation::prefill(const RenderedChat& rendered, int64_t end) {
         model_.forward(backend_, c, rendered.tokens.data() + c.seq_length(), stop - c.seq_length(), Logits::None,
                        logits);
         // A checkpoint at each message start lets an edit or a regeneration crop back here even
-        // when the sliding layers have moved on.
-        checkpoint_cache(c);
+        // when the sliding layers have moved on. Only the latest few are kept (each holds the
+        // sliding windows); older turns are rarely edited.
+        CacheCheckpoint cp = c.checkpoint();
+        if (cp.bytes() > 0) {
+            checkpoints_.push_back(std::move(cp));
+            if (checkpoints_.size() > kMaxCheckpoints) checkpoints_.erase(checkpoints_.begin());
+        }
     }
 }
 
@@ -155,7 +183,8 @@ TurnResult Conversation::respond(const TurnOptions& options, const std::function
     GenerationConfig g = options.generation;
     for (int32_t id : template_.stop_tokens()) g.stop_tokens.push_back(id);
     for (const std::string& s : template_.stop_strings()) g.stop_strings.push_back(s);
-    if (options.policy != ContextPolicy::Refuse) g.max_context = int64_t{1} << 40;
+    // A static cache's capacity ends the answer like the model's context does.
+    g.max_context = options.policy != ContextPolicy::Refuse ? int64_t{1} << 40 : context_limit();
 
     // The budget is checked per streamed piece: over it, the turn pauses, the cache moves to the
     // fallback strategy and generation continues from where it was. Without a budget the user's
@@ -174,13 +203,14 @@ TurnResult Conversation::respond(const TurnOptions& options, const std::function
 
     auto fall_back = [&](const std::string& why) {
         Cache& c = cache();
-        // A failed forward may have left a layer longer than the token list: realign first.
-        for (size_t i = 0; i < c.n_layers(); ++i) c.layer(i).crop(c.seq_length());
-        std::string spec = options.fallback_spec.empty() ? std::string("offloaded") : options.fallback_spec;
+        // A forward pass that failed half-way may have left layers ahead of the token list.
+        c.roll_back();
+        const std::string spec = options.fallback_spec.empty() ? std::string("offloaded") : options.fallback_spec;
         try {
-            cache_ = convert_cache(c, model_, backend_, spec);
-            cache_spec_ = spec;
-            out.notices.push_back(why + "; the cache moved to the " + spec + " strategy and the turn continued");
+            convert_conversation_cache(c, model_, backend_, spec);
+            cache_spec_ = c.spec();
+            checkpoints_.clear();
+            out.notices.push_back(why + "; the cache moved to " + cache_spec_ + " and the turn continued");
         } catch (const Error& e) {
             out.notices.push_back(why + "; the fallback to " + spec + " failed (" + e.what() + ")");
             return false;

@@ -53,7 +53,8 @@ public:
     const std::vector<ChatMessage>& messages() const { return messages_; }
     const ChatTemplate& chat_template() const { return template_; }
     const std::string& cache_spec() const { return cache_spec_; }
-    void set_cache_spec(std::string spec) { cache_spec_ = std::move(spec); }
+    // Takes effect with the next cache made (release_cache() to drop the current one).
+    void set_cache_spec(const std::string& spec);
 
     void append(Role role, std::string content);
     // Keeps the first n messages.
@@ -63,8 +64,12 @@ public:
 
     bool has_cache() const { return cache_ != nullptr; }
     Cache& cache();  // made on first use
-    void set_cache(std::unique_ptr<Cache> cache) { cache_ = std::move(cache); }
-    std::unique_ptr<Cache> release_cache() { return std::move(cache_); }
+    // A cache (a snapshot's, a prefix's) with the checkpoints that came with it.
+    void set_cache(std::unique_ptr<Cache> cache, std::vector<CacheCheckpoint> checkpoints = {});
+    std::unique_ptr<Cache> release_cache();
+    // The states of the sliding layers at recent message starts, oldest first: a crop back to
+    // one of them does not need the earlier conversation again.
+    const std::vector<CacheCheckpoint>& checkpoints() const { return checkpoints_; }
 
     // The rendered transcript with the generation prompt, and a refusal (kvchat::Error) when it
     // would not fit under the Refuse policy. Nothing is changed.
@@ -100,6 +105,7 @@ private:
     std::string cache_spec_;
     std::vector<ChatMessage> messages_;
     std::unique_ptr<Cache> cache_;
+    std::vector<CacheCheckpoint> checkpoints_;
 };
 
 }  // namespace kvchat

@@ -1,39 +1,44 @@
 #include "engine/chat/conversation_cache.h"
 
+#include "engine/cache/cache_spec.h"
+#include "engine/cache/convert.h"
+#include "engine/cache/snapshot.h"
 #include "engine/error.h"
 
 namespace kvchat {
 
-std::string default_cache_spec() { return "dynamic"; }
+std::string default_cache_spec() { return canonical_cache_spec("dynamic"); }
+
+std::string canonical_cache_spec(const std::string& spec) {
+    return to_string(parse_cache_spec(spec.empty() ? std::string("dynamic") : spec));
+}
 
 std::unique_ptr<Cache> make_conversation_cache(const Model& model, Backend& backend, const std::string& spec) {
-    if (spec != "dynamic" && !spec.empty())
-        throw Error("cache strategy '" + spec + "' is not available in this build (dynamic only)");
-    return model.make_default_cache(backend);
+    return model.make_cache(backend, spec.empty() ? default_cache_spec() : spec);
 }
 
-std::string cache_spec_of(const Cache&, const std::string& spec_it_was_made_with) {
-    return spec_it_was_made_with.empty() ? default_cache_spec() : spec_it_was_made_with;
+int64_t cache_capacity(const Cache& cache) {
+    const CacheSpec s = parse_cache_spec(cache.spec());
+    return s.fixed ? s.max_len : 0;
 }
 
-bool cache_can_crop_to(const Cache&, int64_t) { return true; }
-
-void checkpoint_cache(Cache&) {}
-
-int64_t restore_cache_checkpoint(Cache&, int64_t) { return -1; }
-
-int64_t cache_capacity(const Cache&) { return 0; }
-
-void save_cache_snapshot(const Cache&, const Model&, const std::string& path) {
-    throw Error("cannot write cache snapshot '" + path + "': snapshots are not available in this build");
+void convert_conversation_cache(Cache& cache, const Model& model, Backend& backend, const std::string& spec) {
+    ConvertOptions o;
+    o.reprefill = [&](Cache& c, const std::vector<int32_t>& tokens) {
+        std::vector<float> none;
+        model.forward(backend, c, tokens.data(), static_cast<int64_t>(tokens.size()), Logits::None, none);
+    };
+    convert(cache, spec, o);
 }
 
-std::unique_ptr<Cache> load_cache_snapshot(const std::string& path, const Model&, Backend&) {
-    throw Error("cannot read cache snapshot '" + path + "': snapshots are not available in this build");
+void save_cache_snapshot(const Cache& cache, const std::vector<CacheCheckpoint>& checkpoints, const Model& model,
+                         const std::string& path) {
+    save_snapshot(path, cache, model.fingerprint(), checkpoints);
 }
 
-std::unique_ptr<Cache> convert_cache(const Cache&, const Model&, Backend&, const std::string& spec) {
-    throw Error("cannot convert the cache to '" + spec + "': conversion is not available in this build");
+SavedCache load_cache_snapshot(const std::string& path, const Model& model, Backend& backend) {
+    LoadedSnapshot s = load_snapshot(path, model.layer_specs(), model.fingerprint(), backend.pool());
+    return SavedCache{std::move(s.cache), std::move(s.checkpoints)};
 }
 
 }  // namespace kvchat

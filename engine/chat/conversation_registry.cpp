@@ -12,7 +12,14 @@ namespace kvchat {
 
 namespace {
 
-std::string quoted(std::string_view s) { return "'" + std::string(s) + "'"; }
+std::string quoted(std::string_view s) {
+    std::string q;  // (appended piece by piece: GCC 12 warns wrongly about "'" + string + "'")
+    q.reserve(s.size() + 2);
+    q += '\'';
+    q.append(s);
+    q += '\'';
+    return q;
+}
 
 std::string snapshot_name_for(int64_t conversation_id) {
     return "conversation-" + std::to_string(conversation_id) + ".kvcache";
@@ -70,11 +77,19 @@ Conversation& ConversationRegistry::open(std::string_view title_in, const OpenOp
         if (it->title == title.text) {
             entries_.splice(entries_.begin(), entries_, it);
             Entry& e = entries_.front();
-            if (!options.cache_spec.empty() && options.cache_spec != e.conversation->cache_spec()) {
-                e.conversation->set_cache_spec(options.cache_spec);
-                e.conversation->release_cache();
-                e.cache_ready = false;
-                store_.set_conversation_cache_spec(e.id, options.cache_spec);
+            if (!options.cache_spec.empty() && canonical_cache_spec(options.cache_spec) != e.conversation->cache_spec()) {
+                // A live switch: the cache is converted in place, keeping what it can.
+                const std::string spec = canonical_cache_spec(options.cache_spec);
+                if (e.conversation->has_cache()) {
+                    convert_conversation_cache(e.conversation->cache(), model_, backend_, spec);
+                    std::unique_ptr<Cache> c = e.conversation->release_cache();  // (its checkpoints are of the old strategy)
+                    e.conversation->set_cache_spec(spec);
+                    e.conversation->set_cache(std::move(c));
+                    e.dirty = true;
+                } else {
+                    e.conversation->set_cache_spec(spec);
+                }
+                store_.set_conversation_cache_spec(e.id, spec);
             }
             return *e.conversation;
         }
@@ -84,9 +99,9 @@ Conversation& ConversationRegistry::open(std::string_view title_in, const OpenOp
     e.title = title.text;
     if (auto rec = store_.find_conversation(title.text)) {
         e.id = rec->id;
-        std::string spec = rec->cache_spec.empty() ? default_cache_spec() : rec->cache_spec;
-        if (!options.cache_spec.empty() && options.cache_spec != spec) {
-            spec = options.cache_spec;
+        std::string spec = canonical_cache_spec(rec->cache_spec);
+        if (!options.cache_spec.empty() && canonical_cache_spec(options.cache_spec) != spec) {
+            spec = canonical_cache_spec(options.cache_spec);
             store_.set_conversation_cache_spec(e.id, spec);
         }
         e.conversation = std::make_unique<Conversation>(model_, backend_, template_, spec);
@@ -94,8 +109,8 @@ Conversation& ConversationRegistry::open(std::string_view title_in, const OpenOp
         if (!options.prefix.empty())
             notices_.push_back("conversation " + quoted(title.text) + " already exists; --prefix applies only to new ones");
     } else {
-        const std::string spec = options.cache_spec.empty() ? default_cache_spec() : options.cache_spec;
-        // Everything that can refuse happens before the row exists.
+        // Everything that can refuse (a bad spec, another model's prefix) happens before the row exists.
+        const std::string spec = canonical_cache_spec(options.cache_spec);
         std::optional<PrefixRecord> prefix;
         std::unique_ptr<Cache> cache;
         if (!options.prefix.empty()) {
@@ -127,20 +142,21 @@ void ConversationRegistry::make_ready(Entry& e, std::vector<std::string>& notice
     if (!rec) throw Error("conversation " + quoted(e.title) + " was deleted");
     if (rec->model_fingerprint != model_.fingerprint()) store_.set_conversation_model(e.id, model_.fingerprint());
     if (rec->snapshot.empty()) return;
-    std::unique_ptr<Cache> cache;
+    SavedCache saved;
     try {
-        cache = load_cache_snapshot(store_.snapshot_path(rec->snapshot), model_, backend_);
+        saved = load_cache_snapshot(store_.snapshot_path(rec->snapshot), model_, backend_);
     } catch (const Error& err) {
         if (!e.conversation->messages().empty())
             notices.push_back("the saved cache of conversation " + quoted(e.title) + " could not be used (" +
                               err.what() + "); its transcript is prefilled again");
         return;
     }
-    const std::string saved = cache_spec_of(*cache, rec->cache_spec);
-    if (saved != e.conversation->cache_spec()) {
+    const std::string was = saved.cache->spec();
+    if (was != e.conversation->cache_spec()) {
         try {
-            cache = convert_cache(*cache, model_, backend_, e.conversation->cache_spec());
-            notices.push_back("the cache of conversation " + quoted(e.title) + " was converted from " + saved + " to " +
+            convert_conversation_cache(*saved.cache, model_, backend_, e.conversation->cache_spec());
+            saved.checkpoints.clear();
+            notices.push_back("the cache of conversation " + quoted(e.title) + " was converted from " + was + " to " +
                               e.conversation->cache_spec());
         } catch (const Error& err) {
             notices.push_back("the cache of conversation " + quoted(e.title) + " could not be converted to " +
@@ -148,14 +164,14 @@ void ConversationRegistry::make_ready(Entry& e, std::vector<std::string>& notice
             return;
         }
     }
-    e.conversation->set_cache(std::move(cache));
+    e.conversation->set_cache(std::move(saved.cache), std::move(saved.checkpoints));
 }
 
 void ConversationRegistry::save_snapshot(Entry& e, std::vector<std::string>& notices) {
     if (!e.conversation->has_cache()) return;
     const std::string name = snapshot_name_for(e.id);
     try {
-        save_cache_snapshot(e.conversation->cache(), model_, store_.snapshot_path(name));
+        save_cache_snapshot(e.conversation->cache(), e.conversation->checkpoints(), model_, store_.snapshot_path(name));
     } catch (const Error& err) {
         notices.push_back("the cache of conversation " + quoted(e.title) + " was not saved (" + err.what() +
                           "); the next session prefills it again");

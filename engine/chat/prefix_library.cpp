@@ -11,7 +11,14 @@ namespace kvchat {
 
 namespace {
 
-std::string quoted(std::string_view s) { return "'" + std::string(s) + "'"; }
+std::string quoted(std::string_view s) {
+    std::string q;  // (appended piece by piece: GCC 12 warns wrongly about "'" + string + "'")
+    q.reserve(s.size() + 2);
+    q += '\'';
+    q.append(s);
+    q += '\'';
+    return q;
+}
 
 std::string snapshot_name_for(const PrefixRecord& p) { return "prefix-" + std::to_string(p.id) + ".kvcache"; }
 
@@ -36,14 +43,13 @@ std::unique_ptr<Cache> PrefixLibrary::prefill(const std::vector<int32_t>& tokens
 void PrefixLibrary::write_snapshot(const PrefixRecord& prefix, const Cache& cache, std::vector<std::string>& notices) {
     const std::string name = snapshot_name_for(prefix);
     try {
-        save_cache_snapshot(cache, model_, store_.snapshot_path(name));
+        save_cache_snapshot(cache, {}, model_, store_.snapshot_path(name));
     } catch (const Error& e) {
         notices.push_back("the cache of prefix " + quoted(prefix.name) + " was not saved (" + e.what() +
                           "); it will be prefilled again when used");
         return;
     }
-    const std::string old = store_.set_prefix_snapshot(prefix.id, name, model_.fingerprint(),
-                                                       prefix.cache_spec.empty() ? default_cache_spec() : prefix.cache_spec);
+    const std::string old = store_.set_prefix_snapshot(prefix.id, name, model_.fingerprint(), cache.spec());
     if (!old.empty()) std::remove(store_.snapshot_path(old).c_str());
 }
 
@@ -53,7 +59,7 @@ PrefixRecord PrefixLibrary::save(std::string_view name, std::string_view text, c
     if (store_.find_prefix(name)) throw Error("a prefix named " + quoted(name) + " already exists");
     const RepairedUtf8 fixed = repair_utf8(text);
     if (fixed.replaced) notices.push_back("the prefix text had invalid UTF-8; it was replaced by U+FFFD");
-    const std::string spec = cache_spec.empty() ? default_cache_spec() : cache_spec;
+    const std::string spec = canonical_cache_spec(cache_spec);
     PrefixRecord rec;
     rec.name = std::string(name);
     rec.text = fixed.text;
@@ -85,7 +91,7 @@ void PrefixLibrary::rename(std::string_view old_name, std::string_view new_name)
 
 PrefixRecord PrefixLibrary::edit(std::string_view name, std::string_view text, std::vector<std::string>& notices) {
     PrefixRecord p = find(name);
-    const std::string spec = p.cache_spec.empty() ? default_cache_spec() : p.cache_spec;
+    const std::string spec = canonical_cache_spec(p.cache_spec);
     const RepairedUtf8 fixed = repair_utf8(text);
     if (fixed.replaced) notices.push_back("the prefix text had invalid UTF-8; it was replaced by U+FFFD");
     const std::vector<int32_t> tokens = tokens_for(fixed.text);
@@ -110,12 +116,17 @@ std::unique_ptr<Cache> PrefixLibrary::load_cache(const PrefixRecord& prefix, con
         throw Error("prefix " + quoted(prefix.name) +
                     " was saved with another model; its cache cannot be used with this one (save it again under "
                     "this model)");
-    const std::string want = cache_spec.empty() ? default_cache_spec() : cache_spec;
-    const std::string saved = prefix.cache_spec.empty() ? default_cache_spec() : prefix.cache_spec;
+    const std::string want = canonical_cache_spec(cache_spec);
+    std::string saved;
+    try {
+        saved = canonical_cache_spec(prefix.cache_spec);
+    } catch (const Error&) {
+        saved = default_cache_spec();  // a spec this build no longer reads: rebuild under the default
+    }
     std::unique_ptr<Cache> cache;
     if (!prefix.snapshot.empty()) {
         try {
-            cache = load_cache_snapshot(store_.snapshot_path(prefix.snapshot), model_, backend_);
+            cache = load_cache_snapshot(store_.snapshot_path(prefix.snapshot), model_, backend_).cache;
             if (cache->tokens() != prefix.tokens) throw Error("it holds other tokens than the prefix");
         } catch (const Error& e) {
             notices.push_back("the cache of prefix " + quoted(prefix.name) + " could not be used (" + e.what() +
@@ -127,16 +138,15 @@ std::unique_ptr<Cache> PrefixLibrary::load_cache(const PrefixRecord& prefix, con
         cache = prefill(prefix.tokens, saved);
         write_snapshot(prefix, *cache, notices);
     }
-    if (cache_spec_of(*cache, saved) != want) {
+    if (cache->spec() != want) {
         try {
-            cache = convert_cache(*cache, model_, backend_, want);
-            notices.push_back("prefix " + quoted(prefix.name) + " was saved under the " + saved +
-                              " strategy; its cache was converted to " + want);
+            convert_conversation_cache(*cache, model_, backend_, want);
+            notices.push_back("prefix " + quoted(prefix.name) + " was saved under " + saved +
+                              "; its cache was converted to " + want);
         } catch (const Error& e) {
             cache = prefill(prefix.tokens, want);
-            notices.push_back("prefix " + quoted(prefix.name) + " was saved under the " + saved +
-                              " strategy and could not be converted to " + want + " (" + e.what() +
-                              "); it was prefilled again");
+            notices.push_back("prefix " + quoted(prefix.name) + " was saved under " + saved +
+                              " and could not be converted to " + want + " (" + e.what() + "); it was prefilled again");
         }
     }
     store_.record_prefix_use(prefix.id);
