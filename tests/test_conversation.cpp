@@ -46,9 +46,10 @@ TurnOptions greedy(int n) {
 }
 
 // The reference: a fresh cache, the whole transcript rendered and prefilled, greedy decoding.
-std::string reference_reply(const Tiny& t, const ChatTemplate& tmpl, const std::vector<ChatMessage>& msgs, int n) {
+std::string reference_reply(const Tiny& t, const ChatTemplate& tmpl, const std::vector<ChatMessage>& msgs, int n,
+                            const std::string& spec = "dynamic") {
     const RenderedChat r = tmpl.render(msgs, true);
-    auto cache = t.model->make_default_cache(*t.backend);
+    auto cache = t.model->make_cache(*t.backend, spec);
     Generator gen(*t.model, *t.backend);
     GenerationConfig g = greedy(n).generation;
     g.stop_tokens = tmpl.stop_tokens();
@@ -64,8 +65,10 @@ private slots:
     void multiTurnMatchesRecomputing_data() {
         QTest::addColumn<QString>("arch");
         QTest::addColumn<QString>("spec");
-        QTest::newRow("gemma3 dynamic") << "gemma3" << "dynamic";
-        QTest::newRow("llama dynamic") << "llama" << "dynamic";
+        for (const char* arch : {"gemma3", "llama"})
+            for (const char* spec : {"dynamic", "static:max_len=512", "offloaded", "hybrid", "quantized:nbits=8,residual=16,group=16",
+                                     "quantized:nbits=4,residual=16,group=16"})
+                QTest::newRow((std::string(arch) + " " + spec).c_str()) << arch << spec;
     }
     void multiTurnMatchesRecomputing() {
         QFETCH(QString, arch);
@@ -78,7 +81,8 @@ private slots:
         for (const char* msg : turns) {
             std::vector<ChatMessage> expected_msgs = c.messages();
             expected_msgs.push_back({Role::User, msg});
-            const std::string expected = reference_reply(*t, c.chat_template(), expected_msgs, 12);
+            // The reference: a fresh cache of the same strategy over the whole transcript.
+            const std::string expected = reference_reply(*t, c.chat_template(), expected_msgs, 12, spec.toStdString());
             const TurnResult r = c.send(msg, greedy(12));
             QCOMPARE(r.text, expected);
             QCOMPARE(c.messages().back().content, expected);
@@ -189,6 +193,25 @@ private slots:
         }
         QCOMPARE(c.messages().size(), before.size());
         QCOMPARE(c.messages().back().content, before.back().content);
+    }
+
+    void staticCapacityRefusesOrSlides() {
+        auto t = tiny("llama");
+        Conversation c(*t->model, *t->backend, ChatTemplate::for_model(*t->model), "static:max_len=64");
+        c.send("the cat sat on the mat", greedy(6));
+        const std::string long_text = "a cat sat on a mat and the cat sat on the mat and a cat sat on a mat";
+        QVERIFY_THROWS_EXCEPTION(Error, c.send(long_text, greedy(6)));
+        TurnOptions sliding = greedy(6);
+        sliding.policy = ContextPolicy::Sliding;
+        sliding.retention_spec = "sliding_window:window=32";
+        const TurnResult r = c.send(long_text, sliding);
+        QVERIFY(!r.notices.empty());
+        QVERIFY2(r.notices.front().find("sliding_window") != std::string::npos, r.notices.front().c_str());
+        QCOMPARE(c.cache_spec(), std::string("sliding_window:window=32"));
+        QCOMPARE(c.messages().size(), size_t(4));
+        // The conversation keeps going past the old capacity.
+        const TurnResult more = c.send(long_text, sliding);
+        QVERIFY(more.prompt_tokens > 64);
     }
 
     void lostCacheIsRebuiltFromTranscript() {
