@@ -221,6 +221,22 @@ private slots:
         QCOMPARE(bad.code, 2);
     }
 
+    // The interactive session: a message, then /regenerate replaces its answer.
+    void interactiveRegenerate() {
+        QTemporaryDir dir;
+        const QString model = tiny_model_path(dir);
+        const QString db = dir.path() + "/kv.db";
+        const Run r = cli({"chat", "--model", model, "--db", db, "--conversation", "i", "-n", "4", "--greedy"},
+                          "the cat\n/regenerate\n/quit\n");
+        QVERIFY2(r.code == 0, qPrintable(r.err));
+        QCOMPARE(r.err.count("tokens prefilled"), 2);
+        Store store(db.toStdString());
+        const auto msgs = store.list_messages(store.find_conversation("i")->id);
+        QCOMPARE(msgs.size(), size_t(2));
+        QCOMPARE(msgs[0].content, std::string("the cat"));
+        QCOMPARE(msgs[1].role, Role::Assistant);
+    }
+
     void chatNeedsConversation() {
         const Run r = cli({"chat", "--message", "hi"});
         QCOMPARE(r.code, 2);

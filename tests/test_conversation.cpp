@@ -3,12 +3,17 @@
 // Regenerate, edit, stop mid-answer, the context refusal and the live retention switch.
 #include "engine/chat/conversation.h"
 #include "engine/chat/conversation_cache.h"
+#include "engine/chat/conversation_registry.h"
+#include "engine/model/model_path.h"
 #include "engine/compute/backend.h"
 #include "engine/error.h"
 #include "support/tiny_model.h"
 
 #include <QTemporaryDir>
 #include <QtTest>
+
+#include <filesystem>
+#include <fstream>
 
 using namespace kvchat;
 
@@ -20,7 +25,7 @@ struct Tiny {
     std::unique_ptr<Backend> backend;
 };
 
-std::unique_ptr<Tiny> tiny(const std::string& arch) {
+std::unique_ptr<Tiny> tiny(const std::string& arch, int n_ff = 128) {
     auto t = std::make_unique<Tiny>();
     test::TinyModelSpec spec;
     spec.arch = arch;
@@ -29,7 +34,7 @@ std::unique_ptr<Tiny> tiny(const std::string& arch) {
     spec.n_head = 2;
     spec.n_head_kv = 1;
     spec.head_dim = 32;
-    spec.n_ff = 128;
+    spec.n_ff = n_ff;
     spec.sliding_window = arch == "gemma3" ? 8 : 0;
     const std::string path = (t->dir.path() + "/m.gguf").toStdString();
     test::write_tiny_gguf(spec, path);
@@ -212,6 +217,156 @@ private slots:
         // The conversation keeps going past the old capacity.
         const TurnResult more = c.send(long_text, sliding);
         QVERIFY(more.prompt_tokens > 64);
+    }
+
+    // The default model, short turns: the cache gives the answers a fresh cache gives.
+    void defaultModelMatchesRecomputing_data() {
+        QTest::addColumn<QString>("spec");
+        QTest::newRow("dynamic") << "dynamic";
+        QTest::newRow("quantized int8") << "quantized:nbits=8";
+        QTest::newRow("sliding window") << "sliding_window:window=64";
+    }
+    void defaultModelMatchesRecomputing() {
+        QFETCH(QString, spec);
+        auto t = std::make_unique<Tiny>();
+        t->model = Model::load(resolve_model_path(""));
+        t->backend = make_cpu_backend(0);
+        Conversation c(*t->model, *t->backend, ChatTemplate::for_model(*t->model), spec.toStdString());
+        for (const char* msg : {"Name a fruit.", "What colour is it?", "Name another one."}) {
+            std::vector<ChatMessage> expected_msgs = c.messages();
+            expected_msgs.push_back({Role::User, msg});
+            const std::string expected = reference_reply(*t, c.chat_template(), expected_msgs, 12, spec.toStdString());
+            const TurnResult r = c.send(msg, greedy(12));
+            QCOMPARE(r.text, expected);
+        }
+        QVERIFY(c.messages().size() == 6);
+    }
+
+    // A second registry on the same database (a restart) continues from the snapshot.
+    void restartContinuesFromSnapshot() {
+        auto t = tiny("gemma3");
+        const std::string db = (t->dir.path() + "/kv.db").toStdString();
+        TurnResult second;
+        {
+            Store store(db);
+            ConversationRegistry reg(store, *t->model, *t->backend);
+            reg.open("c");
+            reg.send("c", "the cat", greedy(6));
+            second = reg.send("c", "sat on", greedy(6));
+        }
+        Store store(db);
+        ConversationRegistry reg(store, *t->model, *t->backend);
+        reg.open("c");
+        std::vector<ChatMessage> msgs;
+        for (const MessageRecord& m : store.list_messages(reg.id_of("c"))) msgs.push_back({m.role, m.content});
+        QCOMPARE(msgs.size(), size_t(4));
+        const RenderedChat before = reg.chat_template().render(msgs, false);
+        msgs.push_back({Role::User, "the mat"});
+        const RenderedChat after = reg.chat_template().render(msgs, true);
+        const TurnResult r = reg.send("c", "the mat", greedy(6));
+        QVERIFY2(r.notices.empty(), r.notices.empty() ? "" : r.notices.front().c_str());
+        // The cache held everything up to the reply's end (its end marker is the new turn's).
+        QCOMPARE(r.cached_tokens, second.prompt_tokens + static_cast<int64_t>(second.tokens.size()));
+        QVERIFY(r.cached_tokens <= static_cast<int64_t>(before.tokens.size()));
+        QCOMPARE(r.prefill_tokens, static_cast<int64_t>(after.tokens.size()) - r.cached_tokens);
+        QCOMPARE(r.text, reference_reply(*t, reg.chat_template(), msgs, 6));
+    }
+
+    void unusableSnapshotIsRebuilt_data() {
+        QTest::addColumn<QString>("damage");
+        QTest::newRow("deleted") << "deleted";
+        QTest::newRow("truncated") << "truncated";
+        QTest::newRow("garbage") << "garbage";
+        QTest::newRow("another model") << "another model";
+    }
+    void unusableSnapshotIsRebuilt() {
+        QFETCH(QString, damage);
+        auto t = tiny("gemma3");
+        const std::string db = (t->dir.path() + "/kv.db").toStdString();
+        std::string path;
+        {
+            Store store(db);
+            ConversationRegistry reg(store, *t->model, *t->backend);
+            reg.open("c");
+            reg.send("c", "the cat", greedy(6));
+            path = store.snapshot_path(store.find_conversation("c")->snapshot);
+        }
+        QVERIFY(std::filesystem::exists(path));
+        if (damage == "deleted") {
+            std::filesystem::remove(path);
+        } else if (damage == "truncated") {
+            std::filesystem::resize_file(path, std::filesystem::file_size(path) / 2);
+        } else if (damage == "garbage") {
+            std::ofstream(path, std::ios::binary | std::ios::trunc) << std::string(4096, 'x');
+        } else {
+            // A snapshot written for a model of the same layout but other weights.
+            auto other = tiny("gemma3", 160);
+            Store other_store((other->dir.path() + "/o.db").toStdString());
+            ConversationRegistry other_reg(other_store, *other->model, *other->backend);
+            other_reg.open("c");
+            other_reg.send("c", "the cat", greedy(6));
+            std::filesystem::copy_file(other_store.snapshot_path(other_store.find_conversation("c")->snapshot), path,
+                                       std::filesystem::copy_options::overwrite_existing);
+        }
+        Store store(db);
+        ConversationRegistry reg(store, *t->model, *t->backend);
+        reg.open("c");
+        std::vector<ChatMessage> msgs;
+        for (const MessageRecord& m : store.list_messages(reg.id_of("c"))) msgs.push_back({m.role, m.content});
+        msgs.push_back({Role::User, "on the mat"});
+        const TurnResult r = reg.send("c", "on the mat", greedy(6));
+        QCOMPARE(r.cached_tokens, int64_t(0));
+        if (damage != "deleted") {
+            QVERIFY(!r.notices.empty());
+            QVERIFY2(r.notices.front().find("prefilled again") != std::string::npos, r.notices.front().c_str());
+        }
+        QCOMPARE(r.text, reference_reply(*t, reg.chat_template(), msgs, 6));
+        QCOMPARE(store.list_messages(reg.id_of("c")).size(), size_t(4));
+    }
+
+    // At most one cache in RAM: the other conversation's comes back from its snapshot.
+    void memoryBudgetKeepsOneResident() {
+        auto t = tiny("llama");
+        Store store((t->dir.path() + "/kv.db").toStdString());
+        ConversationRegistry reg(store, *t->model, *t->backend, 1);
+        reg.open("a");
+        reg.open("b");
+        const TurnResult a1 = reg.send("a", "the cat", greedy(5));
+        reg.send("b", "a mat", greedy(5));
+        QCOMPARE(reg.resident(), size_t(1));
+        const TurnResult a2 = reg.send("a", "sat on", greedy(5));
+        QCOMPARE(reg.resident(), size_t(1));
+        // Reloaded from its snapshot: at least its first prompt is reused (the random model's
+        // reply may tokenize differently when written back as text).
+        QVERIFY2(a2.cached_tokens >= a1.prompt_tokens, qPrintable(QString::number(a2.cached_tokens)));
+        std::vector<ChatMessage> msgs;
+        for (const MessageRecord& m : store.list_messages(reg.id_of("a"))) msgs.push_back({m.role, m.content});
+        msgs.pop_back();
+        QCOMPARE(a2.text, reference_reply(*t, reg.chat_template(), msgs, 5));
+    }
+
+    // Over its memory budget mid-answer, the cache moves to the offloaded strategy and the
+    // answer goes on unchanged.
+    void overBudgetFallsBackToOffloaded() {
+        auto t = tiny("llama");
+        Conversation c(*t->model, *t->backend, ChatTemplate::for_model(*t->model), "dynamic");
+        TurnOptions o = greedy(16);
+        o.generation.stop_at_eos = false;
+        c.send("the cat", greedy(4));
+        const int64_t small = c.cache().bytes() + 1;
+        o.max_cache_bytes = small;
+        std::vector<ChatMessage> msgs = c.messages();
+        msgs.push_back({Role::User, "sat on the mat"});
+        const RenderedChat prompt = c.chat_template().render(msgs, true);
+        auto cache = t->model->make_default_cache(*t->backend);
+        Generator gen(*t->model, *t->backend);
+        GenerationConfig g = o.generation;
+        const GenerationResult expected = gen.generate(*cache, prompt.tokens, g);
+        const TurnResult r = c.send("sat on the mat", o);
+        QCOMPARE(r.tokens, expected.tokens);
+        QVERIFY(!r.notices.empty());
+        QVERIFY2(r.notices.back().find("offloaded") != std::string::npos, r.notices.back().c_str());
+        QVERIFY(c.cache_spec().find("offloaded") != std::string::npos);
     }
 
     void lostCacheIsRebuiltFromTranscript() {

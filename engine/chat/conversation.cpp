@@ -229,7 +229,14 @@ TurnResult Conversation::respond(const TurnOptions& options, const std::function
             r = gen.generate(cache(), input, g, stream, budgeted ? &pause : cancel);
             break;
         } catch (const std::bad_alloc&) {
-            if (attempt > 0 || !fall_back("the cache could not grow (out of memory)")) throw;
+            if (attempt > 0 || !fall_back("the cache could not grow (out of memory)")) {
+                cache().roll_back();
+                throw;
+            }
+        } catch (...) {
+            // Whatever failed half-way, the cache stays consistent with its token list.
+            if (cache_) cache_->roll_back();
+            throw;
         }
     }
     const auto first_token_at = gen_start + std::chrono::duration_cast<clock::duration>(
