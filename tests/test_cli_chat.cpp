@@ -219,6 +219,13 @@ private slots:
         QVERIFY(missing.err.contains("felines"));
         const Run bad = cli({"prefix", "frobnicate", "--db", db});
         QCOMPARE(bad.code, 2);
+        // A conversation's opening system message saved as a prefix.
+        QCOMPARE(cli({"chat", "--model", model, "--db", db, "--conversation", "s", "--system", "a cat on a mat",
+                      "--message", "the", "-n", "2", "--greedy"}).code, 0);
+        const Run fc = cli({"prefix", "save", "opening", "--conversation", "s", "--model", model, "--db", db});
+        QVERIFY2(fc.code == 0, qPrintable(fc.err));
+        QCOMPARE(Store(db.toStdString()).find_prefix("opening")->text, std::string("a cat on a mat"));
+        QCOMPARE(cli({"prefix", "save", "none", "--conversation", "nosuch", "--model", model, "--db", db}).code, 2);
     }
 
     // The interactive session: a message, then /regenerate replaces its answer.
