@@ -272,6 +272,52 @@ private slots:
         QCOMPARE(r.text, reference_reply(*t, reg.chat_template(), msgs, 6));
     }
 
+    // The snapshot keeps the sliding layers' checkpoints: after a restart, regenerating the last
+    // answer restores one instead of prefilling the conversation again.
+    void regenerateAfterRestartUsesSavedCheckpoint() {
+        auto t = tiny("gemma3");
+        const std::string db = (t->dir.path() + "/kv.db").toStdString();
+        {
+            Store store(db);
+            ConversationRegistry reg(store, *t->model, *t->backend);
+            reg.open("c");
+            reg.send("c", "the cat sat on the mat", greedy(12));
+            reg.send("c", "a cat sat on a mat", greedy(12));
+        }
+        Store store(db);
+        ConversationRegistry reg(store, *t->model, *t->backend);
+        reg.open("c");
+        std::vector<ChatMessage> msgs;
+        for (const MessageRecord& m : store.list_messages(reg.id_of("c"))) msgs.push_back({m.role, m.content});
+        msgs.pop_back();
+        const RenderedChat prompt = reg.chat_template().render(msgs, true);
+        const TurnResult r = reg.regenerate("c", greedy(12));
+        QVERIFY2(r.notices.empty(), r.notices.empty() ? "" : r.notices.front().c_str());
+        QVERIFY2(r.cached_tokens >= prompt.message_starts.back(),
+                 qPrintable(QString("reused %1 of %2").arg(r.cached_tokens).arg(prompt.message_starts.back())));
+        QCOMPARE(r.text, reference_reply(*t, reg.chat_template(), msgs, 12));
+    }
+
+    // A megabyte paste cannot fit the context: refused with a message, nothing stored, and the
+    // conversation goes on.
+    void megabytePasteIsRefusedCleanly() {
+        auto t = tiny("llama");
+        Store store((t->dir.path() + "/kv.db").toStdString());
+        ConversationRegistry reg(store, *t->model, *t->backend);
+        reg.open("c");
+        std::string paste;
+        while (paste.size() < (1u << 20)) paste += "the cat 'sat'; DROP TABLE messages; -- on the mat\n";
+        try {
+            reg.send("c", paste, greedy(4));
+            QFAIL("a megabyte turn was accepted");
+        } catch (const Error& e) {
+            QVERIFY2(QString(e.what()).contains("context"), e.what());
+        }
+        QCOMPARE(store.list_messages(reg.id_of("c")).size(), size_t(0));
+        reg.send("c", "the cat", greedy(4));
+        QCOMPARE(store.list_messages(reg.id_of("c")).size(), size_t(2));
+    }
+
     void unusableSnapshotIsRebuilt_data() {
         QTest::addColumn<QString>("damage");
         QTest::newRow("deleted") << "deleted";
