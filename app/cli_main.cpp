@@ -5,6 +5,9 @@
 #include "engine/compute/matmul.h"
 #include "engine/compute/thread_pool.h"
 #include "engine/error.h"
+#include "engine/cache/cache_factory.h"
+#include "engine/cache/cache_spec.h"
+#include "engine/cache/convert.h"
 #include "engine/generate/generator.h"
 #include "engine/model/gguf_file.h"
 #include "engine/model/model.h"
@@ -42,6 +45,9 @@ const char* kUsage =
     "             cache's telemetry\n"
     "  bench      [--prompt-tokens 512] [--gen-tokens 128] [--runs 3] [--json]\n"
     "             prefill and decode tokens per second (median of the runs)\n"
+    "  bench      --cache SPEC[,SPEC...] [--context N[,N...]] [--gen-tokens 32] [--json]\n"
+    "             one row per strategy and context: KV bytes, prefill and decode speed, the greedy\n"
+    "             tokens' agreement with dynamic, and the time to convert a dynamic cache to it\n"
     "  chat       [--db PATH] --conversation NAME [--prefix NAME] [--cache SPEC] [--system TEXT]\n"
     "             [--policy refuse|sink|sliding] [--message TEXT] [-n N] [--greedy | sampling options] [--json]\n"
     "             send one message to a persistent conversation (created if new) and print the reply;\n"
@@ -51,8 +57,12 @@ const char* kUsage =
     "             rename OLD NEW |"
     " edit NAME --text TEXT | delete NAME: the library of reusable prefixes\n"
     "  chat-bench [--turns 10] [--prefix-tokens 2000] [--history-tokens 4000] [--only turns|prefix|reopen]\n"
-    "             [--json]"
-" time to first token over turns, from a saved prefix, and after reopening\n"
+    "             [--json]: time to first token over turns, from a saved prefix, and after reopening\n"
+    "\n"
+    "cache strategies (--cache; combine with +, e.g. quantized:nbits=4+offloaded):\n"
+    "  dynamic | static:max_len=N | offloaded[:dir=PATH] | offloaded_static:max_len=N[,dir=PATH]\n"
+    "  quantized[:nbits=2|4|8,residual=128,group=64] | sliding_window:window=W\n"
+    "  sink:window=W,sinks=S | hybrid[:max_len=N]\n"
     "\n"
     "options for every command:\n"
     "  --model PATH    GGUF file or Hugging Face folder (default: $KVCHAT_MODEL, else\n"
@@ -163,7 +173,117 @@ const char* kBenchText =
     "The history of the printing press begins in the fifteenth century. Johannes Gutenberg combined movable "
     "metal type, oil-based inks and a wooden press adapted from those used for wine and olive oil. ";
 
+std::vector<int> int_list(const std::string& name, const std::string& text) {
+    std::vector<int> out;
+    size_t at = 0;
+    while (at <= text.size()) {
+        const size_t comma = text.find(',', at);
+        const std::string piece = text.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
+        size_t used = 0;
+        long long v = 0;
+        try {
+            v = std::stoll(piece, &used);
+        } catch (const std::exception&) {
+            used = 0;
+        }
+        if (piece.empty() || used != piece.size() || v < 1 || v > (1 << 24))
+            throw kvchat::Error(name + " expects whole numbers separated by commas, got '" + piece + "'");
+        out.push_back(static_cast<int>(v));
+        if (comma == std::string::npos) break;
+        at = comma + 1;
+    }
+    return out;
+}
+
+std::vector<int32_t> bench_prompt(const kvchat::Model& m, int n) {
+    std::string text;
+    std::vector<int32_t> ids;
+    while (static_cast<int>(ids.size()) < n) {
+        text += kBenchText;
+        ids = m.tokenizer().encode(text, true);
+    }
+    ids.resize(static_cast<size_t>(n));
+    return ids;
+}
+
+// One row per strategy and context: KV bytes, prefill and decode speed, the greedy tokens'
+// agreement with `dynamic`, and how long converting a dynamic cache of that context takes.
+int cmd_bench_caches(const Options& o) {
+    std::vector<std::string> specs = kvchat::split_spec_list(o.str("--cache", "dynamic"));
+    for (std::string& s : specs) s = kvchat::to_string(kvchat::parse_cache_spec(s));
+    const std::vector<int> contexts = int_list("--context", o.str("--context", "1024"));
+    const int gen_tokens = static_cast<int>(o.integer("--gen-tokens", 32, 1, 1 << 20));
+    Loaded l = load_model(o);
+    const kvchat::Model& m = *l.model;
+    json rows = json::array();
+    if (!o.flag("--json"))
+        std::printf("%-58s %7s %10s %6s %10s %10s %6s %6s %9s\n", "strategy", "context", "KV MiB", "xdyn", "prefill/s",
+                    "decode/s", "xdyn", "agree", "conv ms");
+    for (int ctx : contexts) {
+        if (ctx + gen_tokens > m.config().n_ctx_train)
+            throw kvchat::Error("--context " + std::to_string(ctx) + " + --gen-tokens exceed the model's context of " +
+                                std::to_string(m.config().n_ctx_train));
+        const std::vector<int32_t> ids = bench_prompt(m, ctx);
+        std::vector<int32_t> reference;
+        double ref_bytes = 0, ref_decode = 0;
+        std::vector<std::string> order = specs;
+        if (std::find(order.begin(), order.end(), "dynamic") == order.end()) order.insert(order.begin(), "dynamic");
+        else std::stable_partition(order.begin(), order.end(), [](const std::string& s) { return s == "dynamic"; });
+        std::unique_ptr<kvchat::Cache> dynamic_cache;
+        for (const std::string& spec : order) {
+            auto cache = m.make_cache(*l.backend, spec);
+            std::vector<float> logits;
+            const auto t0 = std::chrono::steady_clock::now();
+            m.forward(*l.backend, *cache, ids.data(), static_cast<int64_t>(ids.size()), kvchat::Logits::Last, logits);
+            const auto t1 = std::chrono::steady_clock::now();
+            std::vector<int32_t> out;
+            for (int i = 0; i < gen_tokens; ++i) {
+                const int32_t next = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+                out.push_back(next);
+                if (i + 1 < gen_tokens) m.forward(*l.backend, *cache, &next, 1, kvchat::Logits::Last, logits);
+            }
+            const auto t2 = std::chrono::steady_clock::now();
+            const double prefill = ctx / std::chrono::duration<double>(t1 - t0).count();
+            const double decode = gen_tokens > 1 ? (gen_tokens - 1) / std::chrono::duration<double>(t2 - t1).count() : 0.0;
+            const kvchat::CacheTelemetry tel = cache->telemetry();
+            if (spec == "dynamic") {
+                reference = out;
+                ref_bytes = static_cast<double>(tel.total_bytes);
+                ref_decode = decode;
+            }
+            int agree = 0;
+            for (size_t i = 0; i < out.size(); ++i) agree += out[i] == reference[i];
+            double conv_ms = 0.0;
+            if (spec == "dynamic") {
+                dynamic_cache = std::move(cache);
+            } else {
+                auto copy = kvchat::clone_cache(*dynamic_cache);
+                const auto c0 = std::chrono::steady_clock::now();
+                kvchat::convert(*copy, spec);
+                conv_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - c0).count();
+            }
+            json row = {{"strategy", spec}, {"context", ctx}, {"kv_bytes", tel.total_bytes},
+                        {"kv_ratio", ref_bytes > 0 ? tel.total_bytes / ref_bytes : 0.0}, {"prefill_tok_s", prefill},
+                        {"decode_tok_s", decode}, {"decode_ratio", ref_decode > 0 ? decode / ref_decode : 0.0},
+                        {"agreement", static_cast<double>(agree) / gen_tokens}, {"convert_ms", conv_ms},
+                        {"cache", telemetry_json(tel)}};
+            if (std::find(specs.begin(), specs.end(), spec) == specs.end()) continue;
+            if (o.flag("--json")) {
+                rows.push_back(row);
+            } else {
+                std::printf("%-58s %7d %10.2f %6.3f %10.1f %10.2f %6.3f %6.3f %9.1f\n", spec.c_str(), ctx,
+                            tel.total_bytes / (1024.0 * 1024.0), row["kv_ratio"].get<double>(), prefill, decode,
+                            row["decode_ratio"].get<double>(), row["agreement"].get<double>(), conv_ms);
+                std::fflush(stdout);
+            }
+        }
+    }
+    if (o.flag("--json")) std::printf("%s\n", rows.dump().c_str());
+    return 0;
+}
+
 int cmd_bench(const Options& o) {
+    if (o.has("--cache") || o.has("--context")) return cmd_bench_caches(o);
     const int prompt_tokens = static_cast<int>(o.integer("--prompt-tokens", 512, 1, 1 << 20));
     const int gen_tokens = static_cast<int>(o.integer("--gen-tokens", 128, 1, 1 << 20));
     const int runs = static_cast<int>(o.integer("--runs", 3, 1, 100));

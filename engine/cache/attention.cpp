@@ -5,6 +5,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cstring>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -50,15 +51,6 @@ inline void scale(float* acc, float c, int n) {
     int i = 0;
     for (; i + 8 <= n; i += 8) _mm256_storeu_ps(acc + i, _mm256_mul_ps(vc, _mm256_loadu_ps(acc + i)));
     for (; i < n; ++i) acc[i] *= c;
-}
-
-// acc += a * codes + b (n floats)
-inline void affine_add(float* acc, float a, float b, const float* codes, int n) {
-    const __m256 va = _mm256_set1_ps(a), vb = _mm256_set1_ps(b);
-    int i = 0;
-    for (; i + 8 <= n; i += 8)
-        _mm256_storeu_ps(acc + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(codes + i), _mm256_add_ps(vb, _mm256_loadu_ps(acc + i))));
-    for (; i < n; ++i) acc[i] += a * codes[i] + b;
 }
 
 // One unit of work along the slots: 64 f32 slots of one view, or one quantized block.
@@ -132,14 +124,42 @@ struct Kernel {
         });
     }
 
-    // tmp: head_dim floats of unpacked codes, then group x head_dim scaled queries.
+    // tmp: head_dim floats, group x head_dim scaled queries, group x head_dim value-zero sums.
     void run_block(Partial& st, const float* qg, int32_t p, const QuantBlockView& b, int g, float* tmp) const {
+        switch (in.kivi->nbits) {
+            case 8: return run_block_bits<8>(st, qg, p, b, g, tmp);
+            case 4: return run_block_bits<4>(st, qg, p, b, g, tmp);
+            default: return run_block_bits<2>(st, qg, p, b, g, tmp);
+        }
+    }
+
+    template <int NB>
+    static inline __m256 unpack8(const uint8_t* row, int c) {
+        if constexpr (NB == 8) {
+            return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(row + c))));
+        } else if constexpr (NB == 4) {
+            uint32_t w;
+            std::memcpy(&w, row + c / 2, 4);
+            const __m256i sh = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28);
+            return _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(static_cast<int>(w)), sh), _mm256_set1_epi32(15)));
+        } else {
+            uint16_t w;
+            std::memcpy(&w, row + c / 4, 2);
+            const __m256i sh = _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14);
+            return _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(w), sh), _mm256_set1_epi32(3)));
+        }
+    }
+
+    // Keys and values are read straight from their codes: q·k = (q ⊙ scale)·codes + q·zero, and
+    // each value adds p·scale·codes to the accumulator, with p·zero summed per channel group and
+    // added once per block.
+    template <int NB>
+    void run_block_bits(Partial& st, const float* qg, int32_t p, const QuantBlockView& b, int g, float* tmp) const {
         const KiviFormat& f = *in.kivi;
         int32_t lo = b.first_pos, hi = std::min<int32_t>(b.first_pos + b.count - 1, p);
         if (in.window > 0) lo = std::max<int32_t>(lo, p - in.window + 1);
         if (lo > hi) return;
         const int c0 = g * hd;
-        // q·k = sum_c (q_c * scale_c) code_c + sum_c q_c * zero_c
         float* qk = tmp + hd;
         float bias[kMaxGroup];
         const float* ks = f.key_scale(b.data) + c0;
@@ -151,28 +171,54 @@ struct Kernel {
             bias[h] = dot(qh, kz, hd);
         }
         const int vg = std::min(f.value_group, hd);
+        const int n_vg = hd / vg;
         float scores[kMaxGroup][kBlock];
+        float* zsum = qk + group * hd;  // group x n_vg
+        const size_t rb = f.row_code_bytes();
+        const uint8_t* krows = b.data + f.k_codes;
+        const uint8_t* vrows = b.data + f.v_codes;
         for (int32_t s0 = lo; s0 <= hi; s0 += kBlock) {
             const int nv = std::min<int32_t>(kBlock, hi - s0 + 1);
             const int first = static_cast<int>(s0 - b.first_pos);
             for (int a = 0; a < nv; ++a) {
-                kivi_unpack(f.key_row(b.data, first + a), f.nbits, c0, hd, tmp);
-                for (int h = 0; h < group; ++h) scores[h][a] = score_of(dot(qk + h * hd, tmp, hd) + bias[h]);
+                const uint8_t* row = krows + (first + a) * rb;
+                __m256 acc[kMaxGroup];
+                for (int h = 0; h < group; ++h) acc[h] = _mm256_setzero_ps();
+                for (int c = 0; c < hd; c += 8) {
+                    const __m256 x = unpack8<NB>(row, c0 + c);
+                    for (int h = 0; h < group; ++h) acc[h] = _mm256_fmadd_ps(_mm256_loadu_ps(qk + h * hd + c), x, acc[h]);
+                }
+                for (int h = 0; h < group; ++h) scores[h][a] = score_of(hsum(acc[h]) + bias[h]);
             }
             update(st, scores, nv, [&](const float* cs) {
                 for (int h = 0; h < group; ++h) scale(st.acc + static_cast<size_t>(h) * hd, cs[h], hd);
+                std::fill(zsum, zsum + group * n_vg, 0.0f);
                 for (int a = 0; a < nv; ++a) {
                     const int j = first + a;
-                    kivi_unpack(f.value_row(b.data, j), f.nbits, c0, hd, tmp);
+                    const uint8_t* row = vrows + j * rb;
                     const float* vs = f.value_scale(b.data, j) + c0 / f.value_group;
                     const float* vz = f.value_zero(b.data, j) + c0 / f.value_group;
-                    for (int h = 0; h < group; ++h) {
-                        float* ah = st.acc + static_cast<size_t>(h) * hd;
-                        const float pr = scores[h][a];
-                        for (int c = 0; c < hd; c += vg)
-                            affine_add(ah + c, pr * vs[c / vg], pr * vz[c / vg], tmp + c, vg);
+                    for (int k = 0; k < n_vg; ++k) {
+                        __m256 w[kMaxGroup];
+                        for (int h = 0; h < group; ++h) {
+                            w[h] = _mm256_set1_ps(scores[h][a] * vs[k]);
+                            zsum[h * n_vg + k] += scores[h][a] * vz[k];
+                        }
+                        for (int c = k * vg; c < (k + 1) * vg; c += 8) {
+                            const __m256 x = unpack8<NB>(row, c0 + c);
+                            for (int h = 0; h < group; ++h) {
+                                float* ah = st.acc + static_cast<size_t>(h) * hd + c;
+                                _mm256_storeu_ps(ah, _mm256_fmadd_ps(w[h], x, _mm256_loadu_ps(ah)));
+                            }
+                        }
                     }
                 }
+                for (int h = 0; h < group; ++h)
+                    for (int k = 0; k < n_vg; ++k) {
+                        float* ah = st.acc + static_cast<size_t>(h) * hd + k * vg;
+                        const float z = zsum[h * n_vg + k];
+                        for (int c = 0; c < vg; ++c) ah[c] += z;
+                    }
             });
         }
     }
@@ -201,7 +247,7 @@ void attend(const AttentionInput& in, const AttentionShape& shape, float* out, T
 
     pool.parallel_for(pairs * parts, [&](int64_t begin, int64_t end) {
         std::vector<float> acc(static_cast<size_t>(group) * hd);
-        std::vector<float> tmp(static_cast<size_t>(hd) * (group + 1));
+        std::vector<float> tmp(static_cast<size_t>(hd) * (2 * group + 1));
         for (int64_t idx = begin; idx < end; ++idx) {
             const int64_t pair = idx / parts, part = idx % parts;
             const int64_t t = pair / n_kv;

@@ -557,6 +557,39 @@ void AxisLayer::import_tokens(const TokenRows& rows, int64_t length) {
     clear_meta();
     ArenaLoan<AxisLayer> loan(this, &AxisLayer::begin, &AxisLayer::end);
     const size_t d = static_cast<size_t>(kv_dim_);
+    bool contiguous = static_cast<int64_t>(rows.pos.size()) == length;
+    for (size_t i = 0; contiguous && i < rows.pos.size(); ++i) contiguous = rows.pos[i] == static_cast<int32_t>(i);
+    if (!full() && cfg_.retention == RetentionKind::All && contiguous) {
+        // The blocks and residual that adding the tokens one by one would leave (a block each
+        // time the residual passes `residual`), quantized straight from the rows.
+        const int64_t G = cfg_.group, R = cfg_.residual;
+        const int64_t nb = length > R ? (length - R + G - 1) / G : 0;
+        if (blk_cap_ < nb) {
+            blk_cap_ = nb;
+            if (tier_) {
+                base_ = tier_->grow(tier_index_, capacity_bytes());
+            } else {
+                resident_.resize(capacity_bytes());
+                base_ = resident_.data();
+            }
+        }
+        for (int64_t b = 0; b < nb; ++b) {
+            const int32_t rec = static_cast<int32_t>(blk_used_++);
+            kivi_quantize_block(kivi_, rows.k.data() + b * G * d, rows.v.data() + b * G * d, static_cast<int64_t>(d),
+                                static_cast<int>(G), block_data(rec));
+            blocks_.push_back({static_cast<int32_t>(b * G), static_cast<int32_t>(G), rec});
+        }
+        res_first_ = static_cast<int32_t>(nb * G);
+        res_count_ = length - nb * G;
+        for (int64_t i = 0; i < res_count_; ++i) {
+            std::memcpy(res_slot(i), rows.k.data() + (nb * G + i) * d, d * sizeof(float));
+            std::memcpy(res_slot(i) + d, rows.v.data() + (nb * G + i) * d, d * sizeof(float));
+        }
+        next_pos_ = static_cast<int32_t>(length);
+        mark(0, used_bytes());
+        loan.finish();
+        return;
+    }
     const int32_t keep_from = static_cast<int32_t>(length - recent_);
     const bool ring = full() && cfg_.retention != RetentionKind::All;
     for (size_t i = 0; i < rows.pos.size(); ++i) {

@@ -42,7 +42,9 @@ public:
     LayerTelemetry telemetry() const override;
     void check_room(int64_t first, int64_t n) const override;
     bool can_crop_to(int64_t n) const override;
-    bool discards_tokens() const override { return cfg_.retention != RetentionKind::All; }
+    // A ring forgets tokens, and a crop inside a quantized block cannot give back the block's
+    // original split between residual and blocks: both go back through saved state.
+    bool crop_needs_checkpoint() const override { return cfg_.retention != RetentionKind::All || !full(); }
     void save_state(std::string& out) const override;
     void load_state(ByteReader& in) override;
     std::string layout() const override;

@@ -50,14 +50,14 @@ CacheCheckpoint Cache::checkpoint() const {
     cp.length = seq_length();
     cp.layer_states.resize(layers_.size());
     for (size_t i = 0; i < layers_.size(); ++i)
-        if (layers_[i]->discards_tokens()) layers_[i]->save_state(cp.layer_states[i]);
+        if (layers_[i]->crop_needs_checkpoint()) layers_[i]->save_state(cp.layer_states[i]);
     return cp;
 }
 
 bool Cache::restore(const CacheCheckpoint& cp) {
     if (cp.spec != spec_ || cp.length > seq_length() || cp.length < 0 || cp.layer_states.size() != layers_.size()) return false;
     for (size_t i = 0; i < layers_.size(); ++i)
-        if (layers_[i]->discards_tokens() && cp.layer_states[i].empty()) return false;
+        if (layers_[i]->crop_needs_checkpoint() && cp.layer_states[i].empty()) return false;
     // The states were saved by these same layers, so loading only fails on memory corruption.
     for (size_t i = 0; i < layers_.size(); ++i) {
         if (!cp.layer_states[i].empty()) {

@@ -14,7 +14,7 @@ class OffloadTier;
 class ThreadPool;
 
 // What a cache looked like at one length, small enough to keep one per turn: the content of the
-// layers that forget tokens (windows, sinks); the other layers only need a crop to go back.
+// layers that forget tokens (windows, sinks) or quantize them; the others only need a crop.
 struct CacheCheckpoint {
     std::string spec;
     int64_t length = 0;

@@ -1,6 +1,8 @@
 #include "engine/cache/cache_factory.h"
 
+#include "engine/cache/byte_io.h"
 #include "engine/cache/offload_tier.h"
+#include "engine/error.h"
 
 namespace kvchat {
 
@@ -42,6 +44,20 @@ std::unique_ptr<Cache> make_cache(const std::vector<LayerSpec>& layers, const Ca
 
 std::unique_ptr<Cache> make_cache(const std::vector<LayerSpec>& layers, const std::string& spec, ThreadPool& pool) {
     return make_cache(layers, parse_cache_spec(spec), pool);
+}
+
+std::unique_ptr<Cache> clone_cache(const Cache& cache) {
+    if (!cache.pool()) throw Error("this cache was not made by make_cache and cannot be copied");
+    auto copy = make_cache(cache.layer_specs(), cache.spec(), *cache.pool());
+    std::string state;
+    for (size_t i = 0; i < cache.n_layers(); ++i) {
+        state.clear();
+        cache.layer(i).save_state(state);
+        ByteReader r(state, "cache copy");
+        copy->layer(i).load_state(r);
+    }
+    copy->append_tokens(cache.tokens().data(), cache.seq_length());
+    return copy;
 }
 
 }  // namespace kvchat

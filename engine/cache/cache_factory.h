@@ -20,4 +20,8 @@ LayerConfig layer_config(const LayerSpec& spec, const CacheSpec& strategy);
 std::unique_ptr<Cache> make_cache(const std::vector<LayerSpec>& layers, const CacheSpec& strategy, ThreadPool& pool);
 std::unique_ptr<Cache> make_cache(const std::vector<LayerSpec>& layers, const std::string& spec, ThreadPool& pool);
 
+// An independent copy of a cache made by make_cache (same spec, tokens and layer contents; an
+// offloaded copy gets its own spill file).
+std::unique_ptr<Cache> clone_cache(const Cache& cache);
+
 }  // namespace kvchat

@@ -80,8 +80,9 @@ public:
     // Whether after crop(n) the layer still holds every token that positions >= n attend to
     // (a ring buffer that overwrote part of [n - window, n) does not).
     virtual bool can_crop_to(int64_t n) const = 0;
-    // Whether the layer forgets tokens (a window or sinks): its checkpoints need its content.
-    virtual bool discards_tokens() const = 0;
+    // Whether crop() alone cannot take the layer back exactly (it forgets tokens, or quantizes
+    // them in blocks): checkpoints then keep its content.
+    virtual bool crop_needs_checkpoint() const = 0;
     // The whole state, for snapshots and checkpoints; load_state refuses a state of a different
     // layout or a damaged one (kvchat::Error) and then leaves the layer empty.
     virtual void save_state(std::string& out) const = 0;

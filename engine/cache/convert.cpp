@@ -4,6 +4,8 @@
 #include "engine/compute/thread_pool.h"
 #include "engine/error.h"
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 
 namespace kvchat {
@@ -31,10 +33,20 @@ ConvertResult convert(Cache& cache, const std::string& target, const ConvertOpti
             if (ok[static_cast<size_t>(i)]) fresh->layer(static_cast<size_t>(i)).import_tokens(rows, length);
         }
     };
-    if (serial)
+    if (serial) {
         check(0, static_cast<int64_t>(n));
-    else
-        pool.parallel_for(static_cast<int64_t>(n), check);
+    } else {
+        // Largest layers first, taken one at a time, so threads finish together.
+        std::vector<int64_t> order(n);
+        for (size_t i = 0; i < n; ++i) order[i] = static_cast<int64_t>(i);
+        std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+            return cache.layer(static_cast<size_t>(a)).tokens_held() > cache.layer(static_cast<size_t>(b)).tokens_held();
+        });
+        std::atomic<size_t> next{0};
+        pool.run([&](int, int) {
+            for (size_t k; (k = next.fetch_add(1)) < n;) check(order[k], order[k] + 1);
+        });
+    }
     bool all = true;
     for (char c : ok) all = all && c;
 

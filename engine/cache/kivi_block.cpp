@@ -31,24 +31,29 @@ KiviFormat::KiviFormat(int nbits_, int group_, int value_group_, int kv_dim_)
 
 namespace {
 
-// Packs 8 codes (each < 2^nbits) into nbits bytes.
-inline void pack8(const uint32_t* c, int nbits, uint8_t* out) {
-    uint64_t w = 0;
-    for (int i = 0; i < 8; ++i) w |= static_cast<uint64_t>(c[i]) << (i * nbits);
-    std::memcpy(out, &w, static_cast<size_t>(nbits));
-}
-
 // Asymmetric quantization parameters of [lo, hi] for `levels` - 1 steps.
 inline void params(float lo, float hi, int levels, float& scale, float& zero) {
     zero = lo;
     scale = (hi - lo) / static_cast<float>(levels - 1);
 }
 
-inline uint32_t code_of(float x, float zero, float inv, uint32_t max_code) {
-    const float c = (x - zero) * inv + 0.5f;
-    if (!(c > 0.0f)) return 0;  // also NaN
-    const uint32_t u = static_cast<uint32_t>(c);
-    return u > max_code ? max_code : u;
+// Codes of 8 values, round((x - zero) * inv) clamped to [0, 2^nbits - 1], packed into nbits bytes.
+inline void pack8_simd(const float* x, __m256 zero, __m256 inv, int nbits, uint8_t* out) {
+    const __m256 c = _mm256_fmadd_ps(_mm256_sub_ps(_mm256_loadu_ps(x), zero), inv, _mm256_set1_ps(0.5f));
+    __m256i q = _mm256_cvttps_epi32(_mm256_max_ps(c, _mm256_setzero_ps()));  // max also turns NaN into 0
+    q = _mm256_min_epi32(q, _mm256_set1_epi32((1 << nbits) - 1));
+    if (nbits == 8) {
+        const __m128i p16 = _mm_packus_epi32(_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1));
+        _mm_storel_epi64(reinterpret_cast<__m128i*>(out), _mm_packus_epi16(p16, p16));
+        return;
+    }
+    const __m256i sh = nbits == 4 ? _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28) : _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14);
+    const __m256i v = _mm256_sllv_epi32(q, sh);
+    __m128i o = _mm_or_si128(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    o = _mm_or_si128(o, _mm_shuffle_epi32(o, 0x4E));
+    o = _mm_or_si128(o, _mm_shuffle_epi32(o, 0xB1));
+    const uint32_t w = static_cast<uint32_t>(_mm_cvtsi128_si32(o));
+    std::memcpy(out, &w, static_cast<size_t>(nbits));
 }
 
 }  // namespace
@@ -56,7 +61,6 @@ inline uint32_t code_of(float x, float zero, float inv, uint32_t max_code) {
 void kivi_quantize_block(const KiviFormat& f, const float* k, const float* v, int64_t stride, int count, uint8_t* block) {
     const int D = f.kv_dim;
     const int levels = 1 << f.nbits;
-    const uint32_t max_code = static_cast<uint32_t>(levels - 1);
     std::memset(block, 0, f.block_bytes);
     float* ks = reinterpret_cast<float*>(block + f.k_scale);
     float* kz = reinterpret_cast<float*>(block + f.k_zero);
@@ -73,14 +77,11 @@ void kivi_quantize_block(const KiviFormat& f, const float* k, const float* v, in
         params(lo[c], hi[c], levels, ks[c], kz[c]);
         inv[c] = ks[c] > 0.0f ? 1.0f / ks[c] : 0.0f;
     }
-    uint32_t codes[8];
     for (int j = 0; j < count; ++j) {
         const float* row = k + j * stride;
         uint8_t* out = block + f.k_codes + j * f.row_code_bytes();
-        for (int c0 = 0; c0 < D; c0 += 8) {
-            for (int i = 0; i < 8; ++i) codes[i] = code_of(row[c0 + i], kz[c0 + i], inv[c0 + i], max_code);
-            pack8(codes, f.nbits, out + c0 / 8 * f.nbits);
-        }
+        for (int c0 = 0; c0 < D; c0 += 8)
+            pack8_simd(row + c0, _mm256_loadu_ps(kz + c0), _mm256_loadu_ps(inv.data() + c0), f.nbits, out + c0 / 8 * f.nbits);
     }
     // Values: per token, per value group of channels.
     const int G = f.value_group;
@@ -97,10 +98,8 @@ void kivi_quantize_block(const KiviFormat& f, const float* k, const float* v, in
             }
             params(l, h, levels, vs[g], vz[g]);
             const float iv = vs[g] > 0.0f ? 1.0f / vs[g] : 0.0f;
-            for (int c0 = g * G; c0 < (g + 1) * G; c0 += 8) {
-                for (int i = 0; i < 8; ++i) codes[i] = code_of(row[c0 + i], vz[g], iv, max_code);
-                pack8(codes, f.nbits, out + c0 / 8 * f.nbits);
-            }
+            for (int c0 = g * G; c0 < (g + 1) * G; c0 += 8)
+                pack8_simd(row + c0, _mm256_set1_ps(vz[g]), _mm256_set1_ps(iv), f.nbits, out + c0 / 8 * f.nbits);
         }
     }
 }

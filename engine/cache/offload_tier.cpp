@@ -52,7 +52,12 @@ void OffloadTier::read_into(int layer, size_t size, std::vector<uint8_t>& buf) {
     while (done < size) {
         const ssize_t r = ::pread(fd_, buf.data() + done, size - done, offset(layer) + static_cast<int64_t>(done));
         if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) fail("cannot read the", r < 0 ? errno : EIO);
+        if (r < 0) fail("cannot read the", errno);
+        if (r == 0) {
+            // Past the end of the file: bytes the layer reserved but never wrote.
+            std::memset(buf.data() + done, 0, size - done);
+            break;
+        }
         done += static_cast<size_t>(r);
     }
 }

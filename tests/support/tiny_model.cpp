@@ -66,7 +66,7 @@ void add_vocab(GgufWriter& w, const TinyModelSpec& s) {
         tokens.push_back(buf);
         types.push_back(6);
     }
-    for (const char* word : {"\xe2\x96\x81the", "\xe2\x96\x81a", "\xe2\x96\x81cat", "\xe2\x96\x81sat", "\xe2\x96\x81on",
+    for (const char* word : {"\xe2\x96\x81the", "\xe2\x96\x81" "a", "\xe2\x96\x81" "cat", "\xe2\x96\x81sat", "\xe2\x96\x81on",
                              "\xe2\x96\x81mat", "\xe2\x96\x81", "the", "a", "e", "t", "h"}) {
         tokens.push_back(word);
         types.push_back(1);
@@ -204,6 +204,15 @@ void rope(Vec& x, int n_heads, int hd, int64_t pos, double base, bool half_split
 
 std::vector<std::vector<double>> reference_logits(const ReferenceModel& m, const std::vector<int32_t>& tokens) {
     const TinyModelSpec& s = m.spec;
+    return reference_logits(m, tokens, [&](int il, int64_t p, int64_t j) {
+        const int window = tiny_layer_sliding(s, il) ? s.sliding_window : 0;
+        return Visibility{window == 0 || p - j < window, p, j};
+    });
+}
+
+std::vector<std::vector<double>> reference_logits(const ReferenceModel& m, const std::vector<int32_t>& tokens,
+                                                  const VisibilityRule& rule) {
+    const TinyModelSpec& s = m.spec;
     const bool gemma = s.arch == "gemma3";
     const double eps = 1e-6;
     const int64_t n = static_cast<int64_t>(tokens.size());
@@ -219,7 +228,6 @@ std::vector<std::vector<double>> reference_logits(const ReferenceModel& m, const
     for (int il = 0; il < s.n_layer; ++il) {
         const ReferenceModel::Layer& L = m.layers[static_cast<size_t>(il)];
         const bool sliding = tiny_layer_sliding(s, il);
-        const int window = sliding ? s.sliding_window : 0;
         const double base = gemma && sliding ? 10000.0 : s.rope_base;
         std::vector<Vec> q(static_cast<size_t>(n)), k(static_cast<size_t>(n)), v(static_cast<size_t>(n));
         for (int64_t t = 0; t < n; ++t) {
@@ -232,8 +240,6 @@ std::vector<std::vector<double>> reference_logits(const ReferenceModel& m, const
                 rms_norm(q[t], L.q_norm, eps);
                 rms_norm(k[t], L.k_norm, eps);
             }
-            rope(q[t], s.n_head, s.head_dim, t, base, m.half_split_rope);
-            rope(k[t], s.n_head_kv, s.head_dim, t, base, m.half_split_rope);
         }
         const double scale = 1.0 / std::sqrt(static_cast<double>(s.head_dim));
         for (int64_t t = 0; t < n; ++t) {
@@ -243,9 +249,14 @@ std::vector<std::vector<double>> reference_logits(const ReferenceModel& m, const
                 std::vector<double> sc;
                 std::vector<int64_t> js;
                 for (int64_t j = 0; j <= t; ++j) {
-                    if (window > 0 && t - j >= window) continue;
+                    const Visibility vis = rule(il, t, j);
+                    if (!vis.visible) continue;
+                    Vec qr(q[t].begin() + h * s.head_dim, q[t].begin() + (h + 1) * s.head_dim);
+                    Vec kr(k[j].begin() + g * s.head_dim, k[j].begin() + (g + 1) * s.head_dim);
+                    rope(qr, 1, s.head_dim, vis.q_pos, base, m.half_split_rope);
+                    rope(kr, 1, s.head_dim, vis.k_pos, base, m.half_split_rope);
                     double d = 0.0;
-                    for (int i = 0; i < s.head_dim; ++i) d += q[t][h * s.head_dim + i] * k[j][g * s.head_dim + i];
+                    for (int i = 0; i < s.head_dim; ++i) d += qr[i] * kr[i];
                     sc.push_back(d * scale);
                     js.push_back(j);
                 }

@@ -5,6 +5,7 @@
 #include "engine/compute/tensor_type.h"
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -46,6 +47,19 @@ ReferenceModel write_tiny_gguf(const TinyModelSpec& spec, const std::string& pat
 // Logits (n_vocab doubles) at every position of `tokens`, positions 0..n-1, each query seeing
 // the tokens at positions q <= p (and p - q < window on sliding layers).
 std::vector<std::vector<double>> reference_logits(const ReferenceModel& m, const std::vector<int32_t>& tokens);
+
+// Which earlier tokens a query sees on a layer, and the positions RoPE rotates the query and the
+// key at (a cache may re-position tokens, as a sink cache does).
+struct Visibility {
+    bool visible = false;
+    int64_t q_pos = 0;
+    int64_t k_pos = 0;
+};
+using VisibilityRule = std::function<Visibility(int layer, int64_t query, int64_t key)>;
+
+// reference_logits with an explicit rule per (layer, query position, key position <= query).
+std::vector<std::vector<double>> reference_logits(const ReferenceModel& m, const std::vector<int32_t>& tokens,
+                                                  const VisibilityRule& rule);
 
 // Whether layer il of the spec is a sliding-window layer.
 bool tiny_layer_sliding(const TinyModelSpec& spec, int il);

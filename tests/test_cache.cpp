@@ -1,0 +1,619 @@
+// Cache strategies on tiny random-weight models: specs, lossless strategies against the no-cache
+// reference, windows and sinks against a brute-force double reference with the same visible
+// tokens and positions, KIVI error bounds, offload traffic, every conversion pair, checkpoints,
+// snapshots and refusals.
+#include "engine/cache/byte_io.h"
+#include "engine/cache/cache_factory.h"
+#include "engine/cache/cache_spec.h"
+#include "engine/cache/convert.h"
+#include "engine/cache/kivi_block.h"
+#include "engine/cache/snapshot.h"
+#include "engine/compute/backend.h"
+#include "engine/compute/thread_pool.h"
+#include "engine/error.h"
+#include "engine/generate/generator.h"
+#include "engine/model/model.h"
+#include "support/tiny_model.h"
+
+#include <QTemporaryDir>
+#include <QtTest>
+#include <cmath>
+#include <fstream>
+#include <random>
+#include <sys/stat.h>
+#include <unistd.h>
+
+using kvchat::Cache;
+using kvchat::Logits;
+using kvchat::test::TinyModelSpec;
+using kvchat::test::Visibility;
+
+namespace {
+
+// 40 tokens of the tiny vocabulary: well past every window the tests use.
+std::vector<int32_t> tokens(int n, uint32_t seed = 7) {
+    std::mt19937 rng(seed);
+    std::vector<int32_t> t = {2};
+    while (static_cast<int>(t.size()) < n) t.push_back(static_cast<int32_t>(6 + rng() % 270));
+    return t;
+}
+
+struct Tiny {
+    QTemporaryDir dir;
+    kvchat::test::ReferenceModel ref;
+    std::unique_ptr<kvchat::Model> model;
+    std::unique_ptr<kvchat::Backend> backend;
+    explicit Tiny(const TinyModelSpec& s) {
+        const std::string path = (dir.path() + "/tiny.gguf").toStdString();
+        ref = kvchat::test::write_tiny_gguf(s, path);
+        model = kvchat::Model::load(path);
+        backend = kvchat::make_cpu_backend(2);
+    }
+    std::unique_ptr<Cache> cache(const std::string& spec) { return model->make_cache(*backend, spec); }
+    // Runs toks through the cache in chunks of `chunk`, returning all logits.
+    std::vector<float> run(Cache& c, const std::vector<int32_t>& toks, int64_t chunk) {
+        std::vector<float> all, part;
+        for (size_t off = 0; off < toks.size(); off += static_cast<size_t>(chunk)) {
+            const int64_t n = std::min<int64_t>(chunk, static_cast<int64_t>(toks.size() - off));
+            model->forward(*backend, c, toks.data() + off, n, Logits::All, part);
+            all.insert(all.end(), part.begin(), part.end());
+        }
+        return all;
+    }
+    std::vector<float> next_logits(Cache& c, int32_t tok) {
+        std::vector<float> lg;
+        model->forward(*backend, c, &tok, 1, Logits::Last, lg);
+        return lg;
+    }
+};
+
+TinyModelSpec gemma_spec() {
+    TinyModelSpec s;
+    s.arch = "gemma3";
+    s.n_layer = 6;
+    s.sliding_window = 4;
+    return s;
+}
+
+TinyModelSpec llama_spec() {
+    TinyModelSpec s;
+    s.arch = "llama";
+    s.n_layer = 2;
+    s.sliding_window = 0;
+    return s;
+}
+
+double relative_error(const std::vector<float>& got, const std::vector<std::vector<double>>& want, int64_t n_vocab) {
+    double worst = 0.0, spread = 0.0;
+    for (size_t t = 0; t < want.size(); ++t)
+        for (int64_t i = 0; i < n_vocab; ++i) {
+            spread = std::max(spread, std::fabs(want[t][static_cast<size_t>(i)]));
+            worst = std::max(worst, std::fabs(got[t * n_vocab + i] - want[t][static_cast<size_t>(i)]));
+        }
+    return worst / spread;
+}
+
+// Mean KL(p || q) over positions of the softmax of two logit rows.
+double mean_kl(const std::vector<float>& p_logits, const std::vector<float>& q_logits, int64_t n_vocab) {
+    const size_t n = p_logits.size() / static_cast<size_t>(n_vocab);
+    double total = 0.0;
+    for (size_t t = 0; t < n; ++t) {
+        const float* a = p_logits.data() + t * n_vocab;
+        const float* b = q_logits.data() + t * n_vocab;
+        double ma = -1e300, mb = -1e300;
+        for (int64_t i = 0; i < n_vocab; ++i) ma = std::max(ma, double(a[i])), mb = std::max(mb, double(b[i]));
+        double za = 0, zb = 0;
+        for (int64_t i = 0; i < n_vocab; ++i) za += std::exp(a[i] - ma), zb += std::exp(b[i] - mb);
+        double kl = 0;
+        for (int64_t i = 0; i < n_vocab; ++i) {
+            const double pa = std::exp(a[i] - ma) / za, pb = std::exp(b[i] - mb) / zb;
+            kl += pa * (std::log(pa) - std::log(pb));
+        }
+        total += kl;
+    }
+    return total / static_cast<double>(n);
+}
+
+std::string error_of(const std::function<void()>& fn) {
+    try {
+        fn();
+    } catch (const kvchat::Error& e) {
+        return e.what();
+    }
+    return "(no error)";
+}
+
+bool file_exists(const std::string& p) {
+    struct stat st {};
+    return ::stat(p.c_str(), &st) == 0;
+}
+
+}  // namespace
+
+class TestCache : public QObject {
+    Q_OBJECT
+private slots:
+    void specsRoundTrip_data() {
+        QTest::addColumn<QString>("spec");
+        QTest::addColumn<QString>("canonical");
+        QTest::newRow("dynamic") << "dynamic" << "dynamic";
+        QTest::newRow("static") << "static:max_len=64" << "static:max_len=64";
+        QTest::newRow("offloaded") << "offloaded" << "offloaded";
+        QTest::newRow("offloaded_static") << "offloaded_static:max_len=9" << "offloaded_static:max_len=9";
+        QTest::newRow("static+offloaded") << "static:max_len=9+offloaded" << "offloaded_static:max_len=9";
+        QTest::newRow("quantized defaults") << "quantized" << "quantized:nbits=4,residual=128,group=64";
+        QTest::newRow("quantized 2") << "quantized:nbits=2,residual=64,group=32" << "quantized:nbits=2,residual=64,group=32";
+        QTest::newRow("quantized+offloaded") << "quantized:nbits=4+offloaded" << "quantized:nbits=4,residual=128,group=64+offloaded";
+        QTest::newRow("sliding") << "sliding_window:window=16" << "sliding_window:window=16";
+        QTest::newRow("sink") << "sink:window=16,sinks=4" << "sink:window=16,sinks=4";
+        QTest::newRow("sink+quantized") << "sink:window=16,sinks=4+quantized:nbits=8" << "sink:window=16,sinks=4+quantized:nbits=8,residual=128,group=64";
+        QTest::newRow("hybrid") << "hybrid" << "hybrid";
+        QTest::newRow("hybrid max_len") << "hybrid:max_len=100+offloaded" << "hybrid:max_len=100+offloaded";
+        QTest::newRow("quantized first") << "quantized:nbits=8+hybrid" << "hybrid+quantized:nbits=8,residual=128,group=64";
+    }
+    void specsRoundTrip() {
+        QFETCH(QString, spec);
+        QFETCH(QString, canonical);
+        const kvchat::CacheSpec s = kvchat::parse_cache_spec(spec.toStdString());
+        QCOMPARE(QString::fromStdString(kvchat::to_string(s)), canonical);
+        QVERIFY(kvchat::parse_cache_spec(canonical.toStdString()) == s);
+    }
+
+    void badSpecsNameTheProblem_data() {
+        QTest::addColumn<QString>("spec");
+        QTest::addColumn<QString>("expected");
+        QTest::newRow("unknown strategy") << "fancy" << "unknown cache strategy 'fancy'";
+        QTest::newRow("unknown parameter") << "static:max_len=4,speed=9" << "unknown parameter 'speed'";
+        QTest::newRow("missing max_len") << "static" << "missing parameter max_len";
+        QTest::newRow("missing window") << "sliding_window" << "missing parameter window";
+        QTest::newRow("missing sinks") << "sink:window=8" << "missing parameter sinks";
+        QTest::newRow("sinks >= window") << "sink:window=8,sinks=8" << "sinks=8 must be smaller than window=8";
+        QTest::newRow("nbits 3") << "quantized:nbits=3" << "nbits=3 is not supported";
+        QTest::newRow("nbits text") << "quantized:nbits=four" << "nbits expects a whole number";
+        QTest::newRow("residual < group") << "quantized:residual=8,group=64" << "residual=8 must be at least group=64";
+        QTest::newRow("two bases") << "static:max_len=4+sink:window=4,sinks=1" << "both choose what the cache keeps";
+        QTest::newRow("zero max_len") << "static:max_len=0" << "max_len=0 is out of range";
+        QTest::newRow("empty") << "" << "empty cache spec";
+        QTest::newRow("no value") << "static:max_len" << "not of the form key=value";
+    }
+    void badSpecsNameTheProblem() {
+        QFETCH(QString, spec);
+        QFETCH(QString, expected);
+        const QString msg = QString::fromStdString(error_of([&] { kvchat::parse_cache_spec(spec.toStdString()); }));
+        QVERIFY2(msg.contains(expected), qPrintable(msg));
+    }
+
+    void specListSplitsAtStrategies() {
+        const auto v = kvchat::split_spec_list("dynamic,quantized:nbits=4,residual=64,static:max_len=8,sink:window=8,sinks=2");
+        QCOMPARE(v.size(), size_t(4));
+        QCOMPARE(QString::fromStdString(v[1]), QString("quantized:nbits=4,residual=64"));
+        QCOMPARE(QString::fromStdString(v[3]), QString("sink:window=8,sinks=2"));
+    }
+
+    void unwritableSpillDirIsNamed() {
+        Tiny t(llama_spec());
+        const QString msg = QString::fromStdString(error_of([&] { t.cache("offloaded:dir=/nonexistent/spill"); }));
+        QVERIFY2(msg.contains("/nonexistent/spill") && msg.contains("dir"), qPrintable(msg));
+    }
+
+    // Lossless strategies give exactly the greedy tokens of recomputing without a cache.
+    void losslessEqualsNoCache_data() {
+        QTest::addColumn<QString>("arch");
+        QTest::addColumn<QString>("spec");
+        for (const char* arch : {"gemma3", "llama"})
+            for (const char* spec : {"dynamic", "static:max_len=64", "offloaded", "offloaded_static:max_len=64", "hybrid",
+                                     "hybrid:max_len=64+offloaded"})
+                QTest::newRow((std::string(arch) + " " + spec).c_str()) << arch << spec;
+    }
+    void losslessEqualsNoCache() {
+        QFETCH(QString, arch);
+        QFETCH(QString, spec);
+        Tiny t(arch == "gemma3" ? gemma_spec() : llama_spec());
+        kvchat::Generator gen(*t.model, *t.backend);
+        kvchat::GenerationConfig g;
+        g.max_new_tokens = 20;
+        g.sampling.greedy = true;
+        g.stop_at_eos = false;
+        g.prefill_chunk = 5;
+        auto c1 = t.cache(spec.toStdString());
+        const auto with_cache = gen.generate(*c1, tokens(12), g);
+        g.use_cache = false;
+        auto c2 = t.cache("dynamic");
+        const auto without = gen.generate(*c2, tokens(12), g);
+        QCOMPARE(with_cache.tokens.size(), size_t(20));
+        QCOMPARE(with_cache.tokens, without.tokens);
+    }
+
+    // Windows and sinks: every position's logits against a brute-force double reference that
+    // sees the same tokens at the same positions, whatever the prefill chunking.
+    void windowsMatchBruteForce_data() {
+        QTest::addColumn<QString>("arch");
+        QTest::addColumn<QString>("spec");
+        QTest::addColumn<int>("chunk");
+        for (int chunk : {1, 3, 40}) {
+            const std::string c = " chunk " + std::to_string(chunk);
+            QTest::newRow(("gemma3 sliding_window:window=6" + c).c_str()) << "gemma3" << "sliding_window:window=6" << chunk;
+            QTest::newRow(("gemma3 sliding_window:window=3" + c).c_str()) << "gemma3" << "sliding_window:window=3" << chunk;
+            QTest::newRow(("gemma3 sink" + c).c_str()) << "gemma3" << "sink:window=8,sinks=2" << chunk;
+            QTest::newRow(("gemma3 hybrid" + c).c_str()) << "gemma3" << "hybrid" << chunk;
+            QTest::newRow(("llama sink" + c).c_str()) << "llama" << "sink:window=7,sinks=3" << chunk;
+            QTest::newRow(("llama sink+offloaded" + c).c_str()) << "llama" << "sink:window=7,sinks=3+offloaded" << chunk;
+            QTest::newRow(("llama sliding" + c).c_str()) << "llama" << "sliding_window:window=5" << chunk;
+        }
+    }
+    void windowsMatchBruteForce() {
+        QFETCH(QString, arch);
+        QFETCH(QString, spec);
+        QFETCH(int, chunk);
+        const TinyModelSpec ts = arch == "gemma3" ? gemma_spec() : llama_spec();
+        Tiny t(ts);
+        const kvchat::CacheSpec cs = kvchat::parse_cache_spec(spec.toStdString());
+        const auto toks = tokens(40);
+        auto rule = [&](int il, int64_t p, int64_t j) {
+            const bool sliding = kvchat::test::tiny_layer_sliding(ts, il);
+            if (sliding) {
+                const int w = cs.retention == kvchat::RetentionKind::SlidingWindow ? std::min(cs.window, ts.sliding_window)
+                                                                                  : ts.sliding_window;
+                return Visibility{p - j < w, p, j};
+            }
+            if (cs.retention == kvchat::RetentionKind::SlidingWindow) return Visibility{p - j < cs.window, p, j};
+            if (cs.retention == kvchat::RetentionKind::Sink) {
+                // StreamingLLM: the sinks plus the most recent window - sinks tokens, at their
+                // ranks in the cache.
+                const int64_t S = cs.sinks, W = cs.window;
+                const int64_t first_recent = std::max<int64_t>(S, p - (W - S) + 1);
+                const int64_t qr = S + (p - first_recent);
+                if (j < S) return Visibility{true, qr, j};
+                return Visibility{j >= first_recent, qr, S + (j - first_recent)};
+            }
+            return Visibility{true, p, j};
+        };
+        const auto want = kvchat::test::reference_logits(t.ref, toks, rule);
+        auto c = t.cache(spec.toStdString());
+        const auto got = t.run(*c, toks, chunk);
+        const double err = relative_error(got, want, ts.n_vocab);
+        qInfo("relative error %.2e", err);
+        QVERIFY2(err < 1e-5, qPrintable(QString("relative error %1").arg(err)));
+        // The window really was exceeded, and the layers hold no more than their rings.
+        const auto tel = c->telemetry();
+        QVERIFY(tel.layers[0].tokens_held < 40);
+        QVERIFY(tel.layers[0].evicted > 0);
+        if (cs.retention != kvchat::RetentionKind::All)
+            for (const auto& l : tel.layers) QVERIFY(l.tokens_held < 40);
+    }
+
+    // The KIVI round trip of one block: each value within half a quantization step of its group.
+    void kiviRoundTripWithinHalfStep_data() {
+        QTest::addColumn<int>("nbits");
+        QTest::newRow("8") << 8;
+        QTest::newRow("4") << 4;
+        QTest::newRow("2") << 2;
+    }
+    void kiviRoundTripWithinHalfStep() {
+        QFETCH(int, nbits);
+        const int D = 128, G = 32, VG = 64;
+        kvchat::KiviFormat f(nbits, G, VG, D);
+        std::mt19937 rng(3);
+        std::normal_distribution<float> dist(0.0f, 2.0f);
+        std::vector<float> rows(static_cast<size_t>(G) * 2 * D);
+        for (float& x : rows) x = dist(rng);
+        rows[5] = 40.0f;  // an outlier channel, as keys have
+        std::vector<uint8_t> block(f.block_bytes);
+        kvchat::kivi_quantize_block(f, rows.data(), rows.data() + D, 2 * D, G, block.data());
+        const double levels = (1 << nbits) - 1;
+        std::vector<float> k(D), v(D);
+        for (int j = 0; j < G; ++j) {
+            kvchat::kivi_dequantize_token(f, block.data(), j, k.data(), v.data());
+            for (int c = 0; c < D; ++c) {
+                // keys: the channel's range over the block's tokens
+                double lo = 1e30, hi = -1e30;
+                for (int i = 0; i < G; ++i) lo = std::min<double>(lo, rows[i * 2 * D + c]), hi = std::max<double>(hi, rows[i * 2 * D + c]);
+                const double kstep = (hi - lo) / levels;
+                QVERIFY(std::fabs(k[c] - rows[j * 2 * D + c]) <= kstep / 2 * 1.001 + 1e-6);
+                // values: the token's group of VG channels
+                const int g0 = c / VG * VG;
+                double vlo = 1e30, vhi = -1e30;
+                for (int i = g0; i < g0 + VG; ++i) vlo = std::min<double>(vlo, rows[j * 2 * D + D + i]), vhi = std::max<double>(vhi, rows[j * 2 * D + D + i]);
+                const double vstep = (vhi - vlo) / levels;
+                QVERIFY(std::fabs(v[c] - rows[j * 2 * D + D + c]) <= vstep / 2 * 1.001 + 1e-6);
+            }
+        }
+    }
+
+    // Quantized caches: logits close to full precision, KL within stated bounds per bit width.
+    void quantizedCloseToFull_data() {
+        QTest::addColumn<QString>("arch");
+        QTest::addColumn<QString>("spec");
+        QTest::addColumn<double>("kl_bound");
+        for (const char* arch : {"gemma3", "llama"}) {
+            QTest::newRow((std::string(arch) + " 8").c_str()) << arch << "quantized:nbits=8,residual=8,group=8" << 2e-4;
+            QTest::newRow((std::string(arch) + " 4").c_str()) << arch << "quantized:nbits=4,residual=8,group=8" << 2e-2;
+            QTest::newRow((std::string(arch) + " 2").c_str()) << arch << "quantized:nbits=2,residual=8,group=8" << 2e-1;
+            QTest::newRow((std::string(arch) + " 4 offloaded").c_str()) << arch << "quantized:nbits=4,residual=8,group=8+offloaded" << 2e-2;
+        }
+        QTest::newRow("gemma3 hybrid+quantized") << "gemma3" << "hybrid+quantized:nbits=8,residual=8,group=8" << 2e-4;
+        QTest::newRow("llama sink+quantized") << "llama" << "sink:window=24,sinks=2+quantized:nbits=8,residual=8,group=8" << 2e-4;
+        QTest::newRow("llama sliding+quantized") << "llama" << "sliding_window:window=20+quantized:nbits=8,residual=8,group=8" << 2e-4;
+    }
+    void quantizedCloseToFull() {
+        QFETCH(QString, arch);
+        QFETCH(QString, spec);
+        QFETCH(double, kl_bound);
+        const TinyModelSpec ts = arch == "gemma3" ? gemma_spec() : llama_spec();
+        Tiny t(ts);
+        const auto toks = tokens(40);
+        const kvchat::CacheSpec cs = kvchat::parse_cache_spec(spec.toStdString());
+        kvchat::CacheSpec full = cs;
+        full.nbits = 0;
+        full.offloaded = false;
+        auto cf = t.cache(kvchat::to_string(full));
+        auto cq = t.cache(spec.toStdString());
+        const auto lf = t.run(*cf, toks, 5);
+        const auto lq = t.run(*cq, toks, 5);
+        const double kl = mean_kl(lf, lq, ts.n_vocab);
+        qInfo("mean KL %.3e (bound %.0e)", kl, kl_bound);
+        QVERIFY2(kl < kl_bound, qPrintable(QString("KL %1").arg(kl)));
+        QVERIFY(lq != lf);  // something was quantized
+        const auto tel = cq->telemetry();
+        int64_t quantized = 0;
+        for (const auto& l : tel.layers) {
+            quantized += l.quantized_tokens;
+            QVERIFY(l.residual_tokens <= 8);
+        }
+        QVERIFY(quantized > 0);
+        QVERIFY(tel.total_bytes < cf->telemetry().total_bytes);
+    }
+
+    // Offloaded: each layer reads exactly its bytes and writes back only the new token; the
+    // logits equal the resident cache's; the spill file goes with the cache.
+    void offloadedTrafficAndSpillFile() {
+        const TinyModelSpec ts = llama_spec();
+        Tiny t(ts);
+        QTemporaryDir spill;
+        const auto toks = tokens(30);
+        auto res = t.cache("dynamic");
+        auto off = t.cache("offloaded:dir=" + spill.path().toStdString());
+        const std::string path = off->spill_path();
+        QVERIFY(file_exists(path));
+        QVERIFY(QString::fromStdString(path).startsWith(spill.path()));
+        QCOMPARE(t.run(*off, toks, 7), t.run(*res, toks, 7));
+        const int64_t row = 2LL * ts.n_head_kv * ts.head_dim * 4;
+        for (int step = 0; step < 3; ++step) {
+            const int64_t held = off->seq_length();
+            QCOMPARE(t.next_logits(*off, 100 + step), t.next_logits(*res, 100 + step));
+            const auto tel = off->telemetry();
+            for (const auto& l : tel.layers) {
+                QCOMPARE(l.moved_in_step, held * row);
+                QCOMPARE(l.moved_out_step, row);
+                QCOMPARE(l.bytes_slow, (held + 1) * row);
+                QCOMPARE(l.bytes_fast, int64_t(0));
+            }
+        }
+        off.reset();
+        QVERIFY(!file_exists(path));
+    }
+
+    void staticOverflowIsClearAndHarmless() {
+        Tiny t(gemma_spec());
+        auto c = t.cache("static:max_len=10");
+        t.run(*c, tokens(8), 8);
+        const auto before = c->telemetry();
+        std::vector<float> lg;
+        const auto more = tokens(5, 9);
+        const QString msg = QString::fromStdString(error_of([&] { t.model->forward(*t.backend, *c, more.data(), 5, Logits::Last, lg); }));
+        QVERIFY2(msg.contains("max_len=10"), qPrintable(msg));
+        QCOMPARE(c->seq_length(), int64_t(8));
+        QCOMPARE(c->telemetry().layers[5].tokens_held, before.layers[5].tokens_held);
+    }
+
+    // Every pair of strategies converts in place. Pairs that keep every token the target needs
+    // (or rebuild through the model) give bit-equal next-token logits to a cache built directly
+    // under the target.
+    void conversionPairs() {
+        Tiny t(gemma_spec());
+        QTemporaryDir spill;
+        const std::string dir = spill.path().toStdString();
+        const std::vector<std::string> specs = {
+            "dynamic", "static:max_len=64", "offloaded:dir=" + dir, "offloaded_static:max_len=64,dir=" + dir, "hybrid",
+            "quantized:nbits=4,residual=8,group=8", "sliding_window:window=6", "sink:window=8,sinks=2",
+            "quantized:nbits=4,residual=8,group=8+offloaded:dir=" + dir, "hybrid+quantized:nbits=8,residual=8,group=8",
+            "hybrid+offloaded:dir=" + dir, "sliding_window:window=6+quantized:nbits=4,residual=8,group=8",
+            "sink:window=8,sinks=2+quantized:nbits=8,residual=8,group=8"};
+        const auto toks = tokens(20);
+        auto lossless = [](const std::string& s) {
+            const auto c = kvchat::parse_cache_spec(s);
+            return c.nbits == 0 && c.retention == kvchat::RetentionKind::All;
+        };
+        kvchat::ConvertOptions opt;
+        std::vector<float> scratch;
+        opt.reprefill = [&](Cache& c, const std::vector<int32_t>& ids) {
+            t.model->forward(*t.backend, c, ids.data(), static_cast<int64_t>(ids.size()), Logits::None, scratch);
+        };
+        opt.chunk = 7;
+        int exact_pairs = 0, rebuilt = 0;
+        for (const auto& from : specs)
+            for (const auto& to : specs) {
+                auto c = t.cache(from);
+                t.run(*c, toks, 20);
+                int64_t last_progress = 0;
+                opt.progress = [&](int64_t done, int64_t total) {
+                    QCOMPARE(total, int64_t(20));
+                    last_progress = done;
+                };
+                const auto r = kvchat::convert(*c, to, opt);
+                const std::string label = from + " -> " + to;
+                QVERIFY2(c->spec() == kvchat::to_string(kvchat::parse_cache_spec(to)), label.c_str());
+                QCOMPARE(c->seq_length(), int64_t(20));
+                QCOMPARE(c->tokens(), toks);
+                if (r.rebuilt) {
+                    ++rebuilt;
+                    QCOMPARE(last_progress, int64_t(20));
+                }
+                const auto after = t.next_logits(*c, 42);
+                for (float x : after) QVERIFY(std::isfinite(x));
+                if (r.rebuilt || (lossless(from) && lossless(to))) {
+                    auto direct = t.cache(to);
+                    t.run(*direct, toks, r.rebuilt ? 7 : 20);
+                    QVERIFY2(after == t.next_logits(*direct, 42), label.c_str());
+                    ++exact_pairs;
+                }
+                // Lossy directions must have rebuilt when the target is lossless.
+                if (lossless(to) && !lossless(from)) QVERIFY2(r.rebuilt, label.c_str());
+            }
+        qInfo("%d bit-exact pairs, %d rebuilt", exact_pairs, rebuilt);
+        QVERIFY(rebuilt > 0);
+    }
+
+    void failedConversionLeavesCacheIntact() {
+        Tiny t(gemma_spec());
+        const auto toks = tokens(20);
+        auto c = t.cache("sink:window=8,sinks=2");
+        t.run(*c, toks, 20);
+        auto probe = [&] {
+            auto copy = t.cache("sink:window=8,sinks=2");
+            std::string st;
+            return c->telemetry().total_bytes;
+        };
+        const int64_t bytes = probe();
+        // Too small a target.
+        QString msg = QString::fromStdString(error_of([&] { kvchat::convert(*c, "static:max_len=10"); }));
+        QVERIFY2(msg.contains("max_len=10"), qPrintable(msg));
+        // A rebuild without the model.
+        msg = QString::fromStdString(error_of([&] { kvchat::convert(*c, "dynamic"); }));
+        QVERIFY2(msg.contains("rebuilt"), qPrintable(msg));
+        // Cancelled half-way.
+        std::atomic<bool> cancel{false};
+        kvchat::ConvertOptions opt;
+        std::vector<float> scratch;
+        opt.chunk = 5;
+        opt.cancel = &cancel;
+        opt.reprefill = [&](Cache& cc, const std::vector<int32_t>& ids) {
+            t.model->forward(*t.backend, cc, ids.data(), static_cast<int64_t>(ids.size()), Logits::None, scratch);
+            cancel = true;
+        };
+        msg = QString::fromStdString(error_of([&] { kvchat::convert(*c, "dynamic", opt); }));
+        QVERIFY2(msg.contains("cancelled"), qPrintable(msg));
+        // A bad spec, and an unwritable slow tier.
+        QVERIFY(error_of([&] { kvchat::convert(*c, "quantized:nbits=5"); }).find("nbits=5") != std::string::npos);
+        QVERIFY(error_of([&] { kvchat::convert(*c, "offloaded:dir=/nonexistent/x"); }).find("/nonexistent/x") != std::string::npos);
+        QCOMPARE(QString::fromStdString(c->spec()), QString("sink:window=8,sinks=2"));
+        QCOMPARE(probe(), bytes);
+        auto direct = t.cache("sink:window=8,sinks=2");
+        t.run(*direct, toks, 20);
+        QVERIFY(t.next_logits(*c, 42) == t.next_logits(*direct, 42));
+    }
+
+    // Gemma's sliding layers cannot crop back past their ring; a checkpoint per turn can.
+    void checkpointsRestoreTurns() {
+        Tiny t(gemma_spec());
+        const auto turn1 = tokens(10, 1), turn2 = tokens(9, 2), turn2b = tokens(11, 3);
+        for (const char* spec : {"dynamic", "hybrid+quantized:nbits=8,residual=8,group=8", "sink:window=8,sinks=2"}) {
+            auto c = t.cache(spec);
+            t.run(*c, turn1, 4);
+            const auto cp = c->checkpoint();
+            QVERIFY(cp.bytes() > 0);
+            t.run(*c, turn2, 4);
+            QVERIFY(!c->can_crop_to(10));
+            QVERIFY(c->can_crop_to(19));
+            QVERIFY(error_of([&] { c->crop(10); }).find("cannot crop") != std::string::npos);
+            QVERIFY(c->restore(cp));
+            QCOMPARE(c->seq_length(), int64_t(10));
+            const auto got = t.run(*c, turn2b, 4);
+            auto direct = t.cache(spec);
+            t.run(*direct, turn1, 4);
+            QVERIFY2(got == t.run(*direct, turn2b, 4), spec);
+            // A checkpoint of another strategy is refused without harm.
+            auto other = t.cache("hybrid");
+            t.run(*other, turn1, 4);
+            QVERIFY(std::string(spec) == "hybrid" || !c->restore(other->checkpoint()));
+        }
+        // Layers that keep everything crop anywhere.
+        Tiny l(llama_spec());
+        auto c = l.cache("dynamic");
+        l.run(*c, tokens(20), 20);
+        QVERIFY(c->can_crop_to(3));
+    }
+
+    void snapshotRoundTrip_data() {
+        QTest::addColumn<QString>("arch");
+        QTest::addColumn<QString>("spec");
+        for (const char* spec : {"dynamic", "static:max_len=64", "offloaded", "offloaded_static:max_len=64", "hybrid",
+                                 "quantized:nbits=4,residual=8,group=8", "quantized:nbits=2,residual=16,group=8+offloaded",
+                                 "sliding_window:window=6", "sink:window=8,sinks=2",
+                                 "sink:window=12,sinks=2+quantized:nbits=8,residual=8,group=8", "hybrid+quantized:nbits=4,residual=8,group=8"})
+            QTest::newRow(spec) << "gemma3" << spec;
+        QTest::newRow("llama sink") << "llama" << "sink:window=7,sinks=3";
+    }
+    void snapshotRoundTrip() {
+        QFETCH(QString, arch);
+        QFETCH(QString, spec);
+        Tiny t(arch == "gemma3" ? gemma_spec() : llama_spec());
+        QTemporaryDir dir;
+        const std::string path = (dir.path() + "/c.kvc").toStdString();
+        auto c = t.cache(spec.toStdString());
+        t.run(*c, tokens(13, 4), 5);
+        const auto cp = c->checkpoint();
+        t.run(*c, tokens(12, 5), 5);
+        kvchat::save_snapshot(path, *c, t.model->fingerprint(), {cp});
+        auto loaded = kvchat::load_snapshot(path, t.model->layer_specs(), t.model->fingerprint(), t.backend->pool());
+        QCOMPARE(loaded.cache->spec(), c->spec());
+        QCOMPARE(loaded.cache->tokens(), c->tokens());
+        QCOMPARE(loaded.checkpoints.size(), size_t(1));
+        for (size_t i = 0; i < c->n_layers(); ++i) QCOMPARE(loaded.cache->layer(i).tokens_held(), c->layer(i).tokens_held());
+        QVERIFY(t.next_logits(*loaded.cache, 50) == t.next_logits(*c, 50));
+        // The saved checkpoint restores the loaded cache just as the original.
+        QVERIFY(loaded.cache->restore(loaded.checkpoints[0]));
+        QVERIFY(c->restore(cp));
+        QVERIFY(t.next_logits(*loaded.cache, 60) == t.next_logits(*c, 60));
+    }
+
+    void damagedSnapshotsAreRefused() {
+        Tiny t(gemma_spec());
+        QTemporaryDir dir;
+        const std::string path = (dir.path() + "/c.kvc").toStdString();
+        auto c = t.cache("hybrid+quantized:nbits=4,residual=8,group=8");
+        t.run(*c, tokens(20), 20);
+        kvchat::save_snapshot(path, *c, t.model->fingerprint(), {c->checkpoint()});
+        std::string good;
+        {
+            std::ifstream f(path, std::ios::binary);
+            good.assign(std::istreambuf_iterator<char>(f), {});
+        }
+        auto load_bytes = [&](const std::string& bytes) {
+            const std::string p2 = (dir.path() + "/bad.kvc").toStdString();
+            std::ofstream(p2, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+            return QString::fromStdString(
+                error_of([&] { kvchat::load_snapshot(p2, t.model->layer_specs(), t.model->fingerprint(), t.backend->pool()); }));
+        };
+        // Every byte flipped somewhere in the file, at a stride, is caught.
+        for (size_t at = 0; at < good.size(); at += good.size() / 97 + 1) {
+            std::string bad = good;
+            bad[at] = static_cast<char>(bad[at] ^ 0x5A);
+            const QString msg = load_bytes(bad);
+            QVERIFY2(msg != "(no error)" && msg.contains("snapshot"), qPrintable(QString("byte %1: %2").arg(at).arg(msg)));
+        }
+        // Truncations.
+        for (size_t n : {size_t(0), size_t(5), size_t(20), good.size() / 2, good.size() - 1}) {
+            const QString msg = load_bytes(good.substr(0, n));
+            QVERIFY2(msg.contains("truncated") || msg.contains("bad magic") || msg.contains("damaged"), qPrintable(msg));
+        }
+        QVERIFY(load_bytes(good + "x").contains("trailing"));
+        // Another model, another layer layout, another version.
+        QString msg = QString::fromStdString(error_of([&] {
+            kvchat::load_snapshot(path, t.model->layer_specs(), std::string(64, 'f'), t.backend->pool());
+        }));
+        QVERIFY2(msg.contains("another model"), qPrintable(msg));
+        Tiny other(llama_spec());
+        msg = QString::fromStdString(error_of([&] {
+            kvchat::load_snapshot(path, other.model->layer_specs(), t.model->fingerprint(), t.backend->pool());
+        }));
+        QVERIFY2(msg.contains("layers"), qPrintable(msg));
+        std::string v2 = good;
+        v2[8] = 2;
+        QVERIFY(load_bytes(v2).contains("format version 2"));
+        QVERIFY(load_bytes("not a snapshot at all").contains("bad magic"));
+    }
+};
+
+QTEST_GUILESS_MAIN(TestCache)
+#include "test_cache.moc"
