@@ -304,7 +304,7 @@ int cmd_bench(const Options& o) {
 
     std::vector<double> prefill, decode;
     std::vector<float> logits;
-    for (int r = 0; r < runs; ++r) {
+    for (int r = 0; r <= runs; ++r) {  // run 0 warms up (page faults, caches) and is not counted
         auto cache = m.make_default_cache(*l.backend);
         auto t0 = std::chrono::steady_clock::now();
         m.forward(*l.backend, *cache, ids.data(), static_cast<int64_t>(ids.size()), kvchat::Logits::Last, logits);
@@ -314,6 +314,7 @@ int cmd_bench(const Options& o) {
             m.forward(*l.backend, *cache, &next, 1, kvchat::Logits::Last, logits);
         }
         auto t2 = std::chrono::steady_clock::now();
+        if (r == 0) continue;
         prefill.push_back(prompt_tokens / std::chrono::duration<double>(t1 - t0).count());
         decode.push_back(gen_tokens / std::chrono::duration<double>(t2 - t1).count());
     }

@@ -3,6 +3,7 @@
 #include "engine/compute/backend.h"
 #include "engine/generate/generator.h"
 #include "engine/model/model.h"
+#include "support/test_paths.h"
 #include "support/tiny_model.h"
 
 #include <QTemporaryDir>
@@ -92,6 +93,41 @@ private slots:
             }
             QVERIFY2(relative_error(all, want, spec.n_vocab) < tolerance, "chunked prefill differs");
         }
+    }
+
+    // Hugging Face folders: safetensors in each float dtype (sharded too) and a tokenizer.model.
+    void huggingFaceFolder_data() {
+        QTest::addColumn<QString>("arch");
+        QTest::addColumn<QString>("dtype");
+        QTest::addColumn<int>("shards");
+        for (const char* arch : {"gemma3", "llama"})
+            for (const char* dtype : {"F32", "F16", "BF16"}) QTest::newRow((std::string(arch) + " " + dtype).c_str()) << arch << dtype << (std::string(dtype) == "BF16" ? 3 : 1);
+    }
+    void huggingFaceFolder() {
+        QFETCH(QString, arch);
+        QFETCH(QString, dtype);
+        QFETCH(int, shards);
+        TinyModelSpec s;
+        s.arch = arch.toStdString();
+        s.n_vocab = 420;  // the tiny tokenizer has 400 pieces
+        s.n_layer = s.arch == "gemma3" ? 6 : 2;
+        s.sliding_window = s.arch == "gemma3" ? 4 : 0;
+        QTemporaryDir dir;
+        const std::string folder = dir.path().toStdString();
+        const auto ref = kvchat::test::write_tiny_hf(s, folder, dtype.toStdString(),
+                                                     kvchat::test::data_path("tiny_tokenizer.model"), shards);
+        auto model = kvchat::Model::load(folder);
+        QCOMPARE(model->config().source, std::string("safetensors"));
+        QCOMPARE(model->tokenizer().vocab_size(), 400);
+        const std::vector<int32_t> tokens = {1, 50, 51, 52, 9, 40, 53, 54, 100, 55, 56, 7, 62, 300};
+        const auto want = kvchat::test::reference_logits(ref, tokens);
+        auto backend = kvchat::make_cpu_backend(2);
+        auto cache = model->make_default_cache(*backend);
+        std::vector<float> got;
+        model->forward(*backend, *cache, tokens.data(), static_cast<int64_t>(tokens.size()), kvchat::Logits::All, got);
+        const double err = relative_error(got, want, s.n_vocab);
+        qInfo("relative error %.2e", err);
+        QVERIFY2(err < 1e-5, qPrintable(QString("relative error %1").arg(err)));
     }
 
     // Generation with the cache gives exactly the tokens of recomputing the whole context.

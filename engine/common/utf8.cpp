@@ -58,6 +58,25 @@ bool is_valid_utf8(std::string_view text) {
     return true;
 }
 
+size_t append_valid_utf8(std::string_view text, bool at_end, std::string& out) {
+    size_t i = 0;
+    while (i < text.size()) {
+        size_t subpart;
+        const size_t n = sequence_length(text, i, subpart);
+        if (n > 0) {
+            out.append(text.substr(i, n));
+            i += n;
+        } else if (!at_end && i + subpart == text.size() && static_cast<uint8_t>(text[i]) >= 0xC2 &&
+                   static_cast<uint8_t>(text[i]) <= 0xF4) {
+            return i;  // a valid start of a character whose remaining bytes may still arrive
+        } else {
+            out.append("\xEF\xBF\xBD");
+            i += subpart;
+        }
+    }
+    return text.size();
+}
+
 RepairedUtf8 repair_utf8(std::string_view text) {
     RepairedUtf8 out;
     if (is_valid_utf8(text)) {
@@ -65,19 +84,8 @@ RepairedUtf8 repair_utf8(std::string_view text) {
         return out;
     }
     out.text.reserve(text.size() + 16);
-    size_t i = 0;
-    while (i < text.size()) {
-        size_t subpart;
-        const size_t n = sequence_length(text, i, subpart);
-        if (n > 0) {
-            out.text.append(text.substr(i, n));
-            i += n;
-        } else {
-            out.text.append("\xEF\xBF\xBD");
-            out.replaced = true;
-            i += subpart;
-        }
-    }
+    append_valid_utf8(text, true, out.text);
+    out.replaced = true;
     return out;
 }
 

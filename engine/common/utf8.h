@@ -21,4 +21,10 @@ struct RepairedUtf8 {
 // U+FFFD (EF BF BD). Valid input comes back unchanged with replaced == false.
 RepairedUtf8 repair_utf8(std::string_view text);
 
+// The streaming form, for text that arrives in pieces (a model's tokens): appends `bytes` to `out`
+// repaired as repair_utf8 does, except that an incomplete but so far valid sequence at the end is
+// left unconsumed unless `at_end`, so the caller can wait for its remaining bytes. Returns how many
+// bytes of `bytes` were consumed.
+size_t append_valid_utf8(std::string_view bytes, bool at_end, std::string& out);
+
 }  // namespace kvchat

@@ -1,5 +1,6 @@
 // The CPU backend: activations in host memory, kernels on the thread pool.
 #include "engine/compute/backend.h"
+#include "engine/compute/quant_blocks.h"
 #include "engine/compute/thread_pool.h"
 #include "engine/error.h"
 
@@ -8,12 +9,40 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <vector>
 
 namespace kvchat {
 
 namespace {
 
 constexpr int64_t kParallelMin = 1 << 15;  // below this many elements threads cost more than they save
+
+// GELU (tanh form) evaluated on the fp16 grid, input and output, as llama.cpp's CPU backend does:
+// Gemma's greedy continuations are sensitive enough that the exact float function makes them
+// drift from the reference implementation users compare against. The table also makes it cheap.
+class GeluTable {
+public:
+    GeluTable() : table_(1 << 16) {
+        for (uint32_t h = 0; h < (1u << 16); ++h) {
+            const float x = fp16_to_fp32(static_cast<uint16_t>(h));
+            const float y = 0.5f * x * (1.0f + std::tanh(0.7978845608028654f * (x + 0.044715f * x * x * x)));
+            table_[h] = fp16_to_fp32(fp32_to_fp16(y));
+        }
+    }
+    float operator()(float x) const {
+        if (x <= -10.0f) return 0.0f;
+        if (x >= 10.0f) return x;
+        return table_[fp32_to_fp16(x)];
+    }
+
+private:
+    std::vector<float> table_;
+};
+
+const GeluTable& gelu_table() {
+    static const GeluTable table;
+    return table;
+}
 
 class CpuBackend final : public Backend {
 public:
@@ -92,11 +121,8 @@ public:
             float* g = gate.data;
             const float* u = up.data;
             if (act == GatedActivation::GeluTanh) {
-                constexpr float kSqrt2OverPi = 0.7978845608028654f;
-                for (int64_t i = b; i < e; ++i) {
-                    const float v = g[i];
-                    g[i] = 0.5f * v * (1.0f + std::tanh(kSqrt2OverPi * (v + 0.044715f * v * v * v))) * u[i];
-                }
+                const GeluTable& gelu = gelu_table();
+                for (int64_t i = b; i < e; ++i) g[i] = gelu(g[i]) * u[i];
             } else {
                 for (int64_t i = b; i < e; ++i) g[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
             }

@@ -28,6 +28,8 @@ using kernels::QuantizedActivations;
 
 // --- SIMD level ------------------------------------------------------------------------------
 
+enum class Level { avx2, avx512_vnni, amx };
+
 bool cpu_has_avx512_vnni() {
     static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                             __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
@@ -35,15 +37,26 @@ bool cpu_has_avx512_vnni() {
     return has;
 }
 
-std::atomic<bool> avx2_forced{false};
+Level best_level() {
+    static const Level best = !cpu_has_avx512_vnni() ? Level::avx2 : (kernels::amx_usable() ? Level::amx : Level::avx512_vnni);
+    return best;
+}
 
-bool use_avx512() { return cpu_has_avx512_vnni() && !avx2_forced.load(std::memory_order_relaxed); }
+// -1: automatic; otherwise a forced Level.
+std::atomic<int> forced_level{-1};
 
-const KernelSet& kernel_set() { return use_avx512() ? kernels::avx512_kernels() : kernels::avx2_kernels(); }
+Level level() {
+    const int f = forced_level.load(std::memory_order_relaxed);
+    return f < 0 ? best_level() : Level(f);
+}
+
+const KernelSet& kernel_set() { return level() == Level::avx2 ? kernels::avx2_kernels() : kernels::avx512_kernels(); }
 
 // Up to this many tokens, the hot types use the fused kernels (weights unpacked in registers per
 // token); beyond, an int8 panel is unpacked once and reused by all tokens.
 constexpr int64_t kFusedMaxTokens = 2;
+// From this many tokens on, AMX tiles (16 tokens wide) beat the AVX-512 panels.
+constexpr int64_t kAmxMinTokens = 16;
 
 // --- buffers -----------------------------------------------------------------------------------
 
@@ -113,6 +126,7 @@ struct ActivationBuffers {
     std::vector<int8_t> q;
     std::vector<float> d;
     std::vector<int16_t> sum16;
+    std::vector<int32_t> neg_sum8;
     std::vector<float> group_d, group_d_sum;
     std::vector<int32_t> group_bias;
 };
@@ -129,10 +143,20 @@ QuantizedActivations quantize_activations(const float* x, int64_t n_tokens, int6
     a.q = buf.q.data();
     a.d = buf.d.data();
     a.sum16 = buf.sum16.data();
+    const bool sums8 = block == 32;
+    if (sums8) {
+        buf.neg_sum8.assign(size_t(n_tokens * (cols / 32) * 8), 0);
+        a.neg_sum8 = buf.neg_sum8.data();
+    }
     auto quantize = [&](int64_t t0, int64_t t1) {
         for (int64_t t = t0; t < t1; ++t) {
+            const int16_t* s16 = buf.sum16.data() + t * (cols / 16);
             quantize_token(x + t * cols, cols, block, buf.q.data() + t * cols, buf.d.data() + t * (cols / block),
                            buf.sum16.data() + t * (cols / 16));
+            if (sums8) {
+                int32_t* s8 = buf.neg_sum8.data() + t * (cols / 32) * 8;
+                for (int64_t b = 0; b < cols / 32; ++b) s8[8 * b] = -(int32_t(s16[2 * b]) + s16[2 * b + 1]);
+            }
         }
     };
     if (n_tokens * cols >= 32768) pool.parallel_for(n_tokens, quantize);
@@ -142,25 +166,29 @@ QuantizedActivations quantize_activations(const float* x, int64_t n_tokens, int6
 
 // Per token and panel group: the activation scale, scale * sum, and the -128 * sum that cancels
 // the unsigned offset of AVX-512 panels.
-ActivationGroups activation_groups(const QuantizedActivations& a, int group, ActivationBuffers& buf) {
+ActivationGroups activation_groups(const QuantizedActivations& a, int group, ActivationBuffers& buf, ThreadPool& pool) {
     const int64_t groups = a.cols / group;
     const size_t n = size_t(a.n_tokens * groups);
     buf.group_d.resize(n);
     buf.group_d_sum.resize(n);
     buf.group_bias.resize(n);
-    for (int64_t t = 0; t < a.n_tokens; ++t) {
-        const float* d = a.d_row(t);
-        const int16_t* s16 = a.sum16_row(t);
-        for (int64_t g = 0; g < groups; ++g) {
-            int32_t sum = 0;
-            for (int k = 0; k < group / 16; ++k) sum += s16[g * (group / 16) + k];
-            const float dg = d[g * group / a.block];
-            const size_t i = size_t(t * groups + g);
-            buf.group_d[i] = dg;
-            buf.group_d_sum[i] = dg * float(sum);
-            buf.group_bias[i] = -128 * sum;
+    auto fill = [&](int64_t t0, int64_t t1) {
+        for (int64_t t = t0; t < t1; ++t) {
+            const float* d = a.d_row(t);
+            const int16_t* s16 = a.sum16_row(t);
+            for (int64_t g = 0; g < groups; ++g) {
+                int32_t sum = 0;
+                for (int k = 0; k < group / 16; ++k) sum += s16[g * (group / 16) + k];
+                const float dg = d[g * group / a.block];
+                const size_t i = size_t(t * groups + g);
+                buf.group_d[i] = dg;
+                buf.group_d_sum[i] = dg * float(sum);
+                buf.group_bias[i] = -128 * sum;
+            }
         }
-    }
+    };
+    if (n >= 8192) pool.parallel_for(a.n_tokens, fill);
+    else fill(0, a.n_tokens);
     ActivationGroups g;
     g.n_groups = groups;
     g.d = buf.group_d.data();
@@ -181,7 +209,9 @@ void fused_product(const KernelSet::FusedDot dot, const WeightMatrix& w, const Q
         for (int64_t r = r0; r < r1; r += kRowStep) {
             const int64_t n = std::min(kRowStep, r1 - r);
             for (int64_t t = 0; t < x.n_tokens; ++t) {
-                dot(base + r * stride, stride, n, w.cols, x.q_row(t), x.d_row(t), x.sum16_row(t), y + t * w.rows + r);
+                const kernels::TokenActivations xt{x.q_row(t), x.d_row(t), x.sum16_row(t),
+                                                   x.neg_sum8 ? x.neg_sum8 + t * (x.cols / 32) * 8 : nullptr};
+                dot(base + r * stride, stride, n, w.cols, xt, y + t * w.rows + r);
             }
         }
     });
@@ -211,6 +241,28 @@ void panel_product(const KernelSet& ks, const Int8Layout& layout, const WeightMa
         // Few rows, many tokens: every thread unpacks all panels and takes a share of the tokens.
         pool.parallel_for(x.n_tokens, [&](int64_t t0, int64_t t1) { run_panels(0, n_panels, t0, t1); });
     }
+}
+
+// AMX: activations interleaved once per call, then every thread takes whole 16-row panels.
+void amx_product(const Int8Layout& layout, const WeightMatrix& w, const QuantizedActivations& x,
+                 const ActivationGroups& g, float* y, ThreadPool& pool) {
+    thread_local ScratchBuffer packed_x;
+    void* px = packed_x.get(kernels::amx_activation_bytes(layout, w.cols, x.n_tokens));
+    const int64_t token_blocks = (x.n_tokens + 15) / 16;
+    pool.parallel_for(token_blocks, [&](int64_t b0, int64_t b1) { kernels::amx_pack_activations(layout, x, g, b0, b1, px); });
+    const size_t stride = row_bytes(w.type, w.cols);
+    const auto* base = static_cast<const uint8_t*>(w.data);
+    const int64_t n_panels = (w.rows + kPanelRows - 1) / kPanelRows;
+    const size_t scratch_bytes = kernels::amx_scratch_bytes(layout, w.cols);
+    pool.parallel_for(n_panels, [&](int64_t p0, int64_t p1) {
+        thread_local ScratchBuffer scratch;
+        void* s = scratch.get(scratch_bytes);
+        for (int64_t i = p0; i < p1; ++i) {
+            const int64_t r = i * kPanelRows;
+            const int n = int(std::min<int64_t>(kPanelRows, w.rows - r));
+            kernels::amx_rows(w.type, layout, base + r * stride, stride, n, w.cols, px, x.n_tokens, s, y + r, w.rows);
+        }
+    });
 }
 
 // --- float weights -----------------------------------------------------------------------------
@@ -330,8 +382,9 @@ void matmul(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y, T
         fused_product(fused, w, xq, y, pool);
         return;
     }
-    const ActivationGroups g = activation_groups(xq, layout.group, buf);
-    panel_product(ks, layout, w, xq, g, y, pool);
+    const ActivationGroups g = activation_groups(xq, layout.group, buf, pool);
+    if (level() == Level::amx && n_tokens >= kAmxMinTokens) amx_product(layout, w, xq, g, y, pool);
+    else panel_product(ks, layout, w, xq, g, y, pool);
 }
 
 void weight_row(const WeightMatrix& w, int64_t r, float* dst) {
@@ -339,20 +392,32 @@ void weight_row(const WeightMatrix& w, int64_t r, float* dst) {
     dequantize_row(w.type, static_cast<const uint8_t*>(w.data) + size_t(r) * row_bytes(w.type, w.cols), dst, w.cols);
 }
 
-const char* simd_level() { return use_avx512() ? "avx512-vnni" : "avx2"; }
+const char* simd_level() {
+    switch (level()) {
+        case Level::avx2: return "avx2";
+        case Level::avx512_vnni: return "avx512-vnni";
+        case Level::amx: return "amx";
+    }
+    return "avx2";
+}
 
-void force_simd_level(const char* level) {
-    const std::string l = level ? level : "auto";
+void force_simd_level(const char* name) {
+    const std::string l = name ? name : "auto";
+    Level wanted;
     if (l == "auto") {
-        avx2_forced.store(false);
+        forced_level.store(-1);
+        return;
     } else if (l == "avx2") {
-        avx2_forced.store(true);
+        wanted = Level::avx2;
     } else if (l == "avx512-vnni") {
-        if (!cpu_has_avx512_vnni()) throw Error("force_simd_level: this CPU lacks AVX-512 VNNI");
-        avx2_forced.store(false);
+        wanted = Level::avx512_vnni;
+    } else if (l == "amx") {
+        wanted = Level::amx;
     } else {
         throw Error("force_simd_level: unknown level '" + l + "'");
     }
+    if (int(wanted) > int(best_level())) throw Error("force_simd_level: this CPU cannot run " + l);
+    forced_level.store(int(wanted));
 }
 
 }  // namespace kvchat

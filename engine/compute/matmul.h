@@ -25,12 +25,13 @@ void matmul(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y, T
 // Row r of W as floats (for embedding lookups): dst has cols floats.
 void weight_row(const WeightMatrix& w, int64_t r, float* dst);
 
-// Which SIMD level the kernels use on this CPU: "avx512-vnni" or "avx2".
+// Which SIMD level the kernels use on this CPU: "amx" (AVX-512 VNNI, plus AMX-INT8 tiles for
+// batches of tokens), "avx512-vnni" or "avx2".
 const char* simd_level();
 
-// For tests and benchmarks: makes matmul use "avx2" even where AVX-512 VNNI is present, or
-// "avx512-vnni" (throws Error when the CPU lacks it); nullptr or "auto" restores the automatic
-// choice. Affects every thread; call it while no matmul runs.
+// For tests and benchmarks: makes matmul use a lower level than the CPU allows ("avx2",
+// "avx512-vnni", "amx"; Error when the CPU cannot run it); nullptr or "auto" restores the
+// automatic choice. Affects every thread; call it while no matmul runs.
 void force_simd_level(const char* level);
 
 }  // namespace kvchat

@@ -1,6 +1,10 @@
 // AVX-512 VNNI kernels, called only after a run-time CPU check. This file must not instantiate
 // templates that other files also instantiate (std containers, algorithms): the linker keeps
 // one copy, and it could be this file's AVX-512 one.
+// GCC 12 reports the _mm512_undefined_* pass-through operands inside many AVX-512 intrinsics as
+// maybe-uninitialized (GCC bug 105593, fixed in 13); the pragma must precede the headers.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
 #include "engine/compute/matmul_kernels.h"
 #include "engine/compute/quant_blocks.h"
 
@@ -21,6 +25,90 @@ inline __m256i dot_s8s8(__m256i acc, __m256i w, __m256i s) {
 inline __m256i madd_scaled(__m256i acc, __m256i p, __m256i k) { return _mm256_dpwssd_epi32(acc, p, k); }
 
 #include "engine/compute/fused_dot.inc"
+
+
+inline __m512 to_float(__m512i v) { return _mm512_cvtepi32_ps(v); }
+
+// --- fused kernels for the 32-element blocks, 512-bit ------------------------------------
+// The 256-bit kernels in fused_dot.inc spend most of their time on each block's scale (an fp16
+// load, convert, multiply, broadcast). Here 16 blocks' scales come from one gather and one
+// convert, two blocks share each vpdpbusd, and values are unsigned (q + z) so no sign fix-ups
+// are needed: the chain starts from -z * sum(x), taken from the activations' neg_sum8.
+
+// The weight values of one block (one) or two consecutive blocks (pair) as unsigned bytes;
+// kShift: log2 of the offset z they carry.
+struct Q8_0Values {
+    static constexpr int kShift = 7;
+    static __m256i one(const BlockQ8_0& b) { return _mm256_xor_si256(load256(b.qs), _mm256_set1_epi8(char(0x80))); }
+    static __m512i pair(const BlockQ8_0& b0, const BlockQ8_0& b1) {
+        return _mm512_inserti64x4(_mm512_castsi256_si512(one(b0)), one(b1), 1);
+    }
+};
+
+// Nibbles of two blocks in one register, in x's order: low then high nibbles of the first block,
+// then of the second.
+inline __m512i nibbles_64(const uint8_t* qs0, const uint8_t* qs1) {
+    const __m256i q = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qs0))),
+                                              _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs1)), 1);
+    const __m512i both = _mm512_inserti64x4(_mm512_castsi256_si512(q), _mm256_srli_epi16(q, 4), 1);
+    return _mm512_and_si512(_mm512_shuffle_i64x2(both, both, _MM_SHUFFLE(3, 1, 2, 0)), _mm512_set1_epi8(15));
+}
+
+struct Q4_0Values {
+    static constexpr int kShift = 3;
+    static __m256i one(const BlockQ4_0& b) { return nibbles_32(b.qs); }
+    static __m512i pair(const BlockQ4_0& b0, const BlockQ4_0& b1) { return nibbles_64(b0.qs, b1.qs); }
+};
+struct Q5_0Values {
+    static constexpr int kShift = 4;
+    static __m256i one(const BlockQ5_0& b) {
+        const __mmask32 high = _cvtu32_mask32(load_u32(b.qh));
+        return _mm256_or_si256(nibbles_32(b.qs), _mm256_maskz_mov_epi8(high, _mm256_set1_epi8(0x10)));
+    }
+    static __m512i pair(const BlockQ5_0& b0, const BlockQ5_0& b1) {
+        const __mmask64 high = _cvtu64_mask64(uint64_t(load_u32(b0.qh)) | (uint64_t(load_u32(b1.qh)) << 32));
+        return _mm512_or_si512(nibbles_64(b0.qs, b1.qs), _mm512_maskz_mov_epi8(high, _mm512_set1_epi8(0x10)));
+    }
+};
+
+template <class Block, class Values>
+void fused_unsigned_32(const void* rows, size_t stride, int64_t n_rows, int64_t cols, const TokenActivations& x,
+                       float* y) {
+    const int64_t nb = cols / 32;
+    const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const __m512i scale_offsets = _mm512_mullo_epi32(lane, _mm512_set1_epi32(int(sizeof(Block))));
+    // Lanes 0-7 take the first block of a pair, 8-15 the second.
+    const __m512i pair_lanes = _mm512_srli_epi32(lane, 3);
+    for (int64_t r = 0; r < n_rows; ++r) {
+        const auto* b = reinterpret_cast<const Block*>(static_cast<const uint8_t*>(rows) + r * stride);
+        __m512 acc = _mm512_setzero_ps();
+        for (int64_t c = 0; c < nb; c += 16) {
+            const int n = int(nb - c < 16 ? nb - c : 16);
+            const __mmask16 present = __mmask16((1u << n) - 1);
+            // The dword at each block's start holds its fp16 scale in the low half.
+            const __m512i raw = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), present, scale_offsets, &b[c], 1);
+            const __m512 scales = _mm512_mul_ps(_mm512_cvtph_ps(_mm512_cvtepi32_epi16(raw)), _mm512_maskz_loadu_ps(present, x.d + c));
+            __m512i pair = pair_lanes;
+            for (int j = 0; j < n; j += 2, pair = _mm512_add_epi32(pair, _mm512_set1_epi32(2))) {
+                const int8_t* xq = x.q + (c + j) * 32;
+                const int32_t* bias = x.neg_sum8 + (c + j) * 8;
+                __m512i u, xv, start;
+                if (j + 1 < n) {
+                    u = Values::pair(b[c + j], b[c + j + 1]);
+                    xv = _mm512_loadu_si512(xq);
+                    start = _mm512_loadu_si512(bias);
+                } else {
+                    u = _mm512_zextsi256_si512(Values::one(b[c + j]));
+                    xv = _mm512_zextsi256_si512(load256(xq));
+                    start = _mm512_zextsi256_si512(load256(bias));
+                }
+                const __m512i p = _mm512_dpbusd_epi32(_mm512_slli_epi32(start, Values::kShift), u, xv);
+                acc = _mm512_fmadd_ps(to_float(p), _mm512_permutexvar_ps(pair, scales), acc);
+            }
+        }
+        y[r] = _mm512_reduce_add_ps(acc);
+    }
+}
 
 inline int32_t load_i32(const int8_t* p) {
     int32_t x;
@@ -46,7 +134,7 @@ void panel_tile(const uint8_t* pq, const float* ps, const float* pm, int64_t gro
             const int8_t* x = xq + t * x_stride + g * G;
             __m512i s = _mm512_set1_epi32(gb[t * g_stride + g]);
             for (int k = 0; k < G / 4; ++k) s = _mm512_dpbusd_epi32(s, w[k], _mm512_set1_epi32(load_i32(x + 4 * k)));
-            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(a, _mm512_set1_ps(gd[t * g_stride + g])), acc[t]);
+            acc[t] = _mm512_fmadd_ps(to_float(s), _mm512_mul_ps(a, _mm512_set1_ps(gd[t * g_stride + g])), acc[t]);
         }
         if constexpr (MIN) {
             const __m512 m = _mm512_loadu_ps(pm + g * kPanelRows);
@@ -85,7 +173,7 @@ void panel_product_g(const void* panel, int64_t cols, const QuantizedActivations
     const int64_t gs = ag.n_groups;
     for (int64_t t = t0; t < t1; t += kMaxTile<G>) {
         const int nt = int(t1 - t < kMaxTile<G> ? t1 - t : kMaxTile<G>);
-        tiles.fn[nt - 1](pq, ps, pm, groups, x.q_row(t), cols, ag.d + t * gs, ag.d_sum + t * gs, ag.bias + t * gs, gs,
+        tiles.fn[nt - 1](pq, ps, pm, groups, x.q + t * x.cols, cols, ag.d + t * gs, ag.d_sum + t * gs, ag.bias + t * gs, gs,
                          y + t * y_stride, y_stride, n_rows);
     }
 }
@@ -104,6 +192,9 @@ void panel_product(const Int8Layout& layout, const void* panel, int64_t cols, co
 KernelSet make_kernels() {
     KernelSet k;
     install_fused(k);
+    k.fused[uint32_t(TensorType::Q8_0)] = fused_unsigned_32<BlockQ8_0, Q8_0Values>;
+    k.fused[uint32_t(TensorType::Q4_0)] = fused_unsigned_32<BlockQ4_0, Q4_0Values>;
+    k.fused[uint32_t(TensorType::Q5_0)] = fused_unsigned_32<BlockQ5_0, Q5_0Values>;
     k.panel_bytes = avx2_kernels().panel_bytes;
     k.pack_panel = avx2::pack_panel_unsigned;
     k.panel_product = panel_product;

@@ -1,13 +1,16 @@
 #pragma once
-// What matmul.cpp shares with the SIMD kernel files (matmul_avx2.cpp, matmul_avx512.cpp).
+// What matmul.cpp shares with the kernel files (int8_unpack.cpp, matmul_avx2.cpp,
+// matmul_avx512.cpp, matmul_amx_avx512.cpp).
 //
-// Two ways to compute one weight row block against the quantized activations:
+// Three ways to compute a block of weight rows against the quantized activations:
 // - fused dot kernels, one per hot weight type, that unpack a block in registers and use it at
-//   once (decode: one token, memory-bound, weights streamed once);
+//   once (decode: one or two tokens, memory-bound, weights streamed once);
 // - int8 panels for every integer type: 16 rows unpacked once into int8 values with a float
 //   scale (and optional min) per group of 16 or 32 columns, interleaved so that one vector load
 //   holds 4 columns of all 16 rows; a register-blocked micro-kernel then reuses each loaded
-//   vector across many tokens (prefill: compute-bound).
+//   vector across up to 16 tokens (short prompts, and every type without a fused kernel);
+// - AMX tiles (prefill of 16 tokens or more): the same unpacked rows, 16 rows x 16 tokens per
+//   tile multiply.
 #include "engine/compute/tensor_type.h"
 
 #include <cstddef>
@@ -26,9 +29,23 @@ struct QuantizedActivations {
     const float* d = nullptr;       // n_tokens x cols/block
     const int16_t* sum16 = nullptr;  // n_tokens x cols/16: sums of q over 16 columns
 
+    // Only for 32-column blocks: per block 8 int32, the first -sum(q), the rest 0. A vpdpbusd
+    // chain that starts from it cancels the unsigned offset of the weights in one step.
+    const int32_t* neg_sum8 = nullptr;  // n_tokens x cols/32 x 8
+
+    // For matmul.cpp only: an AVX-512 file that calls an inline function may emit the one copy
+    // the linker keeps, compiled for AVX-512.
     const int8_t* q_row(int64_t t) const { return q + t * cols; }
     const float* d_row(int64_t t) const { return d + t * (cols / block); }
     const int16_t* sum16_row(int64_t t) const { return sum16 + t * (cols / 16); }
+};
+
+// One token's row of QuantizedActivations.
+struct TokenActivations {
+    const int8_t* q;
+    const float* d;
+    const int16_t* sum16;
+    const int32_t* neg_sum8;
 };
 
 // Per token and panel group (16 or 32 columns): what the panel micro-kernel folds in per group.
@@ -43,7 +60,7 @@ struct ActivationGroups {
 struct Int8Layout {
     int group;     // 16 or 32
     bool has_min;  // types with an additive per-group minimum (Q4_1, Q5_1, Q2_K, Q4_K, Q5_K)
-    int act_block; // activation block: 32 (Q8_0 style) or 256 (Q8_K style)
+    int act_block;  // activation block: 32 (Q8_0 style) or 256 (Q8_K style)
 };
 
 // The layout of an integer weight type; group == 0 for the float types.
@@ -57,8 +74,8 @@ void unpack_row_int8(TensorType t, const void* row, int64_t cols, int8_t* v, flo
 struct KernelSet {
     // y[r] = dot(row r, token) for r in [0, n_rows): rows `stride` bytes apart. Null when the
     // type has no fused kernel.
-    using FusedDot = void (*)(const void* rows, size_t stride, int64_t n_rows, int64_t cols, const int8_t* xq,
-                              const float* xd, const int16_t* xsum16, float* y);
+    using FusedDot = void (*)(const void* rows, size_t stride, int64_t n_rows, int64_t cols,
+                              const TokenActivations& x, float* y);
     FusedDot fused[32] = {};
 
     // Size in bytes of a packed panel for `cols` columns of `layout`.
@@ -73,11 +90,24 @@ struct KernelSet {
 };
 
 const KernelSet& avx2_kernels();
+const KernelSet& avx512_kernels();
 namespace avx2 {
 // As KernelSet::pack_panel, with values stored as v + 128 (unsigned) for vpdpbusd.
 void pack_panel_unsigned(TensorType t, const Int8Layout& layout, const uint8_t* rows, size_t stride, int n_rows,
                          int64_t cols, void* scratch, void* panel);
 }  // namespace avx2
-const KernelSet& avx512_kernels();
+
+// AMX-INT8 prefill (matmul_amx_avx512.cpp). amx_usable: the CPU has AMX-INT8 and the OS granted
+// this process the tile state.
+bool amx_usable();
+// Activations interleaved for the tiles, per block of 16 tokens: cols x 16 bytes, then the
+// group scales and scale*sums transposed to [group][16 tokens].
+size_t amx_activation_bytes(const Int8Layout& layout, int64_t cols, int64_t n_tokens);
+void amx_pack_activations(const Int8Layout& layout, const QuantizedActivations& x, const ActivationGroups& g,
+                          int64_t block_begin, int64_t block_end, void* packed);
+// Up to 16 weight rows against all tokens; scratch: amx_scratch_bytes.
+size_t amx_scratch_bytes(const Int8Layout& layout, int64_t cols);
+void amx_rows(TensorType t, const Int8Layout& layout, const uint8_t* rows, size_t stride, int n_rows, int64_t cols,
+              const void* packed_x, int64_t n_tokens, void* scratch, float* y, int64_t y_stride);
 
 }  // namespace kvchat::kernels

@@ -11,11 +11,15 @@ namespace {
 // How long a waiting thread spins before it sleeps. Long enough to cover the gap between two
 // kernels of one forward pass, short enough not to burn a shared core while the app is idle.
 constexpr auto kSpinTime = std::chrono::microseconds(200);
+// After this long, the spinning thread also yields: on a loaded machine the thread it waits for
+// may be queued behind it on the same core.
+constexpr auto kPureSpinTime = std::chrono::microseconds(20);
 }  // namespace
 
 ThreadPool::ThreadPool(int n_threads) {
     if (n_threads <= 0) n_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     n_threads_ = n_threads;
+    spin_ = n_threads_ <= int(std::thread::hardware_concurrency());
     threads_.reserve(n_threads_ - 1);
     for (int i = 1; i < n_threads_; ++i) threads_.emplace_back([this, i] { worker(i); });
 }
@@ -33,13 +37,18 @@ ThreadPool::~ThreadPool() {
 template <class Pred>
 void ThreadPool::await(Pred pred, std::condition_variable& cv, std::atomic<int>& sleepers) {
     if (pred()) return;
-    const auto deadline = std::chrono::steady_clock::now() + kSpinTime;
-    for (int i = 0;; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    // With more threads than cores, a spinning thread only delays the one it waits for.
+    for (int i = 0; spin_; ++i) {
         for (int k = 0; k < 16; ++k) {
             _mm_pause();
             if (pred()) return;
         }
-        if ((i & 7) == 7 && std::chrono::steady_clock::now() > deadline) break;
+        if ((i & 7) == 7) {
+            const auto waited = std::chrono::steady_clock::now() - start;
+            if (waited > kSpinTime) break;
+            if (waited > kPureSpinTime) std::this_thread::yield();
+        }
     }
     std::unique_lock lock(mu_);
     // The increment and the waker's store are both sequentially consistent: either the waker

@@ -33,6 +33,7 @@ private:
     void await(Pred pred, std::condition_variable& cv, std::atomic<int>& sleepers);
 
     int n_threads_;
+    bool spin_ = true;  // false when oversubscribed
     std::vector<std::thread> threads_;
     std::mutex run_mu_;  // one run() at a time
     std::mutex mu_;      // only for the sleeping phase

@@ -205,6 +205,7 @@ std::unique_ptr<SafetensorsDir> SafetensorsDir::open(const std::string& folder) 
 
     // Shard file name -> the tensors the index places there (empty for a single file).
     std::map<std::string, std::set<std::string>> shards;
+    std::unordered_map<std::string, std::string> placed;  // tensor name -> shard file name
     const fs::path index_path = dir / "model.safetensors.index.json";
     if (fs::is_regular_file(index_path, ec)) {
         const std::string index_what = "model file '" + index_path.string() + "'";
@@ -219,6 +220,7 @@ std::unique_ptr<SafetensorsDir> SafetensorsDir::open(const std::string& folder) 
                 f.find('\0') != std::string::npos)
                 fail(index_what, "shard name '" + f + "' of tensor '" + name + "' is not a file in the folder");
             shards[f].insert(name);
+            placed[name] = f;
         }
         if (shards.empty()) fail(index_what, "weight_map lists no tensors");
     } else if (fs::is_regular_file(dir / "model.safetensors", ec)) {
@@ -243,8 +245,11 @@ std::unique_ptr<SafetensorsDir> SafetensorsDir::open(const std::string& folder) 
         std::unordered_set<std::string> held;
         for (const SafetensorsTensorInfo& info : header.tensors) {
             held.insert(info.name);
-            if (!listed.empty() && !listed.count(info.name))
-                fail(shard_what, "tensor '" + info.name + "' is not listed in model.safetensors.index.json");
+            if (!listed.empty() && !listed.count(info.name)) {
+                const auto it = placed.find(info.name);
+                fail(shard_what, "tensor '" + info.name + "' is here, but model.safetensors.index.json " +
+                                     (it == placed.end() ? "does not list it" : "places it in " + it->second));
+            }
             TensorView t;
             t.name = info.name;
             t.type = info.type;

@@ -2,7 +2,7 @@
 
 #include "engine/error.h"
 #include "engine/tokenizer/protobuf_wire.h"
-#include "engine/tokenizer/utf8.h"
+#include "engine/common/utf8.h"
 
 #include <sentencepiece_processor.h>
 

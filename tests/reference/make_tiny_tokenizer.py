@@ -6,7 +6,8 @@ python sentencepiece, and records how python sentencepiece tokenizes a few strin
 is English, so Chinese, Japanese and emoji fall back to byte tokens, which the streaming
 detokenizer test needs. "<start_of_turn>"/"<end_of_turn>" are control symbols; "<br>" is an
 ordinary user-defined symbol and "<start_of_image>" a user-defined marker, which the C++
-tokenizer turns into a control piece (so no golden string below contains it).
+tokenizer turns into a control piece (so no golden string below contains it). Full-width
+letters are normalized to ASCII by a precompiled charsmap.
 
 Needs: pip install sentencepiece
 Usage: make_tiny_tokenizer.py  (writes tests/data/tiny_tokenizer.model and tiny_tokenizer_golden.json)
@@ -29,6 +30,7 @@ TEXTS = [
     "<br> stays one piece",
     "<start_of_turn>user\nHi<end_of_turn>",
     "Café naïve",
+    "Ｆｕｌｌｗｉｄｔｈ Ｌｅｔｔｅｒｓ",
     "你好，世界",
     "日本語のテキスト",
     "emoji \U0001f999\U0001f600 and \u2764\ufe0f",
@@ -39,6 +41,11 @@ TEXTS = [
 def main():
     with tempfile.TemporaryDirectory() as tmp:
         prefix = os.path.join(tmp, "tiny")
+        rules = os.path.join(tmp, "fullwidth.tsv")
+        with open(rules, "w") as f:
+            for a, b in ((0xFF21, 0x41), (0xFF41, 0x61)):
+                for k in range(26):
+                    f.write(f"{a + k:04X}\t{b + k:04X}\n")
         spm.SentencePieceTrainer.train(
             input=os.path.join(HERE, "tiny_tokenizer_corpus.txt"),
             model_prefix=prefix,
@@ -47,9 +54,10 @@ def main():
             byte_fallback=True,
             character_coverage=1.0,
             split_digits=True,
-            # No NFKC table keeps the model a few KB; the default removal of extra whitespace
-            # stays on, so the test sees that from_file keeps the file's normalizer settings.
-            normalization_rule_name="identity",
+            # A small rule table (full-width Latin letters to ASCII) instead of NFKC keeps the
+            # model a few KB and still gives it a precompiled charsmap; the default removal of
+            # extra whitespace stays on. The test checks that from_file keeps both.
+            normalization_rule_tsv=rules,
             control_symbols=["<start_of_turn>", "<end_of_turn>"],
             user_defined_symbols=["<br>", "<start_of_image>"],
             num_threads=1,

@@ -1,6 +1,12 @@
 #include "support/tiny_model.h"
 
 #include "support/gguf_writer.h"
+#include "support/safetensors_writer.h"
+
+#include "engine/compute/quant_blocks.h"
+
+#include <fstream>
+#include <sstream>
 
 #include <cmath>
 #include <cstdio>
@@ -66,8 +72,8 @@ void add_vocab(GgufWriter& w, const TinyModelSpec& s) {
         tokens.push_back(buf);
         types.push_back(6);
     }
-    for (const char* word : {"\xe2\x96\x81the", "\xe2\x96\x81" "a", "\xe2\x96\x81" "cat", "\xe2\x96\x81sat", "\xe2\x96\x81on",
-                             "\xe2\x96\x81mat", "\xe2\x96\x81", "the", "a", "e", "t", "h"}) {
+    for (const char* word : {"\xe2\x96\x81" "the", "\xe2\x96\x81" "a", "\xe2\x96\x81" "cat", "\xe2\x96\x81" "sat", "\xe2\x96\x81" "on",
+                             "\xe2\x96\x81" "mat", "\xe2\x96\x81", "the", "a", "e", "t", "h"}) {
         tokens.push_back(word);
         types.push_back(1);
     }
@@ -157,6 +163,99 @@ ReferenceModel write_tiny_gguf(const TinyModelSpec& s, const std::string& path) 
         }
     }
     w.write(path);
+    return m;
+}
+
+namespace {
+
+// Random weights stored as dtype; `values` gets them as stored.
+std::string random_hf_tensor(std::mt19937& rng, const std::string& dtype, size_t n, double scale, double offset,
+                             std::vector<double>& values) {
+    std::normal_distribution<float> dist(0.0f, static_cast<float>(scale));
+    std::string bytes;
+    values.resize(n);
+    for (size_t i = 0; i < n; ++i) {
+        const float f = static_cast<float>(offset) + dist(rng);
+        if (dtype == "F16") {
+            const uint16_t h = fp32_to_fp16(f);
+            bytes.append(reinterpret_cast<const char*>(&h), 2);
+            values[i] = fp16_to_fp32(h);
+        } else if (dtype == "BF16") {
+            const uint16_t h = fp32_to_bf16(f);
+            bytes.append(reinterpret_cast<const char*>(&h), 2);
+            values[i] = bf16_to_fp32(h);
+        } else {
+            bytes.append(reinterpret_cast<const char*>(&f), 4);
+            values[i] = f;
+        }
+    }
+    return bytes;
+}
+
+}  // namespace
+
+ReferenceModel write_tiny_hf(const TinyModelSpec& s, const std::string& dir, const std::string& dtype,
+                             const std::string& tokenizer_path, int shards) {
+    std::mt19937 rng(s.seed);
+    ReferenceModel m;
+    m.spec = s;
+    const bool gemma = s.arch == "gemma3";
+    m.half_split_rope = true;
+    m.embed_scale = gemma ? std::sqrt(static_cast<float>(s.n_embd)) : 1.0;
+    std::vector<SafetensorsTensorSpec> tensors;
+    const int64_t q_dim = static_cast<int64_t>(s.n_head) * s.head_dim;
+    const int64_t kv_dim = static_cast<int64_t>(s.n_head_kv) * s.head_dim;
+    auto matrix = [&](const std::string& name, int64_t rows, int64_t cols, std::vector<double>& out, double scale) {
+        tensors.push_back({name, dtype, {rows, cols},
+                           random_hf_tensor(rng, dtype, static_cast<size_t>(rows * cols), scale, 0.0, out)});
+    };
+    // Gemma stores w and multiplies by 1 + w; Llama stores the multiplier itself.
+    auto norm = [&](const std::string& name, int64_t n, std::vector<double>& out) {
+        tensors.push_back({name, dtype, {n}, random_hf_tensor(rng, dtype, static_cast<size_t>(n), 0.25, gemma ? 0.0 : 1.0, out)});
+        if (gemma)
+            for (double& v : out) v += 1.0;
+    };
+    const std::string p0 = "model.";
+    matrix(p0 + "embed_tokens.weight", s.n_vocab, s.n_embd, m.tok_embd, gemma ? 0.1 : 1.0);
+    norm(p0 + "norm.weight", s.n_embd, m.output_norm);
+    m.layers.resize(static_cast<size_t>(s.n_layer));
+    for (int il = 0; il < s.n_layer; ++il) {
+        ReferenceModel::Layer& L = m.layers[static_cast<size_t>(il)];
+        const std::string p = p0 + "layers." + std::to_string(il) + ".";
+        const double sc = 1.0 / std::sqrt(static_cast<double>(s.n_embd));
+        norm(p + "input_layernorm.weight", s.n_embd, L.attn_norm);
+        matrix(p + "self_attn.q_proj.weight", q_dim, s.n_embd, L.wq, sc);
+        matrix(p + "self_attn.k_proj.weight", kv_dim, s.n_embd, L.wk, sc);
+        matrix(p + "self_attn.v_proj.weight", kv_dim, s.n_embd, L.wv, sc);
+        matrix(p + "self_attn.o_proj.weight", s.n_embd, q_dim, L.wo, 1.0 / std::sqrt(static_cast<double>(q_dim)));
+        matrix(p + "mlp.gate_proj.weight", s.n_ff, s.n_embd, L.w_gate, sc);
+        matrix(p + "mlp.up_proj.weight", s.n_ff, s.n_embd, L.w_up, sc);
+        matrix(p + "mlp.down_proj.weight", s.n_embd, s.n_ff, L.w_down, 1.0 / std::sqrt(static_cast<double>(s.n_ff)));
+        if (gemma) {
+            norm(p + "self_attn.q_norm.weight", s.head_dim, L.q_norm);
+            norm(p + "self_attn.k_norm.weight", s.head_dim, L.k_norm);
+            norm(p + "post_attention_layernorm.weight", s.n_embd, L.post_attn_norm);
+            norm(p + "pre_feedforward_layernorm.weight", s.n_embd, L.ffn_norm);
+            norm(p + "post_feedforward_layernorm.weight", s.n_embd, L.post_ffn_norm);
+        } else {
+            norm(p + "post_attention_layernorm.weight", s.n_embd, L.ffn_norm);
+        }
+    }
+    std::ostringstream cfg;
+    cfg << "{\"model_type\": \"" << (gemma ? "gemma3_text" : "llama") << "\", \"hidden_size\": " << s.n_embd
+        << ", \"intermediate_size\": " << s.n_ff << ", \"num_hidden_layers\": " << s.n_layer
+        << ", \"num_attention_heads\": " << s.n_head << ", \"num_key_value_heads\": " << s.n_head_kv
+        << ", \"head_dim\": " << s.head_dim << ", \"rms_norm_eps\": 1e-06, \"rope_theta\": " << s.rope_base
+        << ", \"max_position_embeddings\": 2048, \"vocab_size\": " << s.n_vocab
+        << ", \"tie_word_embeddings\": true, \"torch_dtype\": \"float32\"";
+    if (gemma)
+        cfg << ", \"query_pre_attn_scalar\": " << s.head_dim
+            << ", \"rope_local_base_freq\": 10000.0, \"sliding_window_pattern\": 6";
+    cfg << ", \"sliding_window\": " << (s.sliding_window > 0 ? std::to_string(s.sliding_window) : "null") << "}";
+    write_safetensors_folder(dir, cfg.str(), tensors, shards);
+    std::ifstream in(tokenizer_path, std::ios::binary);
+    std::ofstream out(dir + "/tokenizer.model", std::ios::binary);
+    out << in.rdbuf();
     return m;
 }
 

@@ -44,6 +44,12 @@ struct ReferenceModel {
 // SentencePiece vocabulary; returns the weights exactly as stored (dequantized to double).
 ReferenceModel write_tiny_gguf(const TinyModelSpec& spec, const std::string& path);
 
+// Writes a Hugging Face folder (config.json, safetensors in `dtype` "F32"/"F16"/"BF16" split over
+// `shards` files, and a copy of the tokenizer.model at tokenizer_path). Gemma's norms are stored
+// the HF way (the model multiplies by 1 + w); the returned reference holds what the model uses.
+ReferenceModel write_tiny_hf(const TinyModelSpec& spec, const std::string& dir, const std::string& dtype,
+                             const std::string& tokenizer_path, int shards);
+
 // Logits (n_vocab doubles) at every position of `tokens`, positions 0..n-1, each query seeing
 // the tokens at positions q <= p (and p - q < window on sliding layers).
 std::vector<std::vector<double>> reference_logits(const ReferenceModel& m, const std::vector<int32_t>& tokens);

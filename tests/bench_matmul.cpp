@@ -1,0 +1,115 @@
+// Times matmul on the default model's (Gemma 3 270M Q4_K_M) weight shapes: ms per call (median),
+// GB/s of weight bytes at one token, GFLOP/s at a 512-token prefill.
+// usage: bench_matmul [--threads N] [--level avx2|avx512-vnni|amx] [--tokens N] [--only NAME]
+#include "engine/compute/matmul.h"
+#include "engine/compute/tensor_type.h"
+#include "engine/compute/thread_pool.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <time.h>
+
+using namespace kvchat;
+
+namespace {
+
+struct Shape {
+    const char* name;
+    TensorType type;
+    int64_t rows, cols;
+};
+
+const Shape kShapes[] = {
+    {"output", TensorType::Q8_0, 262144, 640},   {"attn_q", TensorType::Q5_0, 1024, 640},
+    {"attn_k", TensorType::Q5_0, 256, 640},      {"attn_v", TensorType::Q8_0, 256, 640},
+    {"attn_output", TensorType::Q4_K, 640, 1024}, {"ffn_gate/up", TensorType::Q5_0, 2048, 640},
+    {"ffn_down", TensorType::Q6_K, 640, 2048},
+    {"f32 (extra)", TensorType::F32, 640, 640},
+};
+
+// Quantizes a few distinct rows and repeats them: the kernels' speed does not depend on the
+// values, and the reference quantizers are slow on the 262144-row output head.
+std::vector<uint8_t> make_weights(const Shape& s) {
+    constexpr int64_t kDistinct = 64;
+    const size_t rb = row_bytes(s.type, s.cols);
+    std::vector<uint8_t> distinct(rb * kDistinct);
+    std::mt19937 rng(1);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    std::vector<float> src(static_cast<size_t>(s.cols));
+    for (int64_t r = 0; r < kDistinct; ++r) {
+        for (auto& v : src) v = normal(rng);
+        quantize_row(s.type, src.data(), distinct.data() + r * rb, s.cols);
+    }
+    std::vector<uint8_t> w(rb * size_t(s.rows));
+    for (int64_t r = 0; r < s.rows; ++r) std::memcpy(w.data() + r * rb, distinct.data() + (r % kDistinct) * rb, rb);
+    return w;
+}
+
+double process_cpu_ms() {
+    timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return double(ts.tv_sec) * 1e3 + double(ts.tv_nsec) * 1e-6;
+}
+
+double median(std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    int threads = 2;
+    std::vector<int64_t> token_counts = {1, 512};
+    std::string only;
+    for (int i = 1; i < argc; ++i) {
+        const std::string a = argv[i];
+        if (a == "--threads" && i + 1 < argc) threads = std::atoi(argv[++i]);
+        else if (a == "--level" && i + 1 < argc) force_simd_level(argv[++i]);
+        else if (a == "--tokens" && i + 1 < argc) token_counts = {std::atoll(argv[++i])};
+        else if (a == "--only" && i + 1 < argc) only = argv[++i];
+        else {
+            std::fprintf(stderr, "usage: bench_matmul [--threads N] [--level avx2|avx512-vnni|amx] [--tokens N] [--only NAME]\n");
+            return 2;
+        }
+    }
+    ThreadPool pool(threads);
+    std::printf("simd %s, %d threads; median of several runs\n", simd_level(), threads);
+    std::printf("%-12s %-5s %8s %6s %7s %9s %9s %12s\n", "tensor", "type", "rows", "cols", "tokens", "ms", "GB/s|GF/s", "cpu-ms/thread");
+    for (const Shape& s : kShapes) {
+        if (!only.empty() && only != s.name) continue;
+        const std::vector<uint8_t> w = make_weights(s);
+        const WeightMatrix m{s.type, s.rows, s.cols, w.data()};
+        for (int64_t n : token_counts) {
+            std::vector<float> x(static_cast<size_t>(n * s.cols));
+            std::mt19937 rng(2);
+            std::normal_distribution<float> normal(0.0f, 1.0f);
+            for (auto& v : x) v = normal(rng);
+            std::vector<float> y(static_cast<size_t>(n * s.rows));
+            matmul(m, x.data(), n, y.data(), pool);  // warm-up: page faults, buffers
+            std::vector<double> ms;
+            const double cpu0 = process_cpu_ms();
+            const auto start = std::chrono::steady_clock::now();
+            while (ms.size() < 5 || (ms.size() < 200 && std::chrono::steady_clock::now() - start < std::chrono::milliseconds(700))) {
+                const auto t0 = std::chrono::steady_clock::now();
+                matmul(m, x.data(), n, y.data(), pool);
+                ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+            }
+            // CPU time per call and thread: what the wall time would be on an idle machine (the
+            // waiting threads spin, so it never underestimates).
+            const double cpu = (process_cpu_ms() - cpu0) / double(ms.size()) / threads;
+            const double t = median(ms);
+            const double rate = n == 1 ? double(w.size()) / (t * 1e-3) / 1e9 : 2.0 * double(s.rows * s.cols * n) / (t * 1e-3) / 1e9;
+            std::printf("%-12s %-5s %8lld %6lld %7lld %9.3f %9.1f %12.3f  %s\n", s.name, std::string(traits(s.type).name).c_str(),
+                        (long long)s.rows, (long long)s.cols, (long long)n, t, rate, cpu, n == 1 ? "GB/s" : "GFLOP/s");
+            std::fflush(stdout);
+        }
+    }
+    return 0;
+}
