@@ -172,10 +172,13 @@ private slots:
         QVERIFY(!r.tokens.empty() && r.tokens.size() < 40);
         QCOMPARE(c.messages().size(), size_t(2));
         QCOMPARE(c.messages().back().content, r.text);
-        // The cache holds the prompt and exactly the reply's tokens.
+        // The cache holds the prompt, exactly the reply's tokens and the reply's end markers
+        // (the transcript as the next turn renders it).
         std::vector<int32_t> expected = prompt.tokens;
         expected.insert(expected.end(), r.tokens.begin(), r.tokens.end());
-        QCOMPARE(c.cache().tokens(), expected);
+        const std::vector<int32_t> closed = c.chat_template().render(c.messages(), false).tokens;
+        QCOMPARE(std::vector<int32_t>(closed.begin(), closed.begin() + expected.size()), expected);
+        QCOMPARE(c.cache().tokens(), closed);
         // The conversation goes on as if the partial answer had been the whole answer.
         std::vector<ChatMessage> next = c.messages();
         next.push_back({Role::User, "on the mat"});
@@ -265,9 +268,9 @@ private slots:
         const RenderedChat after = reg.chat_template().render(msgs, true);
         const TurnResult r = reg.send("c", "the mat", greedy(6));
         QVERIFY2(r.notices.empty(), r.notices.empty() ? "" : r.notices.front().c_str());
-        // The cache held everything up to the reply's end (its end marker is the new turn's).
-        QCOMPARE(r.cached_tokens, second.prompt_tokens + static_cast<int64_t>(second.tokens.size()));
-        QVERIFY(r.cached_tokens <= static_cast<int64_t>(before.tokens.size()));
+        // The cache held the whole transcript, end markers of the last reply included.
+        QCOMPARE(r.cached_tokens, static_cast<int64_t>(before.tokens.size()));
+        QVERIFY(r.cached_tokens > second.prompt_tokens + static_cast<int64_t>(second.tokens.size()));
         QCOMPARE(r.prefill_tokens, static_cast<int64_t>(after.tokens.size()) - r.cached_tokens);
         QCOMPARE(r.text, reference_reply(*t, reg.chat_template(), msgs, 6));
     }

@@ -261,27 +261,50 @@ TurnResult Conversation::respond(const TurnOptions& options, const std::function
         }
     }
 
-    // The generator leaves the last token it sampled out of the cache (nothing needed its
-    // logits). Adding it now makes the cache hold the whole reply, so the next turn, in this
-    // process or after a restart, prefills only its own tokens.
-    {
-        Cache& c = cache();
-        const int64_t n = static_cast<int64_t>(r.tokens.size());
-        if (n > 0 && c.seq_length() == total + n - 1) {
-            std::vector<float> none;
-            model_.forward(backend_, c, &r.tokens.back(), 1, Logits::None, none);
-        }
-    }
     out.text = r.text;
     out.tokens = r.tokens;
     out.prompt_tokens = total;
     out.cached_tokens = keep;
     out.prefill_tokens = total - keep;
     out.decode_tok_s = r.decode_tok_s();
-    out.kv_bytes = cache().bytes();
     out.stop_reason = r.stop_reason;
-    if (!(r.stop_reason == "cancelled" && r.text.empty())) append(Role::Assistant, r.text);
+    if (!(r.stop_reason == "cancelled" && r.text.empty())) {
+        append(Role::Assistant, r.text);
+        close_reply();
+    }
+    out.kv_bytes = cache().bytes();
     return out;
+}
+
+void Conversation::close_reply() {
+    // After the answer is shown: the cache takes the reply's last token (the generator leaves
+    // the last one it sampled out) and the reply's end markers, which every later rendering
+    // starts with, and a checkpoint there, where the next message starts. The next turn, in
+    // this process or after a restart, then prefills only its own message and markers.
+    Cache& c = cache();
+    const RenderedChat closed = template_.render(messages_, false);
+    const std::vector<int32_t>& held = c.tokens();
+    int64_t lcp = 0;
+    const int64_t n = static_cast<int64_t>(std::min(held.size(), closed.tokens.size()));
+    while (lcp < n && held[static_cast<size_t>(lcp)] == closed.tokens[static_cast<size_t>(lcp)]) ++lcp;
+    // The reply written back as text may tokenize differently from how it was generated; then
+    // the next turn's alignment deals with it.
+    if (lcp < c.seq_length() || lcp >= static_cast<int64_t>(closed.tokens.size())) return;
+    const int64_t cap = cache_capacity(c);
+    if (cap > 0 && static_cast<int64_t>(closed.tokens.size()) > cap) return;  // the next turn cannot fit anyway
+    std::vector<float> none;
+    try {
+        model_.forward(backend_, c, closed.tokens.data() + lcp, static_cast<int64_t>(closed.tokens.size()) - lcp,
+                       Logits::None, none);
+    } catch (const Error&) {
+        c.roll_back();  // only an acceleration: the next turn prefills these tokens itself
+        return;
+    }
+    CacheCheckpoint cp = c.checkpoint();
+    if (cp.bytes() > 0) {
+        checkpoints_.push_back(std::move(cp));
+        if (checkpoints_.size() > kMaxCheckpoints) checkpoints_.erase(checkpoints_.begin());
+    }
 }
 
 TurnResult Conversation::send(std::string text, const TurnOptions& options,

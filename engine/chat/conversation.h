@@ -97,6 +97,7 @@ public:
 
 private:
     int64_t context_limit() const;
+    void close_reply();
     void switch_retention(const RenderedChat& rendered, const TurnOptions& options, std::vector<std::string>& notices);
 
     const Model& model_;
