@@ -1,4 +1,5 @@
 // kvchat-cli: the terminal face of the engine.
+#include "app/cli_chat.h"
 #include "app/cli_options.h"
 #include "engine/compute/backend.h"
 #include "engine/compute/matmul.h"
@@ -47,6 +48,16 @@ const char* kUsage =
     "  bench      --cache SPEC[,SPEC...] [--context N[,N...]] [--gen-tokens 32] [--json]\n"
     "             one row per strategy and context: KV bytes, prefill and decode speed, the greedy\n"
     "             tokens' agreement with dynamic, and the time to convert a dynamic cache to it\n"
+    "  chat       [--db PATH] --conversation NAME [--prefix NAME] [--cache SPEC] [--system TEXT]\n"
+    "             [--policy refuse|sink|sliding] [--message TEXT] [-n N] [--greedy | sampling options] [--json]\n"
+    "             send one message to a persistent conversation (created if new) and print the reply;\n"
+    "             without --message, an interactive session (/regenerate, /quit; Ctrl-C stops an answer)\n"
+    "  conversations [--db PATH] [--json]   list the saved conversations\n"
+    "  prefix     [--db PATH] save NAME (--text TEXT | --conversation NAME) [--cache SPEC] | list |\n"
+    "             rename OLD NEW |"
+    " edit NAME --text TEXT | delete NAME: the library of reusable prefixes\n"
+    "  chat-bench [--turns 10] [--prefix-tokens 2000] [--history-tokens 4000] [--only turns|prefix|reopen]\n"
+    "             [--json]: time to first token over turns, from a saved prefix, and after reopening\n"
     "\n"
     "cache strategies (--cache; combine with +, e.g. quantized:nbits=4+offloaded):\n"
     "  dynamic | static:max_len=N | offloaded[:dir=PATH] | offloaded_static:max_len=N[,dir=PATH]\n"
@@ -362,7 +373,8 @@ int main(int argc, char** argv) {
     }
     try {
         const Options o = parse(args);
-        if (!o.positional.empty()) return fail("unexpected argument '" + o.positional[0] + "' (see --help)");
+        if (!o.positional.empty() && o.command != "prefix")
+            return fail("unexpected argument '" + o.positional[0] + "' (see --help)");
         if (o.command.empty()) {
             std::fputs(kUsage, stderr);
             return 2;
@@ -371,6 +383,10 @@ int main(int argc, char** argv) {
         if (o.command == "tokenize") return cmd_tokenize(o);
         if (o.command == "generate") return cmd_generate(o);
         if (o.command == "bench") return cmd_bench(o);
+        if (o.command == "chat") return kvchat::cli::cmd_chat(o);
+        if (o.command == "conversations") return kvchat::cli::cmd_conversations(o);
+        if (o.command == "prefix") return kvchat::cli::cmd_prefix(o);
+        if (o.command == "chat-bench") return kvchat::cli::cmd_chat_bench(o);
         return fail("unknown command '" + o.command + "' (see --help)");
     } catch (const kvchat::Error& e) {
         return fail(e.what());

@@ -14,7 +14,8 @@ namespace {
 const std::set<std::string> kValueOptions = {
     "--model", "--threads", "--text", "--prompt", "-n", "--temp", "--top-k", "--top-p", "--min-p", "--seed",
     "--repeat-penalty", "--prompt-tokens", "--gen-tokens", "--runs", "--cache", "--context", "--db",
-    "--conversation", "--prefix", "--message", "--system", "--policy"};
+    "--conversation", "--prefix", "--message", "--system", "--policy", "--turns", "--prefix-tokens",
+    "--history-tokens", "--only"};
 const std::set<std::string> kRepeatedOptions = {"--stop"};
 const std::set<std::string> kFlagOptions = {"--greedy", "--no-cache", "--json"};
 }  // namespace

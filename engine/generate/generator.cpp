@@ -3,6 +3,7 @@
 #include "engine/cache/cache_spec.h"
 #include "engine/error.h"
 
+#include <algorithm>
 #include <chrono>
 #include <climits>
 #include <utility>
@@ -118,6 +119,10 @@ GenerationResult Generator::generate(Cache& cache, const std::vector<int32_t>& i
         }
         if (config.stop_at_eos && (next == tok.special().eos || next == tok.special().end_of_turn)) {
             r.stop_reason = next == tok.special().eos ? "eos" : "end_of_turn";
+            break;
+        }
+        if (std::find(config.stop_tokens.begin(), config.stop_tokens.end(), next) != config.stop_tokens.end()) {
+            r.stop_reason = "end_of_turn";
             break;
         }
         r.tokens.push_back(next);

@@ -18,6 +18,7 @@ struct GenerationConfig {
     SamplerConfig sampling;
     std::vector<std::string> stop_strings;
     bool stop_at_eos = true;   // EOS and the model's end-of-turn token end the answer
+    std::vector<int32_t> stop_tokens;  // more ids that end the answer (a chat format's end of turn)
     bool use_cache = true;     // false: recompute the whole context at every step (the reference)
     int64_t prefill_chunk = 512;
     int64_t max_context = 0;   // 0: the model's training context

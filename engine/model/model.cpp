@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 
 #include <cmath>
+#include <fstream>
 
 namespace kvchat {
 
@@ -21,6 +22,23 @@ void check_range(const std::string& path, const char* what, int64_t v, int64_t l
     if (v < lo || v > hi)
         throw Error("model '" + path + "': " + what + " = " + std::to_string(v) + " is out of range [" +
                     std::to_string(lo) + ", " + std::to_string(hi) + "]");
+}
+
+// tokenizer_config.json's "chat_template": a string, or a list of named templates of which the
+// "default" one is the chat format. A missing or unreadable file only means "no template".
+std::string read_hf_chat_template(const std::string& dir) {
+    std::ifstream in(dir + "/tokenizer_config.json", std::ios::binary);
+    if (!in) return {};
+    const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+    if (j.is_discarded() || !j.is_object() || !j.contains("chat_template")) return {};
+    const nlohmann::json& t = j["chat_template"];
+    if (t.is_string()) return t.get<std::string>();
+    if (t.is_array())
+        for (const auto& e : t)
+            if (e.is_object() && e.value("name", std::string()) == "default" && e.contains("template") &&
+                e["template"].is_string())
+                return e["template"].get<std::string>();
+    return {};
 }
 
 bool is_directory(const std::string& path) {
@@ -128,6 +146,8 @@ void Model::load_gguf(const std::string& path) {
 
     tokenizer_ = Tokenizer::from_gguf(f);
     fingerprint_ = f.fingerprint();
+    if (const GgufValue* t = f.find("tokenizer.chat_template"); t && t->type == GgufType::STRING)
+        chat_template_ = f.get_string("tokenizer.chat_template");
     file_bytes_ = f.file_size();
 
     auto need = [&](const std::string& name) -> const TensorView& {
@@ -245,6 +265,7 @@ void Model::load_hf(const std::string& dir) {
         throw Error("model '" + dir + "': tokenizer.model is missing (kvchat reads SentencePiece tokenizers)");
     tokenizer_ = Tokenizer::from_file(f.tokenizer_model_path());
     fingerprint_ = f.fingerprint();
+    chat_template_ = read_hf_chat_template(dir);
     for (const TensorView& t : f.tensors()) file_bytes_ += t.nbytes;
 
     std::string prefix;

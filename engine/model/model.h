@@ -63,6 +63,9 @@ public:
     const std::string& fingerprint() const { return fingerprint_; }
     const std::string& path() const { return path_; }
     size_t file_bytes() const { return file_bytes_; }
+    // The Jinja chat template the model ships (GGUF tokenizer.chat_template, or the folder's
+    // tokenizer_config.json); empty when it has none. Only recognised, never executed.
+    const std::string& chat_template() const { return chat_template_; }
 
     // The attention layout of every layer, from which caches are built.
     std::vector<LayerSpec> layer_specs() const;
@@ -96,6 +99,7 @@ private:
     std::unique_ptr<SafetensorsDir> hf_;
     std::unique_ptr<Tokenizer> tokenizer_;
     std::string fingerprint_;
+    std::string chat_template_;
     size_t file_bytes_ = 0;
     WeightMatrix tok_embd_{}, output_{};
     NormWeight output_norm_;

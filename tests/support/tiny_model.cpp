@@ -93,6 +93,7 @@ void add_vocab(GgufWriter& w, const TinyModelSpec& s) {
     w.add_uint32("tokenizer.ggml.padding_token_id", 0);
     w.add_bool("tokenizer.ggml.add_bos_token", true);
     w.add_bool("tokenizer.ggml.add_space_prefix", s.arch != "gemma3");
+    if (!s.chat_template.empty()) w.add_string("tokenizer.chat_template", s.chat_template);
 }
 
 }  // namespace

@@ -25,6 +25,7 @@ struct TinyModelSpec {
     uint32_t seed = 1;
     double rope_base = 1000000.0;  // global layers; Gemma's sliding layers use 10,000
     int n_ctx = 2048;              // the context length the metadata states
+    std::string chat_template;     // tokenizer.chat_template; empty: the key is left out
 };
 
 // Weights as the reference uses them: matrices row-major rows x cols in double.

@@ -1,0 +1,406 @@
+// kvchat-cli chat / conversations / prefix / chat-bench: persistent conversations from the
+// terminal. The store is opened before the model is loaded, so a bad --db fails fast.
+#include "app/cli_chat.h"
+
+#include "engine/chat/conversation_cache.h"
+#include "engine/chat/conversation_registry.h"
+#include "engine/compute/thread_pool.h"
+#include "engine/error.h"
+#include "engine/store/store.h"
+
+#include <nlohmann/json.hpp>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <iostream>
+#include <string>
+
+namespace kvchat::cli {
+
+namespace {
+
+using nlohmann::json;
+
+// Ctrl-C stops the answer being generated; the partial answer is kept.
+std::atomic<bool> g_stop{false};
+extern "C" void on_interrupt(int) { g_stop.store(true); }
+
+void catch_interrupts() {
+    struct sigaction sa {};
+    sa.sa_handler = on_interrupt;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, nullptr);
+}
+
+void note(const std::string& s) { std::fprintf(stderr, "kvchat-cli: note: %s\n", s.c_str()); }
+
+std::string db_path(const Options& o) { return o.str("--db", Store::default_path()); }
+
+TurnOptions turn_options(const Options& o) {
+    TurnOptions t;
+    t.generation.max_new_tokens = static_cast<int>(o.integer("-n", 256, 1, 1 << 20));
+    t.generation.sampling = sampling_options(o);
+    t.policy = parse_context_policy(o.str("--policy", "refuse"));
+    const std::string spec = o.str("--cache");
+    // A quantized strategy falls back to a quantized offloaded one, keeping the user's choice.
+    if (spec.rfind("quantized", 0) == 0) t.fallback_spec = spec + "+offloaded";
+    return t;
+}
+
+json turn_json(const TurnResult& r, const std::string& conversation) {
+    json j;
+    j["conversation"] = conversation;
+    j["text"] = r.text;
+    j["tokens"] = r.tokens;
+    j["prompt_tokens"] = r.prompt_tokens;
+    j["prefill_tokens"] = r.prefill_tokens;
+    j["cached_tokens"] = r.cached_tokens;
+    j["ttft_ms"] = r.ttft_ms;
+    j["decode_tok_s"] = r.decode_tok_s;
+    j["kv_bytes"] = r.kv_bytes;
+    j["stop_reason"] = r.stop_reason;
+    j["notices"] = r.notices;
+    return j;
+}
+
+void print_turn_footer(const TurnResult& r) {
+    std::fprintf(stderr, "[%lld tokens prefilled, %lld reused, ttft %.1f ms, decode %.1f tok/s, cache %.1f MiB, stop: %s]\n",
+                 static_cast<long long>(r.prefill_tokens), static_cast<long long>(r.cached_tokens), r.ttft_ms,
+                 r.decode_tok_s, static_cast<double>(r.kv_bytes) / (1024.0 * 1024.0), r.stop_reason.c_str());
+}
+
+void print_piece(std::string_view piece) {
+    std::fwrite(piece.data(), 1, piece.size(), stdout);
+    std::fflush(stdout);
+}
+
+int interactive(ConversationRegistry& reg, const std::string& title, const TurnOptions& t) {
+    std::fprintf(stderr,
+                 "conversation '%s' (%s format). Type a message and press Enter; /regenerate replaces the last "
+                 "answer, /quit or end of input leaves. Ctrl-C stops an answer.\n",
+                 title.c_str(), std::string(chat_format_name(reg.chat_template().format())).c_str());
+    std::string line;
+    while (true) {
+        std::fputs("> ", stderr);
+        std::fflush(stderr);
+        if (!std::getline(std::cin, line)) break;
+        if (line == "/quit") break;
+        if (line.empty()) continue;
+        g_stop = false;
+        try {
+            const TurnResult r = line == "/regenerate" ? reg.regenerate(title, t, print_piece, &g_stop)
+                                                       : reg.send(title, line, t, print_piece, &g_stop);
+            std::printf("\n");
+            for (const std::string& n : r.notices) note(n);
+            print_turn_footer(r);
+        } catch (const Error& e) {
+            std::fprintf(stderr, "kvchat-cli: error: %s\n", e.what());
+        }
+    }
+    return 0;
+}
+
+}  // namespace
+
+int cmd_chat(const Options& o) {
+    if (!o.has("--conversation")) throw Error("chat needs --conversation NAME");
+    const std::string title = o.str("--conversation");
+    Store store(db_path(o));
+    // Settings the GUI writes are the defaults here too; options on the command line win.
+    Options with_settings = o;
+    if (!o.has("--policy"))
+        if (auto p = store.setting("chat.context_policy")) with_settings.values["--policy"] = *p;
+    TurnOptions t = turn_options(with_settings);
+    Loaded l = load_model(o);
+    size_t resident = 4;
+    if (auto v = store.setting("chat.resident_caches")) resident = static_cast<size_t>(std::max(1, std::atoi(v->c_str())));
+    ConversationRegistry reg(store, *l.model, *l.backend, resident);
+    OpenOptions open;
+    open.cache_spec = o.str("--cache");
+    open.prefix = o.str("--prefix");
+    open.system = o.str("--system");
+    reg.open(title, open);
+    catch_interrupts();
+    if (!o.has("--message")) return interactive(reg, title, t);
+
+    const std::string message = o.str("--message");
+    if (message.empty()) throw Error("the message is empty: give --message some text");
+    const bool as_json = o.flag("--json");
+    const TurnResult r = reg.send(title, message, t, as_json ? std::function<void(std::string_view)>() : print_piece,
+                                  &g_stop);
+    if (as_json) {
+        std::printf("%s\n", turn_json(r, title).dump(-1, ' ', false, json::error_handler_t::replace).c_str());
+    } else {
+        std::printf("\n");
+        for (const std::string& n : r.notices) note(n);
+        print_turn_footer(r);
+    }
+    return 0;
+}
+
+int cmd_conversations(const Options& o) {
+    Store store(db_path(o));
+    const auto list = store.list_conversations();
+    if (o.flag("--json")) {
+        json a = json::array();
+        for (const ConversationRecord& c : list) {
+            a.push_back({{"title", c.title},
+                         {"messages", store.list_messages(c.id).size()},
+                         {"cache", c.cache_spec},
+                         {"snapshot", !c.snapshot.empty()},
+                         {"updated_ms", c.updated_ms}});
+        }
+        std::printf("%s\n", a.dump(-1, ' ', false, json::error_handler_t::replace).c_str());
+        return 0;
+    }
+    if (list.empty()) std::fprintf(stderr, "no conversations in %s\n", store.path().c_str());
+    for (const ConversationRecord& c : list)
+        std::printf("%s\t%zu messages\t%s%s\n", c.title.c_str(), store.list_messages(c.id).size(), c.cache_spec.c_str(),
+                    c.snapshot.empty() ? "" : "\tcache saved");
+    return 0;
+}
+
+int cmd_prefix(const Options& o) {
+    if (o.positional.empty()) throw Error("prefix needs an action: save NAME --text TEXT | list | rename OLD NEW | "
+                                          "edit NAME --text TEXT | delete NAME");
+    const std::string& action = o.positional[0];
+    auto need_words = [&](size_t n, const char* usage) {
+        if (o.positional.size() != n + 1) throw Error(std::string("usage: kvchat-cli prefix ") + usage);
+    };
+    Store store(db_path(o));
+    if (action == "list") {
+        need_words(0, "list");
+        const auto list = store.list_prefixes();
+        if (o.flag("--json")) {
+            json a = json::array();
+            for (const PrefixRecord& p : list)
+                a.push_back({{"name", p.name},
+                             {"text", p.text},
+                             {"tokens", p.tokens.size()},
+                             {"cache", p.cache_spec},
+                             {"snapshot", !p.snapshot.empty()},
+                             {"use_count", p.use_count}});
+            std::printf("%s\n", a.dump(-1, ' ', false, json::error_handler_t::replace).c_str());
+        } else {
+            if (list.empty()) std::fprintf(stderr, "no saved prefixes in %s\n", store.path().c_str());
+            for (const PrefixRecord& p : list)
+                std::printf("%s\t%zu tokens\t%s\tused %lld times\n", p.name.c_str(), p.tokens.size(),
+                            p.cache_spec.c_str(), static_cast<long long>(p.use_count));
+        }
+        return 0;
+    }
+    if (action == "rename") {
+        need_words(2, "rename OLD NEW");
+        const auto p = store.find_prefix(o.positional[1]);
+        if (!p) throw Error("there is no prefix named '" + o.positional[1] + "'");
+        if (store.find_prefix(o.positional[2])) throw Error("a prefix named '" + o.positional[2] + "' already exists");
+        store.rename_prefix(p->id, o.positional[2]);
+        return 0;
+    }
+    if (action == "delete") {
+        need_words(1, "delete NAME");
+        const auto p = store.find_prefix(o.positional[1]);
+        if (!p) throw Error("there is no prefix named '" + o.positional[1] + "'");
+        const std::string snapshot = store.delete_prefix(p->id);
+        if (!snapshot.empty()) std::remove(store.snapshot_path(snapshot).c_str());
+        return 0;
+    }
+    if (action == "save" || action == "edit") {
+        need_words(1, action == "save" ? "save NAME --text TEXT | --conversation NAME" : "edit NAME --text TEXT");
+        std::string text = o.str("--text");
+        if (action == "save" && o.has("--conversation") && !o.has("--text")) {
+            // The opening of a saved conversation: its system message is what a prefix holds.
+            const auto c = store.find_conversation(o.str("--conversation"));
+            if (!c) throw Error("there is no conversation named '" + o.str("--conversation") + "'");
+            const auto msgs = store.list_messages(c->id);
+            if (msgs.empty() || msgs[0].role != Role::System)
+                throw Error("conversation '" + c->title + "' does not open with a system message to save as a prefix");
+            text = msgs[0].content;
+        } else if (!o.has("--text")) {
+            throw Error("prefix " + action + " needs --text TEXT");
+        }
+        Loaded l = load_model(o);
+        const ChatTemplate tmpl = ChatTemplate::for_model(*l.model);
+        PrefixLibrary lib(store, *l.model, *l.backend, tmpl);
+        std::vector<std::string> notices;
+        const PrefixRecord p = action == "save" ? lib.save(o.positional[1], text, o.str("--cache"), notices)
+                                                : lib.edit(o.positional[1], text, notices);
+        for (const std::string& n : notices) note(n);
+        if (o.flag("--json"))
+            std::printf("%s\n", json({{"name", p.name}, {"tokens", p.tokens.size()}, {"snapshot", !p.snapshot.empty()}})
+                                    .dump(-1, ' ', false, json::error_handler_t::replace)
+                                    .c_str());
+        else
+            std::printf("saved prefix '%s' (%zu tokens)\n", p.name.c_str(), p.tokens.size());
+        return 0;
+    }
+    throw Error("unknown prefix action '" + action + "' (save, list, rename, edit, delete)");
+}
+
+namespace {
+
+// Reference text for the benchmark's long prompts: repeated until it has the tokens asked for.
+const char* kBenchParagraph =
+    "The history of the printing press begins in the fifteenth century. Johannes Gutenberg combined movable "
+    "metal type, oil-based inks and a wooden press adapted from those used for wine and olive oil. ";
+
+std::string text_of_tokens(const Tokenizer& tok, int64_t tokens) {
+    std::string text;
+    while (static_cast<int64_t>(tok.encode(text, false).size()) < tokens) text += kBenchParagraph;
+    return text;
+}
+
+double ms_since(std::chrono::steady_clock::time_point t0) {
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+int cmd_chat_bench(const Options& o) {
+    const int turns = static_cast<int>(o.integer("--turns", 10, 2, 100));
+    const int64_t prefix_tokens = o.integer("--prefix-tokens", 2000, 16, 1 << 20);
+    const int64_t history_tokens = o.integer("--history-tokens", 4000, 64, 1 << 20);
+    namespace fs = std::filesystem;
+    char dir_template[] = "/tmp/kvchat-chat-bench-XXXXXX";
+    if (!mkdtemp(dir_template)) throw Error("cannot create a temporary folder for the benchmark database");
+    const std::string dir = dir_template;
+    struct RemoveDir {
+        std::string d;
+        ~RemoveDir() {
+            std::error_code ec;
+            std::filesystem::remove_all(d, ec);
+        }
+    } cleanup{dir};
+    const std::string db = dir + "/bench.db";
+
+    Loaded l = load_model(o);
+    const Model& m = *l.model;
+    TurnOptions t;
+    t.generation.max_new_tokens = static_cast<int>(o.integer("-n", 24, 1, 4096));
+    t.generation.sampling.greedy = true;
+    json out;
+    out["model"] = m.path();
+    out["threads"] = l.backend->pool().size();
+
+    const std::string only = o.str("--only");
+    if (!only.empty() && only != "turns" && only != "prefix" && only != "reopen")
+        throw Error("--only takes turns, prefix or reopen");
+    auto part = [&](const char* name) { return only.empty() || only == name; };
+
+    // 1. Ten turns of similar length, with the conversation's cache and recomputed from scratch.
+    // The cached series is run three times (three conversations) and each turn's best time kept,
+    // so a busy machine's hiccups do not decide the ratio.
+    if (part("turns")) {
+        Store store(db);
+        ConversationRegistry reg(store, m, *l.backend);
+        Conversation scratch(m, *l.backend, reg.chat_template(), default_cache_spec());
+        const char* topics[] = {"rivers", "bridges", "bread", "clocks", "maps", "bees", "glass", "kites", "salt", "ink"};
+        auto message = [&](int i) {
+            return std::string("Question ") + std::to_string(i + 1) + ": tell me one surprising fact about " +
+                   topics[i % 10] + ", in one short sentence please.";
+        };
+        std::vector<double> best(static_cast<size_t>(turns), 1e300);
+        json hist = json::array(), prefilled = json::array(), without = json::array();
+        for (int run = 0; run < 3; ++run) {
+            const std::string title = "turns-" + std::to_string(run);
+            reg.open(title);
+            for (int i = 0; i < turns; ++i) {
+                const TurnResult a = reg.send(title, message(i), t);
+                best[static_cast<size_t>(i)] = std::min(best[static_cast<size_t>(i)], a.ttft_ms);
+                if (run == 0) {
+                    hist.push_back(a.prompt_tokens);
+                    prefilled.push_back(a.prefill_tokens);
+                }
+            }
+        }
+        for (int i = 0; i < turns; ++i) {
+            scratch.release_cache();  // from scratch: the whole history is prefilled again
+            const TurnResult b = scratch.send(message(i), t);
+            without.push_back(b.ttft_ms);
+            std::fprintf(stderr, "turn %2d: %5lld tokens in context, ttft %.1f ms with the cache (%lld prefilled), "
+                                 "%.1f ms from scratch\n",
+                         i + 1, hist[static_cast<size_t>(i)].get<long long>(), best[static_cast<size_t>(i)],
+                         prefilled[static_cast<size_t>(i)].get<long long>(), b.ttft_ms);
+        }
+        out["turns"] = {{"context_tokens", hist},
+                        {"prefill_tokens_cached", prefilled},
+                        {"ttft_ms_cached_best_of_3", best},
+                        {"ttft_ms_from_scratch", without},
+                        {"ratio_last_first_cached", best.back() / best.front()},
+                        {"ratio_last_first_from_scratch", without.back().get<double>() / without.front().get<double>()}};
+    }
+
+    // 2. A conversation started from a saved prefix against a cold start with the same text.
+    if (part("prefix")) {
+        Store store(db);
+        ConversationRegistry reg(store, m, *l.backend);
+        const std::string text =
+            "You answer questions about the reference text below.\n" + text_of_tokens(m.tokenizer(), prefix_tokens);
+        std::vector<std::string> notices;
+        const PrefixRecord p = reg.prefixes().save("bench-prefix", text, "", notices);
+        for (const std::string& n : notices) note(n);
+        const std::string question = "Who combined movable metal type with a press?";
+        Conversation cold(m, *l.backend, reg.chat_template(), default_cache_spec());
+        cold.append(Role::System, text);
+        const TurnResult c = cold.send(question, t);
+        const auto t0 = std::chrono::steady_clock::now();
+        OpenOptions opts;
+        opts.prefix = "bench-prefix";
+        reg.open("from-prefix", opts);
+        const double open_ms = ms_since(t0);
+        const TurnResult w = reg.send("from-prefix", question, t);
+        out["prefix"] = {{"prefix_tokens", p.tokens.size()},
+                         {"ttft_ms_cold", c.ttft_ms},
+                         {"ttft_ms_from_prefix", w.ttft_ms + open_ms},
+                         {"prefix_load_ms", open_ms},
+                         {"prefill_tokens_from_prefix", w.prefill_tokens},
+                         {"same_answer", c.text == w.text},
+                         {"ratio", (w.ttft_ms + open_ms) / c.ttft_ms}};
+        std::fprintf(stderr, "prefix of %zu tokens: cold ttft %.1f ms, from the saved prefix %.1f ms (load %.1f ms)\n",
+                     p.tokens.size(), c.ttft_ms, w.ttft_ms + open_ms, open_ms);
+    }
+
+    // 3. Reopening a long conversation after a restart, against a turn of the live session.
+    if (part("reopen")) {
+        const std::string chunk = text_of_tokens(m.tokenizer(), std::min<int64_t>(800, history_tokens / 4));
+        double live_ms = 0.0;
+        int64_t context = 0;
+        {
+            Store store(db);
+            ConversationRegistry reg(store, m, *l.backend);
+            reg.open("long");
+            TurnOptions brief = t;
+            brief.generation.max_new_tokens = 8;
+            int k = 0;
+            while (context < history_tokens) {
+                const TurnResult r = reg.send("long", "Part " + std::to_string(++k) + " of my notes:\n" + chunk, brief);
+                context = r.prompt_tokens + static_cast<int64_t>(r.tokens.size());
+            }
+            live_ms = reg.send("long", "Summarise my notes in one sentence.", t).ttft_ms;
+        }
+        Store store(db);  // the restart: a new store and registry, the model kept loaded
+        ConversationRegistry reg(store, m, *l.backend);
+        const auto t0 = std::chrono::steady_clock::now();
+        reg.open("long");
+        const double open_ms = ms_since(t0);
+        const TurnResult r = reg.send("long", "Summarise my notes in one short phrase.", t);
+        for (const std::string& n : r.notices) note(n);
+        out["reopen"] = {{"context_tokens", r.prompt_tokens},
+                         {"ttft_ms_live", live_ms},
+                         {"ttft_ms_after_reopen", r.ttft_ms + open_ms},
+                         {"prefill_tokens_after_reopen", r.prefill_tokens},
+                         {"ratio", (r.ttft_ms + open_ms) / live_ms}};
+        std::fprintf(stderr, "reopening a %lld-token conversation: ttft %.1f ms (snapshot load included), live %.1f ms\n",
+                     static_cast<long long>(r.prompt_tokens), r.ttft_ms + open_ms, live_ms);
+    }
+    std::printf("%s\n", out.dump(o.flag("--json") ? -1 : 2).c_str());
+    return 0;
+}
+
+}  // namespace kvchat::cli

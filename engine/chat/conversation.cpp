@@ -1,0 +1,328 @@
+#include "engine/chat/conversation.h"
+
+#include "engine/cache/cache_spec.h"
+#include "engine/chat/conversation_cache.h"
+#include "engine/error.h"
+
+#include <algorithm>
+#include <chrono>
+#include <new>
+
+namespace kvchat {
+
+namespace {
+
+constexpr size_t kMaxCheckpoints = 6;
+
+double ms_between(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
+    return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+}  // namespace
+
+ContextPolicy parse_context_policy(std::string_view text) {
+    if (text == "refuse") return ContextPolicy::Refuse;
+    if (text == "sink") return ContextPolicy::Sink;
+    if (text == "sliding") return ContextPolicy::Sliding;
+    throw Error("unknown context policy '" + std::string(text) + "' (refuse, sink or sliding)");
+}
+
+std::string_view context_policy_name(ContextPolicy p) {
+    switch (p) {
+        case ContextPolicy::Refuse: return "refuse";
+        case ContextPolicy::Sink: return "sink";
+        case ContextPolicy::Sliding: return "sliding";
+    }
+    return "refuse";
+}
+
+Conversation::Conversation(const Model& model, Backend& backend, ChatTemplate chat_template, std::string cache_spec)
+    : model_(model), backend_(backend), template_(std::move(chat_template)), cache_spec_(canonical_cache_spec(cache_spec)) {}
+
+void Conversation::set_cache_spec(const std::string& spec) { cache_spec_ = canonical_cache_spec(spec); }
+
+void Conversation::set_cache(std::unique_ptr<Cache> cache, std::vector<CacheCheckpoint> checkpoints) {
+    cache_ = std::move(cache);
+    checkpoints_ = std::move(checkpoints);
+}
+
+std::unique_ptr<Cache> Conversation::release_cache() {
+    checkpoints_.clear();
+    return std::move(cache_);
+}
+
+void Conversation::append(Role role, std::string content) { messages_.push_back({role, std::move(content)}); }
+
+void Conversation::truncate(size_t n) {
+    if (n < messages_.size()) messages_.resize(n);
+}
+
+void Conversation::edit(size_t i, std::string content) {
+    if (i >= messages_.size())
+        throw Error("there is no message " + std::to_string(i) + " to edit (the conversation has " +
+                    std::to_string(messages_.size()) + ")");
+    messages_[i].content = std::move(content);
+    truncate(i + 1);
+}
+
+Cache& Conversation::cache() {
+    if (!cache_) cache_ = make_conversation_cache(model_, backend_, cache_spec_);
+    return *cache_;
+}
+
+RenderedChat Conversation::render_for_reply() const { return template_.render(messages_, true); }
+
+int64_t Conversation::context_limit() const {
+    int64_t limit = model_.config().n_ctx_train;
+    if (cache_) {
+        const int64_t cap = cache_capacity(*cache_);
+        if (cap > 0) limit = std::min(limit, cap);
+    }
+    return limit;
+}
+
+void Conversation::check_fits(const RenderedChat& rendered, const TurnOptions& options) const {
+    // At least one new token must fit after the prompt.
+    const int64_t needed = static_cast<int64_t>(rendered.tokens.size()) + 1;
+    const int64_t limit = context_limit();
+    if (needed > limit && options.policy == ContextPolicy::Refuse)
+        throw Error("the conversation needs " + std::to_string(needed) + " tokens but the context holds " +
+                    std::to_string(limit) +
+                    ": start a new conversation, shorten a message, or choose the sink or sliding context policy");
+}
+
+void Conversation::switch_retention(const RenderedChat& rendered, const TurnOptions& options,
+                                    std::vector<std::string>& notices) {
+    const int64_t needed = static_cast<int64_t>(rendered.tokens.size()) + 1;
+    if (needed <= context_limit()) return;
+    if (parse_cache_spec(cache_spec_).retention != RetentionKind::All) return;  // already bounded
+    std::string spec = options.retention_spec;
+    if (spec.empty()) {
+        const int64_t window = std::max<int64_t>(16, model_.config().n_ctx_train / 2);
+        spec = options.policy == ContextPolicy::Sink ? "sink:window=" + std::to_string(window) + ",sinks=4"
+                                                     : "sliding_window:window=" + std::to_string(window);
+    }
+    convert_conversation_cache(cache(), model_, backend_, spec);
+    cache_spec_ = cache().spec();
+    checkpoints_.clear();
+    notices.push_back("the conversation outgrew the context; the cache switched to " + cache_spec_ +
+                      " (the oldest tokens are no longer attended to)");
+}
+
+int64_t Conversation::align_cache(const std::vector<int32_t>& tokens, std::vector<std::string>& notices) {
+    Cache& c = cache();
+    const std::vector<int32_t>& held = c.tokens();
+    int64_t lcp = 0;
+    const int64_t n = static_cast<int64_t>(std::min(held.size(), tokens.size()));
+    while (lcp < n && held[static_cast<size_t>(lcp)] == tokens[static_cast<size_t>(lcp)]) ++lcp;
+    // The last token is always computed again: its logits start the reply.
+    lcp = std::min<int64_t>(lcp, static_cast<int64_t>(tokens.size()) - 1);
+    if (lcp >= c.seq_length()) return c.seq_length();
+    auto forget_after = [&](int64_t n) {
+        std::erase_if(checkpoints_, [&](const CacheCheckpoint& cp) { return cp.length > n; });
+    };
+    if (c.can_crop_to(lcp)) {
+        c.crop(lcp);
+        forget_after(lcp);
+        return lcp;
+    }
+    for (auto it = checkpoints_.rbegin(); it != checkpoints_.rend(); ++it)
+        if (it->length <= lcp && c.restore(*it)) {
+            const int64_t at = it->length;
+            forget_after(at);
+            return at;
+        }
+    notices.push_back("the cache could not go back to token " + std::to_string(lcp) +
+                      " (its sliding window had moved on and no checkpoint was kept there); the conversation "
+                      "is prefilled again");
+    c.reset();
+    checkpoints_.clear();
+    return 0;
+}
+
+void Conversation::prefill(const RenderedChat& rendered, int64_t end) {
+    Cache& c = cache();
+    std::vector<int64_t> stops(rendered.message_starts.begin(), rendered.message_starts.end());
+    stops.push_back(rendered.prompt_start);
+    stops.push_back(end);
+    std::sort(stops.begin(), stops.end());
+    std::vector<float> logits;
+    for (int64_t stop : stops) {
+        if (stop <= c.seq_length() || stop > end) continue;
+        model_.forward(backend_, c, rendered.tokens.data() + c.seq_length(), stop - c.seq_length(), Logits::None,
+                       logits);
+        // A checkpoint at each message start lets an edit or a regeneration crop back here even
+        // when the sliding layers have moved on. Only the latest few are kept (each holds the
+        // sliding windows); older turns are rarely edited.
+        CacheCheckpoint cp = c.checkpoint();
+        if (cp.bytes() > 0) {
+            checkpoints_.push_back(std::move(cp));
+            if (checkpoints_.size() > kMaxCheckpoints) checkpoints_.erase(checkpoints_.begin());
+        }
+    }
+}
+
+TurnResult Conversation::respond(const TurnOptions& options, const std::function<void(std::string_view)>& on_text,
+                                 const std::atomic<bool>* cancel) {
+    using clock = std::chrono::steady_clock;
+    const auto t0 = clock::now();
+    TurnResult out;
+    const RenderedChat rendered = render_for_reply();
+    check_fits(rendered, options);
+    if (options.policy != ContextPolicy::Refuse) switch_retention(rendered, options, out.notices);
+
+    const int64_t keep = align_cache(rendered.tokens, out.notices);
+    const int64_t total = static_cast<int64_t>(rendered.tokens.size());
+    // Prefill up to the last message boundary before the end with checkpoints; the generator
+    // prefills the rest, so its last token's logits start the reply.
+    int64_t last_boundary = keep;
+    for (int64_t b : rendered.message_starts)
+        if (b > last_boundary && b < total) last_boundary = b;
+    if (rendered.prompt_start > last_boundary && rendered.prompt_start < total) last_boundary = rendered.prompt_start;
+
+    GenerationConfig g = options.generation;
+    for (int32_t id : template_.stop_tokens()) g.stop_tokens.push_back(id);
+    for (const std::string& s : template_.stop_strings()) g.stop_strings.push_back(s);
+    // A static cache's capacity ends the answer like the model's context does.
+    g.max_context = options.policy != ContextPolicy::Refuse ? int64_t{1} << 40 : context_limit();
+
+    // The budget is checked per streamed piece: over it, the turn pauses, the cache moves to the
+    // fallback strategy and generation continues from where it was. Without a budget the user's
+    // cancel goes to the generator directly (it is then seen at every step).
+    const bool budgeted = options.max_cache_bytes > 0;
+    bool budget_stop = false;
+    std::atomic<bool> pause{false};
+    const auto user_cancelled = [&] { return cancel && cancel->load(); };
+    std::function<void(std::string_view)> stream = on_text;
+    if (budgeted)
+        stream = [&](std::string_view piece) {
+            if (on_text) on_text(piece);
+            if (!budget_stop && cache().bytes() > options.max_cache_bytes) budget_stop = true;
+            if (budget_stop || user_cancelled()) pause = true;
+        };
+
+    auto fall_back = [&](const std::string& why) {
+        Cache& c = cache();
+        // A forward pass that failed half-way may have left layers ahead of the token list.
+        c.roll_back();
+        const std::string spec = options.fallback_spec.empty() ? std::string("offloaded") : options.fallback_spec;
+        try {
+            convert_conversation_cache(c, model_, backend_, spec);
+            cache_spec_ = c.spec();
+            checkpoints_.clear();
+            out.notices.push_back(why + "; the cache moved to " + cache_spec_ + " and the turn continued");
+        } catch (const Error& e) {
+            out.notices.push_back(why + "; the fallback to " + spec + " failed (" + e.what() + ")");
+            return false;
+        }
+        return true;
+    };
+
+    GenerationResult r;
+    auto gen_start = clock::now();
+    for (int attempt = 0;; ++attempt) {
+        try {
+            prefill(rendered, last_boundary);
+            gen_start = clock::now();
+            const std::vector<int32_t> input(rendered.tokens.begin() + cache().seq_length(), rendered.tokens.end());
+            Generator gen(model_, backend_);
+            r = gen.generate(cache(), input, g, stream, budgeted ? &pause : cancel);
+            break;
+        } catch (const std::bad_alloc&) {
+            if (attempt > 0 || !fall_back("the cache could not grow (out of memory)")) {
+                cache().roll_back();
+                throw;
+            }
+        } catch (...) {
+            // Whatever failed half-way, the cache stays consistent with its token list.
+            if (cache_) cache_->roll_back();
+            throw;
+        }
+    }
+    const auto first_token_at = gen_start + std::chrono::duration_cast<clock::duration>(
+                                                std::chrono::duration<double, std::milli>(r.ttft_ms));
+    out.ttft_ms = ms_between(t0, first_token_at);
+
+    // Over budget: move the cache (or, when that fails, keep it and say so) and go on from the
+    // last token the generator produced, which is not in the cache yet.
+    if (budget_stop && !user_cancelled() && r.stop_reason == "cancelled" && !r.tokens.empty()) {
+        fall_back("the cache grew past its memory budget of " + std::to_string(options.max_cache_bytes) + " bytes");
+        GenerationConfig rest = g;
+        rest.max_new_tokens = g.max_new_tokens - static_cast<int>(r.tokens.size());
+        if (rest.max_new_tokens > 0) {
+            Generator gen(model_, backend_);
+            const GenerationResult more = gen.generate(cache(), {r.tokens.back()}, rest, on_text, cancel);
+            r.tokens.insert(r.tokens.end(), more.tokens.begin(), more.tokens.end());
+            r.text += more.text;
+            r.decode_ms += more.decode_ms + more.prefill_ms;
+            r.stop_reason = more.stop_reason;
+        } else {
+            r.stop_reason = "max_new_tokens";
+        }
+    }
+
+    out.text = r.text;
+    out.tokens = r.tokens;
+    out.prompt_tokens = total;
+    out.cached_tokens = keep;
+    out.prefill_tokens = total - keep;
+    out.decode_tok_s = r.decode_tok_s();
+    out.stop_reason = r.stop_reason;
+    if (!(r.stop_reason == "cancelled" && r.text.empty())) {
+        append(Role::Assistant, r.text);
+        close_reply();
+    }
+    out.kv_bytes = cache().bytes();
+    return out;
+}
+
+void Conversation::close_reply() {
+    // After the answer is shown: the cache takes the reply's last token (the generator leaves
+    // the last one it sampled out) and the reply's end markers, which every later rendering
+    // starts with, and a checkpoint there, where the next message starts. The next turn, in
+    // this process or after a restart, then prefills only its own message and markers.
+    Cache& c = cache();
+    const RenderedChat closed = template_.render(messages_, false);
+    const std::vector<int32_t>& held = c.tokens();
+    int64_t lcp = 0;
+    const int64_t n = static_cast<int64_t>(std::min(held.size(), closed.tokens.size()));
+    while (lcp < n && held[static_cast<size_t>(lcp)] == closed.tokens[static_cast<size_t>(lcp)]) ++lcp;
+    // The reply written back as text may tokenize differently from how it was generated; then
+    // the next turn's alignment deals with it.
+    if (lcp < c.seq_length() || lcp >= static_cast<int64_t>(closed.tokens.size())) return;
+    const int64_t cap = cache_capacity(c);
+    if (cap > 0 && static_cast<int64_t>(closed.tokens.size()) > cap) return;  // the next turn cannot fit anyway
+    std::vector<float> none;
+    try {
+        model_.forward(backend_, c, closed.tokens.data() + lcp, static_cast<int64_t>(closed.tokens.size()) - lcp,
+                       Logits::None, none);
+    } catch (const Error&) {
+        c.roll_back();  // only an acceleration: the next turn prefills these tokens itself
+        return;
+    }
+    CacheCheckpoint cp = c.checkpoint();
+    if (cp.bytes() > 0) {
+        checkpoints_.push_back(std::move(cp));
+        if (checkpoints_.size() > kMaxCheckpoints) checkpoints_.erase(checkpoints_.begin());
+    }
+}
+
+TurnResult Conversation::send(std::string text, const TurnOptions& options,
+                              const std::function<void(std::string_view)>& on_text, const std::atomic<bool>* cancel) {
+    append(Role::User, std::move(text));
+    try {
+        return respond(options, on_text, cancel);
+    } catch (...) {
+        // A refused turn leaves the transcript as it was.
+        messages_.pop_back();
+        throw;
+    }
+}
+
+TurnResult Conversation::regenerate(const TurnOptions& options, const std::function<void(std::string_view)>& on_text,
+                                    const std::atomic<bool>* cancel) {
+    if (!messages_.empty() && messages_.back().role == Role::Assistant) messages_.pop_back();
+    return respond(options, on_text, cancel);
+}
+
+}  // namespace kvchat

@@ -1,0 +1,112 @@
+#pragma once
+// One conversation in memory: the transcript, the cache that holds its tokens, and the turn logic
+// of incremental prefill. Each turn renders the whole transcript, keeps the longest prefix the
+// cache already holds (cropping away what the template now renders differently: an edit, a
+// regenerated answer), prefills only the rest and generates. The transcript is the truth; the
+// cache can always be rebuilt from it.
+#include "engine/chat/chat_template.h"
+#include "engine/generate/generator.h"
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace kvchat {
+
+// What happens when the next turn would not fit the model's context or a static capacity.
+enum class ContextPolicy { Refuse, Sink, Sliding };
+ContextPolicy parse_context_policy(std::string_view text);  // "refuse", "sink", "sliding"
+std::string_view context_policy_name(ContextPolicy p);
+
+struct TurnOptions {
+    GenerationConfig generation;
+    ContextPolicy policy = ContextPolicy::Refuse;
+    // Retention to switch to under the Sink / Sliding policies (a cache spec); empty: a window of
+    // half the context, with 4 sink tokens for Sink.
+    std::string retention_spec;
+    // The strategy to fall back to when the cache cannot grow (out of memory, or over
+    // max_cache_bytes): "offloaded" unless the user chose a quantized one.
+    std::string fallback_spec = "offloaded";
+    int64_t max_cache_bytes = 0;  // 0: no limit besides the machine's memory
+};
+
+struct TurnResult {
+    std::string text;              // the reply (kept even when the turn was stopped)
+    std::vector<int32_t> tokens;   // its ids
+    int64_t prompt_tokens = 0;     // the rendered conversation, generation prompt included
+    int64_t prefill_tokens = 0;    // tokens computed this turn before the first new token
+    int64_t cached_tokens = 0;     // tokens reused from the cache (or a prefix)
+    double ttft_ms = 0.0;          // from the turn's start to its first token
+    double decode_tok_s = 0.0;
+    int64_t kv_bytes = 0;
+    std::string stop_reason;
+    std::vector<std::string> notices;  // things the user should be told (a rebuild, a fallback)
+};
+
+class Conversation {
+public:
+    Conversation(const Model& model, Backend& backend, ChatTemplate chat_template, std::string cache_spec);
+
+    const std::vector<ChatMessage>& messages() const { return messages_; }
+    const ChatTemplate& chat_template() const { return template_; }
+    const std::string& cache_spec() const { return cache_spec_; }
+    // Takes effect with the next cache made (release_cache() to drop the current one).
+    void set_cache_spec(const std::string& spec);
+
+    void append(Role role, std::string content);
+    // Keeps the first n messages.
+    void truncate(size_t n);
+    // Replaces message i's content and drops every message after it.
+    void edit(size_t i, std::string content);
+
+    bool has_cache() const { return cache_ != nullptr; }
+    Cache& cache();  // made on first use
+    // A cache (a snapshot's, a prefix's) with the checkpoints that came with it.
+    void set_cache(std::unique_ptr<Cache> cache, std::vector<CacheCheckpoint> checkpoints = {});
+    std::unique_ptr<Cache> release_cache();
+    // The states of the sliding layers at recent message starts, oldest first: a crop back to
+    // one of them does not need the earlier conversation again.
+    const std::vector<CacheCheckpoint>& checkpoints() const { return checkpoints_; }
+
+    // The rendered transcript with the generation prompt, and a refusal (kvchat::Error) when it
+    // would not fit under the Refuse policy. Nothing is changed.
+    RenderedChat render_for_reply() const;
+    void check_fits(const RenderedChat& rendered, const TurnOptions& options) const;
+
+    // Generates the assistant's reply to the transcript as it stands and appends it. A stopped
+    // turn (cancel) keeps its partial reply, and the cache holds exactly its tokens.
+    TurnResult respond(const TurnOptions& options, const std::function<void(std::string_view)>& on_text = {},
+                       const std::atomic<bool>* cancel = nullptr);
+    // Appends the user's message, then respond().
+    TurnResult send(std::string text, const TurnOptions& options,
+                    const std::function<void(std::string_view)>& on_text = {},
+                    const std::atomic<bool>* cancel = nullptr);
+    // Drops the last assistant reply (if the transcript ends with one) and responds again.
+    TurnResult regenerate(const TurnOptions& options, const std::function<void(std::string_view)>& on_text = {},
+                          const std::atomic<bool>* cancel = nullptr);
+
+    // Brings the cache to the longest prefix of `tokens` it can keep exactly (cropping, or
+    // restoring a checkpoint of the sliding layers); returns how many tokens it kept. Adds a
+    // notice when it had to start over.
+    int64_t align_cache(const std::vector<int32_t>& tokens, std::vector<std::string>& notices);
+    // Prefills tokens[cache length, end) without generating, checkpointing at message starts.
+    void prefill(const RenderedChat& rendered, int64_t end);
+
+private:
+    int64_t context_limit() const;
+    void close_reply();
+    void switch_retention(const RenderedChat& rendered, const TurnOptions& options, std::vector<std::string>& notices);
+
+    const Model& model_;
+    Backend& backend_;
+    ChatTemplate template_;
+    std::string cache_spec_;
+    std::vector<ChatMessage> messages_;
+    std::unique_ptr<Cache> cache_;
+    std::vector<CacheCheckpoint> checkpoints_;
+};
+
+}  // namespace kvchat

@@ -1,0 +1,44 @@
+#include "engine/chat/conversation_cache.h"
+
+#include "engine/cache/cache_spec.h"
+#include "engine/cache/convert.h"
+#include "engine/cache/snapshot.h"
+#include "engine/error.h"
+
+namespace kvchat {
+
+std::string default_cache_spec() { return canonical_cache_spec("dynamic"); }
+
+std::string canonical_cache_spec(const std::string& spec) {
+    return to_string(parse_cache_spec(spec.empty() ? std::string("dynamic") : spec));
+}
+
+std::unique_ptr<Cache> make_conversation_cache(const Model& model, Backend& backend, const std::string& spec) {
+    return model.make_cache(backend, spec.empty() ? default_cache_spec() : spec);
+}
+
+int64_t cache_capacity(const Cache& cache) {
+    const CacheSpec s = parse_cache_spec(cache.spec());
+    return s.fixed ? s.max_len : 0;
+}
+
+void convert_conversation_cache(Cache& cache, const Model& model, Backend& backend, const std::string& spec) {
+    ConvertOptions o;
+    o.reprefill = [&](Cache& c, const std::vector<int32_t>& tokens) {
+        std::vector<float> none;
+        model.forward(backend, c, tokens.data(), static_cast<int64_t>(tokens.size()), Logits::None, none);
+    };
+    convert(cache, spec, o);
+}
+
+void save_cache_snapshot(const Cache& cache, const std::vector<CacheCheckpoint>& checkpoints, const Model& model,
+                         const std::string& path) {
+    save_snapshot(path, cache, model.fingerprint(), checkpoints);
+}
+
+SavedCache load_cache_snapshot(const std::string& path, const Model& model, Backend& backend) {
+    LoadedSnapshot s = load_snapshot(path, model.layer_specs(), model.fingerprint(), backend.pool());
+    return SavedCache{std::move(s.cache), std::move(s.checkpoints)};
+}
+
+}  // namespace kvchat

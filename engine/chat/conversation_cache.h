@@ -1,0 +1,44 @@
+#pragma once
+// How a conversation makes, converts and saves its cache: the chat code's calls into
+// engine/cache in one place, so the turn logic reads in the user's terms.
+#include "engine/cache/cache.h"
+#include "engine/model/model.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace kvchat {
+
+// The strategy a new conversation gets when the user names none.
+std::string default_cache_spec();
+// The canonical text of a spec (what Cache::spec() reports); throws kvchat::Error for a bad one.
+std::string canonical_cache_spec(const std::string& spec);
+
+// A fresh, empty cache of the strategy `spec`. Throws kvchat::Error for a bad spec,
+// std::bad_alloc when a static cache cannot be allocated.
+std::unique_ptr<Cache> make_conversation_cache(const Model& model, Backend& backend, const std::string& spec);
+
+// The most tokens the cache can hold (0: only the model's context limits it).
+int64_t cache_capacity(const Cache& cache);
+
+// The cache under another strategy, in place: tokens carried over where the target can keep
+// them, otherwise rebuilt through the model from the token history. Throws kvchat::Error (the
+// cache is then unchanged).
+void convert_conversation_cache(Cache& cache, const Model& model, Backend& backend, const std::string& spec);
+
+// A cache and the checkpoints of its sliding layers, as a snapshot holds them.
+struct SavedCache {
+    std::unique_ptr<Cache> cache;
+    std::vector<CacheCheckpoint> checkpoints;
+};
+
+// Writes the cache (tokens and checkpoints included) to `path` atomically, marked with the
+// model's fingerprint.
+void save_cache_snapshot(const Cache& cache, const std::vector<CacheCheckpoint>& checkpoints, const Model& model,
+                         const std::string& path);
+// Reads a snapshot. Throws kvchat::Error naming the path when the file is missing, damaged, from
+// another model or of another layout.
+SavedCache load_cache_snapshot(const std::string& path, const Model& model, Backend& backend);
+
+}  // namespace kvchat

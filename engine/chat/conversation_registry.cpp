@@ -1,0 +1,324 @@
+#include "engine/chat/conversation_registry.h"
+
+#include "engine/chat/conversation_cache.h"
+#include "engine/common/utf8.h"
+#include "engine/error.h"
+
+#include <chrono>
+#include <cstdio>
+#include <utility>
+
+namespace kvchat {
+
+namespace {
+
+std::string quoted(std::string_view s) {
+    std::string q;  // (appended piece by piece: GCC 12 warns wrongly about "'" + string + "'")
+    q.reserve(s.size() + 2);
+    q += '\'';
+    q.append(s);
+    q += '\'';
+    return q;
+}
+
+std::string snapshot_name_for(int64_t conversation_id) {
+    return "conversation-" + std::to_string(conversation_id) + ".kvcache";
+}
+
+double ms_since(std::chrono::steady_clock::time_point t0) {
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+ConversationRegistry::ConversationRegistry(Store& store, const Model& model, Backend& backend, size_t max_resident)
+    : store_(store),
+      model_(model),
+      backend_(backend),
+      template_(ChatTemplate::for_model(model)),
+      prefixes_(store, model, backend, template_),
+      max_resident_(max_resident == 0 ? 1 : max_resident) {
+    if (!template_.notice().empty()) notices_.push_back(template_.notice());
+}
+
+ConversationRegistry::~ConversationRegistry() {
+    std::vector<std::string> ignored;
+    try {
+        save_all(ignored);
+    } catch (...) {
+        // A snapshot is only an acceleration: failing to write one at exit loses no message.
+    }
+}
+
+std::vector<std::string> ConversationRegistry::take_notices() { return std::exchange(notices_, {}); }
+
+size_t ConversationRegistry::resident() const {
+    size_t n = 0;
+    for (const Entry& e : entries_) n += e.conversation->has_cache() ? 1 : 0;
+    return n;
+}
+
+ConversationRegistry::Entry& ConversationRegistry::entry(std::string_view title_in) {
+    const RepairedUtf8 title = repair_utf8(title_in);
+    for (auto it = entries_.begin(); it != entries_.end(); ++it)
+        if (it->title == title.text) {
+            entries_.splice(entries_.begin(), entries_, it);
+            return entries_.front();
+        }
+    throw Error("conversation " + quoted(title.text) + " is not open");
+}
+
+int64_t ConversationRegistry::id_of(std::string_view title) { return entry(title).id; }
+
+Conversation& ConversationRegistry::open(std::string_view title_in, const OpenOptions& options) {
+    const RepairedUtf8 title = repair_utf8(title_in);
+    if (title.text.empty()) throw Error("a conversation needs a name");
+    for (auto it = entries_.begin(); it != entries_.end(); ++it)
+        if (it->title == title.text) {
+            entries_.splice(entries_.begin(), entries_, it);
+            Entry& e = entries_.front();
+            if (!options.cache_spec.empty() && canonical_cache_spec(options.cache_spec) != e.conversation->cache_spec()) {
+                // A live switch: the cache is converted in place, keeping what it can.
+                const std::string spec = canonical_cache_spec(options.cache_spec);
+                if (e.conversation->has_cache()) {
+                    convert_conversation_cache(e.conversation->cache(), model_, backend_, spec);
+                    std::unique_ptr<Cache> c = e.conversation->release_cache();  // (its checkpoints are of the old strategy)
+                    e.conversation->set_cache_spec(spec);
+                    e.conversation->set_cache(std::move(c));
+                    e.dirty = true;
+                } else {
+                    e.conversation->set_cache_spec(spec);
+                }
+                store_.set_conversation_cache_spec(e.id, spec);
+            }
+            return *e.conversation;
+        }
+    if (title.replaced) notices_.push_back("the conversation name had invalid UTF-8; it was replaced by U+FFFD");
+
+    Entry e;
+    e.title = title.text;
+    if (auto rec = store_.find_conversation(title.text)) {
+        e.id = rec->id;
+        std::string spec = canonical_cache_spec(rec->cache_spec);
+        if (!options.cache_spec.empty() && canonical_cache_spec(options.cache_spec) != spec) {
+            spec = canonical_cache_spec(options.cache_spec);
+            store_.set_conversation_cache_spec(e.id, spec);
+        }
+        e.conversation = std::make_unique<Conversation>(model_, backend_, template_, spec);
+        for (const MessageRecord& m : store_.list_messages(e.id)) e.conversation->append(m.role, m.content);
+        if (!options.prefix.empty())
+            notices_.push_back("conversation " + quoted(title.text) + " already exists; --prefix applies only to new ones");
+    } else {
+        // Everything that can refuse (a bad spec, another model's prefix) happens before the row exists.
+        const std::string spec = canonical_cache_spec(options.cache_spec);
+        std::optional<PrefixRecord> prefix;
+        std::unique_ptr<Cache> cache;
+        if (!options.prefix.empty()) {
+            prefix = prefixes_.find(options.prefix);
+            cache = prefixes_.load_cache(*prefix, spec, notices_);
+        } else {
+            cache = make_conversation_cache(model_, backend_, spec);
+        }
+        e.id = store_.create_conversation(title.text, model_.fingerprint(), spec).id;
+        e.conversation = std::make_unique<Conversation>(model_, backend_, template_, spec);
+        const std::string system = prefix ? prefix->text : options.system;
+        if (!system.empty()) {
+            const MessageRecord m = store_.append_message(e.id, Role::System, system);
+            if (m.content_repaired) notices_.push_back("the system message had invalid UTF-8; it was replaced by U+FFFD");
+            e.conversation->append(Role::System, m.content);
+        }
+        e.conversation->set_cache(std::move(cache));
+        e.cache_ready = true;
+        e.dirty = prefix.has_value();
+    }
+    entries_.push_front(std::move(e));
+    return *entries_.front().conversation;
+}
+
+void ConversationRegistry::make_ready(Entry& e, std::vector<std::string>& notices) {
+    if (e.cache_ready) return;
+    e.cache_ready = true;
+    const auto rec = store_.find_conversation_by_id(e.id);
+    if (!rec) throw Error("conversation " + quoted(e.title) + " was deleted");
+    if (rec->model_fingerprint != model_.fingerprint()) store_.set_conversation_model(e.id, model_.fingerprint());
+    if (rec->snapshot.empty()) return;
+    SavedCache saved;
+    try {
+        saved = load_cache_snapshot(store_.snapshot_path(rec->snapshot), model_, backend_);
+    } catch (const Error& err) {
+        if (!e.conversation->messages().empty())
+            notices.push_back("the saved cache of conversation " + quoted(e.title) + " could not be used (" +
+                              err.what() + "); its transcript is prefilled again");
+        return;
+    }
+    const std::string was = saved.cache->spec();
+    if (was != e.conversation->cache_spec()) {
+        try {
+            convert_conversation_cache(*saved.cache, model_, backend_, e.conversation->cache_spec());
+            saved.checkpoints.clear();
+            notices.push_back("the cache of conversation " + quoted(e.title) + " was converted from " + was + " to " +
+                              e.conversation->cache_spec());
+        } catch (const Error& err) {
+            notices.push_back("the cache of conversation " + quoted(e.title) + " could not be converted to " +
+                              e.conversation->cache_spec() + " (" + err.what() + "); its transcript is prefilled again");
+            return;
+        }
+    }
+    e.conversation->set_cache(std::move(saved.cache), std::move(saved.checkpoints));
+}
+
+void ConversationRegistry::save_snapshot(Entry& e, std::vector<std::string>& notices) {
+    if (!e.conversation->has_cache()) return;
+    const std::string name = snapshot_name_for(e.id);
+    try {
+        save_cache_snapshot(e.conversation->cache(), e.conversation->checkpoints(), model_, store_.snapshot_path(name));
+    } catch (const Error& err) {
+        notices.push_back("the cache of conversation " + quoted(e.title) + " was not saved (" + err.what() +
+                          "); the next session prefills it again");
+        return;
+    }
+    const std::string old = store_.set_conversation_snapshot(e.id, name);
+    if (!old.empty()) std::remove(store_.snapshot_path(old).c_str());
+    e.dirty = false;
+}
+
+void ConversationRegistry::save_all(std::vector<std::string>& notices) {
+    for (Entry& e : entries_)
+        if (e.dirty) save_snapshot(e, notices);
+}
+
+void ConversationRegistry::enforce_budget(const Entry& keep) {
+    while (resident() > max_resident_) {
+        Entry* victim = nullptr;
+        for (auto it = entries_.rbegin(); it != entries_.rend(); ++it)
+            if (&*it != &keep && it->conversation->has_cache()) {
+                victim = &*it;
+                break;
+            }
+        if (!victim) return;
+        if (victim->dirty) save_snapshot(*victim, notices_);
+        victim->conversation->release_cache();
+        victim->cache_ready = false;
+    }
+}
+
+void ConversationRegistry::finish_turn(Entry& e, const TurnResult& r, size_t messages_before,
+                                       std::vector<std::string>& notices) {
+    Conversation& c = *e.conversation;
+    e.dirty = true;
+    if (c.messages().size() > messages_before) {
+        GenerationStats stats;
+        stats.prompt_tokens = r.prompt_tokens;
+        stats.generated_tokens = static_cast<int64_t>(r.tokens.size());
+        stats.ttft_ms = r.ttft_ms;
+        if (r.decode_tok_s > 0) stats.tokens_per_second = r.decode_tok_s;
+        store_.append_message(e.id, Role::Assistant, c.messages().back().content, stats);
+    }
+    if (const auto rec = store_.find_conversation_by_id(e.id); rec && rec->cache_spec != c.cache_spec())
+        store_.set_conversation_cache_spec(e.id, c.cache_spec());
+    // The message is committed; only now the snapshot.
+    save_snapshot(e, notices);
+    enforce_budget(e);
+}
+
+TurnResult ConversationRegistry::send(std::string_view title, std::string_view text, const TurnOptions& options,
+                                      const std::function<void(std::string_view)>& on_text,
+                                      const std::atomic<bool>* cancel) {
+    const auto t0 = std::chrono::steady_clock::now();
+    open(title);
+    Entry& e = entry(title);
+    Conversation& c = *e.conversation;
+    std::vector<std::string> notices = take_notices();
+    make_ready(e, notices);
+    const RepairedUtf8 fixed = repair_utf8(text);
+    if (fixed.replaced) notices.push_back("your message had invalid UTF-8; it was replaced by U+FFFD");
+
+    c.append(Role::User, fixed.text);
+    try {
+        c.check_fits(c.render_for_reply(), options);
+        // A conversation with nothing cached may start with a saved prefix.
+        if (!c.has_cache() || c.cache().seq_length() == 0)
+            if (auto p = prefixes_.longest_match(c.render_for_reply().tokens)) {
+                c.set_cache(prefixes_.load_cache(*p, c.cache_spec(), notices));
+                notices.push_back("reused the cache of prefix " + quoted(p->name) + " (" +
+                                  std::to_string(p->tokens.size()) + " tokens)");
+            }
+        // The raw text, so the store records that it repaired it (it repairs it the same way).
+        store_.append_message(e.id, Role::User, text);
+    } catch (...) {
+        c.truncate(c.messages().size() - 1);
+        throw;
+    }
+    const size_t before = c.messages().size();
+    const double before_ms = ms_since(t0);
+    TurnResult r;
+    try {
+        r = c.respond(options, on_text, cancel);
+    } catch (...) {
+        e.dirty = true;
+        throw;
+    }
+    r.ttft_ms += before_ms;
+    finish_turn(e, r, before, notices);
+    r.notices.insert(r.notices.begin(), notices.begin(), notices.end());
+    return r;
+}
+
+TurnResult ConversationRegistry::regenerate(std::string_view title, const TurnOptions& options,
+                                            const std::function<void(std::string_view)>& on_text,
+                                            const std::atomic<bool>* cancel) {
+    const auto t0 = std::chrono::steady_clock::now();
+    open(title);
+    Entry& e = entry(title);
+    Conversation& c = *e.conversation;
+    std::vector<std::string> notices = take_notices();
+    make_ready(e, notices);
+    const auto& msgs = c.messages();
+    if (msgs.empty() || (msgs.back().role != Role::Assistant && msgs.back().role != Role::User))
+        throw Error("conversation " + quoted(e.title) + " has no answer to regenerate");
+    if (msgs.back().role == Role::Assistant) {
+        c.check_fits(c.chat_template().render({msgs.begin(), msgs.end() - 1}, true), options);
+        store_.delete_messages_after(e.id, static_cast<int64_t>(msgs.size()) - 2);
+        c.truncate(msgs.size() - 1);
+    }
+    const size_t before = c.messages().size();
+    const double before_ms = ms_since(t0);
+    TurnResult r = c.respond(options, on_text, cancel);
+    r.ttft_ms += before_ms;
+    finish_turn(e, r, before, notices);
+    r.notices.insert(r.notices.begin(), notices.begin(), notices.end());
+    return r;
+}
+
+TurnResult ConversationRegistry::edit(std::string_view title, size_t ordinal, std::string_view text,
+                                      const TurnOptions& options, const std::function<void(std::string_view)>& on_text,
+                                      const std::atomic<bool>* cancel) {
+    const auto t0 = std::chrono::steady_clock::now();
+    open(title);
+    Entry& e = entry(title);
+    Conversation& c = *e.conversation;
+    std::vector<std::string> notices = take_notices();
+    make_ready(e, notices);
+    if (ordinal >= c.messages().size() || c.messages()[ordinal].role != Role::User)
+        throw Error("message " + std::to_string(ordinal) + " of conversation " + quoted(e.title) +
+                    " is not a user message");
+    const RepairedUtf8 fixed = repair_utf8(text);
+    if (fixed.replaced) notices.push_back("your message had invalid UTF-8; it was replaced by U+FFFD");
+    std::vector<ChatMessage> edited(c.messages().begin(), c.messages().begin() + static_cast<ptrdiff_t>(ordinal) + 1);
+    edited.back().content = fixed.text;
+    c.check_fits(c.chat_template().render(edited, true), options);
+    const std::vector<MessageRecord> stored = store_.list_messages(e.id);
+    if (ordinal >= stored.size()) throw Error("the store lacks message " + std::to_string(ordinal));
+    store_.update_message_content(stored[ordinal].id, text);
+    store_.delete_messages_after(e.id, static_cast<int64_t>(ordinal));
+    c.edit(ordinal, fixed.text);
+    const size_t before = c.messages().size();
+    const double before_ms = ms_since(t0);
+    TurnResult r = c.respond(options, on_text, cancel);
+    r.ttft_ms += before_ms;
+    finish_turn(e, r, before, notices);
+    r.notices.insert(r.notices.begin(), notices.begin(), notices.end());
+    return r;
+}
+
+}  // namespace kvchat

@@ -1,0 +1,85 @@
+#pragma once
+// The conversations of a store, opened by title, with their turns made durable: the user's
+// message is committed before generation starts, the reply as soon as it ends, and the cache is
+// then written as a snapshot beside the database (so a crash can cost a cache, never a message).
+// Reopening a conversation loads its snapshot and the next turn prefills only the new tokens; a
+// missing, damaged or mismatched snapshot is rebuilt from the transcript, with a notice.
+//
+// Memory budget: at most max_resident conversations keep their caches in RAM; the least recently
+// used give theirs up (their snapshots on disk stand in for them).
+#include "engine/chat/conversation.h"
+#include "engine/chat/prefix_library.h"
+#include "engine/store/store.h"
+
+#include <list>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace kvchat {
+
+struct OpenOptions {
+    std::string cache_spec;  // strategy for a new conversation, or a switch for an existing one
+    std::string prefix;      // start a new conversation from this saved prefix
+    std::string system;      // system message of a new conversation (a prefix's text wins)
+};
+
+class ConversationRegistry {
+public:
+    ConversationRegistry(Store& store, const Model& model, Backend& backend, size_t max_resident = 4);
+    ~ConversationRegistry();
+
+    const ChatTemplate& chat_template() const { return template_; }
+    PrefixLibrary& prefixes() { return prefixes_; }
+
+    // The conversation titled `title`, created when new. Nothing is loaded into the cache yet.
+    Conversation& open(std::string_view title, const OpenOptions& options = {});
+    int64_t id_of(std::string_view title);
+
+    // One turn: the user's message, then the reply. Refuses (kvchat::Error) before storing
+    // anything when the turn cannot fit (Refuse policy).
+    TurnResult send(std::string_view title, std::string_view text, const TurnOptions& options,
+                    const std::function<void(std::string_view)>& on_text = {},
+                    const std::atomic<bool>* cancel = nullptr);
+    // Replaces the last reply.
+    TurnResult regenerate(std::string_view title, const TurnOptions& options,
+                          const std::function<void(std::string_view)>& on_text = {},
+                          const std::atomic<bool>* cancel = nullptr);
+    // Replaces message `ordinal` (a user message), drops what followed and answers it again.
+    TurnResult edit(std::string_view title, size_t ordinal, std::string_view text, const TurnOptions& options,
+                    const std::function<void(std::string_view)>& on_text = {},
+                    const std::atomic<bool>* cancel = nullptr);
+
+    // How many conversations hold their caches in RAM now.
+    size_t resident() const;
+    // Writes the snapshots of caches changed since their last save.
+    void save_all(std::vector<std::string>& notices);
+    // Notices from opening conversations (a rebuilt snapshot, a prefix conversion) not yet shown.
+    std::vector<std::string> take_notices();
+
+private:
+    struct Entry {
+        int64_t id = 0;
+        std::string title;
+        std::unique_ptr<Conversation> conversation;
+        bool cache_ready = false;  // the snapshot was loaded (or found unusable) for this session
+        bool dirty = false;        // the cache changed since its snapshot was written
+    };
+    Entry& entry(std::string_view title);
+    void make_ready(Entry& e, std::vector<std::string>& notices);
+    void save_snapshot(Entry& e, std::vector<std::string>& notices);
+    void finish_turn(Entry& e, const TurnResult& r, size_t messages_before, std::vector<std::string>& notices);
+    void enforce_budget(const Entry& keep);
+
+    Store& store_;
+    const Model& model_;
+    Backend& backend_;
+    ChatTemplate template_;
+    PrefixLibrary prefixes_;
+    size_t max_resident_;
+    std::list<Entry> entries_;  // most recently used first
+    std::vector<std::string> notices_;
+};
+
+}  // namespace kvchat

@@ -1,0 +1,167 @@
+#include "engine/chat/prefix_library.h"
+
+#include "engine/chat/conversation_cache.h"
+#include "engine/common/utf8.h"
+#include "engine/error.h"
+
+#include <algorithm>
+#include <cstdio>
+
+namespace kvchat {
+
+namespace {
+
+std::string quoted(std::string_view s) {
+    std::string q;  // (appended piece by piece: GCC 12 warns wrongly about "'" + string + "'")
+    q.reserve(s.size() + 2);
+    q += '\'';
+    q.append(s);
+    q += '\'';
+    return q;
+}
+
+std::string snapshot_name_for(const PrefixRecord& p) { return "prefix-" + std::to_string(p.id) + ".kvcache"; }
+
+}  // namespace
+
+PrefixLibrary::PrefixLibrary(Store& store, const Model& model, Backend& backend, const ChatTemplate& chat_template)
+    : store_(store), model_(model), backend_(backend), template_(chat_template) {}
+
+std::vector<int32_t> PrefixLibrary::tokens_for(std::string_view text) const {
+    const RenderedChat r = template_.render({ChatMessage{Role::System, std::string(text)}}, false);
+    return std::vector<int32_t>(r.tokens.begin(), r.tokens.begin() + r.system_end);
+}
+
+std::unique_ptr<Cache> PrefixLibrary::prefill(const std::vector<int32_t>& tokens, const std::string& cache_spec) const {
+    auto cache = make_conversation_cache(model_, backend_, cache_spec.empty() ? default_cache_spec() : cache_spec);
+    std::vector<float> logits;
+    if (!tokens.empty())
+        model_.forward(backend_, *cache, tokens.data(), static_cast<int64_t>(tokens.size()), Logits::None, logits);
+    return cache;
+}
+
+void PrefixLibrary::write_snapshot(const PrefixRecord& prefix, const Cache& cache, std::vector<std::string>& notices) {
+    const std::string name = snapshot_name_for(prefix);
+    try {
+        save_cache_snapshot(cache, {}, model_, store_.snapshot_path(name));
+    } catch (const Error& e) {
+        notices.push_back("the cache of prefix " + quoted(prefix.name) + " was not saved (" + e.what() +
+                          "); it will be prefilled again when used");
+        return;
+    }
+    const std::string old = store_.set_prefix_snapshot(prefix.id, name, model_.fingerprint(), cache.spec());
+    if (!old.empty()) std::remove(store_.snapshot_path(old).c_str());
+}
+
+PrefixRecord PrefixLibrary::save(std::string_view name, std::string_view text, const std::string& cache_spec,
+                                 std::vector<std::string>& notices) {
+    if (name.empty()) throw Error("a prefix needs a name");
+    if (store_.find_prefix(name)) throw Error("a prefix named " + quoted(name) + " already exists");
+    const RepairedUtf8 fixed = repair_utf8(text);
+    if (fixed.replaced) notices.push_back("the prefix text had invalid UTF-8; it was replaced by U+FFFD");
+    const std::string spec = canonical_cache_spec(cache_spec);
+    PrefixRecord rec;
+    rec.name = std::string(name);
+    rec.text = fixed.text;
+    rec.model_fingerprint = model_.fingerprint();
+    rec.cache_spec = spec;
+    rec.tokens = tokens_for(fixed.text);
+    if (static_cast<int64_t>(rec.tokens.size()) >= model_.config().n_ctx_train)
+        throw Error("prefix " + quoted(name) + " has " + std::to_string(rec.tokens.size()) +
+                    " tokens; the model's context holds " + std::to_string(model_.config().n_ctx_train));
+    auto cache = prefill(rec.tokens, spec);  // before the row: a refused spec saves nothing
+    // The record first: a crash before the snapshot costs the cache, never the prefix.
+    rec = store_.save_prefix(rec);
+    write_snapshot(rec, *cache, notices);
+    return *store_.find_prefix_by_id(rec.id);
+}
+
+PrefixRecord PrefixLibrary::find(std::string_view name) const {
+    auto p = store_.find_prefix(name);
+    if (!p) throw Error("there is no prefix named " + quoted(name));
+    return *p;
+}
+
+void PrefixLibrary::rename(std::string_view old_name, std::string_view new_name) {
+    const PrefixRecord p = find(old_name);
+    if (new_name.empty()) throw Error("a prefix needs a name");
+    if (store_.find_prefix(new_name)) throw Error("a prefix named " + quoted(new_name) + " already exists");
+    store_.rename_prefix(p.id, new_name);
+}
+
+PrefixRecord PrefixLibrary::edit(std::string_view name, std::string_view text, std::vector<std::string>& notices) {
+    PrefixRecord p = find(name);
+    const std::string spec = canonical_cache_spec(p.cache_spec);
+    const RepairedUtf8 fixed = repair_utf8(text);
+    if (fixed.replaced) notices.push_back("the prefix text had invalid UTF-8; it was replaced by U+FFFD");
+    const std::vector<int32_t> tokens = tokens_for(fixed.text);
+    const PrefixTextUpdate u = store_.update_prefix_text(p.id, fixed.text, tokens);
+    if (!u.dropped_snapshot.empty()) std::remove(store_.snapshot_path(u.dropped_snapshot).c_str());
+    p = *store_.find_prefix_by_id(p.id);
+    p.cache_spec = spec;
+    auto cache = prefill(tokens, spec);
+    write_snapshot(p, *cache, notices);
+    return *store_.find_prefix_by_id(p.id);
+}
+
+void PrefixLibrary::remove(std::string_view name) {
+    const PrefixRecord p = find(name);
+    const std::string snapshot = store_.delete_prefix(p.id);
+    if (!snapshot.empty()) std::remove(store_.snapshot_path(snapshot).c_str());
+}
+
+std::unique_ptr<Cache> PrefixLibrary::load_cache(const PrefixRecord& prefix, const std::string& cache_spec,
+                                                 std::vector<std::string>& notices) {
+    if (prefix.model_fingerprint != model_.fingerprint())
+        throw Error("prefix " + quoted(prefix.name) +
+                    " was saved with another model; its cache cannot be used with this one (save it again under "
+                    "this model)");
+    const std::string want = canonical_cache_spec(cache_spec);
+    std::string saved;
+    try {
+        saved = canonical_cache_spec(prefix.cache_spec);
+    } catch (const Error&) {
+        saved = default_cache_spec();  // a spec this build no longer reads: rebuild under the default
+    }
+    std::unique_ptr<Cache> cache;
+    if (!prefix.snapshot.empty()) {
+        try {
+            cache = load_cache_snapshot(store_.snapshot_path(prefix.snapshot), model_, backend_).cache;
+            if (cache->tokens() != prefix.tokens) throw Error("it holds other tokens than the prefix");
+        } catch (const Error& e) {
+            notices.push_back("the cache of prefix " + quoted(prefix.name) + " could not be used (" + e.what() +
+                              "); it was prefilled again");
+            cache.reset();
+        }
+    }
+    if (!cache) {
+        cache = prefill(prefix.tokens, saved);
+        write_snapshot(prefix, *cache, notices);
+    }
+    if (cache->spec() != want) {
+        try {
+            convert_conversation_cache(*cache, model_, backend_, want);
+            notices.push_back("prefix " + quoted(prefix.name) + " was saved under " + saved +
+                              "; its cache was converted to " + want);
+        } catch (const Error& e) {
+            cache = prefill(prefix.tokens, want);
+            notices.push_back("prefix " + quoted(prefix.name) + " was saved under " + saved +
+                              " and could not be converted to " + want + " (" + e.what() + "); it was prefilled again");
+        }
+    }
+    store_.record_prefix_use(prefix.id);
+    return cache;
+}
+
+std::optional<PrefixRecord> PrefixLibrary::longest_match(const std::vector<int32_t>& tokens) const {
+    std::optional<PrefixRecord> best;
+    for (PrefixRecord& p : store_.list_prefixes()) {
+        if (p.model_fingerprint != model_.fingerprint() || p.tokens.empty() || p.tokens.size() >= tokens.size())
+            continue;
+        if (!std::equal(p.tokens.begin(), p.tokens.end(), tokens.begin())) continue;
+        if (!best || p.tokens.size() > best->tokens.size()) best = std::move(p);
+    }
+    return best;
+}
+
+}  // namespace kvchat
