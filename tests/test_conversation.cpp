@@ -227,7 +227,9 @@ private slots:
         QTest::addColumn<QString>("spec");
         QTest::newRow("dynamic") << "dynamic";
         QTest::newRow("quantized int8") << "quantized:nbits=8";
-        QTest::newRow("sliding window") << "sliding_window:window=64";
+        // sliding_window is left to the tiny-model tests: a ring holds its slots in another order
+        // than a fresh prefill, so float sums differ in the last bit and the default model's
+        // near-tied greedy choices can flip between the two.
     }
     void defaultModelMatchesRecomputing() {
         QFETCH(QString, spec);

@@ -38,8 +38,9 @@ private slots:
     void logitsMatchReference_data() {
         QTest::addColumn<TinyModelSpec>("spec");
         QTest::addColumn<double>("tolerance");
-        // Float weights: only f32 rounding separates us from the double reference (seen: ~2e-7).
-        // Quantized
+        // Float weights: only f32 rounding separates us from the double reference (Llama: ~2e-7;
+        // Gemma ~5e-5, because its GELU rounds to the fp16 grid and a float input a hair from a
+        // grid boundary can land on the other fp16 neighbour than the double one). Quantized
         // weights: activations are quantized to 8 bits per block before the integer dot products,
         // which costs up to ~1% per matrix product.
         const std::vector<std::pair<TensorType, double>> types = {
@@ -55,7 +56,8 @@ private slots:
                 s.weight_type = type;
                 s.n_layer = std::string(arch) == "gemma3" ? 6 : 2;
                 s.sliding_window = std::string(arch) == "gemma3" ? 4 : 0;
-                QTest::newRow((std::string(arch) + " " + std::string(kvchat::traits(type).name)).c_str()) << s << tol;
+                const double bound = std::string(arch) == "gemma3" && tol < 1e-3 ? 2e-4 : tol;
+                QTest::newRow((std::string(arch) + " " + std::string(kvchat::traits(type).name)).c_str()) << s << bound;
             }
         }
         TinyModelSpec mistral;
@@ -127,7 +129,9 @@ private slots:
         model->forward(*backend, *cache, tokens.data(), static_cast<int64_t>(tokens.size()), kvchat::Logits::All, got);
         const double err = relative_error(got, want, s.n_vocab);
         qInfo("relative error %.2e", err);
-        QVERIFY2(err < 1e-5, qPrintable(QString("relative error %1").arg(err)));
+        // Gemma: fp16-grid GELU boundary cases (see logitsMatchReference_data).
+        const double bound = s.arch == "gemma3" ? 2e-4 : 1e-5;
+        QVERIFY2(err < bound, qPrintable(QString("relative error %1").arg(err)));
     }
 
     // A sink cache runs past the model's context; every other strategy stops there.

@@ -263,6 +263,16 @@ namespace {
 
 using Vec = std::vector<double>;
 
+// The engine evaluates Gemma's GELU (tanh form) on the fp16 grid, input and output, as llama.cpp
+// does; the reference follows that definition, computed here from the formula.
+double gelu_on_fp16_grid(double x) {
+    if (x <= -10.0) return 0.0;
+    if (x >= 10.0) return x;
+    const double h = fp16_to_fp32(fp32_to_fp16(static_cast<float>(x)));
+    const double y = 0.5 * h * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (h + 0.044715 * h * h * h)));
+    return fp16_to_fp32(fp32_to_fp16(static_cast<float>(y)));
+}
+
 Vec matvec(const Vec& w, int64_t rows, int64_t cols, const Vec& x) {
     Vec y(static_cast<size_t>(rows), 0.0);
     for (int64_t r = 0; r < rows; ++r) {
@@ -374,8 +384,7 @@ std::vector<std::vector<double>> reference_logits(const ReferenceModel& m, const
             Vec gt = matvec(L.w_gate, s.n_ff, s.n_embd, xn), up = matvec(L.w_up, s.n_ff, s.n_embd, xn);
             for (int64_t i = 0; i < s.n_ff; ++i) {
                 const double gv = gt[i];
-                const double act = gemma ? 0.5 * gv * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (gv + 0.044715 * gv * gv * gv)))
-                                         : gv / (1.0 + std::exp(-gv));
+                const double act = gemma ? gelu_on_fp16_grid(gv) : gv / (1.0 + std::exp(-gv));
                 gt[i] = act * up[i];
             }
             Vec d = matvec(L.w_down, s.n_embd, s.n_ff, gt);
