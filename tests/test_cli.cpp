@@ -1,23 +1,16 @@
 // kvchat-cli as a user runs it: exit codes and messages.
 #include <QProcess>
 #include <QTemporaryDir>
+#include "support/cli_run.h"
 #include "support/test_paths.h"
 
 #include <QtTest>
 
+using Run = kvchat::test::CliRun;
+using kvchat::test::run_cli;
+
 namespace {
-struct Run {
-    int code;
-    QString out;
-    QString err;
-};
-Run cli(const QStringList& args) {
-    QProcess p;
-    p.start(QString::fromUtf8(kvchat::test::cli_path()), args);
-    if (!p.waitForFinished(60000)) return {-1, {}, "timeout"};
-    return {p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -2, QString::fromUtf8(p.readAllStandardOutput()),
-            QString::fromUtf8(p.readAllStandardError())};
-}
+Run cli(const QStringList& args) { return run_cli(args); }
 }  // namespace
 
 class TestCli : public QObject {

@@ -1,5 +1,6 @@
 // kvchat-cli's cache options on a tiny model: --cache on generate and bench, the telemetry in
 // --json, and refusals that name the bad parameter.
+#include "support/cli_run.h"
 #include "support/test_paths.h"
 #include "support/tiny_model.h"
 
@@ -10,19 +11,11 @@
 #include <QTemporaryDir>
 #include <QtTest>
 
+using Run = kvchat::test::CliRun;
+using kvchat::test::run_cli;
+
 namespace {
-struct Run {
-    int code;
-    QString out;
-    QString err;
-};
-Run cli(const QStringList& args) {
-    QProcess p;
-    p.start(QString::fromUtf8(kvchat::test::cli_path()), args);
-    if (!p.waitForFinished(120000)) return {-1, {}, "timeout"};
-    return {p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -2, QString::fromUtf8(p.readAllStandardOutput()),
-            QString::fromUtf8(p.readAllStandardError())};
-}
+Run cli(const QStringList& args) { return run_cli(args); }
 }  // namespace
 
 class TestCliCache : public QObject {
