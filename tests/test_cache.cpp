@@ -15,6 +15,8 @@
 #include "engine/model/model.h"
 #include "support/tiny_model.h"
 
+using kvchat::test::relative_error;
+
 #include <QTemporaryDir>
 #include <QtTest>
 #include <cmath>
@@ -83,15 +85,6 @@ TinyModelSpec llama_spec() {
     return s;
 }
 
-double relative_error(const std::vector<float>& got, const std::vector<std::vector<double>>& want, int64_t n_vocab) {
-    double worst = 0.0, spread = 0.0;
-    for (size_t t = 0; t < want.size(); ++t)
-        for (int64_t i = 0; i < n_vocab; ++i) {
-            spread = std::max(spread, std::fabs(want[t][static_cast<size_t>(i)]));
-            worst = std::max(worst, std::fabs(got[t * n_vocab + i] - want[t][static_cast<size_t>(i)]));
-        }
-    return worst / spread;
-}
 
 // Mean KL(p || q) over positions of the softmax of two logit rows.
 double mean_kl(const std::vector<float>& p_logits, const std::vector<float>& q_logits, int64_t n_vocab) {

@@ -6,6 +6,8 @@
 #include "support/test_paths.h"
 #include "support/tiny_model.h"
 
+using kvchat::test::relative_error;
+
 #include <QTemporaryDir>
 #include <QtTest>
 #include <cmath>
@@ -19,16 +21,6 @@ namespace {
 
 const std::vector<int32_t> kTokens = {2, 270, 271, 272, 9, 40, 273, 274, 100, 275, 276, 7, 262, 300};
 
-// Largest |engine - reference| over every logit, relative to the reference logits' spread.
-double relative_error(const std::vector<float>& got, const std::vector<std::vector<double>>& want, int64_t n_vocab) {
-    double worst = 0.0, spread = 0.0;
-    for (size_t t = 0; t < want.size(); ++t)
-        for (int64_t i = 0; i < n_vocab; ++i) {
-            spread = std::max(spread, std::fabs(want[t][static_cast<size_t>(i)]));
-            worst = std::max(worst, std::fabs(got[t * n_vocab + i] - want[t][static_cast<size_t>(i)]));
-        }
-    return worst / spread;
-}
 
 }  // namespace
 

@@ -15,6 +15,16 @@
 
 namespace kvchat::test {
 
+double relative_error(const std::vector<float>& got, const std::vector<std::vector<double>>& want, int64_t n_vocab) {
+    double worst = 0.0, spread = 0.0;
+    for (size_t t = 0; t < want.size(); ++t)
+        for (int64_t i = 0; i < n_vocab; ++i) {
+            spread = std::max(spread, std::fabs(want[t][static_cast<size_t>(i)]));
+            worst = std::max(worst, std::fabs(got[t * n_vocab + i] - want[t][static_cast<size_t>(i)]));
+        }
+    return worst / spread;
+}
+
 bool tiny_layer_sliding(const TinyModelSpec& s, int il) {
     if (s.sliding_window <= 0) return false;
     return s.arch == "gemma3" ? il % 6 < 5 : true;

@@ -68,6 +68,10 @@ using VisibilityRule = std::function<Visibility(int layer, int64_t query, int64_
 std::vector<std::vector<double>> reference_logits(const ReferenceModel& m, const std::vector<int32_t>& tokens,
                                                   const VisibilityRule& rule);
 
+// Largest |engine - reference| over every logit (got: n x n_vocab floats), relative to the
+// reference logits' largest magnitude.
+double relative_error(const std::vector<float>& got, const std::vector<std::vector<double>>& want, int64_t n_vocab);
+
 // Whether layer il of the spec is a sliding-window layer.
 bool tiny_layer_sliding(const TinyModelSpec& spec, int il);
 
