@@ -158,11 +158,11 @@ private slots:
             QVERIFY(QFileInfo(QString::fromStdString(store.snapshot_dir())).isDir());
             QVERIFY(contains(error_of([&] { store.pragma("user_version; DROP TABLE messages"); }), "not a pragma name"));
         }
-        QCOMPARE(raw_query(path, "PRAGMA user_version"), std::string("1"));
+        QCOMPARE(raw_query(path, "PRAGMA user_version"), std::string("2"));
         QCOMPARE(raw_query(path, "PRAGMA journal_mode"), std::string("wal"));  // WAL is kept in the file
         QCOMPARE(raw_query(path, "SELECT group_concat(name, ',') FROM (SELECT name FROM sqlite_schema "
                                  "WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name)"),
-                 std::string("conversations,messages,prefixes,settings"));
+                 std::string("conversations,messages,prefix_messages,prefixes,settings"));
         // Reopening a current database keeps what it holds.
         {
             Store store(path);
@@ -170,7 +170,7 @@ private slots:
         }
         Store again(path);
         QVERIFY(again.find_conversation("kept").has_value());
-        QCOMPARE(again.pragma("user_version"), std::string("1"));
+        QCOMPARE(again.pragma("user_version"), std::string("2"));
     }
 
     void defaultPathFollowsXdgDataHome() {
@@ -410,6 +410,183 @@ private slots:
         QCOMPARE(error_of([&] { store.record_prefix_use(saved.id); }), "no prefix with id " + std::to_string(saved.id));
     }
 
+    // A prefix holds the first messages of a conversation, in order, kept exactly; they go with it.
+    void prefixMessages() {
+        QTemporaryDir dir;
+        const std::string path = (dir.path() + "/kvchat.db").toStdString();
+        Store store(path);
+        kvchat::PrefixRecord p;
+        p.name = "it's a \"few-shot\"'; DROP TABLE prefix_messages; --";
+        p.messages = {{Role::System, "Answer in one word.", false},
+                      {Role::User, "Capital of France? '; DROP TABLE prefixes; --", false},
+                      {Role::Assistant, "Paris", false},
+                      {Role::User, std::string("bad \xff byte"), false}};
+        p.tokens = {2, 3, 4};
+        const auto saved = store.save_prefix(p);
+        QCOMPARE(saved.name, p.name);
+        QCOMPARE(saved.messages.size(), size_t(4));
+        QCOMPARE(saved.messages[0].role, Role::System);
+        QCOMPARE(saved.messages[1].role, Role::User);
+        QCOMPARE(saved.messages[1].content, p.messages[1].content);
+        QCOMPARE(saved.messages[2].role, Role::Assistant);
+        QCOMPARE(saved.messages[2].content, std::string("Paris"));
+        QCOMPARE(saved.messages[3].content, std::string("bad \xEF\xBF\xBD byte"));
+        QVERIFY(saved.messages[3].content_repaired);
+        QVERIFY(!saved.messages[0].content_repaired);
+        QVERIFY(saved.text_repaired);
+        QCOMPARE(saved.text, std::string("Answer in one word."));  // the first message, as a preview
+        QCOMPARE(store.list_prefixes().front().messages.size(), size_t(4));
+        QCOMPARE(raw_query(path, "SELECT count(*) FROM prefix_messages"), std::string("4"));
+
+        // Without messages, the text is one system message (a prefix saved from text).
+        kvchat::PrefixRecord q;
+        q.name = "plain";
+        q.text = "You are terse.";
+        const auto plain = store.save_prefix(q);
+        QCOMPARE(plain.messages.size(), size_t(1));
+        QCOMPARE(plain.messages[0].role, Role::System);
+        QCOMPARE(plain.messages[0].content, q.text);
+        // A name in use saves nothing, messages included.
+        QCOMPARE(error_of([&] { store.save_prefix(q); }), std::string("a prefix named 'plain' already exists"));
+        QCOMPARE(raw_query(path, "SELECT count(*) FROM prefix_messages"), std::string("5"));
+
+        // Replacing the messages replaces all of them and drops the snapshot that no longer matches.
+        store.set_prefix_snapshot(saved.id, "prefix-1.kvcache", "fp", "dynamic");
+        const auto u = store.update_prefix_messages(saved.id, {{Role::User, "Hi", false}, {Role::Assistant, "Hello", false}},
+                                                    {7, 8});
+        QCOMPARE(u.dropped_snapshot, std::string("prefix-1.kvcache"));
+        QVERIFY(!u.text_repaired);
+        const auto edited = *store.find_prefix_by_id(saved.id);
+        QCOMPARE(edited.messages.size(), size_t(2));
+        QCOMPARE(edited.messages[0].role, Role::User);
+        QCOMPARE(edited.messages[1].content, std::string("Hello"));
+        QCOMPARE(edited.text, std::string("Hi"));
+        QCOMPARE(edited.tokens, (std::vector<int32_t>{7, 8}));
+        QVERIFY(edited.snapshot.empty());
+        QVERIFY(!edited.text_repaired);
+        QCOMPARE(error_of([&] { store.update_prefix_messages(saved.id, {}, {}); }),
+                 std::string("a prefix needs at least one message"));
+        QCOMPARE(error_of([&] { store.update_prefix_messages(31337, {{Role::User, "x", false}}, {}); }),
+                 std::string("no prefix with id 31337"));
+        QCOMPARE(store.find_prefix_by_id(saved.id)->messages.size(), size_t(2));  // the refusals changed nothing
+
+        // Deleting a prefix deletes its messages.
+        store.delete_prefix(saved.id);
+        QCOMPARE(raw_query(path, "SELECT count(*) FROM prefix_messages"), std::string("1"));
+        QCOMPARE(store.list_prefixes().size(), size_t(1));
+    }
+
+    // A database written by the previous schema (1: a prefix was one text) is migrated forward
+    // keeping everything: each prefix becomes one system message with the same tokens, snapshot
+    // and use figures, and conversations are untouched. Made here with schema 1's own statements.
+    void migratesPrefixesFromSchema1() {
+        QTemporaryDir dir;
+        const std::string path = (dir.path() + "/old.db").toStdString();
+        const char* schema1 = R"sql(
+CREATE TABLE conversations (
+    id                INTEGER PRIMARY KEY AUTOINCREMENT,
+    title             TEXT NOT NULL UNIQUE,
+    model_fingerprint TEXT NOT NULL DEFAULT '',
+    cache_spec        TEXT NOT NULL DEFAULT '',
+    snapshot          TEXT,
+    created_ms        INTEGER NOT NULL,
+    updated_ms        INTEGER NOT NULL
+);
+CREATE INDEX conversations_by_update ON conversations (updated_ms);
+CREATE TABLE messages (
+    id                INTEGER PRIMARY KEY AUTOINCREMENT,
+    conversation_id   INTEGER NOT NULL REFERENCES conversations (id) ON DELETE CASCADE,
+    ordinal           INTEGER NOT NULL,
+    role              TEXT NOT NULL CHECK (role IN ('system', 'user', 'assistant')),
+    content           TEXT NOT NULL,
+    content_repaired  INTEGER NOT NULL DEFAULT 0,
+    prompt_tokens     INTEGER NOT NULL DEFAULT 0,
+    generated_tokens  INTEGER NOT NULL DEFAULT 0,
+    ttft_ms           REAL,
+    tokens_per_second REAL,
+    created_ms        INTEGER NOT NULL,
+    UNIQUE (conversation_id, ordinal)
+);
+CREATE TABLE prefixes (
+    id                INTEGER PRIMARY KEY AUTOINCREMENT,
+    name              TEXT NOT NULL UNIQUE,
+    text              TEXT NOT NULL,
+    text_repaired     INTEGER NOT NULL DEFAULT 0,
+    model_fingerprint TEXT NOT NULL DEFAULT '',
+    cache_spec        TEXT NOT NULL DEFAULT '',
+    tokens            BLOB NOT NULL,
+    snapshot          TEXT,
+    created_ms        INTEGER NOT NULL,
+    last_used_ms      INTEGER,
+    use_count         INTEGER NOT NULL DEFAULT 0
+);
+CREATE TABLE settings (
+    key   TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+) WITHOUT ROWID;
+PRAGMA application_id = 1263944520;
+PRAGMA journal_mode = WAL;
+INSERT INTO conversations (title, model_fingerprint, cache_spec, snapshot, created_ms, updated_ms)
+    VALUES ('trip', 'sha256:m', 'dynamic', 'conversation-1.kvcache', 1700000000000, 1700000000001);
+INSERT INTO messages (conversation_id, ordinal, role, content, created_ms) VALUES
+    (1, 0, 'user', 'Plan a day in Lyon.', 1700000000000),
+    (1, 1, 'assistant', 'Start at Fourviere.', 1700000000001);
+INSERT INTO prefixes (name, text, text_repaired, model_fingerprint, cache_spec, tokens, snapshot, created_ms,
+                      last_used_ms, use_count) VALUES
+    ('legal', 'You are a careful contracts lawyer.', 0, 'sha256:m', 'dynamic', X'0200000069000000ffffffff',
+     'prefix-1.kvcache', 1700000000000, 1700000000500, 3),
+    ('it''s "odd"; DROP TABLE prefixes; --', 'O''Brien: ' || char(65533), 1, 'sha256:m', 'quantized:nbits=4',
+     X'', NULL, 1700000000002, NULL, 0);
+INSERT INTO settings (key, value) VALUES ('chat.context_policy', 'sink');
+PRAGMA user_version = 1;
+)sql";
+        QCOMPARE(raw_exec(path, schema1), std::string("ok"));
+        QCOMPARE(raw_query(path, "PRAGMA user_version"), std::string("1"));
+        {
+            Store store(path);
+            QCOMPARE(store.pragma("user_version"), std::to_string(Store::kSchemaVersion));
+            QCOMPARE(store.pragma("integrity_check"), std::string("ok"));
+            QCOMPARE(store.pragma("foreign_key_check"), std::string());
+            const auto prefixes = store.list_prefixes();
+            QCOMPARE(prefixes.size(), size_t(2));
+            const auto legal = *store.find_prefix("legal");
+            QCOMPARE(legal.messages.size(), size_t(1));
+            QCOMPARE(legal.messages[0].role, Role::System);
+            QCOMPARE(legal.messages[0].content, std::string("You are a careful contracts lawyer."));
+            QCOMPARE(legal.text, std::string("You are a careful contracts lawyer."));
+            QCOMPARE(legal.tokens, (std::vector<int32_t>{2, 105, -1}));
+            QCOMPARE(legal.snapshot, std::string("prefix-1.kvcache"));
+            QCOMPARE(legal.model_fingerprint, std::string("sha256:m"));
+            QCOMPARE(legal.use_count, int64_t(3));
+            QCOMPARE(legal.last_used_ms, std::optional<int64_t>(1700000000500));
+            QCOMPARE(legal.created_ms, int64_t(1700000000000));
+            const auto odd = *store.find_prefix("it's \"odd\"; DROP TABLE prefixes; --");
+            QCOMPARE(odd.messages.size(), size_t(1));
+            QCOMPARE(odd.messages[0].content, std::string("O'Brien: \xEF\xBF\xBD"));
+            QVERIFY(odd.messages[0].content_repaired);  // the flag came along
+            QVERIFY(odd.tokens.empty());
+            QCOMPARE(odd.cache_spec, std::string("quantized:nbits=4"));
+            // Conversations, messages and settings are as they were.
+            const auto trip = store.find_conversation("trip");
+            QVERIFY(trip.has_value());
+            QCOMPARE(trip->snapshot, std::string("conversation-1.kvcache"));
+            const auto msgs = store.list_messages(trip->id);
+            QCOMPARE(msgs.size(), size_t(2));
+            QCOMPARE(msgs[1].content, std::string("Start at Fourviere."));
+            QCOMPARE(store.setting("chat.context_policy"), std::optional<std::string>("sink"));
+            // The migrated database takes prefixes of several messages.
+            kvchat::PrefixRecord p;
+            p.name = "few-shot";
+            p.messages = {{Role::User, "2+2?", false}, {Role::Assistant, "4", false}};
+            QCOMPARE(store.save_prefix(p).messages.size(), size_t(2));
+        }
+        // Opening it again runs no migration twice.
+        Store again(path);
+        QCOMPARE(again.list_prefixes().size(), size_t(3));
+        QCOMPARE(raw_query(path, "SELECT count(*) FROM prefix_messages"), std::string("4"));
+        QCOMPARE(raw_query(path, "PRAGMA user_version"), std::to_string(Store::kSchemaVersion));
+    }
+
     void snapshotNamesArePlainFileNames() {
         QTemporaryDir dir;
         Store store((dir.path() + "/kvchat.db").toStdString());
@@ -584,7 +761,7 @@ private slots:
         QVERIFY(before.size() > 0);
         const std::string msg = error_of([&] { Store s(path); });
         QCOMPARE(msg, "database '" + path +
-                          "' is from a newer kvchat (schema 7, this build knows 1); it was left unchanged: open it "
+                          "' is from a newer kvchat (schema 7, this build knows 2); it was left unchanged: open it "
                           "with a newer kvchat or choose another database");
         QCOMPARE(file_bytes(qpath), before);
         QCOMPARE(raw_query(path, "PRAGMA user_version"), std::string("7"));
@@ -608,7 +785,7 @@ private slots:
         QVERIFY(QFileInfo(qpath + "-wal").size() > 0);
         const QByteArray before = file_bytes(qpath);
         const QByteArray wal_before = file_bytes(qpath + "-wal");
-        QVERIFY(contains(error_of([&] { Store s(path); }), "is from a newer kvchat (schema 9, this build knows 1)"));
+        QVERIFY(contains(error_of([&] { Store s(path); }), "is from a newer kvchat (schema 9, this build knows 2)"));
         QCOMPARE(file_bytes(qpath), before);
         QCOMPARE(file_bytes(qpath + "-wal"), wal_before);
     }
@@ -638,7 +815,7 @@ private slots:
         write_bytes(qpath, QByteArray());
         {
             Store store(qpath.toStdString());
-            QCOMPARE(store.pragma("user_version"), std::string("1"));
+            QCOMPARE(store.pragma("user_version"), std::string("2"));
             QCOMPARE(store.pragma("application_id"), std::to_string(0x4B564348));
             store.create_conversation("works", "", "");
         }
@@ -648,7 +825,7 @@ private slots:
         QCOMPARE(raw_exec(blank, "PRAGMA page_size = 4096; VACUUM"), std::string("ok"));
         QVERIFY(QFileInfo(QString::fromStdString(blank)).size() > 0);
         Store store(blank);
-        QCOMPARE(store.pragma("user_version"), std::string("1"));
+        QCOMPARE(store.pragma("user_version"), std::string("2"));
     }
 
     void damagedRandomBytesRefused() {

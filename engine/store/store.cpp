@@ -75,6 +75,23 @@ CREATE TABLE settings (
 
 PRAGMA application_id = 1263944520;
 )sql",
+    // 2: a prefix holds the first messages of a conversation, not only a system prompt. Each
+    // prefix of schema 1 becomes its one system message; prefixes.text stays (forward-only, and
+    // it keeps what was saved) and from now on holds the first message's content. The tokens and
+    // the snapshot stay valid: one system message renders exactly as the old text did.
+    R"sql(
+CREATE TABLE prefix_messages (
+    prefix_id         INTEGER NOT NULL REFERENCES prefixes (id) ON DELETE CASCADE,
+    ordinal           INTEGER NOT NULL,
+    role              TEXT NOT NULL CHECK (role IN ('system', 'user', 'assistant')),
+    content           TEXT NOT NULL,
+    content_repaired  INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (prefix_id, ordinal)
+) WITHOUT ROWID;
+
+INSERT INTO prefix_messages (prefix_id, ordinal, role, content, content_repaired)
+    SELECT id, 0, 'system', text, text_repaired FROM prefixes;
+)sql",
 };
 static_assert(std::size(kMigrations) == Store::kSchemaVersion, "one migration step per schema version");
 static_assert(kApplicationId == 1263944520, "the migration text spells out kApplicationId");
@@ -260,18 +277,20 @@ ConversationRecord read_conversation(const Statement& st) {
     return c;
 }
 
+// `whose`: which row it is, for the message naming a damaged database.
+Role parse_role(const std::string& role, const std::string& path, const std::string& whose) {
+    if (role == "system") return Role::System;
+    if (role == "user") return Role::User;
+    if (role == "assistant") return Role::Assistant;
+    throw Error("database " + in_quotes(path) + " is damaged: " + whose + " has the role " + in_quotes(role));
+}
+
 MessageRecord read_message(const Statement& st, const std::string& path) {
     MessageRecord m;
     m.id = st.integer(0);
     m.conversation_id = st.integer(1);
     m.ordinal = st.integer(2);
-    const std::string role = st.text(3);
-    if (role == "system") m.role = Role::System;
-    else if (role == "user") m.role = Role::User;
-    else if (role == "assistant") m.role = Role::Assistant;
-    else
-        throw Error("database " + in_quotes(path) + " is damaged: message " + std::to_string(m.id) + " has the role " +
-                    in_quotes(role));
+    m.role = parse_role(st.text(3), path, "message " + std::to_string(m.id));
     m.content = st.text(4);
     m.content_repaired = st.integer(5) != 0;
     m.stats.prompt_tokens = st.integer(6);
@@ -639,44 +658,88 @@ int64_t Store::delete_messages_after(int64_t conversation_id, int64_t ordinal) {
 
 // ---- prefixes ----
 
+void Store::insert_prefix_messages(int64_t prefix_id, const std::vector<PrefixMessage>& messages) {
+    int64_t ordinal = 0;
+    for (const PrefixMessage& m : messages) {
+        const RepairedUtf8 content = repair_utf8(m.content);
+        Statement st(db_, path_,
+                     "INSERT INTO prefix_messages (prefix_id, ordinal, role, content, content_repaired) "
+                     "VALUES (?1, ?2, ?3, ?4, ?5)");
+        st.bind_int(1, prefix_id)
+            .bind_int(2, ordinal++)
+            .bind_text(3, role_name(m.role))
+            .bind_text(4, content.text)
+            .bind_int(5, content.replaced ? 1 : 0)
+            .change();
+    }
+}
+
+void Store::read_prefix_messages(PrefixRecord& p) const {
+    Statement st(db_, path_,
+                 "SELECT role, content, content_repaired FROM prefix_messages WHERE prefix_id = ?1 ORDER BY ordinal");
+    st.bind_int(1, p.id);
+    p.messages.clear();
+    while (st.step()) {
+        PrefixMessage m;
+        m.role = parse_role(st.text(0), path_, "a message of prefix " + in_quotes(p.name));
+        m.content = st.text(1);
+        m.content_repaired = st.integer(2) != 0;
+        p.messages.push_back(std::move(m));
+    }
+    // A row without messages can only come from outside kvchat; its text is what schema 1 meant.
+    if (p.messages.empty()) p.messages.push_back({Role::System, p.text, p.text_repaired});
+}
+
 PrefixRecord Store::save_prefix(const PrefixRecord& prefix) {
     const std::string name = repair_utf8(prefix.name).text;
     check_name("prefix", name);
     if (!prefix.snapshot.empty()) check_snapshot_name(prefix.snapshot);
-    const RepairedUtf8 text = repair_utf8(prefix.text);
+    std::vector<PrefixMessage> messages = prefix.messages;
+    if (messages.empty()) messages.push_back({Role::System, prefix.text, false});
+    bool repaired = false;
+    for (const PrefixMessage& m : messages) repaired = repaired || !is_valid_utf8(m.content);
+    Transaction t(db_, path_);
     Statement st(db_, path_,
                  "INSERT INTO prefixes (name, text, text_repaired, model_fingerprint, cache_spec, tokens, snapshot, "
                  "created_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)");
     st.bind_text(1, name)
-        .bind_text(2, text.text)
-        .bind_int(3, text.replaced ? 1 : 0)
+        .bind_text(2, repair_utf8(messages.front().content).text)
+        .bind_int(3, repaired ? 1 : 0)
         .bind_text(4, repair_utf8(prefix.model_fingerprint).text)
         .bind_text(5, repair_utf8(prefix.cache_spec).text)
         .bind_blob(6, encode_tokens(prefix.tokens))
         .bind_text_or_null(7, prefix.snapshot)
         .bind_int(8, now_ms());
     st.change("a prefix named " + in_quotes(name) + " already exists");
-    return *find_prefix_by_id(sqlite3_last_insert_rowid(db_));
+    const int64_t id = sqlite3_last_insert_rowid(db_);
+    insert_prefix_messages(id, messages);
+    t.commit();
+    return *find_prefix_by_id(id);
 }
 
 std::optional<PrefixRecord> Store::find_prefix(std::string_view name) const {
     Statement st(db_, path_, "SELECT " KVCHAT_PREFIX_COLUMNS " FROM prefixes WHERE name = ?1");
     st.bind_text(1, repair_utf8(name).text);
     if (!st.step()) return std::nullopt;
-    return read_prefix(st, path_);
+    PrefixRecord p = read_prefix(st, path_);
+    read_prefix_messages(p);
+    return p;
 }
 
 std::optional<PrefixRecord> Store::find_prefix_by_id(int64_t id) const {
     Statement st(db_, path_, "SELECT " KVCHAT_PREFIX_COLUMNS " FROM prefixes WHERE id = ?1");
     st.bind_int(1, id);
     if (!st.step()) return std::nullopt;
-    return read_prefix(st, path_);
+    PrefixRecord p = read_prefix(st, path_);
+    read_prefix_messages(p);
+    return p;
 }
 
 std::vector<PrefixRecord> Store::list_prefixes() const {
     Statement st(db_, path_, "SELECT " KVCHAT_PREFIX_COLUMNS " FROM prefixes ORDER BY name, id");
     std::vector<PrefixRecord> out;
     while (st.step()) out.push_back(read_prefix(st, path_));
+    for (PrefixRecord& p : out) read_prefix_messages(p);
     return out;
 }
 
@@ -690,16 +753,29 @@ void Store::rename_prefix(int64_t id, std::string_view name) {
 }
 
 PrefixTextUpdate Store::update_prefix_text(int64_t id, std::string_view text, const std::vector<int32_t>& tokens) {
-    RepairedUtf8 fixed = repair_utf8(text);
+    return update_prefix_messages(id, {PrefixMessage{Role::System, std::string(text), false}}, tokens);
+}
+
+PrefixTextUpdate Store::update_prefix_messages(int64_t id, const std::vector<PrefixMessage>& messages,
+                                               const std::vector<int32_t>& tokens) {
+    if (messages.empty()) throw Error("a prefix needs at least one message");
+    bool repaired = false;
+    for (const PrefixMessage& m : messages) repaired = repaired || !is_valid_utf8(m.content);
     Transaction t(db_, path_);
     Statement get(db_, path_, "SELECT snapshot FROM prefixes WHERE id = ?1");
     get.bind_int(1, id);
     if (!get.step()) throw Error("no prefix with id " + std::to_string(id));
-    PrefixTextUpdate result{fixed.replaced, get.text(0)};
+    PrefixTextUpdate result{repaired, get.text(0)};
     Statement set(db_, path_,
                   "UPDATE prefixes SET text = ?1, text_repaired = ?2, tokens = ?3, snapshot = NULL WHERE id = ?4");
-    set.bind_text(1, fixed.text).bind_int(2, fixed.replaced ? 1 : 0).bind_blob(3, encode_tokens(tokens)).bind_int(4, id);
+    set.bind_text(1, repair_utf8(messages.front().content).text)
+        .bind_int(2, repaired ? 1 : 0)
+        .bind_blob(3, encode_tokens(tokens))
+        .bind_int(4, id);
     set.change();
+    Statement del(db_, path_, "DELETE FROM prefix_messages WHERE prefix_id = ?1");
+    del.bind_int(1, id).change();
+    insert_prefix_messages(id, messages);
     t.commit();
     return result;
 }

@@ -52,14 +52,26 @@ struct MessageRecord {
     int64_t created_ms = 0;
 };
 
+// One message of a saved prefix, in the order the prefix holds them.
+struct PrefixMessage {
+    Role role = Role::System;
+    std::string content;
+    bool content_repaired = false;  // invalid UTF-8 was replaced by U+FFFD when it was stored
+};
+
 struct PrefixRecord {
     int64_t id = 0;
     std::string name;  // unique among prefixes
+    // The opening messages of a conversation (a system prompt alone, or system / user /
+    // assistant ... in order); never empty once stored.
+    std::vector<PrefixMessage> messages;
+    // The first message's content: the whole text of a prefix saved from text (one system
+    // message), a preview of the others.
     std::string text;
-    bool text_repaired = false;  // invalid UTF-8 was replaced by U+FFFD when it was stored
+    bool text_repaired = false;  // some message had invalid UTF-8 replaced by U+FFFD when it was stored
     std::string model_fingerprint;
     std::string cache_spec;
-    std::vector<int32_t> tokens;  // the text tokenized for model_fingerprint
+    std::vector<int32_t> tokens;  // the messages rendered and tokenized for model_fingerprint
     std::string snapshot;         // file name under snapshot_dir(); empty when none is saved
     int64_t created_ms = 0;
     std::optional<int64_t> last_used_ms;
@@ -75,7 +87,7 @@ struct PrefixTextUpdate {
 class Store {
 public:
     // The schema version this build writes; PRAGMA user_version of an up-to-date database.
-    static constexpr int kSchemaVersion = 1;
+    static constexpr int kSchemaVersion = 2;
 
     // data_dir()/kvchat.db
     static std::string default_path();
@@ -131,8 +143,8 @@ public:
     int64_t delete_messages_after(int64_t conversation_id, int64_t ordinal);
 
     // ---- prefixes ----
-    // Saves a new prefix from `prefix` (its id, times, use count and repaired flag are ignored)
-    // and returns the stored record.
+    // Saves a new prefix from `prefix` (its id, times, use count, text and repaired flags are
+    // ignored; messages empty: one system message holding `text`) and returns the stored record.
     PrefixRecord save_prefix(const PrefixRecord& prefix);
     std::optional<PrefixRecord> find_prefix(std::string_view name) const;
     std::optional<PrefixRecord> find_prefix_by_id(int64_t id) const;
@@ -141,6 +153,9 @@ public:
     // Replaces the text and its tokens. The old snapshot no longer matches, so it is dropped from
     // the row and its name returned for the caller to remove the file.
     PrefixTextUpdate update_prefix_text(int64_t id, std::string_view text, const std::vector<int32_t>& tokens);
+    // The same for a new list of messages (at least one), which replaces every message the prefix held.
+    PrefixTextUpdate update_prefix_messages(int64_t id, const std::vector<PrefixMessage>& messages,
+                                            const std::vector<int32_t>& tokens);
     // Records the snapshot saved for the prefix and what it was built with; returns the name it
     // replaces (empty when none, or when it is the same name).
     std::string set_prefix_snapshot(int64_t id, std::string_view snapshot, std::string_view model_fingerprint,
@@ -160,6 +175,8 @@ private:
     void migrate(int from_version);
     int64_t next_update_time() const;
     void require_conversation(int64_t id) const;
+    void insert_prefix_messages(int64_t prefix_id, const std::vector<PrefixMessage>& messages);
+    void read_prefix_messages(PrefixRecord& p) const;
 
     std::string path_;
     std::string snapshot_dir_;
