@@ -121,9 +121,18 @@ Conversation& ConversationRegistry::open(std::string_view title_in, const OpenOp
         }
         e.id = store_.create_conversation(title.text, model_.fingerprint(), spec).id;
         e.conversation = std::make_unique<Conversation>(model_, backend_, template_, spec);
-        const std::string system = prefix ? prefix->text : options.system;
-        if (!system.empty()) {
-            const MessageRecord m = store_.append_message(e.id, Role::System, system);
+        if (prefix) {
+            // The transcript opens with the prefix's messages, so every later turn renders them
+            // (and their tokens are the ones the prefix cache holds).
+            for (const PrefixMessage& pm : prefix->messages) {
+                const MessageRecord m = store_.append_message(e.id, pm.role, pm.content);
+                e.conversation->append(m.role, m.content);
+            }
+            if (!options.system.empty())
+                notices_.push_back("prefix " + quoted(prefix->name) + " gives the conversation its opening; the system "
+                                   "message given besides it was not used");
+        } else if (!options.system.empty()) {
+            const MessageRecord m = store_.append_message(e.id, Role::System, options.system);
             if (m.content_repaired) notices_.push_back("the system message had invalid UTF-8; it was replaced by U+FFFD");
             e.conversation->append(Role::System, m.content);
         }

@@ -22,7 +22,7 @@ namespace kvchat {
 struct OpenOptions {
     std::string cache_spec;  // strategy for a new conversation, or a switch for an existing one
     std::string prefix;      // start a new conversation from this saved prefix
-    std::string system;      // system message of a new conversation (a prefix's text wins)
+    std::string system;      // system message of a new conversation (a prefix's messages win)
 };
 
 class ConversationRegistry {

@@ -20,6 +20,8 @@ std::string quoted(std::string_view s) {
     return q;
 }
 
+std::string messages_count(size_t n) { return std::to_string(n) + (n == 1 ? " message" : " messages"); }
+
 std::string snapshot_name_for(const PrefixRecord& p) { return "prefix-" + std::to_string(p.id) + ".kvcache"; }
 
 }  // namespace
@@ -28,8 +30,44 @@ PrefixLibrary::PrefixLibrary(Store& store, const Model& model, Backend& backend,
     : store_(store), model_(model), backend_(backend), template_(chat_template) {}
 
 std::vector<int32_t> PrefixLibrary::tokens_for(std::string_view text) const {
-    const RenderedChat r = template_.render({ChatMessage{Role::System, std::string(text)}}, false);
-    return std::vector<int32_t>(r.tokens.begin(), r.tokens.begin() + r.system_end);
+    return tokens_for({ChatMessage{Role::System, std::string(text)}});
+}
+
+std::vector<int32_t> PrefixLibrary::tokens_for(const std::vector<ChatMessage>& messages) const {
+    // Without a generation prompt: whatever follows (the user's next message, or the reply's
+    // opening) renders after these tokens unchanged.
+    return template_.render(messages, false).tokens;
+}
+
+std::vector<ChatMessage> PrefixLibrary::messages_of(const PrefixRecord& prefix) {
+    std::vector<ChatMessage> out;
+    out.reserve(prefix.messages.size());
+    for (const PrefixMessage& m : prefix.messages) out.push_back({m.role, m.content});
+    return out;
+}
+
+std::vector<PrefixMessage> PrefixLibrary::checked_messages(std::string_view name,
+                                                           const std::vector<ChatMessage>& messages,
+                                                           std::vector<int32_t>& tokens,
+                                                           std::vector<std::string>& notices) const {
+    if (messages.empty()) throw Error("prefix " + quoted(name) + " needs at least one message");
+    std::vector<PrefixMessage> fixed;
+    std::vector<ChatMessage> rendered;
+    bool replaced = false;
+    for (const ChatMessage& m : messages) {
+        RepairedUtf8 r = repair_utf8(m.content);
+        replaced = replaced || r.replaced;
+        rendered.push_back({m.role, r.text});
+        fixed.push_back({m.role, std::move(r.text), r.replaced});
+    }
+    if (replaced)
+        notices.push_back(messages.size() == 1 ? "the prefix text had invalid UTF-8; it was replaced by U+FFFD"
+                                               : "a message of the prefix had invalid UTF-8; it was replaced by U+FFFD");
+    tokens = tokens_for(rendered);
+    if (static_cast<int64_t>(tokens.size()) >= model_.config().n_ctx_train)
+        throw Error("prefix " + quoted(name) + " has " + std::to_string(tokens.size()) +
+                    " tokens; the model's context holds " + std::to_string(model_.config().n_ctx_train));
+    return fixed;
 }
 
 std::unique_ptr<Cache> PrefixLibrary::prefill(const std::vector<int32_t>& tokens, const std::string& cache_spec) const {
@@ -55,20 +93,19 @@ void PrefixLibrary::write_snapshot(const PrefixRecord& prefix, const Cache& cach
 
 PrefixRecord PrefixLibrary::save(std::string_view name, std::string_view text, const std::string& cache_spec,
                                  std::vector<std::string>& notices) {
+    return save_messages(name, {ChatMessage{Role::System, std::string(text)}}, cache_spec, notices);
+}
+
+PrefixRecord PrefixLibrary::save_messages(std::string_view name, const std::vector<ChatMessage>& messages,
+                                          const std::string& cache_spec, std::vector<std::string>& notices) {
     if (name.empty()) throw Error("a prefix needs a name");
     if (store_.find_prefix(name)) throw Error("a prefix named " + quoted(name) + " already exists");
-    const RepairedUtf8 fixed = repair_utf8(text);
-    if (fixed.replaced) notices.push_back("the prefix text had invalid UTF-8; it was replaced by U+FFFD");
     const std::string spec = canonical_cache_spec(cache_spec);
     PrefixRecord rec;
     rec.name = std::string(name);
-    rec.text = fixed.text;
+    rec.messages = checked_messages(name, messages, rec.tokens, notices);
     rec.model_fingerprint = model_.fingerprint();
     rec.cache_spec = spec;
-    rec.tokens = tokens_for(fixed.text);
-    if (static_cast<int64_t>(rec.tokens.size()) >= model_.config().n_ctx_train)
-        throw Error("prefix " + quoted(name) + " has " + std::to_string(rec.tokens.size()) +
-                    " tokens; the model's context holds " + std::to_string(model_.config().n_ctx_train));
     auto cache = prefill(rec.tokens, spec);  // before the row: a refused spec saves nothing
     // The record first: a crash before the snapshot costs the cache, never the prefix.
     rec = store_.save_prefix(rec);
@@ -90,12 +127,21 @@ void PrefixLibrary::rename(std::string_view old_name, std::string_view new_name)
 }
 
 PrefixRecord PrefixLibrary::edit(std::string_view name, std::string_view text, std::vector<std::string>& notices) {
+    const PrefixRecord p = find(name);
+    if (p.messages.size() != 1 || p.messages.front().role != Role::System)
+        throw Error("prefix " + quoted(p.name) + " holds " + messages_count(p.messages.size()) +
+                    ", not one system prompt; new text would drop them: replace them from a conversation "
+                    "(prefix edit NAME --conversation CONV [--messages N]) or save the text under another name");
+    return edit_messages(name, {ChatMessage{Role::System, std::string(text)}}, notices);
+}
+
+PrefixRecord PrefixLibrary::edit_messages(std::string_view name, const std::vector<ChatMessage>& messages,
+                                          std::vector<std::string>& notices) {
     PrefixRecord p = find(name);
     const std::string spec = canonical_cache_spec(p.cache_spec);
-    const RepairedUtf8 fixed = repair_utf8(text);
-    if (fixed.replaced) notices.push_back("the prefix text had invalid UTF-8; it was replaced by U+FFFD");
-    const std::vector<int32_t> tokens = tokens_for(fixed.text);
-    const PrefixTextUpdate u = store_.update_prefix_text(p.id, fixed.text, tokens);
+    std::vector<int32_t> tokens;
+    const std::vector<PrefixMessage> fixed = checked_messages(p.name, messages, tokens, notices);
+    const PrefixTextUpdate u = store_.update_prefix_messages(p.id, fixed, tokens);
     if (!u.dropped_snapshot.empty()) std::remove(store_.snapshot_path(u.dropped_snapshot).c_str());
     p = *store_.find_prefix_by_id(p.id);
     p.cache_spec = spec;

@@ -1,11 +1,14 @@
 #pragma once
-// Saved prefix prompts with their prefilled caches. A prefix is a system prompt (a name and its
-// text): its tokens are what the chat template renders for a conversation that opens with that
-// system message, so a conversation started from it (or one whose rendered prompt happens to
-// start with those tokens) copies the prefix's cache and prefills only the rest.
+// Saved prefix prompts with their prefilled caches. A prefix is the opening of a conversation: a
+// system prompt (a name and its text), or the first messages of a conversation (system, user,
+// assistant ... in order: a few-shot opening, a document and a first exchange). Its tokens are
+// what the chat template renders for those messages without a generation prompt, which is
+// exactly how a conversation holding them renders them (rendering is prefix-stable), so a
+// conversation started from it (or one whose rendered prompt happens to start with those
+// tokens) copies the prefix's cache and prefills only the rest.
 //
 // The store holds the record, the snapshot file beside it holds the cache. A missing or damaged
-// snapshot is rebuilt from the text; a prefix saved for another model is refused.
+// snapshot is rebuilt from its stored tokens; a prefix saved for another model is refused.
 #include "engine/chat/chat_template.h"
 #include "engine/store/store.h"
 
@@ -21,24 +24,38 @@ class PrefixLibrary {
 public:
     PrefixLibrary(Store& store, const Model& model, Backend& backend, const ChatTemplate& chat_template);
 
-    // The tokens a prefix with this text gets under the current model and template.
+    // The tokens a prefix with this text (one system message) gets under the current model and template.
     std::vector<int32_t> tokens_for(std::string_view text) const;
+    // The tokens a prefix holding these messages gets.
+    std::vector<int32_t> tokens_for(const std::vector<ChatMessage>& messages) const;
+    // A prefix's messages as a conversation holds them.
+    static std::vector<ChatMessage> messages_of(const PrefixRecord& prefix);
 
-    // Saves a new prefix and its prefilled cache (under `cache_spec`, empty: the default).
-    // Refuses a name in use. `notices` gets what the user should know (repaired text).
+    // Saves a new prefix of one system message and its prefilled cache (under `cache_spec`,
+    // empty: the default). Refuses a name in use. `notices` gets what the user should know
+    // (repaired text).
     PrefixRecord save(std::string_view name, std::string_view text, const std::string& cache_spec,
                       std::vector<std::string>& notices);
+    // The same for the opening messages of a conversation (at least one).
+    PrefixRecord save_messages(std::string_view name, const std::vector<ChatMessage>& messages,
+                               const std::string& cache_spec, std::vector<std::string>& notices);
     std::vector<PrefixRecord> list() const { return store_.list_prefixes(); }
     PrefixRecord find(std::string_view name) const;  // throws kvchat::Error when there is none
     void rename(std::string_view old_name, std::string_view new_name);
-    // New text: the old snapshot is removed and the cache prefilled again.
+    // New text for a prefix of one system message: the old snapshot is removed and the cache
+    // prefilled again. A prefix of several messages is refused (kvchat::Error): replacing them
+    // by one system message would silently drop the exchange it holds; edit_messages replaces
+    // them explicitly.
     PrefixRecord edit(std::string_view name, std::string_view text, std::vector<std::string>& notices);
+    // Replaces every message of the prefix (at least one), then as edit().
+    PrefixRecord edit_messages(std::string_view name, const std::vector<ChatMessage>& messages,
+                               std::vector<std::string>& notices);
     // Deletes the record, then its snapshot file.
     void remove(std::string_view name);
 
     // A copy of the prefix's cache under `cache_spec` (converted when it was saved under another
     // strategy). Refuses (kvchat::Error) a prefix of another model. A missing or damaged snapshot
-    // is rebuilt from the text and saved again, with a notice.
+    // is rebuilt from the stored tokens and saved again, with a notice.
     std::unique_ptr<Cache> load_cache(const PrefixRecord& prefix, const std::string& cache_spec,
                                       std::vector<std::string>& notices);
 
@@ -47,6 +64,10 @@ public:
     std::optional<PrefixRecord> longest_match(const std::vector<int32_t>& tokens) const;
 
 private:
+    // Repaired messages (a notice when any had invalid UTF-8) and their tokens, refused when they
+    // would not fit the model's context.
+    std::vector<PrefixMessage> checked_messages(std::string_view name, const std::vector<ChatMessage>& messages,
+                                                std::vector<int32_t>& tokens, std::vector<std::string>& notices) const;
     std::unique_ptr<Cache> prefill(const std::vector<int32_t>& tokens, const std::string& cache_spec) const;
     void write_snapshot(const PrefixRecord& prefix, const Cache& cache, std::vector<std::string>& notices);
 
