@@ -19,6 +19,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
+#include <limits>
 #include <string>
 
 namespace kvchat::cli {
@@ -166,9 +167,39 @@ int cmd_conversations(const Options& o) {
     return 0;
 }
 
+namespace {
+
+// The first messages of a saved conversation for `prefix save|edit --conversation CONV
+// [--messages N]`: all of them unless --messages says how many.
+std::vector<ChatMessage> opening_of(const Store& store, const Options& o) {
+    const std::string title = o.str("--conversation");
+    const auto c = store.find_conversation(title);
+    if (!c) throw Error("there is no conversation named '" + title + "'");
+    const auto msgs = store.list_messages(c->id);
+    if (msgs.empty()) throw Error("conversation '" + c->title + "' has no messages to save as a prefix");
+    size_t n = msgs.size();
+    if (o.has("--messages")) {
+        const long long want = o.integer("--messages", 0, std::numeric_limits<long long>::min(),
+                                         std::numeric_limits<long long>::max());
+        if (want < 1)
+            throw Error("--messages must be at least 1 (how many of the conversation's first messages the prefix "
+                        "holds), got " + std::to_string(want));
+        if (static_cast<unsigned long long>(want) > msgs.size())
+            throw Error("conversation '" + c->title + "' has " + std::to_string(msgs.size()) + " message" +
+                        (msgs.size() == 1 ? "" : "s") + "; --messages " + std::to_string(want) + " asks for more");
+        n = static_cast<size_t>(want);
+    }
+    std::vector<ChatMessage> out;
+    for (size_t i = 0; i < n; ++i) out.push_back({msgs[i].role, msgs[i].content});
+    return out;
+}
+
+}  // namespace
+
 int cmd_prefix(const Options& o) {
-    if (o.positional.empty()) throw Error("prefix needs an action: save NAME --text TEXT | list | rename OLD NEW | "
-                                          "edit NAME --text TEXT | delete NAME");
+    if (o.positional.empty())
+        throw Error("prefix needs an action: save NAME (--text TEXT | --conversation NAME [--messages N]) | list | "
+                    "rename OLD NEW | edit NAME (--text TEXT | --conversation NAME [--messages N]) | delete NAME");
     const std::string& action = o.positional[0];
     auto need_words = [&](size_t n, const char* usage) {
         if (o.positional.size() != n + 1) throw Error(std::string("usage: kvchat-cli prefix ") + usage);
@@ -179,19 +210,25 @@ int cmd_prefix(const Options& o) {
         const auto list = store.list_prefixes();
         if (o.flag("--json")) {
             json a = json::array();
-            for (const PrefixRecord& p : list)
+            for (const PrefixRecord& p : list) {
+                json roles = json::array();
+                for (const PrefixMessage& m : p.messages) roles.push_back(std::string(role_name(m.role)));
                 a.push_back({{"name", p.name},
                              {"text", p.text},
+                             {"messages", p.messages.size()},
+                             {"roles", roles},
                              {"tokens", p.tokens.size()},
                              {"cache", p.cache_spec},
                              {"snapshot", !p.snapshot.empty()},
                              {"use_count", p.use_count}});
+            }
             std::printf("%s\n", a.dump(-1, ' ', false, json::error_handler_t::replace).c_str());
         } else {
             if (list.empty()) std::fprintf(stderr, "no saved prefixes in %s\n", store.path().c_str());
             for (const PrefixRecord& p : list)
-                std::printf("%s\t%zu tokens\t%s\tused %lld times\n", p.name.c_str(), p.tokens.size(),
-                            p.cache_spec.c_str(), static_cast<long long>(p.use_count));
+                std::printf("%s\t%zu message%s\t%zu tokens\t%s\tused %lld times\n", p.name.c_str(), p.messages.size(),
+                            p.messages.size() == 1 ? "" : "s", p.tokens.size(), p.cache_spec.c_str(),
+                            static_cast<long long>(p.use_count));
         }
         return 0;
     }
@@ -212,32 +249,39 @@ int cmd_prefix(const Options& o) {
         return 0;
     }
     if (action == "save" || action == "edit") {
-        need_words(1, action == "save" ? "save NAME --text TEXT | --conversation NAME" : "edit NAME --text TEXT");
-        std::string text = o.str("--text");
-        if (action == "save" && o.has("--conversation") && !o.has("--text")) {
-            // The opening of a saved conversation: its system message is what a prefix holds.
-            const auto c = store.find_conversation(o.str("--conversation"));
-            if (!c) throw Error("there is no conversation named '" + o.str("--conversation") + "'");
-            const auto msgs = store.list_messages(c->id);
-            if (msgs.empty() || msgs[0].role != Role::System)
-                throw Error("conversation '" + c->title + "' does not open with a system message to save as a prefix");
-            text = msgs[0].content;
-        } else if (!o.has("--text")) {
-            throw Error("prefix " + action + " needs --text TEXT");
-        }
+        const std::string usage = action + " NAME (--text TEXT | --conversation NAME [--messages N])";
+        need_words(1, usage.c_str());
+        const bool from_text = o.has("--text"), from_conversation = o.has("--conversation");
+        if (from_text == from_conversation)
+            throw Error("prefix " + action + " needs --text TEXT or --conversation NAME (one of them)");
+        if (o.has("--messages") && !from_conversation)
+            throw Error("--messages counts the messages taken from --conversation NAME");
+        // Everything the user can get wrong is checked before the model loads.
+        const std::string& name = o.positional[1];
+        if (action == "save" && store.find_prefix(name)) throw Error("a prefix named '" + name + "' already exists");
+        if (action == "edit" && !store.find_prefix(name)) throw Error("there is no prefix named '" + name + "'");
+        const std::vector<ChatMessage> opening = from_conversation ? opening_of(store, o) : std::vector<ChatMessage>{};
         Loaded l = load_model(o);
         const ChatTemplate tmpl = ChatTemplate::for_model(*l.model);
         PrefixLibrary lib(store, *l.model, *l.backend, tmpl);
         std::vector<std::string> notices;
-        const PrefixRecord p = action == "save" ? lib.save(o.positional[1], text, o.str("--cache"), notices)
-                                                : lib.edit(o.positional[1], text, notices);
+        PrefixRecord p;
+        if (action == "save")
+            p = from_text ? lib.save(name, o.str("--text"), o.str("--cache"), notices)
+                          : lib.save_messages(name, opening, o.str("--cache"), notices);
+        else
+            p = from_text ? lib.edit(name, o.str("--text"), notices) : lib.edit_messages(name, opening, notices);
         for (const std::string& n : notices) note(n);
         if (o.flag("--json"))
-            std::printf("%s\n", json({{"name", p.name}, {"tokens", p.tokens.size()}, {"snapshot", !p.snapshot.empty()}})
+            std::printf("%s\n", json({{"name", p.name},
+                                      {"messages", p.messages.size()},
+                                      {"tokens", p.tokens.size()},
+                                      {"snapshot", !p.snapshot.empty()}})
                                     .dump(-1, ' ', false, json::error_handler_t::replace)
                                     .c_str());
         else
-            std::printf("saved prefix '%s' (%zu tokens)\n", p.name.c_str(), p.tokens.size());
+            std::printf("saved prefix '%s' (%zu message%s, %zu tokens)\n", p.name.c_str(), p.messages.size(),
+                        p.messages.size() == 1 ? "" : "s", p.tokens.size());
         return 0;
     }
     throw Error("unknown prefix action '" + action + "' (save, list, rename, edit, delete)");

@@ -218,13 +218,148 @@ private slots:
         QVERIFY(missing.err.contains("felines"));
         const Run bad = cli({"prefix", "frobnicate", "--db", db});
         QCOMPARE(bad.code, 2);
-        // A conversation's opening system message saved as a prefix.
+        // A conversation saved as a prefix: all its messages unless --messages says how many.
         QCOMPARE(cli({"chat", "--model", model, "--db", db, "--conversation", "s", "--system", "a cat on a mat",
                       "--message", "the", "-n", "2", "--greedy"}).code, 0);
         const Run fc = cli({"prefix", "save", "opening", "--conversation", "s", "--model", model, "--db", db});
         QVERIFY2(fc.code == 0, qPrintable(fc.err));
-        QCOMPARE(Store(db.toStdString()).find_prefix("opening")->text, std::string("a cat on a mat"));
+        QVERIFY2(fc.out.contains("3 messages"), fc.out.constData());
+        const auto opening = Store(db.toStdString()).find_prefix("opening");
+        QCOMPARE(opening->text, std::string("a cat on a mat"));
+        QCOMPARE(opening->messages.size(), size_t(3));
+        QCOMPARE(opening->messages[1].content, std::string("the"));
         QCOMPARE(cli({"prefix", "save", "none", "--conversation", "nosuch", "--model", model, "--db", db}).code, 2);
+    }
+
+    // `prefix save NAME --conversation CONV --messages N` on a tiny model: the count, the list,
+    // edit, and every kind of bad input refused with a message that says what is wrong.
+    void prefixFromConversationMessages() {
+        QTemporaryDir dir;
+        const QString model = tiny_model_path(dir);
+        const QString db = dir.path() + "/kv.db";
+        const QString conv = "Bob's \"few-shot\"'; DROP TABLE messages; --";
+        const QString name = "it's a 'prefix' \"too\"";
+        auto chat = [&](const QString& c, const QString& message, const QStringList& more = {}) {
+            return cli(QStringList{"chat", "--model", model, "--db", db, "--conversation", c, "--message", message, "-n",
+                                   "3", "--greedy", "--json"} + more);
+        };
+        QCOMPARE(chat(conv, "the cat", {"--system", "a cat on a mat"}).code, 0);
+        QCOMPARE(chat(conv, "a mat").code, 0);  // five messages: system, user, assistant, user, assistant
+        auto save = [&](const QStringList& more) {
+            return cli(QStringList{"prefix", "--model", model, "--db", db, "--json"} + more);
+        };
+        const Run s3 = save({"save", name, "--conversation", conv, "--messages", "3"});
+        QVERIFY2(s3.code == 0, qPrintable(s3.err));
+        QCOMPARE(json_of(s3)["messages"].toInt(), 3);
+        const Run all = save({"save", "all", "--conversation", conv});
+        QVERIFY2(all.code == 0, qPrintable(all.err));
+        QCOMPARE(json_of(all)["messages"].toInt(), 5);
+        QVERIFY(json_of(all)["tokens"].toInt() > json_of(s3)["tokens"].toInt());
+
+        // Bad input: each refused with exit code 2 and a message naming the problem.
+        const struct {
+            QStringList args;
+            const char* says;
+        } bad[] = {
+            {{"save", "n0", "--conversation", conv, "--messages", "0"}, "--messages must be at least 1"},
+            {{"save", "n-1", "--conversation", conv, "--messages", "-1"}, "--messages must be at least 1"},
+            {{"save", "n6", "--conversation", conv, "--messages", "6"}, "has 5 messages; --messages 6 asks for more"},
+            {{"save", "nx", "--conversation", conv, "--messages", "three"}, "--messages expects a whole number"},
+            {{"save", "nbig", "--conversation", conv, "--messages", "99999999999999999999"}, "expects a whole number"},
+            {{"save", "nc", "--conversation", "nosuch"}, "there is no conversation named 'nosuch'"},
+            {{"save", "nt", "--text", "x", "--messages", "2"}, "--messages counts the messages taken from --conversation"},
+            {{"save", "both", "--text", "x", "--conversation", conv}, "--text TEXT or --conversation NAME"},
+            {{"save", "neither"}, "--text TEXT or --conversation NAME"},
+            {{"save", name, "--conversation", conv, "--messages", "2"}, "already exists"},
+            {{"edit", name, "--text", "just a system prompt"}, "holds 3 messages, not one system prompt"},
+            {{"edit", "nobody", "--conversation", conv}, "there is no prefix named 'nobody'"},
+        };
+        for (const auto& b : bad) {
+            const Run r = save(b.args);
+            QVERIFY2(r.code == 2, qPrintable(b.args.join(' ')));
+            QVERIFY2(r.err.contains(QString::fromUtf8(b.says)), qPrintable(b.args.join(' ') + " -> " + r.err));
+        }
+        // A conversation with no messages has nothing to save.
+        {
+            Store store(db.toStdString());
+            store.create_conversation("empty", "", "");
+        }
+        QVERIFY(save({"save", "e", "--conversation", "empty"}).err.contains("has no messages"));
+
+        // The list shows how many messages each prefix holds; nothing the refusals touched changed.
+        const Run l = cli({"prefix", "list", "--db", db, "--json"});
+        const QJsonArray arr = QJsonDocument::fromJson(l.out).array();
+        QCOMPARE(arr.size(), 2);
+        QCOMPARE(arr[0].toObject()["name"].toString(), QString("all"));
+        QCOMPARE(arr[0].toObject()["messages"].toInt(), 5);
+        QCOMPARE(arr[1].toObject()["name"].toString(), name);
+        QCOMPARE(arr[1].toObject()["messages"].toInt(), 3);
+        QCOMPARE(arr[1].toObject()["roles"].toArray(), (QJsonArray{"system", "user", "assistant"}));
+        const Run lt = cli({"prefix", "list", "--db", db});
+        QVERIFY2(lt.out.contains("\t3 messages\t") && lt.out.contains("\t5 messages\t"), lt.out.constData());
+
+        // edit --conversation replaces the messages (here: the first user message alone).
+        Store store(db.toStdString());
+        const Run ed = save({"edit", name, "--conversation", conv, "--messages", "2"});
+        QVERIFY2(ed.code == 0, qPrintable(ed.err));
+        QCOMPARE(store.find_prefix(name.toStdString())->messages.size(), size_t(2));
+
+        // A conversation started from it opens with its messages and prefills only the new turn.
+        const Run c = chat("from prefix", "on the mat", {"--prefix", name});
+        QVERIFY2(c.code == 0, qPrintable(c.err));
+        const QJsonObject jc = json_of(c);
+        const auto p = store.find_prefix(name.toStdString());
+        QCOMPARE(jc["cached_tokens"].toInteger(), static_cast<qint64>(p->tokens.size()));
+        QCOMPARE(jc["prefill_tokens"].toInteger(), jc["prompt_tokens"].toInteger() - jc["cached_tokens"].toInteger());
+        const auto msgs = store.list_messages(store.find_conversation("from prefix")->id);
+        QCOMPARE(msgs.size(), size_t(4));
+        QCOMPARE(msgs[0].content, std::string("a cat on a mat"));
+        QCOMPARE(msgs[1].content, std::string("the cat"));
+        QCOMPARE(msgs[2].content, std::string("on the mat"));
+    }
+
+    // On the default model (Gemma's template): a conversation started from a prefix that ends
+    // with an assistant turn prefills exactly its own turn (the assistant's end marker and the
+    // next user turn's opening render the same with or without the prefix) and answers as a
+    // fresh cache over the same messages does.
+    void multiMessagePrefixOnDefaultModel() {
+        QTemporaryDir dir;
+        const QString db = dir.path() + "/kv.db";
+        const QString first = "Name a fruit that is yellow.", second = "And one that is red?";
+        const Run a = cli({"chat", "--db", db, "--conversation", "fruit", "--message", first, "-n", "16", "--greedy", "--json"});
+        QVERIFY2(a.code == 0, qPrintable(a.err));
+        const QString answer = json_of(a)["text"].toString();
+        const Run s = cli({"prefix", "save", "fruit opening", "--conversation", "fruit", "--messages", "2", "--db", db, "--json"});
+        QVERIFY2(s.code == 0, qPrintable(s.err));
+        const Run b = cli({"chat", "--db", db, "--conversation", "fruit again", "--prefix", "fruit opening", "--message",
+                           second, "-n", "16", "--greedy", "--json"});
+        QVERIFY2(b.code == 0, qPrintable(b.err));
+        const QJsonObject jb = json_of(b);
+
+        auto model = Model::load(resolve_model_path(""));
+        const Tokenizer& tok = model->tokenizer();
+        auto n_of = [&](const std::string& text) { return static_cast<int64_t>(tok.encode(text, false).size()); };
+        const ChatTemplate tmpl = ChatTemplate::for_model(*model);
+        const std::vector<ChatMessage> opening = {{Role::User, first.toStdString()}, {Role::Assistant, answer.toStdString()}};
+        const int64_t prefix_tokens = static_cast<int64_t>(tmpl.render(opening, false).tokens.size());
+        QCOMPARE(json_of(s)["tokens"].toInteger(), prefix_tokens);
+        // <start_of_turn>user\n{second}<end_of_turn>\n<start_of_turn>model\n and nothing else.
+        const int64_t new_turn = 1 + n_of("user\n") + n_of(second.toStdString()) + 1 + n_of("\n") + 1 + n_of("model\n");
+        QCOMPARE(jb["cached_tokens"].toInteger(), prefix_tokens);
+        QCOMPARE(jb["prefill_tokens"].toInteger(), new_turn);
+
+        std::vector<ChatMessage> all = opening;
+        all.push_back({Role::User, second.toStdString()});
+        const RenderedChat r = tmpl.render(all, true);
+        QCOMPARE(jb["prompt_tokens"].toInteger(), static_cast<qint64>(r.tokens.size()));
+        auto be = make_cpu_backend(0);
+        auto cache = model->make_default_cache(*be);
+        Generator gen(*model, *be);
+        GenerationConfig g;
+        g.max_new_tokens = 16;
+        g.sampling.greedy = true;
+        g.stop_tokens = tmpl.stop_tokens();
+        QCOMPARE(jb["text"].toString().toStdString(), gen.generate(*cache, r.tokens, g).text);
     }
 
     // The interactive session: a message, then /regenerate replaces its answer.
