@@ -85,52 +85,39 @@ int nearest_int(float v) {
 
 // --- dequantization ------------------------------------------------------------------------
 
-void dequantize_q4_0(const void* src, float* y, int64_t nb) {
+// The 32-element formats with 4- or 5-bit levels: element j's level is the low (j < 16) or
+// high nibble of qs[j % 16], plus bit j of qh in the 5-bit ones. The _0 formats are symmetric
+// (x = d * (level - 2^(bits-1))), the _1 formats carry a minimum (x = d * level + m).
+template <class Block>
+constexpr bool kFiveBit = requires(Block b) { b.qh; };
+template <class Block>
+constexpr bool kHasMin = requires(Block b) { b.m; };
+template <class Block>
+constexpr int kLevels = kFiveBit<Block> ? 32 : 16;
+
+template <class Block>
+int level_of(const Block& b, int j, [[maybe_unused]] uint32_t qh) {
+    const int half = QK4_0 / 2;
+    int v = j < half ? (b.qs[j] & 0x0f) : (b.qs[j - half] >> 4);
+    if constexpr (kFiveBit<Block>) v |= int((qh >> j) & 1u) << 4;
+    return v;
+}
+
+template <class Block>
+void dequantize_small(const void* src, float* y, int64_t nb) {
     for (int64_t i = 0; i < nb; ++i, y += QK4_0) {
-        const auto b = load<BlockQ4_0>(src, i);
+        const auto b = load<Block>(src, i);
         const float d = h2f(b.d);
-        for (int j = 0; j < QK4_0 / 2; ++j) {
-            y[j] = float((b.qs[j] & 0x0f) - 8) * d;
-            y[j + QK4_0 / 2] = float((b.qs[j] >> 4) - 8) * d;
-        }
-    }
-}
-
-void dequantize_q4_1(const void* src, float* y, int64_t nb) {
-    for (int64_t i = 0; i < nb; ++i, y += QK4_1) {
-        const auto b = load<BlockQ4_1>(src, i);
-        const float d = h2f(b.d), m = h2f(b.m);
-        for (int j = 0; j < QK4_1 / 2; ++j) {
-            y[j] = float(b.qs[j] & 0x0f) * d + m;
-            y[j + QK4_1 / 2] = float(b.qs[j] >> 4) * d + m;
-        }
-    }
-}
-
-void dequantize_q5_0(const void* src, float* y, int64_t nb) {
-    for (int64_t i = 0; i < nb; ++i, y += QK5_0) {
-        const auto b = load<BlockQ5_0>(src, i);
-        const float d = h2f(b.d);
-        const uint32_t qh = read_u32(b.qh);
-        for (int j = 0; j < QK5_0 / 2; ++j) {
-            const int lo = (b.qs[j] & 0x0f) | int(((qh >> j) & 1u) << 4);
-            const int hi = (b.qs[j] >> 4) | int(((qh >> (j + 16)) & 1u) << 4);
-            y[j] = float(lo - 16) * d;
-            y[j + QK5_0 / 2] = float(hi - 16) * d;
-        }
-    }
-}
-
-void dequantize_q5_1(const void* src, float* y, int64_t nb) {
-    for (int64_t i = 0; i < nb; ++i, y += QK5_1) {
-        const auto b = load<BlockQ5_1>(src, i);
-        const float d = h2f(b.d), m = h2f(b.m);
-        const uint32_t qh = read_u32(b.qh);
-        for (int j = 0; j < QK5_1 / 2; ++j) {
-            const int lo = (b.qs[j] & 0x0f) | int(((qh >> j) & 1u) << 4);
-            const int hi = (b.qs[j] >> 4) | int(((qh >> (j + 16)) & 1u) << 4);
-            y[j] = float(lo) * d + m;
-            y[j + QK5_1 / 2] = float(hi) * d + m;
+        uint32_t qh = 0;
+        if constexpr (kFiveBit<Block>) qh = read_u32(b.qh);
+        [[maybe_unused]] float m = 0;
+        if constexpr (kHasMin<Block>) m = h2f(b.m);
+        for (int j = 0; j < QK4_0; ++j) {
+            const int v = level_of(b, j, qh);
+            if constexpr (kHasMin<Block>)
+                y[j] = float(v) * d + m;
+            else
+                y[j] = float(v - kLevels<Block> / 2) * d;
         }
     }
 }
@@ -276,75 +263,35 @@ float signed_absmax(const float* x, int n) {
     return max;
 }
 
-void quantize_q4_0(const float* x, void* dst, int64_t nb) {
+// ggml's reference rounding: int(v + 0.5) after the _0 formats' offset, clamped to the levels.
+template <class Block>
+void quantize_small(const float* x, void* dst, int64_t nb) {
+    constexpr int top = kLevels<Block> - 1, half = QK4_0 / 2;
     for (int64_t i = 0; i < nb; ++i, x += QK4_0) {
-        // d = max / -8 maps the extreme to level 0 and spends the extra negative level on it.
-        const float d = signed_absmax(x, QK4_0) / -8;
-        const float id = d != 0 ? 1.0f / d : 0.0f;
-        BlockQ4_0 b{};
-        b.d = fp32_to_fp16(d);
-        for (int j = 0; j < QK4_0 / 2; ++j) {
-            const int lo = std::clamp(int(x[j] * id + 8.5f), 0, 15);
-            const int hi = std::clamp(int(x[j + QK4_0 / 2] * id + 8.5f), 0, 15);
-            b.qs[j] = uint8_t(lo | (hi << 4));
+        Block b{};
+        float d, offset;
+        [[maybe_unused]] float min = 0;
+        if constexpr (kHasMin<Block>) {
+            min = *std::min_element(x, x + QK4_0);
+            d = (*std::max_element(x, x + QK4_0) - min) / top;
+            b.m = fp32_to_fp16(min);
+            offset = 0.5f;
+        } else {
+            // d = max / -half maps the extreme to level 0 and spends the extra negative level on it.
+            d = signed_absmax(x, QK4_0) / -float(kLevels<Block> / 2);
+            offset = float(kLevels<Block> / 2) + 0.5f;
         }
-        store(dst, i, b);
-    }
-}
-
-void quantize_q4_1(const float* x, void* dst, int64_t nb) {
-    for (int64_t i = 0; i < nb; ++i, x += QK4_1) {
-        const float min = *std::min_element(x, x + QK4_1), max = *std::max_element(x, x + QK4_1);
-        const float d = (max - min) / 15;
         const float id = d != 0 ? 1.0f / d : 0.0f;
-        BlockQ4_1 b{};
-        b.d = fp32_to_fp16(d);
-        b.m = fp32_to_fp16(min);
-        for (int j = 0; j < QK4_1 / 2; ++j) {
-            const int lo = std::clamp(int((x[j] - min) * id + 0.5f), 0, 15);
-            const int hi = std::clamp(int((x[j + QK4_1 / 2] - min) * id + 0.5f), 0, 15);
-            b.qs[j] = uint8_t(lo | (hi << 4));
-        }
-        store(dst, i, b);
-    }
-}
-
-void quantize_q5_0(const float* x, void* dst, int64_t nb) {
-    for (int64_t i = 0; i < nb; ++i, x += QK5_0) {
-        const float d = signed_absmax(x, QK5_0) / -16;
-        const float id = d != 0 ? 1.0f / d : 0.0f;
-        BlockQ5_0 b{};
         b.d = fp32_to_fp16(d);
         uint32_t qh = 0;
-        for (int j = 0; j < QK5_0 / 2; ++j) {
-            const int lo = std::clamp(int(x[j] * id + 16.5f), 0, 31);
-            const int hi = std::clamp(int(x[j + QK5_0 / 2] * id + 16.5f), 0, 31);
+        for (int j = 0; j < half; ++j) {
+            const int lo = std::clamp(int((x[j] - min) * id + offset), 0, top);
+            const int hi = std::clamp(int((x[j + half] - min) * id + offset), 0, top);
             b.qs[j] = uint8_t((lo & 0x0f) | ((hi & 0x0f) << 4));
             qh |= uint32_t(lo >> 4) << j;
-            qh |= uint32_t(hi >> 4) << (j + QK5_0 / 2);
+            qh |= uint32_t(hi >> 4) << (j + half);
         }
-        std::memcpy(b.qh, &qh, 4);
-        store(dst, i, b);
-    }
-}
-
-void quantize_q5_1(const float* x, void* dst, int64_t nb) {
-    for (int64_t i = 0; i < nb; ++i, x += QK5_1) {
-        const float min = *std::min_element(x, x + QK5_1), max = *std::max_element(x, x + QK5_1);
-        const float d = (max - min) / 31;
-        const float id = d != 0 ? 1.0f / d : 0.0f;
-        BlockQ5_1 b{};
-        b.d = fp32_to_fp16(d);
-        b.m = fp32_to_fp16(min);
-        uint32_t qh = 0;
-        for (int j = 0; j < QK5_1 / 2; ++j) {
-            const int lo = std::clamp(int((x[j] - min) * id + 0.5f), 0, 31);
-            const int hi = std::clamp(int((x[j + QK5_1 / 2] - min) * id + 0.5f), 0, 31);
-            b.qs[j] = uint8_t((lo & 0x0f) | ((hi & 0x0f) << 4));
-            qh |= uint32_t(lo >> 4) << j;
-            qh |= uint32_t(hi >> 4) << (j + QK5_1 / 2);
-        }
-        std::memcpy(b.qh, &qh, 4);
+        if constexpr (kFiveBit<Block>) std::memcpy(b.qh, &qh, 4);
         store(dst, i, b);
     }
 }
@@ -593,10 +540,10 @@ void dequantize_row(TensorType t, const void* src, float* dst, int64_t n) {
     case TensorType::BF16:
         for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_fp32(load<bf16_bits>(src, i));
         return;
-    case TensorType::Q4_0: return dequantize_q4_0(src, dst, nb);
-    case TensorType::Q4_1: return dequantize_q4_1(src, dst, nb);
-    case TensorType::Q5_0: return dequantize_q5_0(src, dst, nb);
-    case TensorType::Q5_1: return dequantize_q5_1(src, dst, nb);
+    case TensorType::Q4_0: return dequantize_small<BlockQ4_0>(src, dst, nb);
+    case TensorType::Q4_1: return dequantize_small<BlockQ4_1>(src, dst, nb);
+    case TensorType::Q5_0: return dequantize_small<BlockQ5_0>(src, dst, nb);
+    case TensorType::Q5_1: return dequantize_small<BlockQ5_1>(src, dst, nb);
     case TensorType::Q8_0: return dequantize_q8_0(src, dst, nb);
     case TensorType::Q8_1: return dequantize_q8_1(src, dst, nb);
     case TensorType::Q2_K: return dequantize_q2_k(src, dst, nb);
@@ -619,10 +566,10 @@ void quantize_row(TensorType t, const float* src, void* dst, int64_t n) {
     case TensorType::BF16:
         for (int64_t i = 0; i < n; ++i) store(dst, i, fp32_to_bf16(src[i]));
         return;
-    case TensorType::Q4_0: return quantize_q4_0(src, dst, nb);
-    case TensorType::Q4_1: return quantize_q4_1(src, dst, nb);
-    case TensorType::Q5_0: return quantize_q5_0(src, dst, nb);
-    case TensorType::Q5_1: return quantize_q5_1(src, dst, nb);
+    case TensorType::Q4_0: return quantize_small<BlockQ4_0>(src, dst, nb);
+    case TensorType::Q4_1: return quantize_small<BlockQ4_1>(src, dst, nb);
+    case TensorType::Q5_0: return quantize_small<BlockQ5_0>(src, dst, nb);
+    case TensorType::Q5_1: return quantize_small<BlockQ5_1>(src, dst, nb);
     case TensorType::Q8_0: return quantize_q8_0(src, dst, nb);
     case TensorType::Q8_1: return quantize_q8_1(src, dst, nb);
     case TensorType::Q2_K: return quantize_q2_k(src, dst, nb);

@@ -41,6 +41,47 @@ std::string read_hf_chat_template(const std::string& dir) {
     return {};
 }
 
+// Where one layer's weights are in a file; an empty name: the architecture has no such weight.
+struct LayerTensorNames {
+    std::string wq, wk, wv, wo, gate, up, down;
+    std::string attn_norm, ffn_norm, q_norm, k_norm, post_attn_norm, post_ffn_norm;
+};
+
+LayerTensorNames gguf_layer_names(int i, bool gemma) {
+    const std::string p = "blk." + std::to_string(i) + ".";
+    LayerTensorNames n;
+    n.wq = p + "attn_q.weight"; n.wk = p + "attn_k.weight"; n.wv = p + "attn_v.weight";
+    n.wo = p + "attn_output.weight";
+    n.gate = p + "ffn_gate.weight"; n.up = p + "ffn_up.weight"; n.down = p + "ffn_down.weight";
+    n.attn_norm = p + "attn_norm.weight"; n.ffn_norm = p + "ffn_norm.weight";
+    if (gemma) {
+        n.q_norm = p + "attn_q_norm.weight";
+        n.k_norm = p + "attn_k_norm.weight";
+        n.post_attn_norm = p + "post_attention_norm.weight";
+        n.post_ffn_norm = p + "post_ffw_norm.weight";
+    }
+    return n;
+}
+
+// Gemma's feed-forward norm is "pre_feedforward_layernorm" and its "post_attention_layernorm"
+// follows attention; Llama's "post_attention_layernorm" is the feed-forward norm.
+LayerTensorNames hf_layer_names(const std::string& prefix, int i, bool gemma) {
+    const std::string p = prefix + "layers." + std::to_string(i) + ".";
+    LayerTensorNames n;
+    n.wq = p + "self_attn.q_proj.weight"; n.wk = p + "self_attn.k_proj.weight"; n.wv = p + "self_attn.v_proj.weight";
+    n.wo = p + "self_attn.o_proj.weight";
+    n.gate = p + "mlp.gate_proj.weight"; n.up = p + "mlp.up_proj.weight"; n.down = p + "mlp.down_proj.weight";
+    n.attn_norm = p + "input_layernorm.weight"; n.ffn_norm = p + "post_attention_layernorm.weight";
+    if (gemma) {
+        n.ffn_norm = p + "pre_feedforward_layernorm.weight";
+        n.q_norm = p + "self_attn.q_norm.weight";
+        n.k_norm = p + "self_attn.k_norm.weight";
+        n.post_attn_norm = p + "post_attention_layernorm.weight";
+        n.post_ffn_norm = p + "post_feedforward_layernorm.weight";
+    }
+    return n;
+}
+
 bool is_directory(const std::string& path) {
     struct stat st {};
     return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
@@ -77,6 +118,32 @@ static WeightMatrix as_matrix(const TensorView& t) {
     if (t.n_dims != 2 || t.ne[2] != 1 || t.ne[3] != 1)
         throw Error("tensor '" + t.name + "' is not a 2-D matrix (" + std::to_string(t.n_dims) + " dimensions)");
     return WeightMatrix{t.type, t.ne[1], t.ne[0], t.data};
+}
+
+// norm_plus_one: the file stores w for a model that multiplies by 1 + w (Gemma's HF checkpoints).
+template <class Names, class Need>
+void Model::read_layers(Names names_of, Need need, bool norm_plus_one) {
+    layers_.resize(static_cast<size_t>(config_.n_layer));
+    for (int i = 0; i < config_.n_layer; ++i) {
+        const LayerTensorNames n = names_of(i);
+        LayerWeights& w = layers_[static_cast<size_t>(i)];
+        w.wq = as_matrix(need(n.wq));
+        w.wk = as_matrix(need(n.wk));
+        w.wv = as_matrix(need(n.wv));
+        w.wo = as_matrix(need(n.wo));
+        w.w_gate = as_matrix(need(n.gate));
+        w.w_up = as_matrix(need(n.up));
+        w.w_down = as_matrix(need(n.down));
+        auto norm = [&](const std::string& name, NormWeight& out) {
+            if (!name.empty()) out = own_norm(norm_store_, need(name), norm_plus_one);
+        };
+        norm(n.attn_norm, w.attn_norm);
+        norm(n.ffn_norm, w.ffn_norm);
+        norm(n.q_norm, w.q_norm);
+        norm(n.k_norm, w.k_norm);
+        norm(n.post_attn_norm, w.post_attn_norm);
+        norm(n.post_ffn_norm, w.post_ffn_norm);
+    }
 }
 
 void Model::load_gguf(const std::string& path) {
@@ -160,26 +227,7 @@ void Model::load_gguf(const std::string& path) {
     output_ = out ? as_matrix(*out) : tok_embd_;  // tied embeddings when there is no output matrix
     output_norm_ = own_norm(norm_store_, need("output_norm.weight"), false);
     c.n_vocab = static_cast<int>(tok_embd_.rows);
-    layers_.resize(static_cast<size_t>(c.n_layer));
-    for (int i = 0; i < c.n_layer; ++i) {
-        const std::string p = "blk." + std::to_string(i) + ".";
-        LayerWeights& w = layers_[static_cast<size_t>(i)];
-        w.wq = as_matrix(need(p + "attn_q.weight"));
-        w.wk = as_matrix(need(p + "attn_k.weight"));
-        w.wv = as_matrix(need(p + "attn_v.weight"));
-        w.wo = as_matrix(need(p + "attn_output.weight"));
-        w.w_gate = as_matrix(need(p + "ffn_gate.weight"));
-        w.w_up = as_matrix(need(p + "ffn_up.weight"));
-        w.w_down = as_matrix(need(p + "ffn_down.weight"));
-        w.attn_norm = own_norm(norm_store_, need(p + "attn_norm.weight"), false);
-        w.ffn_norm = own_norm(norm_store_, need(p + "ffn_norm.weight"), false);
-        if (c.arch == Architecture::Gemma3) {
-            w.q_norm = own_norm(norm_store_, need(p + "attn_q_norm.weight"), false);
-            w.k_norm = own_norm(norm_store_, need(p + "attn_k_norm.weight"), false);
-            w.post_attn_norm = own_norm(norm_store_, need(p + "post_attention_norm.weight"), false);
-            w.post_ffn_norm = own_norm(norm_store_, need(p + "post_ffw_norm.weight"), false);
-        }
-    }
+    read_layers([&](int i) { return gguf_layer_names(i, c.arch == Architecture::Gemma3); }, need, false);
 }
 
 // A Hugging Face folder. Gemma's checkpoints store norm weights w where the model multiplies by
@@ -286,28 +334,7 @@ void Model::load_hf(const std::string& dir) {
     output_ = head && !tied ? as_matrix(*head) : tok_embd_;
     output_norm_ = own_norm(norm_store_, need(prefix + "norm.weight"), gemma);
     c.n_vocab = static_cast<int>(tok_embd_.rows);
-    layers_.resize(static_cast<size_t>(c.n_layer));
-    for (int i = 0; i < c.n_layer; ++i) {
-        const std::string p = prefix + "layers." + std::to_string(i) + ".";
-        LayerWeights& w = layers_[static_cast<size_t>(i)];
-        w.wq = as_matrix(need(p + "self_attn.q_proj.weight"));
-        w.wk = as_matrix(need(p + "self_attn.k_proj.weight"));
-        w.wv = as_matrix(need(p + "self_attn.v_proj.weight"));
-        w.wo = as_matrix(need(p + "self_attn.o_proj.weight"));
-        w.w_gate = as_matrix(need(p + "mlp.gate_proj.weight"));
-        w.w_up = as_matrix(need(p + "mlp.up_proj.weight"));
-        w.w_down = as_matrix(need(p + "mlp.down_proj.weight"));
-        w.attn_norm = own_norm(norm_store_, need(p + "input_layernorm.weight"), gemma);
-        if (gemma) {
-            w.q_norm = own_norm(norm_store_, need(p + "self_attn.q_norm.weight"), true);
-            w.k_norm = own_norm(norm_store_, need(p + "self_attn.k_norm.weight"), true);
-            w.post_attn_norm = own_norm(norm_store_, need(p + "post_attention_layernorm.weight"), true);
-            w.ffn_norm = own_norm(norm_store_, need(p + "pre_feedforward_layernorm.weight"), true);
-            w.post_ffn_norm = own_norm(norm_store_, need(p + "post_feedforward_layernorm.weight"), true);
-        } else {
-            w.ffn_norm = own_norm(norm_store_, need(p + "post_attention_layernorm.weight"), false);
-        }
-    }
+    read_layers([&](int i) { return hf_layer_names(prefix, i, gemma); }, need, gemma);
 }
 
 void Model::check_shapes() const {

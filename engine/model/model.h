@@ -91,6 +91,9 @@ private:
     Model() = default;
     void load_gguf(const std::string& path);
     void load_hf(const std::string& dir);
+    // Fills layers_ from the tensors names_of(i) gives for layer i; need(name) finds one or throws.
+    template <class Names, class Need>
+    void read_layers(Names names_of, Need need, bool norm_plus_one);
     void check_shapes() const;
 
     std::string path_;
