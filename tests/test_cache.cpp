@@ -7,6 +7,7 @@
 #include "engine/cache/cache_spec.h"
 #include "engine/cache/convert.h"
 #include "engine/cache/kivi_block.h"
+#include "engine/cache/offload_tier.h"
 #include "engine/cache/snapshot.h"
 #include "engine/compute/backend.h"
 #include "engine/compute/thread_pool.h"
@@ -17,12 +18,21 @@
 
 using kvchat::test::relative_error;
 
+#include <QDir>
 #include <QTemporaryDir>
 #include <QtTest>
+#include <cerrno>
 #include <cmath>
+#include <csignal>
+#include <cstdio>
 #include <fstream>
+#include <optional>
 #include <random>
+#include <sched.h>
+#include <sys/mount.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 using kvchat::Cache;
@@ -41,13 +51,21 @@ std::vector<int32_t> tokens(int n, uint32_t seed = 7) {
 }
 
 struct Tiny {
-    QTemporaryDir dir;
+    std::optional<QTemporaryDir> dir;  // none in a forked child, which only loads
+    std::string path;
     kvchat::test::ReferenceModel ref;
     std::unique_ptr<kvchat::Model> model;
     std::unique_ptr<kvchat::Backend> backend;
     explicit Tiny(const TinyModelSpec& s) {
-        const std::string path = (dir.path() + "/tiny.gguf").toStdString();
+        dir.emplace();
+        path = (dir->path() + "/tiny.gguf").toStdString();
         ref = kvchat::test::write_tiny_gguf(s, path);
+        model = kvchat::Model::load(path);
+        backend = kvchat::make_cpu_backend(2);
+    }
+    // The model another Tiny wrote, loaded with threads of its own (a forked child has none of
+    // its parent's).
+    explicit Tiny(const std::string& model_path) : path(model_path) {
         model = kvchat::Model::load(path);
         backend = kvchat::make_cpu_backend(2);
     }
@@ -121,6 +139,126 @@ bool file_exists(const std::string& p) {
     return ::stat(p.c_str(), &st) == 0;
 }
 
+// A full disk without root: a forked child under a file size limit (RLIMIT_FSIZE) with SIGXFSZ
+// ignored, so a write or a reservation past the limit fails with EFBIG, as ENOSPC does on a full
+// disk. fn runs in the child and returns "" when every check held, else what failed; the child
+// makes its own model and threads, and reports through a pipe.
+std::string in_child(const std::function<std::string()>& fn) {
+    int fds[2];
+    if (::pipe(fds) != 0) return "pipe: " + std::string(std::strerror(errno));
+    std::fflush(nullptr);
+    const pid_t pid = ::fork();
+    if (pid < 0) return "fork: " + std::string(std::strerror(errno));
+    if (pid == 0) {
+        ::close(fds[0]);
+        std::signal(SIGXFSZ, SIG_IGN);
+        std::string report;
+        try {
+            report = fn();
+        } catch (const std::exception& e) {
+            report = std::string("unexpected exception: ") + e.what();
+        }
+        if (report.empty()) report = "ok";
+        for (size_t at = 0; at < report.size();) {
+            const ssize_t w = ::write(fds[1], report.data() + at, report.size() - at);
+            if (w <= 0) break;
+            at += static_cast<size_t>(w);
+        }
+        ::_exit(0);
+    }
+    ::close(fds[1]);
+    std::string out;
+    char buf[4096];
+    for (ssize_t r; (r = ::read(fds[0], buf, sizeof buf)) != 0;) {
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) break;
+        out.append(buf, static_cast<size_t>(r));
+    }
+    ::close(fds[0]);
+    int status = 0;
+    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    if (!WIFEXITED(status)) return "the child died (signal " + std::to_string(WTERMSIG(status)) + ") after: " + out;
+    return out;
+}
+
+// In a child: lets files grow to `bytes` (RLIM_INFINITY: no limit).
+bool limit_file_size(rlim_t bytes) {
+    rlimit rl{};
+    if (::getrlimit(RLIMIT_FSIZE, &rl) != 0) return false;
+    rl.rlim_cur = std::min(bytes, rl.rlim_max);
+    return ::setrlimit(RLIMIT_FSIZE, &rl) == 0;
+}
+
+bool can_limit_file_size(rlim_t bytes) {
+    rlimit rl{};
+    return ::getrlimit(RLIMIT_FSIZE, &rl) == 0 && (rl.rlim_max == RLIM_INFINITY || rl.rlim_max >= bytes);
+}
+
+// The spill file keeps layer i at byte offset i << 36 (OffloadTier::offset): a limit of
+// (1 << 36) + k leaves layer 0 of a two-layer model unlimited and layer 1 k bytes.
+constexpr rlim_t kLayer1 = rlim_t{1} << 36;
+
+QStringList spill_files(const QString& dir) {
+    return QDir(dir).entryList({"kvchat-spill-*"}, QDir::Files | QDir::Hidden | QDir::System);
+}
+
+#define CHILD_CHECK(cond, what)                                                                         \
+    do {                                                                                               \
+        if (!(cond)) return std::string("line ") + std::to_string(__LINE__) + ": " + std::string(what); \
+    } while (0)
+
+// The spec with the slow tier taken away (the resident twin of an offloaded strategy).
+std::string resident(const std::string& spec) {
+    kvchat::CacheSpec s = kvchat::parse_cache_spec(spec);
+    s.offloaded = false;
+    s.offload_dir.clear();
+    return kvchat::to_string(s);
+}
+
+// Generates under `spec` (offloaded, in `dir`) until the spill file cannot grow, then checks that
+// the generation stopped with an error naming the spill file, that the cache holds exactly the
+// tokens it reports and that, once the disk has room again, it continues exactly as a resident
+// cache fed the same tokens in the same steps.
+std::string generation_hits_full_disk(const std::string& model_path, const std::string& spec, const std::string& dir,
+                                      const std::function<void()>& make_room) {
+    Tiny t(model_path);
+    auto c = t.cache(spec + "+offloaded:dir=" + dir);
+    const std::string spill = c->spill_path();
+    kvchat::Generator gen(*t.model, *t.backend);
+    kvchat::GenerationConfig g;
+    g.max_new_tokens = 60;
+    g.sampling.greedy = true;
+    g.stop_at_eos = false;
+    g.prefill_chunk = 5;
+    const auto prompt = tokens(10);
+    std::string error = "(no error)";
+    try {
+        gen.generate(*c, prompt, g);
+    } catch (const kvchat::Error& e) {
+        error = e.what();
+    }
+    CHILD_CHECK(error.find(spill) != std::string::npos && error.find("disk is full") != std::string::npos,
+                "the error should name the spill file and a full disk: " + error);
+    const std::vector<int32_t> held = c->tokens();
+    CHILD_CHECK(held.size() > prompt.size() + 2, "the generation should have got some way: " + std::to_string(held.size()));
+    CHILD_CHECK(std::equal(prompt.begin(), prompt.end(), held.begin()), "the prompt should lead the history");
+    for (const auto& l : c->telemetry().layers) {
+        const int64_t n = static_cast<int64_t>(held.size());
+        CHILD_CHECK(l.window_end == n && (l.kind == "sliding" || l.tokens_held == n),
+                    "a " + l.kind + " layer holds " + std::to_string(l.tokens_held) + " tokens up to " +
+                        std::to_string(l.window_end) + ", the history " + std::to_string(n));
+    }
+    make_room();
+    auto ref = t.cache(resident(spec));
+    std::vector<float> lg;
+    t.model->forward(*t.backend, *ref, prompt.data(), static_cast<int64_t>(prompt.size()), Logits::Last, lg, 5);
+    for (size_t i = prompt.size(); i < held.size(); ++i) t.model->forward(*t.backend, *ref, &held[i], 1, Logits::Last, lg);
+    for (int32_t next : {42, 43, 44})
+        CHILD_CHECK(t.next_logits(*c, next) == t.next_logits(*ref, next), "after the full disk the cache differs from a resident one");
+    return "";
+}
+
 }  // namespace
 
 class TestCache : public QObject {
@@ -187,6 +325,147 @@ private slots:
         Tiny t(llama_spec());
         const QString msg = QString::fromStdString(error_of([&] { t.cache("offloaded:dir=/nonexistent/spill"); }));
         QVERIFY2(msg.contains("/nonexistent/spill") && msg.contains("dir"), qPrintable(msg));
+    }
+
+    // A spill file that cannot grow when the cache is made or converted to: a clear error naming
+    // the spill file, the old cache untouched and usable, and no spill file left behind.
+    void fullDiskWhenMadeOrConverted() {
+        if (!can_limit_file_size(kLayer1 + (1 << 20))) QSKIP("the hard file size limit is too low for this test");
+        Tiny t(llama_spec());
+        QTemporaryDir spill;
+        const std::string dir = spill.path().toStdString();
+        const std::string report = in_child([&]() -> std::string {
+            Tiny c(t.path);
+            auto names_spill = [&](const std::string& msg) {
+                return msg.find(dir + "/kvchat-spill-") != std::string::npos && msg.find("disk is full") != std::string::npos;
+            };
+            // Not a page for layer 1: no offloaded cache can be made.
+            CHILD_CHECK(limit_file_size(kLayer1), "setrlimit");
+            for (const std::string spec : {"offloaded:dir=", "offloaded_static:max_len=64,dir=",
+                                           "quantized:nbits=4,residual=8,group=8+offloaded:dir="}) {
+                const std::string msg = error_of([&] { c.cache(spec + dir); });
+                CHILD_CHECK(names_spill(msg), spec + ": " + msg);
+            }
+            // 8 KiB for layer 1: a growable cache can be made, one reserving 64 tokens cannot.
+            CHILD_CHECK(limit_file_size(kLayer1 + 8192), "setrlimit");
+            CHILD_CHECK(c.cache("offloaded:dir=" + dir) != nullptr, "a growable offloaded cache");
+            const std::string msg = error_of([&] { c.cache("offloaded_static:max_len=64,dir=" + dir); });
+            CHILD_CHECK(names_spill(msg), msg);
+            // Converting 20 tokens (20 KiB a layer in f32) to an offloaded strategy fails before the
+            // old cache is touched, whether the tokens move or the target is rebuilt.
+            kvchat::ConvertOptions opt;
+            std::vector<float> scratch;
+            opt.reprefill = [&](Cache& cc, const std::vector<int32_t>& ids) {
+                c.model->forward(*c.backend, cc, ids.data(), static_cast<int64_t>(ids.size()), Logits::None, scratch);
+            };
+            const auto toks = tokens(20);
+            for (const std::string from : {"dynamic", "quantized:nbits=4,residual=8,group=8", "sink:window=8,sinks=2"})
+                for (const std::string to : {"offloaded:dir=", "quantized:nbits=4,residual=8,group=8+offloaded:dir="}) {
+                    auto cache = c.cache(from);
+                    c.run(*cache, toks, 20);
+                    const std::string m = error_of([&] { kvchat::convert(*cache, to + dir, opt); });
+                    CHILD_CHECK(names_spill(m), from + " -> " + to + ": " + m);
+                    CHILD_CHECK(cache->spec() == from && cache->tokens() == toks, from + " -> " + to + ": the cache changed");
+                    auto direct = c.cache(from);
+                    c.run(*direct, toks, 20);
+                    CHILD_CHECK(c.next_logits(*cache, 42) == c.next_logits(*direct, 42), from + " -> " + to + ": the cache changed");
+                }
+            return "";
+        });
+        QCOMPARE(QString::fromStdString(report), QString("ok"));
+        QVERIFY2(spill_files(spill.path()).isEmpty(), qPrintable(spill_files(spill.path()).join(", ")));
+    }
+
+    // The spill file stops growing mid-generation: the generation stops with a clear error, the
+    // cache holds exactly the tokens it reports, and with room again it goes on exactly as a
+    // resident cache would. The limit leaves only the last layer short of room (see kLayer1).
+    void fullDiskMidGeneration_data() {
+        QTest::addColumn<QString>("arch");
+        QTest::addColumn<QString>("spec");
+        for (const char* arch : {"llama", "gemma3"})
+            for (const char* spec : {"dynamic", "quantized:nbits=4,residual=8,group=8"})
+                QTest::newRow((std::string(arch) + " " + spec).c_str()) << arch << spec;
+    }
+    void fullDiskMidGeneration() {
+        QFETCH(QString, arch);
+        QFETCH(QString, spec);
+        const TinyModelSpec ts = arch == "gemma3" ? gemma_spec() : llama_spec();
+        const rlim_t limit = kLayer1 * static_cast<rlim_t>(ts.n_layer - 1) + 16384;
+        if (!can_limit_file_size(limit)) QSKIP("the hard file size limit is too low for this test");
+        Tiny t(ts);
+        QTemporaryDir spill;
+        const std::string report = in_child([&]() -> std::string {
+            CHILD_CHECK(limit_file_size(limit), "setrlimit");
+            return generation_hits_full_disk(t.path, spec.toStdString(), spill.path().toStdString(),
+                                             [] { limit_file_size(RLIM_INFINITY); });
+        });
+        QCOMPARE(QString::fromStdString(report), QString("ok"));
+        QVERIFY(spill_files(spill.path()).isEmpty());
+    }
+
+    // The same on a real full disk: a 32 KiB tmpfs, mounted in a private mount namespace of the
+    // child. That needs root (CAP_SYS_ADMIN); elsewhere the file size limit above stands in.
+    void fullTmpfsMidGeneration_data() {
+        QTest::addColumn<QString>("spec");
+        QTest::newRow("dynamic") << "dynamic";
+        QTest::newRow("quantized") << "quantized:nbits=4,residual=8,group=8";
+    }
+    void fullTmpfsMidGeneration() {
+        QFETCH(QString, spec);
+        Tiny t(llama_spec());
+        QTemporaryDir mnt;
+        const std::string dir = mnt.path().toStdString();
+        const std::string report = in_child([&]() -> std::string {
+            if (::unshare(CLONE_NEWNS) != 0) return "skip: no mount namespace (" + std::string(std::strerror(errno)) + ")";
+            if (::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
+                ::mount("tmpfs", dir.c_str(), "tmpfs", 0, "size=32k") != 0)
+                return "skip: cannot mount a tmpfs (" + std::string(std::strerror(errno)) + ")";
+            return generation_hits_full_disk(t.path, spec.toStdString(), dir, [&] {
+                ::mount("tmpfs", dir.c_str(), "tmpfs", MS_REMOUNT, "size=1m");
+            });
+        });
+        if (report.rfind("skip: ", 0) == 0) QSKIP(report.c_str());
+        QCOMPARE(QString::fromStdString(report), QString("ok"));
+    }
+
+    // A write-back that fails (a short write, then EFBIG past the limit) keeps the layer's bytes in
+    // memory: they are what the next use sees, and they reach the file once it can grow.
+    void failedWriteBackKeepsTheBytes() {
+        if (!can_limit_file_size(kLayer1 + (1 << 20))) QSKIP("the hard file size limit is too low for this test");
+        QTemporaryDir spill;
+        const std::string dir = spill.path().toStdString();
+        const std::string report = in_child([&]() -> std::string {
+            CHILD_CHECK(limit_file_size(kLayer1 + 4096), "setrlimit");
+            kvchat::OffloadTier tier(dir, 2);
+            std::vector<uint8_t> want(8192);
+            for (size_t i = 0; i < want.size(); ++i) want[i] = static_cast<uint8_t>(i * 7 + 3);
+            uint8_t* b = tier.acquire(1, 0, want.size());
+            std::memcpy(b, want.data(), want.size());
+            std::string msg = error_of([&] { tier.release(1, want.size(), 0, want.size()); });
+            CHILD_CHECK(msg.find(tier.path()) != std::string::npos && msg.find("disk is full") != std::string::npos, msg);
+            CHILD_CHECK(tier.unsaved(1), "the layer should be marked unsaved");
+            // Layer 0 meanwhile (its prefetch reads layer 1's stale file bytes, which must not win).
+            tier.acquire(0, 0, 16)[0] = 1;
+            tier.release(0, 16, 0, 16);
+            b = tier.acquire(1, want.size(), want.size());
+            CHILD_CHECK(std::equal(want.begin(), want.end(), b), "the bytes should come back from memory");
+            b[100] ^= 0xFF;
+            want[100] ^= 0xFF;
+            msg = error_of([&] { tier.release(1, want.size(), 100, 101); });
+            CHILD_CHECK(msg.find("disk is full") != std::string::npos, "the unsaved tail cannot be written yet: " + msg);
+            CHILD_CHECK(limit_file_size(RLIM_INFINITY), "setrlimit");
+            b = tier.acquire(1, want.size(), want.size());
+            CHILD_CHECK(std::equal(want.begin(), want.end(), b), "the bytes should still come from memory");
+            tier.release(1, want.size(), 0, 0);
+            CHILD_CHECK(!tier.unsaved(1), "the pending bytes should have been written");
+            b = tier.acquire(1, want.size(), want.size());
+            CHILD_CHECK(tier.traffic(1).in_step == static_cast<int64_t>(want.size()), "this time from the file");
+            CHILD_CHECK(std::equal(want.begin(), want.end(), b), "the file should hold the bytes");
+            tier.release(1, want.size(), 0, 0);
+            return "";
+        });
+        QCOMPARE(QString::fromStdString(report), QString("ok"));
+        QVERIFY(spill_files(spill.path()).isEmpty());
     }
 
     // Lossless strategies give exactly the greedy tokens of recomputing without a cache.

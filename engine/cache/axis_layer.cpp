@@ -82,7 +82,7 @@ AxisLayer::AxisLayer(const LayerSpec& spec, const LayerConfig& cfg, ThreadPool& 
     slot_pos_.assign(static_cast<size_t>(slot_cap_), kEmpty);
     res_pos_.resize(static_cast<size_t>(res_cap_));
     if (tier_) {
-        if (cfg_.fixed) tier_->reserve(tier_index_, capacity_bytes());
+        if (cfg_.fixed) tier_->ensure(tier_index_, capacity_bytes());
     } else {
         resident_.resize(capacity_bytes());
     }
@@ -206,6 +206,19 @@ void AxisLayer::evict_before(int32_t keep_from) {
     }
 }
 
+size_t AxisLayer::bytes_after(int64_t first, int64_t n) const {
+    if (cfg_.fixed) return capacity_bytes();
+    if (full()) {
+        // A slot's index never exceeds its position (see slot_index), and rings stop at their limit.
+        const int64_t slots = std::max<int64_t>(slot_used_, std::min<int64_t>(slot_limit_, first + n));
+        return static_cast<size_t>(slots) * rec_bytes();
+    }
+    // Each time the residual passes `residual`, one more block.
+    const int64_t over = res_count_ + n - cfg_.residual;
+    const int64_t blocks = blk_used_ + (over > 0 ? (over + cfg_.group - 1) / cfg_.group : 0);
+    return blk_off_ + static_cast<size_t>(blocks) * kivi_.block_bytes;
+}
+
 void AxisLayer::check_room(int64_t first, int64_t n) const {
     if (first + n > std::numeric_limits<int32_t>::max() - 1)
         throw Error("the cache cannot hold positions beyond " + std::to_string(std::numeric_limits<int32_t>::max() - 1));
@@ -213,6 +226,9 @@ void AxisLayer::check_room(int64_t first, int64_t n) const {
         throw Error("the static cache holds max_len=" + std::to_string(cfg_.max_len) + " tokens, but " +
                     std::to_string(first + n) + " are needed (" + std::to_string(first) + " held + " +
                     std::to_string(n) + " new); choose a larger max_len");
+    // The disk the new tokens will take, reserved now: a full disk then stops the forward pass
+    // before any layer has changed, rather than half-way through it.
+    if (tier_) tier_->ensure(tier_index_, bytes_after(first, n));
 }
 
 void AxisLayer::attend(Buffer& q, const Buffer& k, const Buffer& v, const int32_t* pos, int64_t n, Buffer& out) {

@@ -72,6 +72,8 @@ private:
     uint8_t* block_data(int32_t rec) const { return base_ + blk_off_ + static_cast<size_t>(rec) * kivi_.block_bytes; }
     size_t used_bytes() const;
     size_t capacity_bytes() const;
+    // At most used_bytes() once positions [first, first + n) have been added.
+    size_t bytes_after(int64_t first, int64_t n) const;
     void grow_slots(int64_t need);
     void mark(size_t lo, size_t hi) {
         dirty_lo_ = std::min(dirty_lo_, lo);

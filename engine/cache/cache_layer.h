@@ -77,7 +77,8 @@ public:
     virtual int64_t end_position() const = 0;
     virtual LayerTelemetry telemetry() const = 0;
 
-    // Throws kvchat::Error when positions [first, first + n) do not fit (a fixed capacity).
+    // Throws kvchat::Error when positions [first, first + n) do not fit (a fixed capacity, or the
+    // disk of an offloaded layer, which it reserves).
     virtual void check_room(int64_t first, int64_t n) const = 0;
     // Whether after crop(n) the layer still holds every token that positions >= n attend to
     // (a ring buffer that overwrote part of [n - window, n) does not).
