@@ -18,6 +18,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <fstream>
 #include <map>
@@ -360,6 +361,9 @@ int cmd_bench(const Options& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
+    // A file size limit (ulimit -f) would otherwise kill the process with SIGXFSZ when a spill
+    // file reaches it; ignored, the write fails with EFBIG and the cache reports a clear error.
+    std::signal(SIGXFSZ, SIG_IGN);
     const std::vector<std::string> args(argv + 1, argv + argc);
     for (const std::string& a : args) {
         if (a == "--help" || a == "-h") {

@@ -4,12 +4,14 @@
 #include "support/test_paths.h"
 #include "support/tiny_model.h"
 
+#include <QDir>
 #include <QJsonArray>
 #include <QJsonDocument>
 #include <QJsonObject>
 #include <QProcess>
 #include <QTemporaryDir>
 #include <QtTest>
+#include <sys/resource.h>
 
 using Run = kvchat::test::CliRun;
 using kvchat::test::run_cli;
@@ -69,6 +71,34 @@ private slots:
         QVERIFY2(t.code == 0, qPrintable(t.err));
         QCOMPARE(t.out.trimmed().split('\n').size(), 3);
         QVERIFY(t.out.contains("static:max_len=40"));
+    }
+
+    // A spill file that reaches a file size limit (ulimit -f) mid-generation: the tool does not die
+    // of SIGXFSZ but stops with an error naming the spill file. The tiny model's last layer (5) is
+    // its only global one; the spill file keeps layer i at byte offset i << 36, so the limit leaves
+    // that layer 16 KiB, 16 tokens.
+    void fullSpillFileIsAnErrorNotACrash() {
+        const rlim_t limit = (rlim_t{5} << 36) + 16384;
+        rlimit rl{};
+        if (::getrlimit(RLIMIT_FSIZE, &rl) != 0 || (rl.rlim_max != RLIM_INFINITY && rl.rlim_max < limit))
+            QSKIP("the hard file size limit is too low for this test");
+        QTemporaryDir spill;
+        QProcess p;
+        p.setChildProcessModifier([limit] {
+            rlimit r{};
+            ::getrlimit(RLIMIT_FSIZE, &r);
+            r.rlim_cur = limit;
+            ::setrlimit(RLIMIT_FSIZE, &r);
+        });
+        p.start(QString::fromUtf8(kvchat::test::cli_path()),
+                {"generate", "--model", model_, "--prompt", "the cat sat on the mat", "-n", "40", "--greedy", "--cache",
+                 "offloaded:dir=" + spill.path(), "--threads", "2"});
+        QVERIFY(p.waitForFinished(120000));
+        const QString err = QString::fromUtf8(p.readAllStandardError());
+        QCOMPARE(p.exitStatus(), QProcess::NormalExit);
+        QCOMPARE(p.exitCode(), 2);
+        QVERIFY2(err.contains(spill.path() + "/kvchat-spill-") && err.contains("disk is full"), qPrintable(err));
+        QVERIFY(QDir(spill.path()).entryList(QDir::Files | QDir::Hidden).isEmpty());
     }
 
     void badCacheSpecsAreNamed_data() {
