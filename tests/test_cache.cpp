@@ -593,6 +593,47 @@ private slots:
         }
     }
 
+    // Fewer bits from more: 2^b - 1 divides 2^a - 1 when b divides a, so the b-bit grid's rounding
+    // boundaries fall halfway between a-bit codes, and a block keeps its minimum (and its maximum
+    // to float rounding). Quantizing dequantized a-bit values to b bits therefore gives exactly the
+    // codes quantizing the original values gives, with the same scales to float rounding.
+    void kiviFewerBitsKeepTheCodes_data() {
+        QTest::addColumn<int>("from");
+        QTest::addColumn<int>("to");
+        QTest::newRow("8 -> 4") << 8 << 4;
+        QTest::newRow("8 -> 2") << 8 << 2;
+        QTest::newRow("4 -> 2") << 4 << 2;
+    }
+    void kiviFewerBitsKeepTheCodes() {
+        QFETCH(int, from);
+        QFETCH(int, to);
+        const int D = 128, G = 32, VG = 64;
+        kvchat::KiviFormat fa(from, G, VG, D), fb(to, G, VG, D);
+        std::mt19937 rng(11);
+        std::normal_distribution<float> dist(0.5f, 2.0f);
+        std::vector<float> rows(static_cast<size_t>(G) * 2 * D);
+        for (float& x : rows) x = dist(rng);
+        rows[7] = 30.0f;  // an outlier channel
+        std::vector<uint8_t> direct(fb.block_bytes), via(fa.block_bytes), again(fb.block_bytes);
+        kvchat::kivi_quantize_block(fb, rows.data(), rows.data() + D, 2 * D, G, direct.data());
+        kvchat::kivi_quantize_block(fa, rows.data(), rows.data() + D, 2 * D, G, via.data());
+        std::vector<float> deq(rows.size());
+        for (int j = 0; j < G; ++j) kvchat::kivi_dequantize_token(fa, via.data(), j, deq.data() + j * 2 * D, deq.data() + j * 2 * D + D);
+        kvchat::kivi_quantize_block(fb, deq.data(), deq.data() + D, 2 * D, G, again.data());
+        const size_t codes = static_cast<size_t>(G) * fb.row_code_bytes();
+        QVERIFY(std::equal(direct.begin() + fb.k_codes, direct.begin() + fb.k_codes + codes, again.begin() + fb.k_codes));
+        QVERIFY(std::equal(direct.begin() + fb.v_codes, direct.begin() + fb.v_codes + codes, again.begin() + fb.v_codes));
+        auto close = [&](size_t off, size_t n) {
+            const float* a = reinterpret_cast<const float*>(direct.data() + off);
+            const float* b = reinterpret_cast<const float*>(again.data() + off);
+            for (size_t i = 0; i < n; ++i)
+                if (std::fabs(a[i] - b[i]) > 1e-5f * std::max(1.0f, std::fabs(a[i]))) return false;
+            return true;
+        };
+        QVERIFY(close(fb.k_scale, D) && close(fb.k_zero, D));
+        QVERIFY(close(fb.v_scale, static_cast<size_t>(G) * (D / VG)) && close(fb.v_zero, static_cast<size_t>(G) * (D / VG)));
+    }
+
     // Quantized caches: logits close to full precision, KL within stated bounds per bit width.
     void quantizedCloseToFull_data() {
         QTest::addColumn<QString>("arch");
@@ -724,7 +765,11 @@ private slots:
                 }
                 const auto after = t.next_logits(*c, 42);
                 for (float x : after) QVERIFY(std::isfinite(x));
-                if (r.rebuilt || (lossless(from) && lossless(to))) {
+                // Layers laid out alike (only the placement differs) move verbatim.
+                auto twin = t.cache(to), origin = t.cache(from);
+                bool same_layout = true;
+                for (size_t i = 0; i < twin->n_layers(); ++i) same_layout = same_layout && twin->layer(i).layout() == origin->layer(i).layout();
+                if (r.rebuilt || (lossless(from) && lossless(to)) || same_layout) {
                     auto direct = t.cache(to);
                     t.run(*direct, toks, r.rebuilt ? 7 : 20);
                     QVERIFY2(after == t.next_logits(*direct, 42), label.c_str());
@@ -735,6 +780,138 @@ private slots:
             }
         qInfo("%d bit-exact pairs, %d rebuilt", exact_pairs, rebuilt);
         QVERIFY(rebuilt > 0);
+    }
+
+    // Between quantized formats: a target that needs more than the codes can give back (more bits,
+    // a smaller group, or tokens it keeps in full precision) is rebuilt through the model and then
+    // equals a cache built directly under it; the same layout in another place moves verbatim and
+    // equals it too; fewer bits, a larger group or a smaller residual quantize again (see
+    // fewerBitsConvertLikeFullPrecision).
+    void quantizedToQuantized_data() {
+        QTest::addColumn<QString>("arch");
+        QTest::addColumn<QString>("from");
+        QTest::addColumn<QString>("to");
+        QTest::addColumn<bool>("rebuilt");
+        QTest::addColumn<bool>("exact");  // next-token logits equal to a cache built directly under `to`
+        const char* q4 = "quantized:nbits=4,residual=8,group=8";
+        const char* q4r16 = "quantized:nbits=4,residual=16,group=8";
+        const char* q4g16 = "quantized:nbits=4,residual=16,group=16";
+        for (const char* arch : {"llama", "gemma3"}) {
+            auto row = [&](const char* name, const char* from, const std::string& to, bool rebuilt, bool exact) {
+                QTest::newRow((std::string(arch) + " " + name).c_str()) << arch << from << QString::fromStdString(to) << rebuilt << exact;
+            };
+            row("4 -> 8 bits", q4, "quantized:nbits=8,residual=8,group=8", true, true);
+            row("4 bits -> full", q4, "dynamic", true, true);
+            row("smaller group", q4g16, q4r16, true, true);
+            row("larger residual", q4, q4r16, true, true);
+            row("sinks in full precision", q4, "sink:window=30,sinks=4+quantized:nbits=4,residual=8,group=8", true, true);
+            row("8 -> 4 bits", "quantized:nbits=8,residual=8,group=8", q4, false, false);
+            row("4 -> 2 bits", q4, "quantized:nbits=2,residual=8,group=8", false, false);
+            row("smaller residual", q4r16, q4, false, false);
+            row("larger group", q4r16, q4g16, false, false);
+            row("to offloaded", q4, std::string(q4) + "+offloaded", false, true);
+            row("from offloaded", "quantized:nbits=4,residual=8,group=8+offloaded", q4, false, true);
+        }
+    }
+    void quantizedToQuantized() {
+        QFETCH(QString, arch);
+        QFETCH(QString, from);
+        QFETCH(QString, to);
+        QFETCH(bool, rebuilt);
+        QFETCH(bool, exact);
+        Tiny t(arch == "gemma3" ? gemma_spec() : llama_spec());
+        const auto toks = tokens(40);
+        auto c = t.cache(from.toStdString());
+        t.run(*c, toks, 40);
+        kvchat::ConvertOptions opt;
+        std::vector<float> scratch;
+        opt.reprefill = [&](Cache& cc, const std::vector<int32_t>& ids) {
+            t.model->forward(*t.backend, cc, ids.data(), static_cast<int64_t>(ids.size()), Logits::None, scratch);
+        };
+        opt.chunk = 7;
+        int64_t progress = 0;
+        opt.progress = [&](int64_t done, int64_t) { progress = done; };
+        const auto r = kvchat::convert(*c, to.toStdString(), opt);
+        QCOMPARE(r.rebuilt, rebuilt);
+        QCOMPARE(progress, rebuilt ? int64_t(40) : int64_t(0));
+        QCOMPARE(c->tokens(), toks);
+        QCOMPARE(QString::fromStdString(c->spec()), QString::fromStdString(kvchat::to_string(kvchat::parse_cache_spec(to.toStdString()))));
+        auto direct = t.cache(to.toStdString());
+        t.run(*direct, toks, rebuilt ? 7 : 40);
+        const auto got = t.next_logits(*c, 42), want = t.next_logits(*direct, 42);
+        if (exact) {
+            QVERIFY(got == want);
+        } else {
+            // Not what a direct build holds (its later tokens saw a quantized history), but close.
+            const double kl = mean_kl(want, got, t.model->config().n_vocab);
+            qInfo("KL to a direct build %.2e", kl);
+            QVERIFY(got != want);
+            QVERIFY(kl < 0.05);
+        }
+        // Whatever the way, the layers hold what a direct build holds, within the residual's bound.
+        const auto tel = c->telemetry(), dtel = direct->telemetry();
+        const int residual = kvchat::parse_cache_spec(to.toStdString()).residual;
+        for (size_t i = 0; i < tel.layers.size(); ++i) {
+            QVERIFY(tel.layers[i].residual_tokens <= residual);
+            QCOMPARE(tel.layers[i].tokens_held, dtel.layers[i].tokens_held);
+            QCOMPARE(tel.layers[i].quantized_tokens, dtel.layers[i].quantized_tokens);
+        }
+    }
+
+    // Fewer bits (or a smaller residual) keep the tokens: converting full precision -> 8 bits -> 4
+    // bits gives the cache full precision -> 4 bits gives, up to float rounding of the scales (see
+    // kiviFewerBitsKeepTheCodes), where 4 bits themselves are far from full precision. Tokens the
+    // smaller residual quantizes come from its exact full-precision rows.
+    void fewerBitsConvertLikeFullPrecision_data() {
+        QTest::addColumn<QString>("arch");
+        QTest::addColumn<QString>("via");
+        QTest::addColumn<QString>("to");
+        for (const char* arch : {"llama", "gemma3"}) {
+            const std::string a = arch;
+            QTest::newRow((a + " 8 -> 4").c_str()) << arch << "quantized:nbits=8,residual=8,group=8" << "quantized:nbits=4,residual=8,group=8";
+            QTest::newRow((a + " 8 -> 2").c_str()) << arch << "quantized:nbits=8,residual=8,group=8" << "quantized:nbits=2,residual=8,group=8";
+            QTest::newRow((a + " 4 -> 2").c_str()) << arch << "quantized:nbits=4,residual=8,group=8" << "quantized:nbits=2,residual=8,group=8";
+            QTest::newRow((a + " residual 24 -> 8").c_str()) << arch << "quantized:nbits=4,residual=24,group=8" << "quantized:nbits=4,residual=8,group=8";
+        }
+    }
+    void fewerBitsConvertLikeFullPrecision() {
+        QFETCH(QString, arch);
+        QFETCH(QString, via);
+        QFETCH(QString, to);
+        Tiny t(arch == "gemma3" ? gemma_spec() : llama_spec());
+        auto full = t.cache("dynamic");
+        t.run(*full, tokens(40), 40);
+        auto twice = kvchat::clone_cache(*full), once = kvchat::clone_cache(*full);
+        QVERIFY(!kvchat::convert(*twice, via.toStdString()).rebuilt);
+        QVERIFY(!kvchat::convert(*twice, to.toStdString()).rebuilt);
+        QVERIFY(!kvchat::convert(*once, to.toStdString()).rebuilt);
+        // Largest difference of the held keys and values, relative to the largest magnitude.
+        auto diff = [](const Cache& a, const Cache& b) {
+            double d = 0, m = 0;
+            kvchat::TokenRows ra, rb;
+            for (size_t i = 0; i < a.n_layers(); ++i) {
+                a.layer(i).export_tokens(ra);
+                b.layer(i).export_tokens(rb);
+                if (ra.pos != rb.pos) return 1e30;
+                for (size_t j = 0; j < ra.k.size(); ++j) {
+                    d = std::max({d, std::fabs(double(ra.k[j]) - rb.k[j]), std::fabs(double(ra.v[j]) - rb.v[j])});
+                    m = std::max({m, std::fabs(double(rb.k[j])), std::fabs(double(rb.v[j]))});
+                }
+            }
+            return d / m;
+        };
+        const double err_twice = diff(*twice, *once), err_quantized = diff(*once, *full);
+        qInfo("via %s: %.2e from converting once; quantizing alone: %.2e", qPrintable(via), err_twice, err_quantized);
+        QVERIFY2(err_twice < 1e-5, qPrintable(QString::number(err_twice)));
+        QVERIFY(err_quantized > 1e-3);
+        const auto a = t.next_logits(*twice, 42), b = t.next_logits(*once, 42), f = t.next_logits(*full, 42);
+        double da = 0, df = 0, m = 0;
+        for (size_t i = 0; i < a.size(); ++i) {
+            da = std::max<double>(da, std::fabs(a[i] - b[i]));
+            df = std::max<double>(df, std::fabs(f[i] - b[i]));
+            m = std::max<double>(m, std::fabs(b[i]));
+        }
+        QVERIFY2(da < 1e-4 * m && da < df / 100, qPrintable(QString("%1 vs %2").arg(da).arg(df)));
     }
 
     void failedConversionLeavesCacheIntact() {

@@ -531,6 +531,8 @@ void AxisLayer::export_tokens(TokenRows& rows) const {
         for (int j = 0; j < b.count; ++j) src.push_back({b.first + j, nullptr, &b, j});
     for (int64_t i = 0; i < res_count_; ++i) src.push_back({res_first_ + static_cast<int32_t>(i), res_slot(i), nullptr, 0});
     std::sort(src.begin(), src.end(), [](const Src& a, const Src& b) { return a.pos < b.pos; });
+    rows.nbits = cfg_.nbits;
+    rows.group = cfg_.group;
     const size_t n = src.size(), d = static_cast<size_t>(kv_dim_);
     rows.pos.resize(n);
     rows.k.resize(n * d);
@@ -550,11 +552,30 @@ void AxisLayer::export_tokens(TokenRows& rows) const {
     loan.finish();
 }
 
+size_t AxisLayer::import_from(const TokenRows& rows, int64_t length) const {
+    // Rows past a gap in positions (a sink cache's sinks, then its recent tokens) can only be ones
+    // this layer does not need; a residual, whose positions run on from its first, must not take
+    // them.
+    size_t from = 0;
+    bool any = false;
+    int32_t prev = 0;
+    for (size_t i = 0; i < rows.pos.size() && rows.pos[i] < length; ++i) {
+        if (rows.pos[i] < sink_end_) continue;
+        if (!any || rows.pos[i] != prev + 1) from = i;
+        any = true;
+        prev = rows.pos[i];
+    }
+    return from;
+}
+
 bool AxisLayer::can_import(const TokenRows& rows, int64_t length) const {
     auto needed = [&](int64_t p) {
         if (cfg_.retention == RetentionKind::All) return true;
         return p < sink_end_ || p >= length - recent_ + 1;
     };
+    // A dequantized row may only be quantized again, into blocks no finer than its own: more bits
+    // or a smaller group cannot be recovered from its codes.
+    const bool requantize = !full() && cfg_.nbits <= rows.nbits && cfg_.group >= rows.group;
     // rows.pos is sorted; walk the needed positions alongside.
     size_t i = 0;
     for (int64_t p = 0; p < length; ++p) {
@@ -564,7 +585,31 @@ bool AxisLayer::can_import(const TokenRows& rows, int64_t length) const {
         }
         while (i < rows.pos.size() && rows.pos[i] < p) ++i;
         if (i >= rows.pos.size() || rows.pos[i] != p) return false;
-        if (!rows.exact[i] && full()) return false;
+        if (!rows.exact[i] && !requantize) return false;
+    }
+    if (full()) return true;
+    // Which rows import_tokens leaves in full precision (the sinks and the final residual): the
+    // residual's bookkeeping of store(), without the data. Those rows must be exact.
+    const size_t from = import_from(rows, length);
+    int64_t rf = 0, rc = 0;
+    for (size_t r = from; r < rows.pos.size() && rows.pos[r] < length; ++r) {
+        const int32_t p = rows.pos[r];
+        if (p < sink_end_) continue;
+        if (rc == 0) rf = p;
+        ++rc;
+        if (recent_ > 0 && cfg_.retention != RetentionKind::All && rf < p + 1 - recent_) {
+            const int64_t d = std::min<int64_t>(rc, p + 1 - recent_ - rf);
+            rf += d;
+            rc -= d;
+        }
+        if (rc > cfg_.residual) {
+            rf += cfg_.group;
+            rc -= cfg_.group;
+        }
+    }
+    for (size_t r = 0; r < rows.pos.size() && rows.pos[r] < length; ++r) {
+        const int32_t p = rows.pos[r];
+        if (!rows.exact[r] && (p < sink_end_ || (p >= rf && p < rf + rc))) return false;
     }
     return true;
 }
@@ -609,9 +654,10 @@ void AxisLayer::import_tokens(const TokenRows& rows, int64_t length) {
     }
     const int32_t keep_from = static_cast<int32_t>(length - recent_);
     const bool ring = full() && cfg_.retention != RetentionKind::All;
+    const size_t from = import_from(rows, length);
     for (size_t i = 0; i < rows.pos.size(); ++i) {
         if (rows.pos[i] >= length) break;
-        if (ring && rows.pos[i] >= sink_end_ && rows.pos[i] < keep_from) {
+        if ((ring && rows.pos[i] >= sink_end_ && rows.pos[i] < keep_from) || (rows.pos[i] >= sink_end_ && i < from)) {
             ++evicted_;
             continue;
         }

@@ -85,6 +85,8 @@ private:
     void store(int32_t p, const float* k, const float* v);
     void quantize_oldest();
     void evict_before(int32_t keep_from);
+    // The first row import_tokens may put in the residual (see there).
+    size_t import_from(const TokenRows& rows, int64_t length) const;
     int32_t oldest_recent() const;  // oldest non-sink position held; kEmpty if none
     void clear_meta();
 
