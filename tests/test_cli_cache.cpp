@@ -69,8 +69,23 @@ private slots:
         const Run t = cli({"bench", "--model", model_, "--cache", "dynamic,static:max_len=40", "--context", "16",
                            "--gen-tokens", "3", "--threads", "2"});
         QVERIFY2(t.code == 0, qPrintable(t.err));
-        QCOMPARE(t.out.trimmed().split('\n').size(), 3);
-        QVERIFY(t.out.contains("static:max_len=40"));
+        const QStringList lines = t.out.trimmed().split('\n');
+        QCOMPARE(lines.size(), 3);
+        QVERIFY(lines[0].contains("KV MiB") && lines[0].contains("prefill/s") && lines[0].contains("decode/s") &&
+                lines[0].contains("agree") && lines[0].contains("conv ms"));
+        QVERIFY(lines[1].startsWith("dynamic") && lines[1].endsWith(" -"));  // nothing to convert
+        QVERIFY(lines[2].startsWith("static:max_len=40"));
+    }
+
+    // A strategy that cannot hold the longest context and its generated tokens is refused before
+    // any prefill, not after minutes of it.
+    void benchRefusesTooSmallACacheUpFront() {
+        const Run r = cli({"bench", "--model", model_, "--cache", "dynamic,static:max_len=20", "--context", "8,16",
+                           "--gen-tokens", "8", "--threads", "2"});
+        QCOMPARE(r.code, 2);
+        QVERIFY2(r.err.contains("--cache static:max_len=20 at --context 16 with --gen-tokens 8") && r.err.contains("max_len=20 tokens, but 23"),
+                 qPrintable(r.err));
+        QVERIFY2(r.out.isEmpty(), qPrintable(r.out));
     }
 
     // A spill file that reaches a file size limit (ulimit -f) mid-generation: the tool does not die
