@@ -18,6 +18,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <fstream>
 #include <map>
@@ -197,8 +198,15 @@ std::vector<int> int_list(const std::string& name, const std::string& text) {
 }
 
 std::vector<int32_t> bench_prompt(const kvchat::Model& m, int n) {
+    // The fewest copies of the text that give n tokens (as bench_llama_cpp.py takes them). Adding
+    // one copy at a time from the first, encoding the whole text each time, grows quadratically and
+    // shows at 8,192 tokens, so start a little short of the estimate.
+    const size_t per_copy = std::max<size_t>(1, m.tokenizer().encode(kBenchText, false).size());
     std::string text;
     std::vector<int32_t> ids;
+    for (size_t i = 0; i < static_cast<size_t>(n) / per_copy * 9 / 10; ++i) text += kBenchText;
+    if (!text.empty()) ids = m.tokenizer().encode(text, true);
+    if (static_cast<int>(ids.size()) >= n) text.clear(), ids.clear();
     while (static_cast<int>(ids.size()) < n) {
         text += kBenchText;
         ids = m.tokenizer().encode(text, true);
@@ -217,13 +225,25 @@ int cmd_bench_caches(const Options& o) {
     Loaded l = load_model(o);
     const kvchat::Model& m = *l.model;
     json rows = json::array();
+    // Every strategy must hold the longest context and the tokens generated after it: find out now
+    // rather than after minutes of prefill (a static max_len too small, a slow tier without room).
+    for (int ctx : contexts)
+        if (ctx + gen_tokens > m.config().n_ctx_train)
+            throw kvchat::Error("--context " + std::to_string(ctx) + " + --gen-tokens exceed the model's context of " +
+                                std::to_string(m.config().n_ctx_train));
+    const int longest = *std::max_element(contexts.begin(), contexts.end());
+    for (const std::string& spec : specs) {
+        try {
+            m.make_cache(*l.backend, spec)->check_room(longest + gen_tokens - 1);
+        } catch (const kvchat::Error& e) {
+            throw kvchat::Error("--cache " + spec + " at --context " + std::to_string(longest) + " with --gen-tokens " +
+                                std::to_string(gen_tokens) + ": " + e.what());
+        }
+    }
     if (!o.flag("--json"))
         std::printf("%-58s %7s %10s %6s %10s %10s %6s %6s %9s\n", "strategy", "context", "KV MiB", "xdyn", "prefill/s",
                     "decode/s", "xdyn", "agree", "conv ms");
     for (int ctx : contexts) {
-        if (ctx + gen_tokens > m.config().n_ctx_train)
-            throw kvchat::Error("--context " + std::to_string(ctx) + " + --gen-tokens exceed the model's context of " +
-                                std::to_string(m.config().n_ctx_train));
         const std::vector<int32_t> ids = bench_prompt(m, ctx);
         std::vector<std::string> order = specs;
         if (std::find(order.begin(), order.end(), "dynamic") == order.end()) order.insert(order.begin(), "dynamic");
@@ -281,9 +301,12 @@ int cmd_bench_caches(const Options& o) {
             if (o.flag("--json")) {
                 rows.push_back(row);
             } else {
-                std::printf("%-58s %7d %10.2f %6.3f %10.1f %10.2f %6.3f %6.3f %9.1f\n", r.spec.c_str(), ctx,
+                // No conversion for dynamic itself: "-" rather than a time of 0.
+                char conv[32] = "-";
+                if (r.spec != "dynamic") std::snprintf(conv, sizeof conv, "%.1f", r.conv_ms);
+                std::printf("%-58s %7d %10.2f %6.3f %10.1f %10.2f %6.3f %6.3f %9s\n", r.spec.c_str(), ctx,
                             tel.total_bytes / (1024.0 * 1024.0), row["kv_ratio"].get<double>(), r.prefill, decode,
-                            row["decode_ratio"].get<double>(), row["agreement"].get<double>(), r.conv_ms);
+                            row["decode_ratio"].get<double>(), row["agreement"].get<double>(), conv);
                 std::fflush(stdout);
             }
         }
@@ -361,6 +384,9 @@ int cmd_bench(const Options& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
+    // A file size limit (ulimit -f) would otherwise kill the process with SIGXFSZ when a spill
+    // file reaches it; ignored, the write fails with EFBIG and the cache reports a clear error.
+    std::signal(SIGXFSZ, SIG_IGN);
     const std::vector<std::string> args(argv + 1, argv + argc);
     for (const std::string& a : args) {
         if (a == "--help" || a == "-h") {

@@ -4,12 +4,14 @@
 #include "support/test_paths.h"
 #include "support/tiny_model.h"
 
+#include <QDir>
 #include <QJsonArray>
 #include <QJsonDocument>
 #include <QJsonObject>
 #include <QProcess>
 #include <QTemporaryDir>
 #include <QtTest>
+#include <sys/resource.h>
 
 using Run = kvchat::test::CliRun;
 using kvchat::test::run_cli;
@@ -67,8 +69,51 @@ private slots:
         const Run t = cli({"bench", "--model", model_, "--cache", "dynamic,static:max_len=40", "--context", "16",
                            "--gen-tokens", "3", "--threads", "2"});
         QVERIFY2(t.code == 0, qPrintable(t.err));
-        QCOMPARE(t.out.trimmed().split('\n').size(), 3);
-        QVERIFY(t.out.contains("static:max_len=40"));
+        const QStringList lines = t.out.trimmed().split('\n');
+        QCOMPARE(lines.size(), 3);
+        QVERIFY(lines[0].contains("KV MiB") && lines[0].contains("prefill/s") && lines[0].contains("decode/s") &&
+                lines[0].contains("agree") && lines[0].contains("conv ms"));
+        QVERIFY(lines[1].startsWith("dynamic") && lines[1].endsWith(" -"));  // nothing to convert
+        QVERIFY(lines[2].startsWith("static:max_len=40"));
+    }
+
+    // A strategy that cannot hold the longest context and its generated tokens is refused before
+    // any prefill, not after minutes of it.
+    void benchRefusesTooSmallACacheUpFront() {
+        const Run r = cli({"bench", "--model", model_, "--cache", "dynamic,static:max_len=20", "--context", "8,16",
+                           "--gen-tokens", "8", "--threads", "2"});
+        QCOMPARE(r.code, 2);
+        QVERIFY2(r.err.contains("--cache static:max_len=20 at --context 16 with --gen-tokens 8") && r.err.contains("max_len=20 tokens, but 23"),
+                 qPrintable(r.err));
+        QVERIFY2(r.out.isEmpty(), qPrintable(r.out));
+    }
+
+    // A spill file that reaches a file size limit (ulimit -f) mid-generation: the tool does not die
+    // of SIGXFSZ but stops with an error naming the spill file. The tiny model's last layer (5) is
+    // its only global one; the spill file keeps layer i at byte offset i << 36, so the limit leaves
+    // that layer 16 KiB, 16 tokens.
+    void fullSpillFileIsAnErrorNotACrash() {
+        const rlim_t limit = (rlim_t{5} << 36) + 16384;
+        rlimit rl{};
+        if (::getrlimit(RLIMIT_FSIZE, &rl) != 0 || (rl.rlim_max != RLIM_INFINITY && rl.rlim_max < limit))
+            QSKIP("the hard file size limit is too low for this test");
+        QTemporaryDir spill;
+        QProcess p;
+        p.setChildProcessModifier([limit] {
+            rlimit r{};
+            ::getrlimit(RLIMIT_FSIZE, &r);
+            r.rlim_cur = limit;
+            ::setrlimit(RLIMIT_FSIZE, &r);
+        });
+        p.start(QString::fromUtf8(kvchat::test::cli_path()),
+                {"generate", "--model", model_, "--prompt", "the cat sat on the mat", "-n", "40", "--greedy", "--cache",
+                 "offloaded:dir=" + spill.path(), "--threads", "2"});
+        QVERIFY(p.waitForFinished(120000));
+        const QString err = QString::fromUtf8(p.readAllStandardError());
+        QCOMPARE(p.exitStatus(), QProcess::NormalExit);
+        QCOMPARE(p.exitCode(), 2);
+        QVERIFY2(err.contains(spill.path() + "/kvchat-spill-") && err.contains("disk is full"), qPrintable(err));
+        QVERIFY(QDir(spill.path()).entryList(QDir::Files | QDir::Hidden).isEmpty());
     }
 
     void badCacheSpecsAreNamed_data() {

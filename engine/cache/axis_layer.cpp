@@ -82,7 +82,7 @@ AxisLayer::AxisLayer(const LayerSpec& spec, const LayerConfig& cfg, ThreadPool& 
     slot_pos_.assign(static_cast<size_t>(slot_cap_), kEmpty);
     res_pos_.resize(static_cast<size_t>(res_cap_));
     if (tier_) {
-        if (cfg_.fixed) tier_->reserve(tier_index_, capacity_bytes());
+        if (cfg_.fixed) tier_->ensure(tier_index_, capacity_bytes());
     } else {
         resident_.resize(capacity_bytes());
     }
@@ -206,6 +206,19 @@ void AxisLayer::evict_before(int32_t keep_from) {
     }
 }
 
+size_t AxisLayer::bytes_after(int64_t first, int64_t n) const {
+    if (cfg_.fixed) return capacity_bytes();
+    if (full()) {
+        // A slot's index never exceeds its position (see slot_index), and rings stop at their limit.
+        const int64_t slots = std::max<int64_t>(slot_used_, std::min<int64_t>(slot_limit_, first + n));
+        return static_cast<size_t>(slots) * rec_bytes();
+    }
+    // Each time the residual passes `residual`, one more block.
+    const int64_t over = res_count_ + n - cfg_.residual;
+    const int64_t blocks = blk_used_ + (over > 0 ? (over + cfg_.group - 1) / cfg_.group : 0);
+    return blk_off_ + static_cast<size_t>(blocks) * kivi_.block_bytes;
+}
+
 void AxisLayer::check_room(int64_t first, int64_t n) const {
     if (first + n > std::numeric_limits<int32_t>::max() - 1)
         throw Error("the cache cannot hold positions beyond " + std::to_string(std::numeric_limits<int32_t>::max() - 1));
@@ -213,6 +226,9 @@ void AxisLayer::check_room(int64_t first, int64_t n) const {
         throw Error("the static cache holds max_len=" + std::to_string(cfg_.max_len) + " tokens, but " +
                     std::to_string(first + n) + " are needed (" + std::to_string(first) + " held + " +
                     std::to_string(n) + " new); choose a larger max_len");
+    // The disk the new tokens will take, reserved now: a full disk then stops the forward pass
+    // before any layer has changed, rather than half-way through it.
+    if (tier_) tier_->ensure(tier_index_, bytes_after(first, n));
 }
 
 void AxisLayer::attend(Buffer& q, const Buffer& k, const Buffer& v, const int32_t* pos, int64_t n, Buffer& out) {
@@ -515,6 +531,8 @@ void AxisLayer::export_tokens(TokenRows& rows) const {
         for (int j = 0; j < b.count; ++j) src.push_back({b.first + j, nullptr, &b, j});
     for (int64_t i = 0; i < res_count_; ++i) src.push_back({res_first_ + static_cast<int32_t>(i), res_slot(i), nullptr, 0});
     std::sort(src.begin(), src.end(), [](const Src& a, const Src& b) { return a.pos < b.pos; });
+    rows.nbits = cfg_.nbits;
+    rows.group = cfg_.group;
     const size_t n = src.size(), d = static_cast<size_t>(kv_dim_);
     rows.pos.resize(n);
     rows.k.resize(n * d);
@@ -534,11 +552,30 @@ void AxisLayer::export_tokens(TokenRows& rows) const {
     loan.finish();
 }
 
+size_t AxisLayer::import_from(const TokenRows& rows, int64_t length) const {
+    // Rows past a gap in positions (a sink cache's sinks, then its recent tokens) can only be ones
+    // this layer does not need; a residual, whose positions run on from its first, must not take
+    // them.
+    size_t from = 0;
+    bool any = false;
+    int32_t prev = 0;
+    for (size_t i = 0; i < rows.pos.size() && rows.pos[i] < length; ++i) {
+        if (rows.pos[i] < sink_end_) continue;
+        if (!any || rows.pos[i] != prev + 1) from = i;
+        any = true;
+        prev = rows.pos[i];
+    }
+    return from;
+}
+
 bool AxisLayer::can_import(const TokenRows& rows, int64_t length) const {
     auto needed = [&](int64_t p) {
         if (cfg_.retention == RetentionKind::All) return true;
         return p < sink_end_ || p >= length - recent_ + 1;
     };
+    // A dequantized row may only be quantized again, into blocks no finer than its own: more bits
+    // or a smaller group cannot be recovered from its codes.
+    const bool requantize = !full() && cfg_.nbits <= rows.nbits && cfg_.group >= rows.group;
     // rows.pos is sorted; walk the needed positions alongside.
     size_t i = 0;
     for (int64_t p = 0; p < length; ++p) {
@@ -548,7 +585,31 @@ bool AxisLayer::can_import(const TokenRows& rows, int64_t length) const {
         }
         while (i < rows.pos.size() && rows.pos[i] < p) ++i;
         if (i >= rows.pos.size() || rows.pos[i] != p) return false;
-        if (!rows.exact[i] && full()) return false;
+        if (!rows.exact[i] && !requantize) return false;
+    }
+    if (full()) return true;
+    // Which rows import_tokens leaves in full precision (the sinks and the final residual): the
+    // residual's bookkeeping of store(), without the data. Those rows must be exact.
+    const size_t from = import_from(rows, length);
+    int64_t rf = 0, rc = 0;
+    for (size_t r = from; r < rows.pos.size() && rows.pos[r] < length; ++r) {
+        const int32_t p = rows.pos[r];
+        if (p < sink_end_) continue;
+        if (rc == 0) rf = p;
+        ++rc;
+        if (recent_ > 0 && cfg_.retention != RetentionKind::All && rf < p + 1 - recent_) {
+            const int64_t d = std::min<int64_t>(rc, p + 1 - recent_ - rf);
+            rf += d;
+            rc -= d;
+        }
+        if (rc > cfg_.residual) {
+            rf += cfg_.group;
+            rc -= cfg_.group;
+        }
+    }
+    for (size_t r = 0; r < rows.pos.size() && rows.pos[r] < length; ++r) {
+        const int32_t p = rows.pos[r];
+        if (!rows.exact[r] && (p < sink_end_ || (p >= rf && p < rf + rc))) return false;
     }
     return true;
 }
@@ -593,9 +654,10 @@ void AxisLayer::import_tokens(const TokenRows& rows, int64_t length) {
     }
     const int32_t keep_from = static_cast<int32_t>(length - recent_);
     const bool ring = full() && cfg_.retention != RetentionKind::All;
+    const size_t from = import_from(rows, length);
     for (size_t i = 0; i < rows.pos.size(); ++i) {
         if (rows.pos[i] >= length) break;
-        if (ring && rows.pos[i] >= sink_end_ && rows.pos[i] < keep_from) {
+        if ((ring && rows.pos[i] >= sink_end_ && rows.pos[i] < keep_from) || (rows.pos[i] >= sink_end_ && i < from)) {
             ++evicted_;
             continue;
         }

@@ -72,6 +72,8 @@ private:
     uint8_t* block_data(int32_t rec) const { return base_ + blk_off_ + static_cast<size_t>(rec) * kivi_.block_bytes; }
     size_t used_bytes() const;
     size_t capacity_bytes() const;
+    // At most used_bytes() once positions [first, first + n) have been added.
+    size_t bytes_after(int64_t first, int64_t n) const;
     void grow_slots(int64_t need);
     void mark(size_t lo, size_t hi) {
         dirty_lo_ = std::min(dirty_lo_, lo);
@@ -83,6 +85,8 @@ private:
     void store(int32_t p, const float* k, const float* v);
     void quantize_oldest();
     void evict_before(int32_t keep_from);
+    // The first row import_tokens may put in the residual (see there).
+    size_t import_from(const TokenRows& rows, int64_t length) const;
     int32_t oldest_recent() const;  // oldest non-sink position held; kEmpty if none
     void clear_meta();
 

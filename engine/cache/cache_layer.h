@@ -56,6 +56,7 @@ struct TokenRows {
     std::vector<int32_t> pos;
     std::vector<float> k, v;  // pos.size() x kv_dim each
     std::vector<uint8_t> exact;
+    int nbits = 0, group = 0;  // the quantized format the rows with exact == 0 came from
 };
 
 class ByteReader;
@@ -77,7 +78,8 @@ public:
     virtual int64_t end_position() const = 0;
     virtual LayerTelemetry telemetry() const = 0;
 
-    // Throws kvchat::Error when positions [first, first + n) do not fit (a fixed capacity).
+    // Throws kvchat::Error when positions [first, first + n) do not fit (a fixed capacity, or the
+    // disk of an offloaded layer, which it reserves).
     virtual void check_room(int64_t first, int64_t n) const = 0;
     // Whether after crop(n) the layer still holds every token that positions >= n attend to
     // (a ring buffer that overwrote part of [n - window, n) does not).
@@ -92,7 +94,9 @@ public:
     // A one-line description of the layer's layout, equal for layers that can share state.
     virtual std::string layout() const = 0;
     // Conversion: every token held, and whether the layer can be rebuilt from `rows` alone for a
-    // cache of `length` tokens (every needed token present, exact unless this layer quantizes).
+    // cache of `length` tokens: every needed token present, and exact wherever this layer keeps it
+    // in full precision or quantizes it more finely than `rows` did (a dequantized token may only
+    // go into a block of no more bits and no smaller group).
     virtual void export_tokens(TokenRows& rows) const = 0;
     virtual bool can_import(const TokenRows& rows, int64_t length) const = 0;
     virtual void import_tokens(const TokenRows& rows, int64_t length) = 0;

@@ -1,5 +1,6 @@
 #include "engine/cache/convert.h"
 
+#include "engine/cache/byte_io.h"
 #include "engine/cache/cache_factory.h"
 #include "engine/compute/thread_pool.h"
 #include "engine/error.h"
@@ -27,10 +28,22 @@ ConvertResult convert(Cache& cache, const std::string& target, const ConvertOpti
     const bool serial = !cache.spill_path().empty() || !fresh->spill_path().empty();
     auto check = [&](int64_t b, int64_t e) {
         TokenRows rows;
+        std::string state;
         for (int64_t i = b; i < e; ++i) {
-            cache.layer(static_cast<size_t>(i)).export_tokens(rows);
-            ok[static_cast<size_t>(i)] = fresh->layer(static_cast<size_t>(i)).can_import(rows, length);
-            if (ok[static_cast<size_t>(i)]) fresh->layer(static_cast<size_t>(i)).import_tokens(rows, length);
+            CacheLayer& from = cache.layer(static_cast<size_t>(i));
+            CacheLayer& to = fresh->layer(static_cast<size_t>(i));
+            if (from.layout() == to.layout()) {
+                // The same layer in another place (offloaded or not): its state moves verbatim, so
+                // quantized blocks are not dequantized and quantized again.
+                state.clear();
+                from.save_state(state);
+                ByteReader r(state, "conversion");
+                to.load_state(r);
+                continue;
+            }
+            from.export_tokens(rows);
+            ok[static_cast<size_t>(i)] = to.can_import(rows, length);
+            if (ok[static_cast<size_t>(i)]) to.import_tokens(rows, length);
         }
     };
     if (serial) {

@@ -1,9 +1,12 @@
 #pragma once
 // Live conversion of a cache to another strategy, in place and mid-conversation. Tokens the
-// target can keep are carried over (dynamic -> static, offloaded, quantized, a window); when the
-// target needs tokens the cache no longer has (sink -> dynamic, a window -> global layers that
-// keep all, quantized -> full precision) the cache is rebuilt by re-prefilling its token history
-// through the model. A failure or cancellation leaves the old cache as it was.
+// target can keep are carried over (dynamic -> static, offloaded, quantized, a window; a layer
+// laid out alike, e.g. quantized -> quantized+offloaded, moves verbatim); when the target needs
+// tokens the cache no longer has (sink -> dynamic, a window -> global layers that keep all) or
+// needs them more precisely than it holds them (quantized -> full precision, more bits, a smaller
+// group, a larger residual) the cache is rebuilt by re-prefilling its token history through the
+// model. Fewer bits or a larger group quantize the dequantized values again (docs/cache.md). A
+// failure (a full slow-tier disk included) or cancellation leaves the old cache as it was.
 #include "engine/cache/cache.h"
 
 #include <atomic>

@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
@@ -13,6 +14,18 @@
 
 namespace kvchat {
 
+namespace {
+
+// Disk is reserved a page at a time: a decode step of a large layer then costs one fallocate
+// every few tokens, and a reservation never overshoots a layer's needs by more than a page.
+constexpr size_t kGrain = 4096;
+// Layers sit 64 GiB apart in the (sparse) spill file: see OffloadTier::offset.
+constexpr size_t kLayerSpan = size_t{1} << 36;
+
+bool out_of_space(int err) { return err == ENOSPC || err == EFBIG || err == EDQUOT; }
+
+}  // namespace
+
 OffloadTier::OffloadTier(const std::string& dir_in, int n_layers) : n_layers_(n_layers) {
     std::string dir = dir_in;
     if (dir.empty()) {
@@ -20,14 +33,26 @@ OffloadTier::OffloadTier(const std::string& dir_in, int n_layers) : n_layers_(n_
         dir = t && *t ? t : "/tmp";
     }
     std::string templ = dir + "/kvchat-spill-XXXXXX";
-    fd_ = ::mkstemp(templ.data());
+    // O_CLOEXEC: a process the app starts must not keep a deleted spill file alive.
+    fd_ = ::mkostemp(templ.data(), O_CLOEXEC);
     if (fd_ < 0) {
         const int err = errno;
         throw Error("offloaded: cannot create a spill file in '" + dir + "' (dir): " + std::strerror(err));
     }
     path_ = templ;
     sizes_.assign(static_cast<size_t>(n_layers), 0);
+    reserved_.assign(static_cast<size_t>(n_layers), 0);
+    unsaved_.resize(static_cast<size_t>(n_layers));
     traffic_.assign(static_cast<size_t>(n_layers), TierTraffic{});
+    // A page per layer up front: a disk that is already full, or a filesystem that cannot hold a
+    // file this sparse, shows when the cache is made.
+    try {
+        for (int i = 0; i < n_layers; ++i) ensure(i, kGrain);
+    } catch (...) {
+        ::close(fd_);
+        ::unlink(path_.c_str());
+        throw;
+    }
     thread_ = std::thread([this] { prefetch_loop(); });
 }
 
@@ -43,7 +68,11 @@ OffloadTier::~OffloadTier() {
 }
 
 void OffloadTier::fail(const std::string& what, int err) const {
-    throw Error("offloaded: " + what + " spill file '" + path_ + "': " + std::strerror(err));
+    std::string msg = "offloaded: " + what + " spill file '" + path_ + "': " + std::strerror(err);
+    if (out_of_space(err))
+        msg += " (the slow tier's disk is full or a file size limit was reached; free some space or choose another "
+               "directory with offloaded:dir=PATH)";
+    throw Error(msg);
 }
 
 void OffloadTier::read_into(int layer, size_t size, std::vector<uint8_t>& buf) {
@@ -112,10 +141,17 @@ uint8_t* OffloadTier::acquire(int layer, size_t size, size_t capacity) {
         ready_ = -1;
     }
     std::vector<uint8_t>& buf = buf_[cur_];
-    if (!hit) read_into(layer, size, buf);
+    Unsaved& u = unsaved_[li];
+    if (u.pending) {
+        // The file may be stale for this layer (a write-back failed): memory holds its bytes.
+        buf.swap(u.bytes);
+        std::vector<uint8_t>().swap(u.bytes);
+    } else {
+        if (!hit) read_into(layer, size, buf);
+        t.in_step = static_cast<int64_t>(size);
+        t.in_total += static_cast<int64_t>(size);
+    }
     if (buf.size() < capacity) buf.resize(capacity);
-    t.in_step = static_cast<int64_t>(size);
-    t.in_total += static_cast<int64_t>(size);
     acquired_ = layer;
     const int next = (layer + 1) % n_layers_;
     if (next != layer) {
@@ -136,26 +172,73 @@ uint8_t* OffloadTier::grow(int, size_t capacity) {
 void OffloadTier::release(int layer, size_t size, size_t lo, size_t hi) {
     const size_t li = static_cast<size_t>(layer);
     acquired_ = -1;
-    const std::vector<uint8_t>& buf = buf_[cur_];
+    std::vector<uint8_t>& buf = buf_[cur_];
+    Unsaved& u = unsaved_[li];
     hi = std::min(hi, size);
+    if (lo >= hi) lo = hi = 0;
+    if (u.pending) {
+        // Also write what an earlier failed release left in memory only.
+        const size_t ulo = u.lo, uhi = std::min(u.hi, size);
+        if (ulo < uhi) {
+            if (lo == hi) lo = ulo, hi = uhi;
+            lo = std::min(lo, ulo);
+            hi = std::max(hi, uhi);
+        }
+    }
+    sizes_[li] = size;
     size_t done = lo;
     while (done < hi) {
         const ssize_t w = ::pwrite(fd_, buf.data() + done, hi - done, offset(layer) + static_cast<int64_t>(done));
         if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) fail("cannot write the", w < 0 ? errno : ENOSPC);
+        if (w <= 0) {
+            // A short write followed by an error (or no progress): the file holds [lo, done) of the
+            // new bytes at best. Keep the buffer as the layer's content until a write succeeds.
+            const int err = w < 0 ? errno : ENOSPC;
+            u.pending = true;
+            u.lo = done;
+            u.hi = hi;
+            u.bytes.swap(buf);
+            fail("cannot write the", err);
+        }
         done += static_cast<size_t>(w);
+    }
+    if (u.pending) {
+        u.pending = false;
+        std::vector<uint8_t>().swap(u.bytes);
     }
     if (hi > lo) {
         traffic_[li].out_step += static_cast<int64_t>(hi - lo);
         traffic_[li].out_total += static_cast<int64_t>(hi - lo);
     }
-    sizes_[li] = size;
 }
 
-void OffloadTier::reserve(int layer, size_t bytes) {
-    if (bytes == 0) return;
-    const int err = ::posix_fallocate(fd_, offset(layer), static_cast<off_t>(bytes));
-    if (err != 0 && err != EOPNOTSUPP && err != EINVAL) fail("cannot reserve " + std::to_string(bytes) + " bytes in the", err);
+void OffloadTier::set_size(int layer, size_t size) {
+    const size_t li = static_cast<size_t>(layer);
+    sizes_[li] = size;
+    Unsaved& u = unsaved_[li];
+    // Bytes past the new size no longer matter; if none of the stale range is left, the file is
+    // right again.
+    if (u.pending && std::min(u.hi, size) <= u.lo) {
+        u.pending = false;
+        std::vector<uint8_t>().swap(u.bytes);
+    }
+}
+
+void OffloadTier::ensure(int layer, size_t bytes) {
+    size_t& have = reserved_[static_cast<size_t>(layer)];
+    if (bytes <= have) return;
+    const size_t want = (bytes + kGrain - 1) / kGrain * kGrain;
+    if (want > kLayerSpan)
+        throw Error("offloaded: layer " + std::to_string(layer) + " needs " + std::to_string(bytes) +
+                    " bytes, more than the spill file's " + std::to_string(kLayerSpan >> 30) + " GiB per layer");
+    int err;
+    do {
+        err = ::posix_fallocate(fd_, offset(layer) + static_cast<int64_t>(have), static_cast<off_t>(want - have));
+    } while (err == EINTR);
+    // A filesystem that cannot reserve: the writes will report a full disk instead.
+    if (err != 0 && err != EOPNOTSUPP && err != EINVAL)
+        fail("cannot reserve " + std::to_string(want) + " bytes for layer " + std::to_string(layer) + " in the", err);
+    have = want;
 }
 
 }  // namespace kvchat

@@ -33,15 +33,19 @@ public:
     // Grows the acquired buffer, keeping its content.
     uint8_t* grow(int layer, size_t capacity);
     // Writes bytes [lo, hi) of the acquired buffer back, records the layer's size, and gives the
-    // buffer up. Throws kvchat::Error (e.g. a full disk) naming the spill file.
+    // buffer up. Throws kvchat::Error (e.g. an I/O error) naming the spill file; the buffer is then
+    // kept as the layer's content (see above) and written again by the next release.
     void release(int layer, size_t size, size_t lo, size_t hi);
-    // Reserves disk space for `bytes` of a layer up front (fixed-capacity caches), so a full disk
-    // shows when the cache is made rather than mid-conversation.
-    void reserve(int layer, size_t bytes);
+    // Makes sure the spill file has disk space for the first `bytes` of a layer (allocated, not a
+    // hole, so later writes there cannot run out of space). Throws kvchat::Error naming the spill
+    // file and the cause (a full disk, a file size limit) when it cannot grow; nothing else changes.
+    void ensure(int layer, size_t bytes);
+    // Whether the layer has bytes that only memory holds (a write-back failed).
+    bool unsaved(int layer) const { return unsaved_[static_cast<size_t>(layer)].pending; }
     // Counts a new step of traffic for the layer (resets its per-step counters).
     const TierTraffic& traffic(int layer) const { return traffic_[static_cast<size_t>(layer)]; }
     // Records a layer's size after it shrank without being acquired (a crop).
-    void set_size(int layer, size_t size) { sizes_[static_cast<size_t>(layer)] = size; }
+    void set_size(int layer, size_t size);
     size_t stored_bytes(int layer) const { return sizes_[static_cast<size_t>(layer)]; }
     const std::string& path() const { return path_; }
 
@@ -55,6 +59,15 @@ private:
     int fd_ = -1;
     int n_layers_;
     std::vector<size_t> sizes_;
+    std::vector<size_t> reserved_;  // bytes of each layer's range allocated on disk
+    // A layer whose write-back failed: its bytes (held here while it is not acquired) and the
+    // range [lo, hi) the file may not hold yet.
+    struct Unsaved {
+        bool pending = false;
+        std::vector<uint8_t> bytes;
+        size_t lo = 0, hi = 0;
+    };
+    std::vector<Unsaved> unsaved_;
     std::vector<TierTraffic> traffic_;
     std::vector<uint8_t> buf_[2];
     int cur_ = 0;             // buffer of the acquired layer
