@@ -91,6 +91,7 @@ void fused_unsigned_32(const void* rows, size_t stride, int64_t n_rows, int64_t 
             const __m512 scales = _mm512_mul_ps(_mm512_cvtph_ps(_mm512_cvtepi32_epi16(raw)), _mm512_maskz_loadu_ps(present, x.d + c));
             __m512i pair = pair_lanes;
             for (int j = 0; j < n; j += 2, pair = _mm512_add_epi32(pair, _mm512_set1_epi32(2))) {
+                prefetch_ahead(&b[c + j]);
                 const int8_t* xq = x.q + (c + j) * 32;
                 const int32_t* bias = x.neg_sum8 + (c + j) * 8;
                 __m512i u, xv, start;
