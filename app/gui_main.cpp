@@ -6,9 +6,13 @@
 
 #include <QApplication>
 #include <QCommandLineParser>
+#include <csignal>
 #include <cstdio>
 
 int main(int argc, char** argv) {
+    // As in kvchat-cli: past a file size limit a spill file write fails with EFBIG and is reported,
+    // instead of SIGXFSZ killing the app with the conversation open.
+    std::signal(SIGXFSZ, SIG_IGN);
     QApplication app(argc, argv);
     QApplication::setApplicationName("kvchat");
     QApplication::setApplicationVersion(KVCHAT_VERSION);
