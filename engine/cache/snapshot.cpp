@@ -293,16 +293,10 @@ LoadedSnapshot load_snapshot(const std::string& path, const std::vector<LayerSpe
     const uint32_t n_checkpoints = head.get<uint32_t>("checkpoint count");
     if (n_checkpoints > 1u << 20) head.fail("implausible checkpoint count");
 
-    for (uint32_t i = 0; i < n_layers; ++i) {
-        ByteReader r(section(kLayer), what + " layer " + std::to_string(i));
-        if (r.get<uint32_t>("layer index") != i) r.fail("layers are out of order");
-        cache.layer(i).load_state(r);
-        if (r.remaining() != 0) r.fail("trailing bytes after the layer");
-        if (cache.layer(i).tokens_held() > n_tokens || cache.layer(i).end_position() != n_tokens)
-            r.fail("does not line up with the snapshot's token history");
-    }
-    cache.append_tokens(tokens.data(), n_tokens);
-    // Checkpoint states are copied out of the file on all threads once their sections are read.
+    std::vector<std::string_view> layer_bytes;
+    for (uint32_t i = 0; i < n_layers; ++i) layer_bytes.push_back(section(kLayer));
+    // Checkpoint states are copied out of the file on the other threads while the caller loads
+    // the layers, then on all of them.
     struct Copy {
         std::string* to;
         const char* from;
@@ -329,7 +323,29 @@ LoadedSnapshot load_snapshot(const std::string& path, const std::vector<LayerSpe
     }
     section(kEnd);
     if (file.remaining() != 0) file.fail("trailing bytes after the end section");
-    run_jobs(pool, copies.size(), [&](size_t i) { copies[i].to->assign(copies[i].from, copies[i].n); });
+
+    std::atomic<size_t> next{0};
+    std::exception_ptr error;
+    std::mutex m;
+    pool.run([&](int thread, int) {
+        try {
+            if (thread == 0)
+                for (uint32_t i = 0; i < n_layers; ++i) {
+                    ByteReader r(layer_bytes[i], what + " layer " + std::to_string(i));
+                    if (r.get<uint32_t>("layer index") != i) r.fail("layers are out of order");
+                    cache.layer(i).load_state(r);
+                    if (r.remaining() != 0) r.fail("trailing bytes after the layer");
+                    if (cache.layer(i).tokens_held() > n_tokens || cache.layer(i).end_position() != n_tokens)
+                        r.fail("does not line up with the snapshot's token history");
+                }
+            for (size_t i; (i = next.fetch_add(1)) < copies.size();) copies[i].to->assign(copies[i].from, copies[i].n);
+        } catch (...) {
+            std::lock_guard<std::mutex> lock(m);
+            if (!error) error = std::current_exception();
+        }
+    });
+    if (error) std::rethrow_exception(error);
+    cache.append_tokens(tokens.data(), n_tokens);
     return out;
 }
 
