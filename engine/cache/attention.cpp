@@ -5,321 +5,524 @@
 #include <immintrin.h>
 
 #include <algorithm>
-#include <cstring>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <vector>
+
+// Attention as three small dense steps per (query tile, kv head): the group's query heads times
+// the tile's queries are the rows, the slots some query of the call may see are the columns (a
+// tile computes only those its own rows may see).
+//   scores = Q·K^T (register-blocked, 4 rows x 3 columns), masked per row by position;
+//   P = softmax(scores) in two passes over the full row (max, then exp and sum, then normalize);
+//   out = P·V (4 rows x 16 channels held in registers over all columns).
+// Every score is one 8-lane FMA chain over head_dim reduced by the same tree, and every output
+// channel is one sequential sum over the columns in order, so results depend only on the column
+// order (views in order, then quantized blocks), never on how slots are split into views or work.
 
 namespace kvchat {
 
 namespace {
 
-constexpr int kBlock = 64;     // f32 slots scored before the running softmax is updated
-constexpr int kMaxGroup = 16;  // query heads per kv head handled together
+constexpr int kTileRows = 64;     // query heads x queries per tile: Q (64 KB at head_dim 256) stays in L2
+constexpr int kSplitCols = 256;   // columns per task when one tile's scores are split across threads
+constexpr int kSplitMinCols = 512;  // fewer columns than this: not worth three parallel phases
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
-inline float hsum(__m256 v) {
-    __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
-    lo = _mm_add_ps(lo, hi);
-    lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
-    lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
-    return _mm_cvtss_f32(lo);
+// One column: an f32 slot (k, v point at kv head 0 of the slot) or row j of quantized block `block`.
+struct Col {
+    const float* k;
+    const float* v;
+    int32_t pos;
+    int32_t block;   // -1: f32 slot
+    int32_t j;
+    int32_t exempt;  // f32 sink slot: outside the window rule, scored with q_sink
+};
+
+// ((l0+l1)+(l2+l3)) + ((l4+l5)+(l6+l7)): the one reduction every score uses.
+inline float hsum_tree(__m256 v) {
+    __m128 h = _mm_hadd_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    h = _mm_hadd_ps(h, h);
+    return _mm_cvtss_f32(h) + _mm_cvtss_f32(_mm_movehdup_ps(h));
 }
 
-inline float dot(const float* a, const float* b, int n) {
-    __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
-    int i = 0;
-    for (; i + 16 <= n; i += 16) {
-        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
-        s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), s1);
+// The same tree for four accumulators at once: lane i is hsum_tree(ai).
+inline __m128 reduce4(__m256 a0, __m256 a1, __m256 a2, __m256 a3) {
+    const __m256 t = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));
+    return _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
+}
+
+inline __m256i tail_mask(int n) {  // lanes [0, n) set, n in [0, 8]
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+// Channels [d, d+8) of a row of length n (zeros past n).
+inline __m256 load8(const float* a, int d, int n) {
+    return d + 8 <= n ? _mm256_loadu_ps(a + d) : _mm256_maskload_ps(a + d, tail_mask(n - d));
+}
+
+inline float dot_tree(const float* a, const float* b, int n) {
+    __m256 acc = _mm256_setzero_ps();
+    for (int d = 0; d < n; d += 8) acc = _mm256_fmadd_ps(load8(a, d, n), load8(b, d, n), acc);
+    return hsum_tree(acc);
+}
+
+// exp(x) for x <= 0 (scores minus their row max), Cephes' polynomial (about 1 ulp); 0 below
+// -87.3, which covers -inf (masked scores).
+inline __m256 exp_nonpos(__m256 x) {
+    const __m256 lo = _mm256_set1_ps(-87.33654f);
+    const __m256 zero = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
+    x = _mm256_max_ps(x, lo);
+    const __m256 fx = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                      _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(0.693359375f), x);
+    x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(-2.12194440e-4f), x);
+    __m256 y = _mm256_set1_ps(1.9875691500e-4f);
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.3981999507e-3f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(8.3334519073e-3f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(4.1665795894e-2f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.6666665459e-1f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(5.0000001201e-1f));
+    y = _mm256_fmadd_ps(y, _mm256_mul_ps(x, x), _mm256_add_ps(x, _mm256_set1_ps(1.0f)));
+    const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(fx), _mm256_set1_epi32(127)), 23);
+    return _mm256_andnot_ps(zero, _mm256_mul_ps(y, _mm256_castsi256_ps(e)));
+}
+
+template <int NB>
+inline __m256 unpack8(const uint8_t* row, int c) {
+    if constexpr (NB == 8) {
+        return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(row + c))));
+    } else if constexpr (NB == 4) {
+        uint32_t w;
+        std::memcpy(&w, row + c / 2, 4);
+        const __m256i sh = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28);
+        return _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(static_cast<int>(w)), sh), _mm256_set1_epi32(15)));
+    } else {
+        uint16_t w;
+        std::memcpy(&w, row + c / 4, 2);
+        const __m256i sh = _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14);
+        return _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(w), sh), _mm256_set1_epi32(3)));
     }
-    float s = hsum(_mm256_add_ps(s0, s1));
-    for (; i < n; ++i) s += a[i] * b[i];
-    return s;
 }
 
-// acc = acc * c + p * v
-inline void scale_add(float* acc, float c, float p, const float* v, int n) {
-    const __m256 vc = _mm256_set1_ps(c), vp = _mm256_set1_ps(p);
-    int i = 0;
-    for (; i + 8 <= n; i += 8)
-        _mm256_storeu_ps(acc + i, _mm256_fmadd_ps(vp, _mm256_loadu_ps(v + i), _mm256_mul_ps(vc, _mm256_loadu_ps(acc + i))));
-    for (; i < n; ++i) acc[i] = acc[i] * c + p * v[i];
-}
-
-inline void scale(float* acc, float c, int n) {
-    const __m256 vc = _mm256_set1_ps(c);
-    int i = 0;
-    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(acc + i, _mm256_mul_ps(vc, _mm256_loadu_ps(acc + i)));
-    for (; i < n; ++i) acc[i] *= c;
-}
-
-// One unit of work along the slots: 64 f32 slots of one view, or one quantized block.
-struct Unit {
-    int view;        // index into slots, or -1 for a block
-    int64_t begin;   // first slot, or block index
-    int count;
+// Per-thread scratch, kept between calls.
+struct Scratch {
+    std::vector<int> act;
+    std::vector<float> qk, zsum;
+    std::vector<const float*> q, qs;
+    std::vector<float*> o;
+    std::vector<int32_t> pos;
 };
 
-// Running softmax state of `group` query heads: max, sum and the weighted value sum.
-struct Partial {
-    float m[kMaxGroup], l[kMaxGroup];
-    float* acc;  // group x head_dim
-};
+inline bool maybe_seen(const Col& c, int32_t pmin, int32_t pmax, int window) {
+    return c.pos <= pmax && (c.exempt || window == 0 || pmin - c.pos < window);
+}
 
-struct Kernel {
+// The columns some query at positions [pmin, pmax] may see, in view order then block order
+// (empty slots hold INT32_MAX and drop out). Each row is masked exactly later.
+void collect(const AttentionInput& in, int32_t pmin, int32_t pmax, std::vector<Col>& cols) {
+    cols.clear();
+    for (const SlotView& sv : in.slots)
+        for (int64_t j = 0; j < sv.n; ++j) {
+            const Col c{sv.k + j * sv.stride, sv.v + j * sv.stride, sv.pos[j], -1, 0, sv.pos[j] < in.sink_end};
+            if (maybe_seen(c, pmin, pmax, in.window)) cols.push_back(c);
+        }
+    for (size_t b = 0; b < in.blocks.size(); ++b) {
+        const QuantBlockView& bv = in.blocks[b];
+        int32_t lo = bv.first_pos;
+        const int32_t hi = std::min<int32_t>(bv.first_pos + bv.count - 1, pmax);
+        if (in.window > 0) lo = std::max<int32_t>(lo, pmin - in.window + 1);
+        for (int32_t p = lo; p <= hi; ++p) cols.push_back({nullptr, nullptr, p, static_cast<int32_t>(b), p - bv.first_pos, 0});
+    }
+}
+
+// One tile for one kv head: R rows (row r is query r / group, head r % group of the kv head's
+// group), the columns, and an R x ldc score matrix.
+struct Tile {
     const AttentionInput& in;
     const AttentionShape& s;
-    int hd, n_kv, group;
-    int64_t q_stride;
-    float neg_inf = -std::numeric_limits<float>::infinity();
+    int hd;
+    int R;
+    int goff;  // g * head_dim: the kv head's channels in a slot
+    const Col* cols;
+    int C;
+    const int* act;  // the columns some row of the tile sees, ascending
+    int n_act;
+    int64_t ldc;
+    float* S;
+    const float* const* q;   // R row pointers
+    const float* const* qs;  // R row pointers into q_sink, or null
+    float* const* o;         // R output rows
+    const int32_t* rpos;     // position of each row's query
+    float* qk;               // R x hd scratch (quantized blocks)
+    float* zsum;             // R x (hd / value_group) scratch
 
-    float score_of(float raw) const {
+    float finish(float raw) const {
         float x = raw * s.scale;
         if (s.softcap > 0.0f) x = s.softcap * std::tanh(x / s.softcap);
         return x;
     }
 
-    // Folds scores[h][0..nv) into the running state; value(a, h, c, p) adds p * value of visible
-    // slot a to acc row h after it was rescaled by c.
-    template <class AddValues>
-    void update(Partial& st, float (*scores)[kBlock], int nv, AddValues add_values) const {
-        float cs[kMaxGroup], mx[kMaxGroup];
-        for (int h = 0; h < group; ++h) {
-            float bmax = neg_inf;
-            for (int a = 0; a < nv; ++a) bmax = std::max(bmax, scores[h][a]);
-            mx[h] = std::max(st.m[h], bmax);
-            cs[h] = st.m[h] == neg_inf ? 0.0f : std::exp(st.m[h] - mx[h]);
-            float lsum = st.l[h] * cs[h];
-            for (int a = 0; a < nv; ++a) lsum += (scores[h][a] = std::exp(scores[h][a] - mx[h]));
-            st.l[h] = lsum;
-            st.m[h] = mx[h];
-        }
-        add_values(cs);
-    }
-
-    void run_slots(Partial& st, const float* qg, const float* qsg, int32_t p, const SlotView& sv, int64_t j0, int nb,
-                   int g) const {
-        float scores[kMaxGroup][kBlock];
-        int visible[kBlock];
-        int nv = 0;
-        for (int j = 0; j < nb; ++j) {
-            const int32_t sp = sv.pos[j0 + j];
-            if (sp <= p && (sp < in.sink_end || in.window == 0 || p - sp < in.window)) visible[nv++] = j;
-        }
-        if (nv == 0) return;
-        for (int h = 0; h < group; ++h)
-            for (int a = 0; a < nv; ++a) {
-                const int64_t j = j0 + visible[a];
-                const float* qh = (sv.pos[j] < in.sink_end && qsg ? qsg : qg) + static_cast<int64_t>(h) * hd;
-                scores[h][a] = score_of(dot(qh, sv.k + j * sv.stride + static_cast<int64_t>(g) * hd, hd));
+    // Raw scores of columns act[a0, a1), all f32, with the rows' q.
+    void qk_f32(int a0, int a1) const {
+        const int n = hd;
+        for (int a = a0; a < a1; a += 3) {
+            const int nc = std::min(3, a1 - a);
+            const int cc[3] = {act[a], act[a + std::min(1, nc - 1)], act[a + nc - 1]};
+            const float* k0 = cols[cc[0]].k + goff;
+            const float* k1 = cols[cc[1]].k + goff;
+            const float* k2 = cols[cc[2]].k + goff;
+            for (int r = 0; r < R; r += 4) {
+                const int nr = std::min(4, R - r);
+                const float* q0 = q[r];
+                const float* q1 = q[r + std::min(1, nr - 1)];
+                const float* q2 = q[r + std::min(2, nr - 1)];
+                const float* q3 = q[r + nr - 1];
+                __m256 a00 = _mm256_setzero_ps(), a01 = a00, a02 = a00, a10 = a00, a11 = a00, a12 = a00;
+                __m256 a20 = a00, a21 = a00, a22 = a00, a30 = a00, a31 = a00, a32 = a00;
+                auto step = [&](int d, auto load) {
+                    const __m256 x0 = load(k0, d), x1 = load(k1, d), x2 = load(k2, d);
+                    __m256 y = load(q0, d);
+                    a00 = _mm256_fmadd_ps(y, x0, a00), a01 = _mm256_fmadd_ps(y, x1, a01), a02 = _mm256_fmadd_ps(y, x2, a02);
+                    y = load(q1, d);
+                    a10 = _mm256_fmadd_ps(y, x0, a10), a11 = _mm256_fmadd_ps(y, x1, a11), a12 = _mm256_fmadd_ps(y, x2, a12);
+                    y = load(q2, d);
+                    a20 = _mm256_fmadd_ps(y, x0, a20), a21 = _mm256_fmadd_ps(y, x1, a21), a22 = _mm256_fmadd_ps(y, x2, a22);
+                    y = load(q3, d);
+                    a30 = _mm256_fmadd_ps(y, x0, a30), a31 = _mm256_fmadd_ps(y, x1, a31), a32 = _mm256_fmadd_ps(y, x2, a32);
+                };
+                int d = 0;
+                for (; d + 8 <= n; d += 8) step(d, [](const float* a, int i) { return _mm256_loadu_ps(a + i); });
+                if (d < n) step(d, [n](const float* a, int i) { return load8(a, i, n); });
+                alignas(16) float out[3][4];
+                _mm_store_ps(out[0], reduce4(a00, a10, a20, a30));
+                _mm_store_ps(out[1], reduce4(a01, a11, a21, a31));
+                _mm_store_ps(out[2], reduce4(a02, a12, a22, a32));
+                for (int i = 0; i < nr; ++i)
+                    for (int j = 0; j < nc; ++j) S[(r + i) * ldc + cc[j]] = out[j][i];
             }
-        update(st, scores, nv, [&](const float* cs) {
-            for (int h = 0; h < group; ++h) {
-                float* ah = st.acc + static_cast<size_t>(h) * hd;
-                for (int a = 0; a < nv; ++a) {
-                    const float* vj = sv.v + (j0 + visible[a]) * sv.stride + static_cast<int64_t>(g) * hd;
-                    scale_add(ah, a == 0 ? cs[h] : 1.0f, scores[h][a], vj, hd);
-                }
-            }
-        });
-    }
-
-    // tmp: head_dim floats, group x head_dim scaled queries, group x head_dim value-zero sums.
-    void run_block(Partial& st, const float* qg, int32_t p, const QuantBlockView& b, int g, float* tmp) const {
-        switch (in.kivi->nbits) {
-            case 8: return run_block_group<8>(st, qg, p, b, g, tmp);
-            case 4: return run_block_group<4>(st, qg, p, b, g, tmp);
-            default: return run_block_group<2>(st, qg, p, b, g, tmp);
         }
+        // Sink slots are seen from the queries rotated at their rank.
+        if (qs)
+            for (int a = a0; a < a1; ++a)
+                if (cols[act[a]].exempt)
+                    for (int r = 0; r < R; ++r) S[r * ldc + act[a]] = dot_tree(qs[r], cols[act[a]].k + goff, n);
     }
 
-    // Common head groupings get their own copy, so the per-head accumulators stay in registers.
+    // Raw scores of columns act[a0, a1), rows of one quantized block, read from their codes:
+    // q·k = (q ⊙ scale)·codes + q·zero.
     template <int NB>
-    void run_block_group(Partial& st, const float* qg, int32_t p, const QuantBlockView& b, int g, float* tmp) const {
-        switch (group) {
-            case 1: return run_block_bits<NB, 1>(st, qg, p, b, g, tmp);
-            case 2: return run_block_bits<NB, 2>(st, qg, p, b, g, tmp);
-            case 4: return run_block_bits<NB, 4>(st, qg, p, b, g, tmp);
-            case 8: return run_block_bits<NB, 8>(st, qg, p, b, g, tmp);
-            default: return run_block_bits<NB, 0>(st, qg, p, b, g, tmp);
-        }
-    }
-
-    template <int NB>
-    static inline __m256 unpack8(const uint8_t* row, int c) {
-        if constexpr (NB == 8) {
-            return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(row + c))));
-        } else if constexpr (NB == 4) {
-            uint32_t w;
-            std::memcpy(&w, row + c / 2, 4);
-            const __m256i sh = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28);
-            return _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(static_cast<int>(w)), sh), _mm256_set1_epi32(15)));
-        } else {
-            uint16_t w;
-            std::memcpy(&w, row + c / 4, 2);
-            const __m256i sh = _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14);
-            return _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(w), sh), _mm256_set1_epi32(3)));
-        }
-    }
-
-    // Keys and values are read straight from their codes: q·k = (q ⊙ scale)·codes + q·zero, and
-    // each value adds p·scale·codes to the accumulator, with p·zero summed per channel group and
-    // added once per block.
-    template <int NB, int GR>
-    void run_block_bits(Partial& st, const float* qg, int32_t p, const QuantBlockView& b, int g, float* tmp) const {
-        const int group = GR ? GR : this->group;
+    void qk_block(int a0, int a1) const {
         const KiviFormat& f = *in.kivi;
-        int32_t lo = b.first_pos, hi = std::min<int32_t>(b.first_pos + b.count - 1, p);
-        if (in.window > 0) lo = std::max<int32_t>(lo, p - in.window + 1);
-        if (lo > hi) return;
-        const int c0 = g * hd;
-        float* qk = tmp + hd;
-        float bias[kMaxGroup];
-        const float* ks = f.key_scale(b.data) + c0;
-        const float* kz = f.key_zero(b.data) + c0;
-        for (int h = 0; h < group; ++h) {
-            const float* qh = qg + static_cast<int64_t>(h) * hd;
-            float* o = qk + h * hd;
-            for (int c = 0; c < hd; ++c) o[c] = qh[c] * ks[c];
-            bias[h] = dot(qh, kz, hd);
+        const uint8_t* data = in.blocks[static_cast<size_t>(cols[act[a0]].block)].data;
+        const float* ks = f.key_scale(data) + goff;
+        const float* kz = f.key_zero(data) + goff;
+        float* bias = qk + static_cast<size_t>(R) * hd;
+        for (int r = 0; r < R; ++r) {
+            for (int d = 0; d < hd; ++d) qk[r * hd + d] = q[r][d] * ks[d];
+            bias[r] = dot_tree(q[r], kz, hd);
         }
-        const int vg = std::min(f.value_group, hd);
-        const int n_vg = hd / vg;
-        float scores[kMaxGroup][kBlock];
-        float* zsum = qk + group * hd;  // group x n_vg
         const size_t rb = f.row_code_bytes();
-        const uint8_t* krows = b.data + f.k_codes;
-        const uint8_t* vrows = b.data + f.v_codes;
-        for (int32_t s0 = lo; s0 <= hi; s0 += kBlock) {
-            const int nv = std::min<int32_t>(kBlock, hi - s0 + 1);
-            const int first = static_cast<int>(s0 - b.first_pos);
-            for (int a = 0; a < nv; ++a) {
-                const uint8_t* row = krows + (first + a) * rb;
-                __m256 acc[kMaxGroup];
-                for (int h = 0; h < group; ++h) acc[h] = _mm256_setzero_ps();
-                for (int c = 0; c < hd; c += 8) {
-                    const __m256 x = unpack8<NB>(row, c0 + c);
-                    for (int h = 0; h < group; ++h) acc[h] = _mm256_fmadd_ps(_mm256_loadu_ps(qk + h * hd + c), x, acc[h]);
+        for (int a = a0; a < a1; ++a) {
+            const int c = act[a];
+            const uint8_t* row = data + f.k_codes + static_cast<size_t>(cols[c].j) * rb;
+            for (int r = 0; r < R; r += 8) {
+                const int nr = std::min(8, R - r);
+                __m256 acc[8];
+                for (int i = 0; i < 8; ++i) acc[i] = _mm256_setzero_ps();
+                for (int d = 0; d < hd; d += 8) {
+                    const __m256 x = unpack8<NB>(row, goff + d);
+                    for (int i = 0; i < 8; ++i)
+                        acc[i] = _mm256_fmadd_ps(_mm256_loadu_ps(qk + (r + std::min(i, nr - 1)) * hd + d), x, acc[i]);
                 }
-                for (int h = 0; h < group; ++h) scores[h][a] = score_of(hsum(acc[h]) + bias[h]);
+                for (int i = 0; i < nr; ++i) S[(r + i) * ldc + c] = hsum_tree(acc[i]) + bias[r + i];
             }
-            update(st, scores, nv, [&](const float* cs) {
-                for (int h = 0; h < group; ++h) scale(st.acc + static_cast<size_t>(h) * hd, cs[h], hd);
-                std::fill(zsum, zsum + group * n_vg, 0.0f);
-                for (int a = 0; a < nv; ++a) {
-                    const int j = first + a;
-                    const uint8_t* row = vrows + j * rb;
-                    const float* vs = f.value_scale(b.data, j) + c0 / f.value_group;
-                    const float* vz = f.value_zero(b.data, j) + c0 / f.value_group;
-                    for (int k = 0; k < n_vg; ++k) {
-                        __m256 w[kMaxGroup];
-                        for (int h = 0; h < group; ++h) {
-                            w[h] = _mm256_set1_ps(scores[h][a] * vs[k]);
-                            zsum[h * n_vg + k] += scores[h][a] * vz[k];
-                        }
-                        for (int c = k * vg; c < (k + 1) * vg; c += 8) {
-                            const __m256 x = unpack8<NB>(row, c0 + c);
-                            for (int h = 0; h < group; ++h) {
-                                float* ah = st.acc + static_cast<size_t>(h) * hd + c;
-                                _mm256_storeu_ps(ah, _mm256_fmadd_ps(w[h], x, _mm256_loadu_ps(ah)));
-                            }
-                        }
-                    }
+        }
+    }
+
+    // Scores of columns act[a0, a1): raw products, then scale and softcap.
+    void scores(int a0, int a1) const {
+        for (int a = a0; a < a1;) {
+            const int b = cols[act[a]].block;
+            int e = a + 1;
+            while (e < a1 && cols[act[e]].block == b) ++e;
+            if (b < 0) {
+                qk_f32(a, e);
+            } else {
+                switch (in.kivi->nbits) {
+                    case 8: qk_block<8>(a, e); break;
+                    case 4: qk_block<4>(a, e); break;
+                    default: qk_block<2>(a, e); break;
                 }
-                for (int h = 0; h < group; ++h)
-                    for (int k = 0; k < n_vg; ++k) {
-                        float* ah = st.acc + static_cast<size_t>(h) * hd + k * vg;
-                        const float z = zsum[h * n_vg + k];
-                        for (int c = 0; c < vg; ++c) ah[c] += z;
-                    }
-            });
+            }
+            a = e;
+        }
+        for (int r = 0; r < R; ++r)
+            for (int a = a0; a < a1; ++a) S[r * ldc + act[a]] = finish(S[r * ldc + act[a]]);
+    }
+
+    // Row r: the mask of its query, then the exact softmax over the full row.
+    void softmax(int r) const {
+        float* sr = S + r * ldc;
+        const int32_t p = rpos[r];
+        float m = kNegInf;
+        for (int c = 0; c < C; ++c) {
+            const Col& col = cols[c];
+            if (col.pos > p || (!col.exempt && in.window > 0 && p - col.pos >= in.window))
+                sr[c] = kNegInf;
+            else
+                m = std::max(m, sr[c]);
+        }
+        if (m == kNegInf) {  // nothing visible: the row contributes nothing
+            std::fill(sr, sr + C, 0.0f);
+            return;
+        }
+        const __m256 vm = _mm256_set1_ps(m);
+        __m256 sum = _mm256_setzero_ps();
+        for (int c = 0; c < C; c += 8) {
+            const __m256 e = exp_nonpos(_mm256_sub_ps(load8(sr, c, C), vm));
+            if (c + 8 <= C)
+                _mm256_storeu_ps(sr + c, e);
+            else
+                _mm256_maskstore_ps(sr + c, tail_mask(C - c), e);
+            sum = _mm256_add_ps(sum, c + 8 <= C ? e : _mm256_and_ps(e, _mm256_castsi256_ps(tail_mask(C - c))));
+        }
+        // The normalized probabilities: the one place where P is final before it meets V.
+        const __m256 inv = _mm256_set1_ps(1.0f / hsum_tree(sum));
+        for (int c = 0; c < C; c += 8) {
+            const __m256 pr = _mm256_mul_ps(load8(sr, c, C), inv);
+            if (c + 8 <= C)
+                _mm256_storeu_ps(sr + c, pr);
+            else
+                _mm256_maskstore_ps(sr + c, tail_mask(C - c), pr);
+        }
+    }
+
+    // out[r][d0, d0 + 8*NV) += P[r][cols] · V[cols] over columns act[a0, a1): RB rows, NV
+    // vectors, in registers.
+    template <int RB, int NV>
+    void pv_kernel(int r, int d0, int a0, int a1) const {
+        __m256 acc[RB][NV];
+        for (int i = 0; i < RB; ++i)
+            for (int v = 0; v < NV; ++v) acc[i][v] = _mm256_loadu_ps(o[r + i] + d0 + 8 * v);
+        const int off = goff + d0;
+        for (int a = a0; a < a1; ++a) {
+            const int c = act[a];
+            const float* vc = cols[c].v + off;
+            __m256 x[NV];
+            for (int v = 0; v < NV; ++v) x[v] = _mm256_loadu_ps(vc + 8 * v);
+            for (int i = 0; i < RB; ++i) {
+                const __m256 w = _mm256_broadcast_ss(S + (r + i) * ldc + c);
+                for (int v = 0; v < NV; ++v) acc[i][v] = _mm256_fmadd_ps(w, x[v], acc[i][v]);
+            }
+        }
+        for (int i = 0; i < RB; ++i)
+            for (int v = 0; v < NV; ++v) _mm256_storeu_ps(o[r + i] + d0 + 8 * v, acc[i][v]);
+    }
+
+    template <int RB>
+    void pv_rows(int r, int d0, int d1, int a0, int a1) const {
+        int d = d0;
+        for (; d + 16 <= d1; d += 16) pv_kernel<RB, 2>(r, d, a0, a1);
+        if (d + 8 <= d1) pv_kernel<RB, 1>(r, d, a0, a1), d += 8;
+        for (; d < d1; ++d)  // head_dim not a multiple of 8
+            for (int i = 0; i < RB; ++i) {
+                float x = o[r + i][d];
+                for (int a = a0; a < a1; ++a) x = std::fma(S[(r + i) * ldc + act[a]], cols[act[a]].v[goff + d], x);
+                o[r + i][d] = x;
+            }
+    }
+
+    void pv_f32(int d0, int d1, int c0, int c1) const {
+        int r = 0;
+        for (; r + 4 <= R; r += 4) pv_rows<4>(r, d0, d1, c0, c1);
+        switch (R - r) {
+            case 3: pv_rows<3>(r, d0, d1, c0, c1); break;
+            case 2: pv_rows<2>(r, d0, d1, c0, c1); break;
+            case 1: pv_rows<1>(r, d0, d1, c0, c1); break;
+            default: break;
+        }
+    }
+
+    // Values of a quantized block read from their codes: each adds p·scale·codes, and p·zero is
+    // summed per channel group and added once for the block.
+    template <int NB>
+    void pv_block(int d0, int d1, int a0, int a1) const {
+        const KiviFormat& f = *in.kivi;
+        const uint8_t* data = in.blocks[static_cast<size_t>(cols[act[a0]].block)].data;
+        const int vg = f.value_group;
+        const int k0 = d0 / vg, k1 = (d1 + vg - 1) / vg;  // value groups touched
+        const int nk = k1 - k0;
+        std::fill(zsum, zsum + static_cast<size_t>(R) * nk, 0.0f);
+        const size_t rb = f.row_code_bytes();
+        for (int a = a0; a < a1; ++a) {
+            const int c = act[a];
+            const int j = cols[c].j;
+            const uint8_t* row = data + f.v_codes + static_cast<size_t>(j) * rb;
+            const float* vs = f.value_scale(data, j) + goff / vg;
+            const float* vz = f.value_zero(data, j) + goff / vg;
+            for (int r = 0; r < R; ++r) {
+                const float pr = S[r * ldc + c];
+                for (int k = k0; k < k1; ++k) zsum[r * nk + k - k0] += pr * vz[k];
+            }
+            for (int d = d0; d < d1; d += 8) {
+                const __m256 x = unpack8<NB>(row, goff + d);
+                const float sc = vs[d / vg];
+                for (int r = 0; r < R; ++r) {
+                    float* od = o[r] + d;
+                    _mm256_storeu_ps(od, _mm256_fmadd_ps(_mm256_set1_ps(S[r * ldc + c] * sc), x, _mm256_loadu_ps(od)));
+                }
+            }
+        }
+        for (int r = 0; r < R; ++r)
+            for (int d = d0; d < d1; ++d) o[r][d] += zsum[r * nk + d / vg - k0];
+    }
+
+    // out rows, channels [d0, d1), = P · V over all columns, in column order.
+    void pv(int d0, int d1) const {
+        for (int r = 0; r < R; ++r) std::fill(o[r] + d0, o[r] + d1, 0.0f);
+        for (int a = 0; a < n_act;) {
+            const int b = cols[act[a]].block;
+            int e = a + 1;
+            while (e < n_act && cols[act[e]].block == b) ++e;
+            if (b < 0) {
+                pv_f32(d0, d1, a, e);
+            } else {
+                switch (in.kivi->nbits) {
+                    case 8: pv_block<8>(d0, d1, a, e); break;
+                    case 4: pv_block<4>(d0, d1, a, e); break;
+                    default: pv_block<2>(d0, d1, a, e); break;
+                }
+            }
+            a = e;
         }
     }
 };
 
+// Row pointers of the tile of queries [t0, t1) for kv head g, and the columns its rows may see.
+void tile_rows(const AttentionInput& in, const AttentionShape& s, int64_t t0, int64_t t1, int g, float* out,
+               const std::vector<Col>& cols, Scratch& w) {
+    const int group = s.n_head / s.n_head_kv, hd = s.head_dim;
+    const int64_t q_stride = static_cast<int64_t>(s.n_head) * hd;
+    const size_t R = static_cast<size_t>((t1 - t0) * group);
+    w.q.resize(R), w.qs.resize(R), w.o.resize(R), w.pos.resize(R);
+    int32_t pmin = std::numeric_limits<int32_t>::max(), pmax = std::numeric_limits<int32_t>::min();
+    for (int64_t t = t0; t < t1; ++t) {
+        pmin = std::min(pmin, in.qpos[t]), pmax = std::max(pmax, in.qpos[t]);
+        for (int h = 0; h < group; ++h) {
+            const size_t r = static_cast<size_t>((t - t0) * group + h);
+            const int64_t at = t * q_stride + static_cast<int64_t>(g * group + h) * hd;
+            w.q[r] = in.q + at;
+            w.qs[r] = in.q_sink ? in.q_sink + at : nullptr;
+            w.o[r] = out + at;
+            w.pos[r] = in.qpos[t];
+        }
+    }
+    w.act.clear();
+    for (size_t c = 0; c < cols.size(); ++c)
+        if (maybe_seen(cols[c], pmin, pmax, in.window)) w.act.push_back(static_cast<int>(c));
+    if (in.kivi) {
+        w.qk.resize(R * static_cast<size_t>(hd + 1));
+        w.zsum.resize(R * static_cast<size_t>(hd / std::max(1, in.kivi->value_group) + 2));
+    }
+}
+
+Tile make_tile(const AttentionInput& in, const AttentionShape& s, int g, const std::vector<Col>& cols, float* S,
+               int64_t ldc, Scratch& w) {
+    return Tile{in, s, s.head_dim, static_cast<int>(w.q.size()), g * s.head_dim, cols.data(), static_cast<int>(cols.size()),
+                w.act.data(), static_cast<int>(w.act.size()), ldc, S, w.q.data(), in.q_sink ? w.qs.data() : nullptr,
+                w.o.data(), w.pos.data(), w.qk.data(), w.zsum.data()};
+}
+
+inline int64_t padded(int64_t n) { return (n + 7) / 8 * 8; }
+
 }  // namespace
 
 void attend(const AttentionInput& in, const AttentionShape& shape, float* out, ThreadPool& pool) {
-    Kernel kr{in, shape, shape.head_dim, shape.n_head_kv, shape.n_head / shape.n_head_kv,
-              static_cast<int64_t>(shape.n_head) * shape.head_dim};
-    const int hd = kr.hd, group = kr.group, n_kv = kr.n_kv;
-    std::vector<Unit> units;
-    for (size_t v = 0; v < in.slots.size(); ++v)
-        for (int64_t j = 0; j < in.slots[v].n; j += kBlock)
-            units.push_back({static_cast<int>(v), j, static_cast<int>(std::min<int64_t>(kBlock, in.slots[v].n - j))});
-    for (size_t b = 0; b < in.blocks.size(); ++b) units.push_back({-1, static_cast<int64_t>(b), in.blocks[b].count});
-    const int64_t n_units = static_cast<int64_t>(units.size());
+    const int hd = shape.head_dim, n_kv = shape.n_head_kv, group = shape.n_head / shape.n_head_kv;
+    const int64_t n_q = in.n_q;
+    if (n_q <= 0) return;
+    const int threads = pool.size();
+    // One column list for the whole call: a row's softmax sums its columns by index, so every
+    // tile must number them alike for results not to depend on the tiling (or thread count).
+    // (Workers must see the caller's buffers, hence references: a lambda names a thread_local
+    // of its own thread.)
+    thread_local std::vector<Col> tls_cols;
+    thread_local std::vector<float> tls_scores;
+    std::vector<Col>& cols = tls_cols;
+    int32_t pmin = std::numeric_limits<int32_t>::max(), pmax = std::numeric_limits<int32_t>::min();
+    for (int64_t t = 0; t < n_q; ++t) pmin = std::min(pmin, in.qpos[t]), pmax = std::max(pmax, in.qpos[t]);
+    collect(in, pmin, pmax, cols);
+    const int64_t C = static_cast<int64_t>(cols.size()), ldc = padded(C);
 
-    // Few (query, kv head) pairs (decode): split the slots across threads too, and merge.
-    const int64_t pairs = in.n_q * n_kv;
-    int64_t parts = 1;
-    if (pairs < 2 * pool.size() && n_units > 1)
-        parts = std::min<int64_t>(n_units, (2 * pool.size() + pairs - 1) / pairs);
-    const size_t state_floats = static_cast<size_t>(group) * (hd + 2);
-    std::vector<float> partials(parts > 1 ? static_cast<size_t>(pairs * parts) * state_floats : 0);
+    // Queries per tile: up to kTileRows rows, and enough tiles to feed every thread.
+    int64_t tq = std::max<int64_t>(1, kTileRows / group);
+    int64_t n_tiles = (n_q + tq - 1) / tq;
+    if (n_tiles * n_kv < threads) {
+        n_tiles = std::min<int64_t>(n_q, (threads + n_kv - 1) / n_kv);
+        tq = (n_q + n_tiles - 1) / n_tiles;
+    }
+    n_tiles = (n_q + tq - 1) / tq;
 
-    pool.parallel_for(pairs * parts, [&](int64_t begin, int64_t end) {
-        std::vector<float> acc(static_cast<size_t>(group) * hd);
-        std::vector<float> tmp(static_cast<size_t>(hd) * (2 * group + 1));
-        for (int64_t idx = begin; idx < end; ++idx) {
-            const int64_t pair = idx / parts, part = idx % parts;
-            const int64_t t = pair / n_kv;
-            const int g = static_cast<int>(pair % n_kv);
-            const int32_t p = in.qpos[t];
-            const float* qg = in.q + t * kr.q_stride + static_cast<int64_t>(g) * group * hd;
-            const float* qsg = in.q_sink ? in.q_sink + t * kr.q_stride + static_cast<int64_t>(g) * group * hd : nullptr;
-            Partial st;
-            st.acc = acc.data();
-            std::fill(st.m, st.m + group, kr.neg_inf);
-            std::fill(st.l, st.l + group, 0.0f);
-            std::fill(acc.begin(), acc.end(), 0.0f);
-            const int64_t u0 = n_units * part / parts, u1 = n_units * (part + 1) / parts;
-            for (int64_t u = u0; u < u1; ++u) {
-                const Unit& un = units[static_cast<size_t>(u)];
-                if (un.view >= 0)
-                    kr.run_slots(st, qg, qsg, p, in.slots[static_cast<size_t>(un.view)], un.begin, un.count, g);
-                else
-                    kr.run_block(st, qg, p, in.blocks[static_cast<size_t>(un.begin)], g, tmp.data());
+    if (n_tiles * n_kv < threads && C >= kSplitMinCols) {
+        // Few rows over a long context (decode): one tile, its scores split across threads by
+        // columns, the softmax by rows, P·V by channels; each value is computed as on one thread.
+        const int64_t R = n_q * group;
+        std::vector<float>& S = tls_scores;
+        S.resize(static_cast<size_t>(n_kv * R * ldc));
+        const int64_t n_chunks = (C + kSplitCols - 1) / kSplitCols;
+        pool.parallel_for(n_kv * n_chunks, [&](int64_t b, int64_t e) {
+            thread_local Scratch w;
+            for (int64_t i = b; i < e; ++i) {
+                const int g = static_cast<int>(i / n_chunks);
+                const int64_t ch = i % n_chunks;
+                tile_rows(in, shape, 0, n_q, g, out, cols, w);
+                make_tile(in, shape, g, cols, S.data() + g * R * ldc, ldc, w)
+                    .scores(static_cast<int>(ch * kSplitCols), static_cast<int>(std::min(C, (ch + 1) * kSplitCols)));
             }
-            if (parts == 1) {
-                float* og = out + t * kr.q_stride + static_cast<int64_t>(g) * group * hd;
-                for (int h = 0; h < group; ++h) {
-                    const float inv = st.l[h] > 0.0f ? 1.0f / st.l[h] : 0.0f;
-                    for (int i = 0; i < hd; ++i) og[h * hd + i] = acc[static_cast<size_t>(h) * hd + i] * inv;
-                }
-            } else {
-                float* dst = partials.data() + static_cast<size_t>(idx) * state_floats;
-                for (int h = 0; h < group; ++h) {
-                    dst[h * (hd + 2)] = st.m[h];
-                    dst[h * (hd + 2) + 1] = st.l[h];
-                    std::copy(acc.begin() + h * hd, acc.begin() + (h + 1) * hd, dst + h * (hd + 2) + 2);
-                }
+        });
+        pool.parallel_for(n_kv * R, [&](int64_t b, int64_t e) {
+            thread_local Scratch w;
+            for (int64_t i = b; i < e; ++i) {
+                const int g = static_cast<int>(i / R);
+                tile_rows(in, shape, 0, n_q, g, out, cols, w);
+                make_tile(in, shape, g, cols, S.data() + g * R * ldc, ldc, w).softmax(static_cast<int>(i % R));
             }
+        });
+        // Channel slices of whole value groups, so quantized blocks add their zero sums once.
+        int slice = std::max(8, (hd / std::max(1, threads) + 7) / 8 * 8);
+        if (in.kivi && !in.blocks.empty()) slice = (slice + in.kivi->value_group - 1) / in.kivi->value_group * in.kivi->value_group;
+        const int64_t n_slices = (hd + slice - 1) / slice;
+        pool.parallel_for(n_kv * n_slices, [&](int64_t b, int64_t e) {
+            thread_local Scratch w;
+            for (int64_t i = b; i < e; ++i) {
+                const int g = static_cast<int>(i / n_slices);
+                const int d0 = static_cast<int>(i % n_slices) * slice;
+                tile_rows(in, shape, 0, n_q, g, out, cols, w);
+                make_tile(in, shape, g, cols, S.data() + g * R * ldc, ldc, w).pv(d0, std::min(hd, d0 + slice));
+            }
+        });
+        return;
+    }
+
+    // Work items (tile, kv head); tiles are interleaved first/last so that a contiguous share
+    // of items mixes short and long causal rows.
+    pool.parallel_for(n_tiles * n_kv, [&](int64_t b, int64_t e) {
+        thread_local Scratch w;
+        thread_local std::vector<float> S;
+        for (int64_t i = b; i < e; ++i) {
+            const int64_t k = i / n_kv;
+            const int g = static_cast<int>(i % n_kv);
+            const int64_t tile = k % 2 == 0 ? k / 2 : n_tiles - 1 - k / 2;
+            const int64_t t0 = tile * tq, t1 = std::min(n_q, t0 + tq);
+            tile_rows(in, shape, t0, t1, g, out, cols, w);
+            S.resize(static_cast<size_t>(static_cast<int64_t>(w.q.size()) * ldc));
+            const Tile tl = make_tile(in, shape, g, cols, S.data(), ldc, w);
+            tl.scores(0, tl.n_act);
+            for (int r = 0; r < tl.R; ++r) tl.softmax(r);
+            tl.pv(0, hd);
         }
     });
-    if (parts == 1) return;
-    for (int64_t pair = 0; pair < pairs; ++pair) {
-        const int64_t t = pair / n_kv;
-        const int g = static_cast<int>(pair % n_kv);
-        float* og = out + t * kr.q_stride + static_cast<int64_t>(g) * group * hd;
-        for (int h = 0; h < group; ++h) {
-            float m = kr.neg_inf;
-            for (int64_t part = 0; part < parts; ++part)
-                m = std::max(m, partials[static_cast<size_t>(pair * parts + part) * state_floats + h * (hd + 2)]);
-            float l = 0.0f;
-            float* o = og + h * hd;
-            std::fill(o, o + hd, 0.0f);
-            for (int64_t part = 0; part < parts; ++part) {
-                const float* src = partials.data() + static_cast<size_t>(pair * parts + part) * state_floats + h * (hd + 2);
-                if (src[0] == kr.neg_inf) continue;
-                const float c = std::exp(src[0] - m);
-                l += src[1] * c;
-                for (int i = 0; i < hd; ++i) o[i] += src[2 + i] * c;
-            }
-            const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-            for (int i = 0; i < hd; ++i) o[i] *= inv;
-        }
-    }
 }
 
 }  // namespace kvchat

@@ -1,7 +1,8 @@
 #pragma once
 // Scaled dot-product attention on the CPU over what a cache layer holds: runs of f32 slots that
-// carry their positions, and KIVI blocks read in place (keys and values dequantized a row at a
-// time inside the loop, never materialised). One online softmax runs over all of it.
+// carry their positions, and KIVI blocks read in place (keys and values computed from their
+// codes inside the loops, never materialised). Each query's softmax is exact over all of it
+// (max, then exp and sum, then normalize), as llama.cpp's non-flash path.
 #include "engine/cache/cache_layer.h"
 #include "engine/cache/kivi_block.h"
 

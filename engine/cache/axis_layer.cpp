@@ -460,7 +460,13 @@ void AxisLayer::load_state(ByteReader& r) {
             if (!ok) r.fail("layer " + std::to_string(spec_.index) + ": slot " + std::to_string(i) + " holds an impossible position");
         }
         ArenaLoan<AxisLayer> loan(this, &AxisLayer::begin, &AxisLayer::end);
-        if (n_slots > slot_cap_) grow_slots(n_slots);
+        if (n_slots > slot_cap_) {
+            // The capacity the layer had when it was saved (it grows by doubling from 16), so
+            // the first turn after a reopen does not reallocate and copy the whole layer.
+            int64_t cap = 16;
+            while (cap < n_slots) cap *= 2;
+            grow_slots(std::max(n_slots, std::min(cap, slot_limit_)));
+        }
         for (int64_t i = 0; i < n_slots; ++i) {
             const int32_t p = pos[static_cast<size_t>(i)];
             if (p == kEmpty) continue;
