@@ -12,6 +12,10 @@ namespace kvchat {
 
 namespace {
 
+// Checkpoints a conversation snapshot keeps: where the last user message, its reply and the next
+// message start.
+constexpr size_t kSnapshotCheckpoints = 3;
+
 std::string quoted(std::string_view s) {
     std::string q;  // (appended piece by piece: GCC 12 warns wrongly about "'" + string + "'")
     q.reserve(s.size() + 2);
@@ -180,7 +184,13 @@ void ConversationRegistry::save_snapshot(Entry& e, std::vector<std::string>& not
     if (!e.conversation->has_cache()) return;
     const std::string name = snapshot_name_for(e.id);
     try {
-        save_cache_snapshot(e.conversation->cache(), e.conversation->checkpoints(), model_, store_.snapshot_path(name));
+        // Only the latest checkpoints go to disk: regenerating the last answer or editing the last
+        // message crops to one of them, and each holds every sliding window, so older ones would
+        // multiply what reopening the conversation has to read before its first token.
+        const std::vector<CacheCheckpoint>& all = e.conversation->checkpoints();
+        const size_t keep = std::min<size_t>(all.size(), kSnapshotCheckpoints);
+        const std::vector<CacheCheckpoint> latest(all.end() - static_cast<std::ptrdiff_t>(keep), all.end());
+        save_cache_snapshot(e.conversation->cache(), latest, model_, store_.snapshot_path(name));
     } catch (const Error& err) {
         notices.push_back("the cache of conversation " + quoted(e.title) + " was not saved (" + err.what() +
                           "); the next session prefills it again");
