@@ -306,10 +306,13 @@ void rms_norm(Vec& x, const Vec& w, double eps) {
 
 void rope(Vec& x, int n_heads, int hd, int64_t pos, double base, bool half_split) {
     const int half = hd / 2;
+    // The angles as llama.cpp defines them: in float, pair i's angle the position times
+    // base^(-2/hd) multiplied in i times, as the engine (and llama.cpp) computes them.
+    const float theta_scale = std::pow(static_cast<float>(base), -2.0f / static_cast<float>(hd));
     for (int h = 0; h < n_heads; ++h) {
         double* v = x.data() + static_cast<size_t>(h) * hd;
-        for (int i = 0; i < half; ++i) {
-            const double th = static_cast<double>(pos) * std::pow(base, -2.0 * i / hd);
+        float th = static_cast<float>(pos);
+        for (int i = 0; i < half; ++i, th *= theta_scale) {
             const double c = std::cos(th), s = std::sin(th);
             const int a = half_split ? i : 2 * i, b = half_split ? i + half : 2 * i + 1;
             const double xa = v[a], xb = v[b];
