@@ -237,9 +237,51 @@ struct Kernel {
     }
 };
 
+// ---- llama.cpp-compatible path (in.f16_probs) ---------------------------------------------
+// Two passes per (query, head): scores and their max, then exp, a double sum, and probabilities
+// normalized and rounded to fp16 before P·V, the rounding points of ggml's soft_max + f16 mul_mat.
+void attend_f16_probs(const AttentionInput& in, const AttentionShape& s, float* out, ThreadPool& pool) {
+    const int hd = s.head_dim, group = s.n_head / s.n_head_kv;
+    const int64_t q_stride = static_cast<int64_t>(s.n_head) * hd;
+    pool.parallel_for(in.n_q * s.n_head, [&](int64_t begin, int64_t end) {
+        std::vector<float> sc;
+        for (int64_t idx = begin; idx < end; ++idx) {
+            const int64_t t = idx / s.n_head;
+            const int h = static_cast<int>(idx % s.n_head), g = h / group;
+            const int32_t p = in.qpos[t];
+            const float* qh = in.q + t * q_stride + static_cast<int64_t>(h) * hd;
+            const float* qsh = in.q_sink ? in.q_sink + t * q_stride + static_cast<int64_t>(h) * hd : nullptr;
+            auto visible = [&](int32_t sp) { return sp <= p && (sp < in.sink_end || in.window == 0 || p - sp < in.window); };
+            sc.clear();
+            float mx = -std::numeric_limits<float>::infinity();
+            for (const SlotView& sv : in.slots)
+                for (int64_t j = 0; j < sv.n; ++j) {
+                    if (!visible(sv.pos[j])) continue;
+                    float x = dot(sv.pos[j] < in.sink_end && qsh ? qsh : qh, sv.k + j * sv.stride + static_cast<int64_t>(g) * hd, hd);
+                    if (s.softcap > 0.0f) x = s.softcap * std::tanh(x / s.softcap);
+                    sc.push_back(x);
+                    mx = std::max(mx, x);
+                }
+            double sum = 0.0;
+            for (float& x : sc) sum += (x = std::exp(x - mx));
+            const float inv = sum > 0.0 ? static_cast<float>(1.0 / sum) : 0.0f;
+            float* o = out + t * q_stride + static_cast<int64_t>(h) * hd;
+            std::fill(o, o + hd, 0.0f);
+            size_t a = 0;
+            for (const SlotView& sv : in.slots)
+                for (int64_t j = 0; j < sv.n; ++j) {
+                    if (!visible(sv.pos[j])) continue;
+                    const float pr = _cvtsh_ss(_cvtss_sh(sc[a++] * inv, _MM_FROUND_TO_NEAREST_INT));
+                    scale_add(o, 1.0f, pr, sv.v + j * sv.stride + static_cast<int64_t>(g) * hd, hd);
+                }
+        }
+    });
+}
+
 }  // namespace
 
 void attend(const AttentionInput& in, const AttentionShape& shape, float* out, ThreadPool& pool) {
+    if (in.f16_probs && in.blocks.empty()) return attend_f16_probs(in, shape, out, pool);
     Kernel kr{in, shape, shape.head_dim, shape.n_head_kv, shape.n_head / shape.n_head_kv,
               static_cast<int64_t>(shape.n_head) * shape.head_dim};
     const int hd = kr.hd, group = kr.group, n_kv = kr.n_kv;
