@@ -240,40 +240,73 @@ struct Kernel {
 // ---- llama.cpp-compatible path (in.f16_probs) ---------------------------------------------
 // Two passes per (query, head): scores and their max, then exp, a double sum, and probabilities
 // normalized and rounded to fp16 before P·V, the rounding points of ggml's soft_max + f16 mul_mat.
+
+// Four dot products at once, each summed exactly as dot() sums it (n a multiple of 16).
+inline void dot4(const float* const* q, const float* const* k, int n, float* out) {
+    __m256 s[4][2];
+    for (auto& r : s) r[0] = r[1] = _mm256_setzero_ps();
+    for (int i = 0; i < n; i += 16)
+        for (int r = 0; r < 4; ++r) {
+            s[r][0] = _mm256_fmadd_ps(_mm256_loadu_ps(q[r] + i), _mm256_loadu_ps(k[r] + i), s[r][0]);
+            s[r][1] = _mm256_fmadd_ps(_mm256_loadu_ps(q[r] + i + 8), _mm256_loadu_ps(k[r] + i + 8), s[r][1]);
+        }
+    for (int r = 0; r < 4; ++r) out[r] = hsum(_mm256_add_ps(s[r][0], s[r][1]));
+}
+
 void attend_f16_probs(const AttentionInput& in, const AttentionShape& s, float* out, ThreadPool& pool) {
     const int hd = s.head_dim, group = s.n_head / s.n_head_kv;
     const int64_t q_stride = static_cast<int64_t>(s.n_head) * hd;
     pool.parallel_for(in.n_q * s.n_head, [&](int64_t begin, int64_t end) {
         std::vector<float> sc;
+        std::vector<const float*> qs, ks, vs;
         for (int64_t idx = begin; idx < end; ++idx) {
             const int64_t t = idx / s.n_head;
             const int h = static_cast<int>(idx % s.n_head), g = h / group;
             const int32_t p = in.qpos[t];
             const float* qh = in.q + t * q_stride + static_cast<int64_t>(h) * hd;
             const float* qsh = in.q_sink ? in.q_sink + t * q_stride + static_cast<int64_t>(h) * hd : nullptr;
-            auto visible = [&](int32_t sp) { return sp <= p && (sp < in.sink_end || in.window == 0 || p - sp < in.window); };
-            sc.clear();
-            float mx = -std::numeric_limits<float>::infinity();
+            qs.clear();
+            ks.clear();
+            vs.clear();
             for (const SlotView& sv : in.slots)
                 for (int64_t j = 0; j < sv.n; ++j) {
-                    if (!visible(sv.pos[j])) continue;
-                    float x = dot(sv.pos[j] < in.sink_end && qsh ? qsh : qh, sv.k + j * sv.stride + static_cast<int64_t>(g) * hd, hd);
-                    if (s.softcap > 0.0f) x = s.softcap * std::tanh(x / s.softcap);
-                    sc.push_back(x);
-                    mx = std::max(mx, x);
+                    const int32_t sp = sv.pos[j];
+                    if (!(sp <= p && (sp < in.sink_end || in.window == 0 || p - sp < in.window))) continue;
+                    qs.push_back(sp < in.sink_end && qsh ? qsh : qh);
+                    ks.push_back(sv.k + j * sv.stride + static_cast<int64_t>(g) * hd);
+                    vs.push_back(sv.v + j * sv.stride + static_cast<int64_t>(g) * hd);
                 }
+            const size_t nv = ks.size();
+            sc.resize(nv);
+            size_t a = 0;
+            if (hd % 16 == 0)
+                for (; a + 4 <= nv; a += 4) dot4(&qs[a], &ks[a], hd, &sc[a]);
+            for (; a < nv; ++a) sc[a] = dot(qs[a], ks[a], hd);
+            float mx = -std::numeric_limits<float>::infinity();
+            for (float& x : sc) {
+                if (s.softcap > 0.0f) x = s.softcap * std::tanh(x / s.softcap);
+                mx = std::max(mx, x);
+            }
             double sum = 0.0;
             for (float& x : sc) sum += (x = std::exp(x - mx));
             const float inv = sum > 0.0 ? static_cast<float>(1.0 / sum) : 0.0f;
+            for (float& x : sc) x = _cvtsh_ss(_cvtss_sh(x * inv, _MM_FROUND_TO_NEAREST_INT));
+            // P·V 32 dimensions at a time, the accumulators in registers.
             float* o = out + t * q_stride + static_cast<int64_t>(h) * hd;
-            std::fill(o, o + hd, 0.0f);
-            size_t a = 0;
-            for (const SlotView& sv : in.slots)
-                for (int64_t j = 0; j < sv.n; ++j) {
-                    if (!visible(sv.pos[j])) continue;
-                    const float pr = _cvtsh_ss(_cvtss_sh(sc[a++] * inv, _MM_FROUND_TO_NEAREST_INT));
-                    scale_add(o, 1.0f, pr, sv.v + j * sv.stride + static_cast<int64_t>(g) * hd, hd);
+            int c = 0;
+            for (; c + 32 <= hd; c += 32) {
+                __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+                for (size_t j = 0; j < nv; ++j) {
+                    const __m256 pr = _mm256_set1_ps(sc[j]);
+                    for (int r = 0; r < 4; ++r) acc[r] = _mm256_fmadd_ps(pr, _mm256_loadu_ps(vs[j] + c + 8 * r), acc[r]);
                 }
+                for (int r = 0; r < 4; ++r) _mm256_storeu_ps(o + c + 8 * r, acc[r]);
+            }
+            for (; c < hd; ++c) {
+                float acc = 0.0f;
+                for (size_t j = 0; j < nv; ++j) acc = std::fma(sc[j], vs[j][c], acc);
+                o[c] = acc;
+            }
         }
     });
 }

@@ -6,6 +6,8 @@
 #include "engine/compute/quant_blocks.h"
 #include "engine/error.h"
 
+#include <immintrin.h>
+
 #include <algorithm>
 #include <cstring>
 #include <limits>
@@ -15,9 +17,16 @@ namespace kvchat {
 
 namespace {
 
-// x[i] * scale rounded to the nearest fp16 value (ties to even), kept as float.
+// x[i] * scale rounded to the nearest fp16 value (ties to even), kept as float; F16C eight at a
+// time, as the conversion runs over every query of a prefill.
 void round_to_fp16(float* x, int64_t n, float scale) {
-    for (int64_t i = 0; i < n; ++i) x[i] = fp16_to_fp32(fp32_to_fp16(x[i] * scale));
+    const __m256 vs = _mm256_set1_ps(scale);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m128i h = _mm256_cvtps_ph(_mm256_mul_ps(_mm256_loadu_ps(x + i), vs), _MM_FROUND_TO_NEAREST_INT);
+        _mm256_storeu_ps(x + i, _mm256_cvtph_ps(h));
+    }
+    for (; i < n; ++i) x[i] = fp16_to_fp32(fp32_to_fp16(x[i] * scale));
 }
 
 constexpr uint32_t kLayerMagic = 0x5259414C;  // "LAYR"
