@@ -89,10 +89,10 @@ private slots:
     }
 
     // Top-1 agreement and the mean absolute difference of llama.cpp's top-10 logits, over every
-    // position of every prompt, held to llama.cpp's own noise floor: no further from llama.cpp than
-    // its two attention paths are from each other (25% slack on the logit difference, half a point
-    // on top-1). A real error in the model (a wrong RoPE base, a missing norm) moves the logits by
-    // whole units and top-1 far below these bounds.
+    // position of every prompt (and per prompt, printed). Top-1 is held to issue 3's 99%; the logit
+    // difference to llama.cpp's own noise floor: no further from llama.cpp than its two attention
+    // paths are from each other (25% slack). A real error in the model (a wrong RoPE base, a
+    // missing norm) moves the logits by whole units and top-1 far below these bounds.
     void logitsMatch() {
         const int64_t n_vocab = model_->config().n_vocab;
         int64_t positions = 0, top1_same = 0, compared = 0;
@@ -101,6 +101,8 @@ private slots:
         for (const json& p : golden_["prompts"]) {
             const auto ids = p["tokens"].get<std::vector<int32_t>>();
             auto cache = model_->make_default_cache(*backend_);
+            const int64_t pos0 = positions, same0 = top1_same, cmp0 = compared;
+            const double diff0 = abs_diff;
             // 128 positions at a time keeps the logits of a 1,500-token prompt out of memory.
             for (size_t off = 0; off < ids.size(); off += 128) {
                 const int64_t n = std::min<int64_t>(128, static_cast<int64_t>(ids.size() - off));
@@ -119,13 +121,16 @@ private slots:
                     }
                 }
             }
+            qInfo("  %s: top-1 identical at %lld of %lld positions, mean |top-10 logit difference| %.4f",
+                  p["name"].get<std::string>().c_str(), static_cast<long long>(top1_same - same0),
+                  static_cast<long long>(positions - pos0), (abs_diff - diff0) / (compared - cmp0));
         }
         const double agreement = static_cast<double>(top1_same) / positions;
         const double mad = abs_diff / compared;
         qInfo("kvchat vs llama.cpp: top-1 agreement %.4f over %lld positions; mean |top-10 logit difference| %.4f",
               agreement, static_cast<long long>(positions), mad);
-        QVERIFY2(agreement >= floor_.top1 - 0.005,
-                 qPrintable(QString("top-1 agreement %1, llama.cpp's own %2").arg(agreement).arg(floor_.top1)));
+        // Issue 3's bound, reached once kvchat rounds where llama.cpp does (99.13%: 1,486 of 1,499).
+        QVERIFY2(agreement >= 0.99, qPrintable(QString("top-1 agreement %1, issue 3 asks 0.99").arg(agreement)));
         QVERIFY2(mad <= 1.25 * floor_.mad,
                  qPrintable(QString("mean abs logit difference %1, llama.cpp's own %2").arg(mad).arg(floor_.mad)));
     }

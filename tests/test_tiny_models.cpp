@@ -30,13 +30,15 @@ private slots:
     void logitsMatchReference_data() {
         QTest::addColumn<TinyModelSpec>("spec");
         QTest::addColumn<double>("tolerance");
-        // Float weights: only f32 rounding separates us from the double reference (Llama: ~2e-7;
-        // Gemma ~5e-5, because its GELU rounds to the fp16 grid and a float input a hair from a
-        // grid boundary can land on the other fp16 neighbour than the double one). Quantized
-        // weights: activations are quantized to 8 bits per block before the integer dot products,
-        // which costs up to ~1% per matrix product.
+        // Float weights: only f32 rounding separates us from the double reference, but GGUF
+        // models attend as llama.cpp does, with q, k, v and the softmax probabilities on the fp16
+        // grid, and Gemma's GELU rounds to that grid too: a float value a hair from a grid
+        // boundary can land on the other fp16 neighbour than the double one, one element off by
+        // 2^-11 of itself (measured: Llama ~5e-5, Gemma ~2e-4; Hugging Face folders, with f32
+        // attention, stay at ~1e-7 for Llama). Quantized weights: activations are quantized to 8
+        // bits per block before the integer dot products, which costs up to ~1% per matrix product.
         const std::vector<std::pair<TensorType, double>> types = {
-            {TensorType::F32, 1e-5}, {TensorType::F16, 1e-5}, {TensorType::BF16, 1e-5},
+            {TensorType::F32, 1e-4}, {TensorType::F16, 1e-4}, {TensorType::BF16, 1e-4},
             {TensorType::Q8_0, 3e-2}, {TensorType::Q4_0, 3e-2}, {TensorType::Q4_1, 3e-2},
             {TensorType::Q5_0, 3e-2}, {TensorType::Q5_1, 3e-2}, {TensorType::Q2_K, 3e-2},
             {TensorType::Q3_K, 3e-2}, {TensorType::Q4_K, 3e-2}, {TensorType::Q5_K, 3e-2},
@@ -48,7 +50,7 @@ private slots:
                 s.weight_type = type;
                 s.n_layer = std::string(arch) == "gemma3" ? 6 : 2;
                 s.sliding_window = std::string(arch) == "gemma3" ? 4 : 0;
-                const double bound = std::string(arch) == "gemma3" && tol < 1e-3 ? 2e-4 : tol;
+                const double bound = std::string(arch) == "gemma3" && tol < 1e-3 ? 4e-4 : tol;
                 QTest::newRow((std::string(arch) + " " + std::string(kvchat::traits(type).name)).c_str()) << s << bound;
             }
         }
@@ -56,7 +58,7 @@ private slots:
         mistral.arch = "llama";
         mistral.n_layer = 2;
         mistral.sliding_window = 5;
-        QTest::newRow("llama with a sliding window (Mistral)") << mistral << 1e-5;
+        QTest::newRow("llama with a sliding window (Mistral)") << mistral << 1e-4;
     }
     void logitsMatchReference() {
         QFETCH(TinyModelSpec, spec);

@@ -288,9 +288,17 @@ struct Tile {
             sum = _mm256_add_ps(sum, c + 8 <= C ? e : _mm256_and_ps(e, _mm256_castsi256_ps(tail_mask(C - c))));
         }
         // The normalized probabilities: the one place where P is final before it meets V.
-        const __m256 inv = _mm256_set1_ps(1.0f / hsum_tree(sum));
+        float inv_sum = 1.0f / hsum_tree(sum);
+        if (in.f16_probs) {
+            // llama.cpp's softmax sums in double; its P·V is an f16 matmul, so P is rounded.
+            double dsum = 0.0;
+            for (int c = 0; c < C; ++c) dsum += sr[c];
+            inv_sum = static_cast<float>(1.0 / dsum);
+        }
+        const __m256 inv = _mm256_set1_ps(inv_sum);
         for (int c = 0; c < C; c += 8) {
-            const __m256 pr = _mm256_mul_ps(load8(sr, c, C), inv);
+            __m256 pr = _mm256_mul_ps(load8(sr, c, C), inv);
+            if (in.f16_probs) pr = _mm256_cvtph_ps(_mm256_cvtps_ph(pr, _MM_FROUND_TO_NEAREST_INT));
             if (c + 8 <= C)
                 _mm256_storeu_ps(sr + c, pr);
             else

@@ -41,6 +41,11 @@ struct AttentionInput {
     std::vector<SlotView> slots;
     const KiviFormat* kivi = nullptr;
     std::vector<QuantBlockView> blocks;
+    // llama.cpp's non-flash attention: the softmax is finished over all visible slots, and the
+    // normalized probabilities are rounded to fp16 before they weight the values (its P·V is an
+    // f16 matmul). The caller rounds q (already scaled: shape.scale must be 1), k and v. Only for
+    // f32 slots (no blocks).
+    bool f16_probs = false;
 };
 
 // out: n_q x (n_head*head_dim).

@@ -3,7 +3,10 @@
 #include "engine/cache/attention.h"
 #include "engine/cache/byte_io.h"
 #include "engine/cache/offload_tier.h"
+#include "engine/compute/quant_blocks.h"
 #include "engine/error.h"
+
+#include <immintrin.h>
 
 #include <algorithm>
 #include <cstring>
@@ -13,6 +16,18 @@
 namespace kvchat {
 
 namespace {
+
+// x[i] * scale rounded to the nearest fp16 value (ties to even), kept as float; F16C eight at a
+// time, as the conversion runs over every query of a prefill.
+void round_to_fp16(float* x, int64_t n, float scale) {
+    const __m256 vs = _mm256_set1_ps(scale);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m128i h = _mm256_cvtps_ph(_mm256_mul_ps(_mm256_loadu_ps(x + i), vs), _MM_FROUND_TO_NEAREST_INT);
+        _mm256_storeu_ps(x + i, _mm256_cvtph_ps(h));
+    }
+    for (; i < n; ++i) x[i] = fp16_to_fp32(fp32_to_fp16(x[i] * scale));
+}
 
 constexpr uint32_t kLayerMagic = 0x5259414C;  // "LAYR"
 
@@ -253,8 +268,25 @@ void AxisLayer::attend(Buffer& q, const Buffer& k, const Buffer& v, const int32_
         }
     }
 
+    // llama.cpp's cache is f16 and its q·k an f16 matmul: keys are stored as rounded, queries
+    // rounded after scaling (so the kernel's scale becomes 1), values rounded as they are stored.
+    AttentionShape shape = s;
+    const bool f16 = s.f16_rounding && full();
+    thread_local std::vector<float> vnew;
+    const float* vdata = v.data;
+    if (f16) {
+        round_to_fp16(knew.data(), n * kv_dim_, 1.0f);
+        round_to_fp16(q.data, n * q_dim, s.scale);
+        if (sink_q) round_to_fp16(qsink.data(), n * q_dim, s.scale);
+        vnew.assign(v.data, v.data + n * kv_dim_);
+        round_to_fp16(vnew.data(), n * kv_dim_, 1.0f);
+        vdata = vnew.data();
+        shape.scale = 1.0f;
+    }
+
     ArenaLoan<AxisLayer> loan(this, &AxisLayer::begin, &AxisLayer::end);
     AttentionInput in;
+    in.f16_probs = f16;
     in.q = q.data;
     in.q_sink = sink_q ? qsink.data() : nullptr;
     in.qpos = pos;
@@ -272,8 +304,8 @@ void AxisLayer::attend(Buffer& q, const Buffer& k, const Buffer& v, const int32_
         for (int64_t i = 0; i < res_count_; ++i) res_pos_[static_cast<size_t>(i)] = res_first_ + static_cast<int32_t>(i);
         if (res_count_ > 0) in.slots.push_back({res_slot(0), res_slot(0) + kv_dim_, res_pos_.data(), res_count_, stride});
     }
-    in.slots.push_back({knew.data(), v.data, pos, n, kv_dim_});
-    kvchat::attend(in, s, out.data, pool_);
+    in.slots.push_back({knew.data(), vdata, pos, n, kv_dim_});
+    kvchat::attend(in, shape, out.data, pool_);
 
     // Keep the new tokens. An f32 ring skips the ones this chunk would overwrite anyway.
     const int32_t keep_from = pos[n - 1] + 1 - recent_;
@@ -283,7 +315,7 @@ void AxisLayer::attend(Buffer& q, const Buffer& k, const Buffer& v, const int32_
             ++evicted_;
             continue;
         }
-        store(pos[t], knew.data() + t * kv_dim_, v.data + t * kv_dim_);
+        store(pos[t], knew.data() + t * kv_dim_, vdata + t * kv_dim_);
     }
     next_pos_ = pos[n - 1] + 1;
     loan.finish();

@@ -17,6 +17,9 @@ struct AttentionShape {
     int head_dim = 0;
     float scale = 1.0f;    // applied to q·k
     float softcap = 0.0f;  // attention logit soft-capping; 0 = none
+    // Round as llama.cpp's default (non-flash) attention does over its f16 KV cache: scaled
+    // queries, keys (after RoPE), values and the softmax probabilities on the fp16 grid.
+    bool f16_rounding = false;
 };
 
 // What a layer is in the model: its attention shape, its RoPE and the model's own window.
@@ -67,7 +70,8 @@ public:
     // Attention of n new tokens at positions pos[0..n) over what the layer holds plus the new
     // tokens themselves; the new tokens are then kept as the layer's retention allows.
     // q: n x (n_head*head_dim), k and v: n x (n_head_kv*head_dim), q and k not yet rotated (the
-    // layer rotates them; q is rotated in place). out: n x (n_head*head_dim).
+    // layer rotates them; q is rotated in place, and with f16_rounding also scaled and rounded).
+    // out: n x (n_head*head_dim).
     virtual void attend(Buffer& q, const Buffer& k, const Buffer& v, const int32_t* pos, int64_t n,
                         Buffer& out) = 0;
     // Drops every token at position >= n_tokens.

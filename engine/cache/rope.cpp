@@ -6,21 +6,27 @@ namespace kvchat {
 
 RopeAngles::RopeAngles(const RopeSpec& spec) : spec_(spec) {
     const int half = spec.dims / 2;
-    inv_freq_.resize(half);
     cos_.resize(half);
     sin_.resize(half);
-    for (int i = 0; i < half; ++i) inv_freq_[i] = std::pow(spec.base, -2.0 * i / spec.dims) / spec.linear_scale;
 }
 
 void RopeAngles::set_position(int64_t pos) {
-    // Angles in double, rounded once: stays accurate at long positions.
-    for (size_t i = 0; i < inv_freq_.size(); ++i) {
-        const double theta = static_cast<double>(pos) * inv_freq_[i];
-        cos_[i] = static_cast<float>(std::cos(theta));
-        sin_[i] = static_cast<float>(std::sin(theta));
+    // In float, the angle of pair i built by repeated multiplication with base^(-2/dims), as
+    // llama.cpp (ggml's rope cache) does: exact double angles put rotated keys ~2e-4 off
+    // llama.cpp's at position 1,000; these match them to the bit.
+    const float theta_scale = std::pow(static_cast<float>(spec_.base), -2.0f / static_cast<float>(spec_.dims));
+    const float freq_scale = static_cast<float>(1.0 / spec_.linear_scale);
+    float theta = static_cast<float>(pos);
+    for (size_t i = 0; i < cos_.size(); ++i) {
+        const float t = freq_scale * theta;
+        cos_[i] = std::cos(t);
+        sin_[i] = std::sin(t);
+        theta *= theta_scale;
     }
 }
 
+// With the contractions llama.cpp's build makes (checked bit for bit against its rotated keys):
+// one product rounded, the other fused into the sum.
 void RopeAngles::rotate(float* x, int n_heads, int head_dim) const {
     const int half = spec_.dims / 2;
     const float* c = cos_.data();
@@ -30,14 +36,14 @@ void RopeAngles::rotate(float* x, int n_heads, int head_dim) const {
         if (spec_.style == RopeStyle::HalfSplit) {
             for (int i = 0; i < half; ++i) {
                 const float a = v[i], b = v[i + half];
-                v[i] = a * c[i] - b * s[i];
-                v[i + half] = a * s[i] + b * c[i];
+                v[i] = std::fma(a, c[i], -(b * s[i]));
+                v[i + half] = std::fma(a, s[i], b * c[i]);
             }
         } else {
             for (int i = 0; i < half; ++i) {
                 const float a = v[2 * i], b = v[2 * i + 1];
-                v[2 * i] = a * c[i] - b * s[i];
-                v[2 * i + 1] = a * s[i] + b * c[i];
+                v[2 * i] = std::fma(a, c[i], -(b * s[i]));
+                v[2 * i + 1] = std::fma(a, s[i], b * c[i]);
             }
         }
     }

@@ -28,7 +28,6 @@ public:
 
 private:
     RopeSpec spec_;
-    std::vector<double> inv_freq_;
     std::vector<float> cos_, sin_;
 };
 

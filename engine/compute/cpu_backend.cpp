@@ -98,9 +98,12 @@ public:
             for (int64_t g = b; g < e; ++g) {
                 const float* src = x.data + g * w.size;
                 float* dst = out.data + g * w.size;
+                // As ggml: float squares summed in double, then mean, root and reciprocal in float
+                // (bit for bit equal to llama.cpp's normed activations).
                 double sum = 0.0;
-                for (int64_t i = 0; i < w.size; ++i) sum += static_cast<double>(src[i]) * src[i];
-                const float s = static_cast<float>(1.0 / std::sqrt(sum / static_cast<double>(w.size) + eps));
+                for (int64_t i = 0; i < w.size; ++i) sum += static_cast<double>(src[i] * src[i]);
+                const float mean = static_cast<float>(sum / static_cast<double>(w.size));
+                const float s = 1.0f / std::sqrt(mean + eps);
                 for (int64_t i = 0; i < w.size; ++i) dst[i] = src[i] * s * w.data[i];
             }
         });

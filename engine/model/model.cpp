@@ -196,6 +196,8 @@ void Model::load_gguf(const std::string& path) {
     c.final_softcap = static_cast<float>(f.get_float(a + "final_logit_softcapping", 0.0));
     c.attn_softcap = static_cast<float>(f.get_float(a + "attn_logit_softcapping", 0.0));
     c.query_scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+    // GGUF models are held to llama.cpp, whose default KV cache is f16.
+    c.f16_attention = true;
     c.layer_sliding.assign(static_cast<size_t>(c.n_layer), false);
     if (c.arch == Architecture::Gemma3) {
         // Gemma 3: layer i is sliding unless (i + 1) is a multiple of 6. Sliding layers use the
@@ -391,7 +393,7 @@ std::vector<LayerSpec> Model::layer_specs() const {
         LayerSpec& s = specs[static_cast<size_t>(i)];
         const bool sliding = c.layer_sliding[static_cast<size_t>(i)];
         s.index = i;
-        s.shape = AttentionShape{c.n_head, c.n_head_kv, c.head_dim, c.query_scale, c.attn_softcap};
+        s.shape = AttentionShape{c.n_head, c.n_head_kv, c.head_dim, c.query_scale, c.attn_softcap, c.f16_attention};
         s.rope = sliding ? c.rope_sliding : c.rope_global;
         s.model_window = sliding ? c.sliding_window : 0;
     }

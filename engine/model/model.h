@@ -31,6 +31,7 @@ struct ModelConfig {
     int n_ctx_train = 0;
     float rms_eps = 1e-6f;
     float query_scale = 1.0f;         // multiplies q·k
+    bool f16_attention = false;       // AttentionShape::f16_rounding: GGUF models, as llama.cpp runs them
     float final_softcap = 0.0f;       // 0 = none
     float attn_softcap = 0.0f;
     float embed_scale = 1.0f;         // token embeddings are multiplied by this

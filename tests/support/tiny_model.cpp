@@ -114,6 +114,7 @@ ReferenceModel write_tiny_gguf(const TinyModelSpec& s, const std::string& path) 
     m.spec = s;
     const bool gemma = s.arch == "gemma3";
     m.half_split_rope = gemma;
+    m.f16_attention = true;
     m.embed_scale = gemma ? std::sqrt(static_cast<float>(s.n_embd)) : 1.0;
 
     GgufWriter w(3, 32);
@@ -306,10 +307,13 @@ void rms_norm(Vec& x, const Vec& w, double eps) {
 
 void rope(Vec& x, int n_heads, int hd, int64_t pos, double base, bool half_split) {
     const int half = hd / 2;
+    // The angles as llama.cpp defines them: in float, pair i's angle the position times
+    // base^(-2/hd) multiplied in i times, as the engine (and llama.cpp) computes them.
+    const float theta_scale = std::pow(static_cast<float>(base), -2.0f / static_cast<float>(hd));
     for (int h = 0; h < n_heads; ++h) {
         double* v = x.data() + static_cast<size_t>(h) * hd;
-        for (int i = 0; i < half; ++i) {
-            const double th = static_cast<double>(pos) * std::pow(base, -2.0 * i / hd);
+        float th = static_cast<float>(pos);
+        for (int i = 0; i < half; ++i, th *= theta_scale) {
             const double c = std::cos(th), s = std::sin(th);
             const int a = half_split ? i : 2 * i, b = half_split ? i + half : 2 * i + 1;
             const double xa = v[a], xb = v[b];
@@ -361,6 +365,9 @@ std::vector<std::vector<double>> reference_logits(const ReferenceModel& m, const
             }
         }
         const double scale = 1.0 / std::sqrt(static_cast<double>(s.head_dim));
+        const auto f16 = [&](double x) {
+            return m.f16_attention ? static_cast<double>(fp16_to_fp32(fp32_to_fp16(static_cast<float>(x)))) : x;
+        };
         for (int64_t t = 0; t < n; ++t) {
             Vec att(static_cast<size_t>(q_dim), 0.0);
             for (int h = 0; h < s.n_head; ++h) {
@@ -375,8 +382,8 @@ std::vector<std::vector<double>> reference_logits(const ReferenceModel& m, const
                     rope(qr, 1, s.head_dim, vis.q_pos, base, m.half_split_rope);
                     rope(kr, 1, s.head_dim, vis.k_pos, base, m.half_split_rope);
                     double d = 0.0;
-                    for (int i = 0; i < s.head_dim; ++i) d += qr[i] * kr[i];
-                    sc.push_back(d * scale);
+                    for (int i = 0; i < s.head_dim; ++i) d += f16(qr[i] * scale) * f16(kr[i]);
+                    sc.push_back(d);
                     js.push_back(j);
                 }
                 double mx = -1e300, sum = 0.0;
@@ -384,7 +391,7 @@ std::vector<std::vector<double>> reference_logits(const ReferenceModel& m, const
                 for (double& d : sc) sum += (d = std::exp(d - mx));
                 for (size_t a = 0; a < js.size(); ++a)
                     for (int i = 0; i < s.head_dim; ++i)
-                        att[static_cast<size_t>(h * s.head_dim + i)] += sc[a] / sum * v[js[a]][g * s.head_dim + i];
+                        att[static_cast<size_t>(h * s.head_dim + i)] += f16(sc[a] / sum) * f16(v[js[a]][g * s.head_dim + i]);
             }
             Vec o = matvec(L.wo, s.n_embd, q_dim, att);
             if (gemma) rms_norm(o, L.post_attn_norm, eps);

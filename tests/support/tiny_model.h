@@ -39,6 +39,9 @@ struct ReferenceModel {
     std::vector<Layer> layers;
     bool half_split_rope = true;  // rotate-half (Gemma, HF) or adjacent pairs (llama GGUF)
     double embed_scale = 1.0;
+    // GGUF models attend as llama.cpp does: scaled queries, rotated keys, values and softmax
+    // probabilities on the fp16 grid (the engine's AttentionShape::f16_rounding).
+    bool f16_attention = false;
 };
 
 // Writes a GGUF file with random weights of spec.weight_type (norms F32) and a small
