@@ -261,6 +261,30 @@ struct Tile {
             for (int a = a0; a < a1; ++a) S[r * ldc + act[a]] = finish(S[r * ldc + act[a]]);
     }
 
+    // llama.cpp's non-flash softmax over its f16 cache: the exponentials summed in double, and the
+    // probabilities rounded to fp16 (its P·V is an f16 matmul).
+    void softmax_f16(float* sr, float m) const {
+        const __m256 vm = _mm256_set1_ps(m);
+        double sum = 0.0;
+        for (int c = 0; c < C; c += 8) {
+            const __m256 e = exp_nonpos(_mm256_sub_ps(load8(sr, c, C), vm));
+            alignas(32) float lanes[8];
+            _mm256_store_ps(lanes, e);
+            for (int i = 0; i < std::min(8, C - c); ++i) {
+                sr[c + i] = lanes[i];
+                sum += lanes[i];
+            }
+        }
+        const __m256 inv = _mm256_set1_ps(static_cast<float>(1.0 / sum));
+        for (int c = 0; c < C; c += 8) {
+            const __m256 pr = _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_mul_ps(load8(sr, c, C), inv), _MM_FROUND_TO_NEAREST_INT));
+            if (c + 8 <= C)
+                _mm256_storeu_ps(sr + c, pr);
+            else
+                _mm256_maskstore_ps(sr + c, tail_mask(C - c), pr);
+        }
+    }
+
     // Row r: the mask of its query, then the exact softmax over the full row.
     void softmax(int r) const {
         float* sr = S + r * ldc;
@@ -277,6 +301,7 @@ struct Tile {
             std::fill(sr, sr + C, 0.0f);
             return;
         }
+        if (in.f16_probs) return softmax_f16(sr, m);
         const __m256 vm = _mm256_set1_ps(m);
         __m256 sum = _mm256_setzero_ps();
         for (int c = 0; c < C; c += 8) {
@@ -288,17 +313,9 @@ struct Tile {
             sum = _mm256_add_ps(sum, c + 8 <= C ? e : _mm256_and_ps(e, _mm256_castsi256_ps(tail_mask(C - c))));
         }
         // The normalized probabilities: the one place where P is final before it meets V.
-        float inv_sum = 1.0f / hsum_tree(sum);
-        if (in.f16_probs) {
-            // llama.cpp's softmax sums in double; its P·V is an f16 matmul, so P is rounded.
-            double dsum = 0.0;
-            for (int c = 0; c < C; ++c) dsum += sr[c];
-            inv_sum = static_cast<float>(1.0 / dsum);
-        }
-        const __m256 inv = _mm256_set1_ps(inv_sum);
+        const __m256 inv = _mm256_set1_ps(1.0f / hsum_tree(sum));
         for (int c = 0; c < C; c += 8) {
-            __m256 pr = _mm256_mul_ps(load8(sr, c, C), inv);
-            if (in.f16_probs) pr = _mm256_cvtph_ps(_mm256_cvtps_ph(pr, _MM_FROUND_TO_NEAREST_INT));
+            const __m256 pr = _mm256_mul_ps(load8(sr, c, C), inv);
             if (c + 8 <= C)
                 _mm256_storeu_ps(sr + c, pr);
             else
