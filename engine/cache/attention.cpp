@@ -480,13 +480,13 @@ void attend(const AttentionInput& in, const AttentionShape& shape, float* out, T
     collect(in, pmin, pmax, cols);
     const int64_t C = static_cast<int64_t>(cols.size()), ldc = padded(C);
 
-    // Queries per tile: up to kTileRows rows, and enough tiles to feed every thread.
-    int64_t tq = std::max<int64_t>(1, kTileRows / group);
-    int64_t n_tiles = (n_q + tq - 1) / tq;
-    if (n_tiles * n_kv < threads) {
-        n_tiles = std::min<int64_t>(n_q, (threads + n_kv - 1) / n_kv);
-        tq = (n_q + n_tiles - 1) / n_tiles;
-    }
+    // Queries per tile: up to kTileRows rows, in a number of tiles that shares evenly among the
+    // threads (17 queries on 2 threads: 9 + 8, not 16 + 1), all tiles of about the same size.
+    const int64_t tq_max = std::max<int64_t>(1, kTileRows / group);
+    const int64_t per_round = std::max<int64_t>(1, (threads + n_kv - 1) / n_kv);
+    int64_t n_tiles = (n_q + tq_max - 1) / tq_max;
+    n_tiles = std::min<int64_t>(n_q, (n_tiles + per_round - 1) / per_round * per_round);
+    int64_t tq = (n_q + n_tiles - 1) / n_tiles;
     n_tiles = (n_q + tq - 1) / tq;
 
     if (n_tiles * n_kv < threads && C >= kSplitMinCols) {
