@@ -446,12 +446,16 @@ std::string AxisLayer::layout() const {
 
 void AxisLayer::save_state(std::string& out) const {
     ArenaLoan<AxisLayer> loan(this, &AxisLayer::begin, &AxisLayer::end);
+    const int64_t n_slots = ordered() ? n_ordered_ : slot_used_;
+    // One allocation: a checkpoint is taken inside a turn's time to first token, and growing the
+    // string by doubling would copy and fault in its megabytes several times.
+    out.reserve(out.size() + 256 + static_cast<size_t>(n_slots) * (sizeof(int32_t) + rec_bytes()) +
+                (full() ? 0 : static_cast<size_t>(res_count_) * rec_bytes() + blocks_.size() * (8 + kivi_.block_bytes)));
     ByteWriter w(out);
     w.put<uint32_t>(kLayerMagic);
     w.str(layout());
     w.put<int32_t>(next_pos_);
     w.put<int64_t>(evicted_);
-    const int64_t n_slots = ordered() ? n_ordered_ : slot_used_;
     w.put<int64_t>(n_slots);
     w.bytes(slot_pos_.data(), static_cast<size_t>(n_slots) * sizeof(int32_t));
     for (int64_t i = 0; i < n_slots; ++i)

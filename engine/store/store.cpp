@@ -350,6 +350,11 @@ std::string_view role_name(Role role) {
 
 std::string Store::default_path() { return data_dir() + "/kvchat.db"; }
 
+const char* Store::migration_sql(int version) {
+    if (version < 1 || version > kSchemaVersion) throw Error("store: no schema version " + std::to_string(version));
+    return kMigrations[version - 1];
+}
+
 Store::Store(const std::string& path) : path_(path) {
     namespace fs = std::filesystem;
     if (path_.empty()) throw Error("the database path is empty");
