@@ -1,6 +1,7 @@
 #include "engine/chat/prefix_library.h"
 
 #include "engine/chat/conversation_cache.h"
+#include "engine/common/quoted.h"
 #include "engine/common/utf8.h"
 #include "engine/error.h"
 
@@ -10,15 +11,6 @@
 namespace kvchat {
 
 namespace {
-
-std::string quoted(std::string_view s) {
-    std::string q;  // (appended piece by piece: GCC 12 warns wrongly about "'" + string + "'")
-    q.reserve(s.size() + 2);
-    q += '\'';
-    q.append(s);
-    q += '\'';
-    return q;
-}
 
 std::string messages_count(size_t n) { return std::to_string(n) + (n == 1 ? " message" : " messages"); }
 
@@ -50,7 +42,7 @@ std::vector<PrefixMessage> PrefixLibrary::checked_messages(std::string_view name
                                                            const std::vector<ChatMessage>& messages,
                                                            std::vector<int32_t>& tokens,
                                                            std::vector<std::string>& notices) const {
-    if (messages.empty()) throw Error("prefix " + quoted(name) + " needs at least one message");
+    if (messages.empty()) throw Error("prefix " + in_quotes(name) + " needs at least one message");
     std::vector<PrefixMessage> fixed;
     std::vector<ChatMessage> rendered;
     bool replaced = false;
@@ -65,7 +57,7 @@ std::vector<PrefixMessage> PrefixLibrary::checked_messages(std::string_view name
                                                : "a message of the prefix had invalid UTF-8; it was replaced by U+FFFD");
     tokens = tokens_for(rendered);
     if (static_cast<int64_t>(tokens.size()) >= model_.config().n_ctx_train)
-        throw Error("prefix " + quoted(name) + " has " + std::to_string(tokens.size()) +
+        throw Error("prefix " + in_quotes(name) + " has " + std::to_string(tokens.size()) +
                     " tokens; the model's context holds " + std::to_string(model_.config().n_ctx_train));
     return fixed;
 }
@@ -83,7 +75,7 @@ void PrefixLibrary::write_snapshot(const PrefixRecord& prefix, const Cache& cach
     try {
         save_cache_snapshot(cache, {}, model_, store_.snapshot_path(name));
     } catch (const Error& e) {
-        notices.push_back("the cache of prefix " + quoted(prefix.name) + " was not saved (" + e.what() +
+        notices.push_back("the cache of prefix " + in_quotes(prefix.name) + " was not saved (" + e.what() +
                           "); it will be prefilled again when used");
         return;
     }
@@ -99,7 +91,7 @@ PrefixRecord PrefixLibrary::save(std::string_view name, std::string_view text, c
 PrefixRecord PrefixLibrary::save_messages(std::string_view name, const std::vector<ChatMessage>& messages,
                                           const std::string& cache_spec, std::vector<std::string>& notices) {
     if (name.empty()) throw Error("a prefix needs a name");
-    if (store_.find_prefix(name)) throw Error("a prefix named " + quoted(name) + " already exists");
+    if (store_.find_prefix(name)) throw Error("a prefix named " + in_quotes(name) + " already exists");
     const std::string spec = canonical_cache_spec(cache_spec);
     PrefixRecord rec;
     rec.name = std::string(name);
@@ -115,21 +107,21 @@ PrefixRecord PrefixLibrary::save_messages(std::string_view name, const std::vect
 
 PrefixRecord PrefixLibrary::find(std::string_view name) const {
     auto p = store_.find_prefix(name);
-    if (!p) throw Error("there is no prefix named " + quoted(name));
+    if (!p) throw Error("there is no prefix named " + in_quotes(name));
     return *p;
 }
 
 void PrefixLibrary::rename(std::string_view old_name, std::string_view new_name) {
     const PrefixRecord p = find(old_name);
     if (new_name.empty()) throw Error("a prefix needs a name");
-    if (store_.find_prefix(new_name)) throw Error("a prefix named " + quoted(new_name) + " already exists");
+    if (store_.find_prefix(new_name)) throw Error("a prefix named " + in_quotes(new_name) + " already exists");
     store_.rename_prefix(p.id, new_name);
 }
 
 PrefixRecord PrefixLibrary::edit(std::string_view name, std::string_view text, std::vector<std::string>& notices) {
     const PrefixRecord p = find(name);
     if (p.messages.size() != 1 || p.messages.front().role != Role::System)
-        throw Error("prefix " + quoted(p.name) + " holds " + messages_count(p.messages.size()) +
+        throw Error("prefix " + in_quotes(p.name) + " holds " + messages_count(p.messages.size()) +
                     ", not one system prompt; new text would drop them: replace them from a conversation "
                     "(prefix edit NAME --conversation CONV [--messages N]) or save the text under another name");
     return edit_messages(name, {ChatMessage{Role::System, std::string(text)}}, notices);
@@ -159,7 +151,7 @@ void PrefixLibrary::remove(std::string_view name) {
 std::unique_ptr<Cache> PrefixLibrary::load_cache(const PrefixRecord& prefix, const std::string& cache_spec,
                                                  std::vector<std::string>& notices) {
     if (prefix.model_fingerprint != model_.fingerprint())
-        throw Error("prefix " + quoted(prefix.name) +
+        throw Error("prefix " + in_quotes(prefix.name) +
                     " was saved with another model; its cache cannot be used with this one (save it again under "
                     "this model)");
     const std::string want = canonical_cache_spec(cache_spec);
@@ -175,7 +167,7 @@ std::unique_ptr<Cache> PrefixLibrary::load_cache(const PrefixRecord& prefix, con
             cache = load_cache_snapshot(store_.snapshot_path(prefix.snapshot), model_, backend_).cache;
             if (cache->tokens() != prefix.tokens) throw Error("it holds other tokens than the prefix");
         } catch (const Error& e) {
-            notices.push_back("the cache of prefix " + quoted(prefix.name) + " could not be used (" + e.what() +
+            notices.push_back("the cache of prefix " + in_quotes(prefix.name) + " could not be used (" + e.what() +
                               "); it was prefilled again");
             cache.reset();
         }
@@ -187,11 +179,11 @@ std::unique_ptr<Cache> PrefixLibrary::load_cache(const PrefixRecord& prefix, con
     if (cache->spec() != want) {
         try {
             convert_conversation_cache(*cache, model_, backend_, want);
-            notices.push_back("prefix " + quoted(prefix.name) + " was saved under " + saved +
+            notices.push_back("prefix " + in_quotes(prefix.name) + " was saved under " + saved +
                               "; its cache was converted to " + want);
         } catch (const Error& e) {
             cache = prefill(prefix.tokens, want);
-            notices.push_back("prefix " + quoted(prefix.name) + " was saved under " + saved +
+            notices.push_back("prefix " + in_quotes(prefix.name) + " was saved under " + saved +
                               " and could not be converted to " + want + " (" + e.what() + "); it was prefilled again");
         }
     }

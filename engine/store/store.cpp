@@ -1,5 +1,6 @@
 #include "engine/store/store.h"
 
+#include "engine/common/quoted.h"
 #include "engine/common/utf8.h"
 #include "engine/error.h"
 #include "engine/model/model_path.h"
@@ -100,8 +101,6 @@ int64_t now_ms() {
     using namespace std::chrono;
     return duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count();
 }
-
-std::string in_quotes(std::string_view s) { return "'" + std::string(s) + "'"; }
 
 // Snapshot names come back from the database and become paths, so only plain file names pass:
 // nothing that could climb out of the snapshots folder or name a hidden temporary file.
