@@ -1,6 +1,7 @@
 #include "engine/chat/conversation_registry.h"
 
 #include "engine/chat/conversation_cache.h"
+#include "engine/common/quoted.h"
 #include "engine/common/utf8.h"
 #include "engine/error.h"
 
@@ -15,15 +16,6 @@ namespace {
 // Checkpoints a conversation snapshot keeps: where the last user message, its reply and the next
 // message start.
 constexpr size_t kSnapshotCheckpoints = 3;
-
-std::string quoted(std::string_view s) {
-    std::string q;  // (appended piece by piece: GCC 12 warns wrongly about "'" + string + "'")
-    q.reserve(s.size() + 2);
-    q += '\'';
-    q.append(s);
-    q += '\'';
-    return q;
-}
 
 std::string snapshot_name_for(int64_t conversation_id) {
     return "conversation-" + std::to_string(conversation_id) + ".kvcache";
@@ -69,7 +61,7 @@ ConversationRegistry::Entry& ConversationRegistry::entry(std::string_view title_
             entries_.splice(entries_.begin(), entries_, it);
             return entries_.front();
         }
-    throw Error("conversation " + quoted(title.text) + " is not open");
+    throw Error("conversation " + in_quotes(title.text) + " is not open");
 }
 
 int64_t ConversationRegistry::id_of(std::string_view title) { return entry(title).id; }
@@ -111,7 +103,7 @@ Conversation& ConversationRegistry::open(std::string_view title_in, const OpenOp
         e.conversation = std::make_unique<Conversation>(model_, backend_, template_, spec);
         for (const MessageRecord& m : store_.list_messages(e.id)) e.conversation->append(m.role, m.content);
         if (!options.prefix.empty())
-            notices_.push_back("conversation " + quoted(title.text) + " already exists; --prefix applies only to new ones");
+            notices_.push_back("conversation " + in_quotes(title.text) + " already exists; --prefix applies only to new ones");
     } else {
         // Everything that can refuse (a bad spec, another model's prefix) happens before the row exists.
         const std::string spec = canonical_cache_spec(options.cache_spec);
@@ -133,7 +125,7 @@ Conversation& ConversationRegistry::open(std::string_view title_in, const OpenOp
                 e.conversation->append(m.role, m.content);
             }
             if (!options.system.empty())
-                notices_.push_back("prefix " + quoted(prefix->name) + " gives the conversation its opening; the system "
+                notices_.push_back("prefix " + in_quotes(prefix->name) + " gives the conversation its opening; the system "
                                    "message given besides it was not used");
         } else if (!options.system.empty()) {
             const MessageRecord m = store_.append_message(e.id, Role::System, options.system);
@@ -152,7 +144,7 @@ void ConversationRegistry::make_ready(Entry& e, std::vector<std::string>& notice
     if (e.cache_ready) return;
     e.cache_ready = true;
     const auto rec = store_.find_conversation_by_id(e.id);
-    if (!rec) throw Error("conversation " + quoted(e.title) + " was deleted");
+    if (!rec) throw Error("conversation " + in_quotes(e.title) + " was deleted");
     if (rec->model_fingerprint != model_.fingerprint()) store_.set_conversation_model(e.id, model_.fingerprint());
     if (rec->snapshot.empty()) return;
     SavedCache saved;
@@ -160,7 +152,7 @@ void ConversationRegistry::make_ready(Entry& e, std::vector<std::string>& notice
         saved = load_cache_snapshot(store_.snapshot_path(rec->snapshot), model_, backend_);
     } catch (const Error& err) {
         if (!e.conversation->messages().empty())
-            notices.push_back("the saved cache of conversation " + quoted(e.title) + " could not be used (" +
+            notices.push_back("the saved cache of conversation " + in_quotes(e.title) + " could not be used (" +
                               err.what() + "); its transcript is prefilled again");
         return;
     }
@@ -169,10 +161,10 @@ void ConversationRegistry::make_ready(Entry& e, std::vector<std::string>& notice
         try {
             convert_conversation_cache(*saved.cache, model_, backend_, e.conversation->cache_spec());
             saved.checkpoints.clear();
-            notices.push_back("the cache of conversation " + quoted(e.title) + " was converted from " + was + " to " +
+            notices.push_back("the cache of conversation " + in_quotes(e.title) + " was converted from " + was + " to " +
                               e.conversation->cache_spec());
         } catch (const Error& err) {
-            notices.push_back("the cache of conversation " + quoted(e.title) + " could not be converted to " +
+            notices.push_back("the cache of conversation " + in_quotes(e.title) + " could not be converted to " +
                               e.conversation->cache_spec() + " (" + err.what() + "); its transcript is prefilled again");
             return;
         }
@@ -192,7 +184,7 @@ void ConversationRegistry::save_snapshot(Entry& e, std::vector<std::string>& not
         const std::vector<CacheCheckpoint> latest(all.end() - static_cast<std::ptrdiff_t>(keep), all.end());
         save_cache_snapshot(e.conversation->cache(), latest, model_, store_.snapshot_path(name));
     } catch (const Error& err) {
-        notices.push_back("the cache of conversation " + quoted(e.title) + " was not saved (" + err.what() +
+        notices.push_back("the cache of conversation " + in_quotes(e.title) + " was not saved (" + err.what() +
                           "); the next session prefills it again");
         return;
     }
@@ -240,15 +232,40 @@ void ConversationRegistry::finish_turn(Entry& e, const TurnResult& r, size_t mes
     enforce_budget(e);
 }
 
+ConversationRegistry::Entry& ConversationRegistry::prepare(std::string_view title, std::vector<std::string>& notices) {
+    open(title);
+    Entry& e = entry(title);
+    notices = take_notices();
+    make_ready(e, notices);
+    return e;
+}
+
+TurnResult ConversationRegistry::answer(Entry& e, std::chrono::steady_clock::time_point t0, const TurnOptions& options,
+                                        const std::function<void(std::string_view)>& on_text,
+                                        const std::atomic<bool>* cancel, std::vector<std::string>& notices) {
+    Conversation& c = *e.conversation;
+    const size_t before = c.messages().size();
+    const double before_ms = ms_since(t0);
+    TurnResult r;
+    try {
+        r = c.respond(options, on_text, cancel);
+    } catch (...) {
+        e.dirty = true;  // the cache may hold part of the answer: save it with the next snapshot
+        throw;
+    }
+    r.ttft_ms += before_ms;  // opening, loading and prefix reuse count toward the first token
+    finish_turn(e, r, before, notices);
+    r.notices.insert(r.notices.begin(), notices.begin(), notices.end());
+    return r;
+}
+
 TurnResult ConversationRegistry::send(std::string_view title, std::string_view text, const TurnOptions& options,
                                       const std::function<void(std::string_view)>& on_text,
                                       const std::atomic<bool>* cancel) {
     const auto t0 = std::chrono::steady_clock::now();
-    open(title);
-    Entry& e = entry(title);
+    std::vector<std::string> notices;
+    Entry& e = prepare(title, notices);
     Conversation& c = *e.conversation;
-    std::vector<std::string> notices = take_notices();
-    make_ready(e, notices);
     const RepairedUtf8 fixed = repair_utf8(text);
     if (fixed.replaced) notices.push_back("your message had invalid UTF-8; it was replaced by U+FFFD");
 
@@ -259,7 +276,7 @@ TurnResult ConversationRegistry::send(std::string_view title, std::string_view t
         if (!c.has_cache() || c.cache().seq_length() == 0)
             if (auto p = prefixes_.longest_match(c.render_for_reply().tokens)) {
                 c.set_cache(prefixes_.load_cache(*p, c.cache_spec(), notices));
-                notices.push_back("reused the cache of prefix " + quoted(p->name) + " (" +
+                notices.push_back("reused the cache of prefix " + in_quotes(p->name) + " (" +
                                   std::to_string(p->tokens.size()) + " tokens)");
             }
         // The raw text, so the store records that it repaired it (it repairs it the same way).
@@ -268,58 +285,36 @@ TurnResult ConversationRegistry::send(std::string_view title, std::string_view t
         c.truncate(c.messages().size() - 1);
         throw;
     }
-    const size_t before = c.messages().size();
-    const double before_ms = ms_since(t0);
-    TurnResult r;
-    try {
-        r = c.respond(options, on_text, cancel);
-    } catch (...) {
-        e.dirty = true;
-        throw;
-    }
-    r.ttft_ms += before_ms;
-    finish_turn(e, r, before, notices);
-    r.notices.insert(r.notices.begin(), notices.begin(), notices.end());
-    return r;
+    return answer(e, t0, options, on_text, cancel, notices);
 }
 
 TurnResult ConversationRegistry::regenerate(std::string_view title, const TurnOptions& options,
                                             const std::function<void(std::string_view)>& on_text,
                                             const std::atomic<bool>* cancel) {
     const auto t0 = std::chrono::steady_clock::now();
-    open(title);
-    Entry& e = entry(title);
+    std::vector<std::string> notices;
+    Entry& e = prepare(title, notices);
     Conversation& c = *e.conversation;
-    std::vector<std::string> notices = take_notices();
-    make_ready(e, notices);
     const auto& msgs = c.messages();
     if (msgs.empty() || (msgs.back().role != Role::Assistant && msgs.back().role != Role::User))
-        throw Error("conversation " + quoted(e.title) + " has no answer to regenerate");
+        throw Error("conversation " + in_quotes(e.title) + " has no answer to regenerate");
     if (msgs.back().role == Role::Assistant) {
         c.check_fits(c.chat_template().render({msgs.begin(), msgs.end() - 1}, true), options);
         store_.delete_messages_after(e.id, static_cast<int64_t>(msgs.size()) - 2);
         c.truncate(msgs.size() - 1);
     }
-    const size_t before = c.messages().size();
-    const double before_ms = ms_since(t0);
-    TurnResult r = c.respond(options, on_text, cancel);
-    r.ttft_ms += before_ms;
-    finish_turn(e, r, before, notices);
-    r.notices.insert(r.notices.begin(), notices.begin(), notices.end());
-    return r;
+    return answer(e, t0, options, on_text, cancel, notices);
 }
 
 TurnResult ConversationRegistry::edit(std::string_view title, size_t ordinal, std::string_view text,
                                       const TurnOptions& options, const std::function<void(std::string_view)>& on_text,
                                       const std::atomic<bool>* cancel) {
     const auto t0 = std::chrono::steady_clock::now();
-    open(title);
-    Entry& e = entry(title);
+    std::vector<std::string> notices;
+    Entry& e = prepare(title, notices);
     Conversation& c = *e.conversation;
-    std::vector<std::string> notices = take_notices();
-    make_ready(e, notices);
     if (ordinal >= c.messages().size() || c.messages()[ordinal].role != Role::User)
-        throw Error("message " + std::to_string(ordinal) + " of conversation " + quoted(e.title) +
+        throw Error("message " + std::to_string(ordinal) + " of conversation " + in_quotes(e.title) +
                     " is not a user message");
     const RepairedUtf8 fixed = repair_utf8(text);
     if (fixed.replaced) notices.push_back("your message had invalid UTF-8; it was replaced by U+FFFD");
@@ -331,13 +326,7 @@ TurnResult ConversationRegistry::edit(std::string_view title, size_t ordinal, st
     store_.update_message_content(stored[ordinal].id, text);
     store_.delete_messages_after(e.id, static_cast<int64_t>(ordinal));
     c.edit(ordinal, fixed.text);
-    const size_t before = c.messages().size();
-    const double before_ms = ms_since(t0);
-    TurnResult r = c.respond(options, on_text, cancel);
-    r.ttft_ms += before_ms;
-    finish_turn(e, r, before, notices);
-    r.notices.insert(r.notices.begin(), notices.begin(), notices.end());
-    return r;
+    return answer(e, t0, options, on_text, cancel, notices);
 }
 
 }  // namespace kvchat

@@ -11,6 +11,7 @@
 #include "engine/chat/prefix_library.h"
 #include "engine/store/store.h"
 
+#include <chrono>
 #include <list>
 #include <memory>
 #include <string>
@@ -68,6 +69,12 @@ private:
     };
     Entry& entry(std::string_view title);
     void make_ready(Entry& e, std::vector<std::string>& notices);
+    // The conversation opened and its cache ready for a turn; notices get what that said.
+    Entry& prepare(std::string_view title, std::vector<std::string>& notices);
+    // Answers the last message and records the turn; t0 is when the call began.
+    TurnResult answer(Entry& e, std::chrono::steady_clock::time_point t0, const TurnOptions& options,
+                      const std::function<void(std::string_view)>& on_text, const std::atomic<bool>* cancel,
+                      std::vector<std::string>& notices);
     void save_snapshot(Entry& e, std::vector<std::string>& notices);
     void finish_turn(Entry& e, const TurnResult& r, size_t messages_before, std::vector<std::string>& notices);
     void enforce_budget(const Entry& keep);
