@@ -1025,7 +1025,7 @@ private slots:
         t.run(*c, tokens(13, 4), 5);
         const auto cp = c->checkpoint();
         t.run(*c, tokens(12, 5), 5);
-        kvchat::save_snapshot(path, *c, t.model->fingerprint(), {cp});
+        kvchat::save_snapshot(path, *c, t.model->fingerprint(), std::span(&cp, 1));
         auto loaded = kvchat::load_snapshot(path, t.model->layer_specs(), t.model->fingerprint(), t.backend->pool());
         QCOMPARE(loaded.cache->spec(), c->spec());
         QCOMPARE(loaded.cache->tokens(), c->tokens());
@@ -1044,7 +1044,8 @@ private slots:
         const std::string path = (dir.path() + "/c.kvc").toStdString();
         auto c = t.cache("hybrid+quantized:nbits=4,residual=8,group=8");
         t.run(*c, tokens(20), 20);
-        kvchat::save_snapshot(path, *c, t.model->fingerprint(), {c->checkpoint()});
+        const kvchat::CacheCheckpoint cp = c->checkpoint();
+        kvchat::save_snapshot(path, *c, t.model->fingerprint(), std::span(&cp, 1));
         std::string good;
         {
             std::ifstream f(path, std::ios::binary);

@@ -165,7 +165,7 @@ uint32_t crc32c(const void* data, size_t n, uint32_t crc) {
 }
 
 void save_snapshot(const std::string& path, const Cache& cache, const std::string& fingerprint,
-                   const std::vector<CacheCheckpoint>& checkpoints) {
+                   std::span<const CacheCheckpoint> checkpoints) {
     AtomicFile f(path);
     f.write(kMagic, sizeof kMagic);
     const uint32_t version = kSnapshotVersion;

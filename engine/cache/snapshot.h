@@ -9,6 +9,7 @@
 #include "engine/cache/cache.h"
 
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -19,7 +20,7 @@ class ThreadPool;
 constexpr uint32_t kSnapshotVersion = 1;
 
 void save_snapshot(const std::string& path, const Cache& cache, const std::string& model_fingerprint,
-                   const std::vector<CacheCheckpoint>& checkpoints = {});
+                   std::span<const CacheCheckpoint> checkpoints = {});
 
 struct LoadedSnapshot {
     std::unique_ptr<Cache> cache;

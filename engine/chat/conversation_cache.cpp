@@ -31,7 +31,7 @@ void convert_conversation_cache(Cache& cache, const Model& model, Backend& backe
     convert(cache, spec, o);
 }
 
-void save_cache_snapshot(const Cache& cache, const std::vector<CacheCheckpoint>& checkpoints, const Model& model,
+void save_cache_snapshot(const Cache& cache, std::span<const CacheCheckpoint> checkpoints, const Model& model,
                          const std::string& path) {
     save_snapshot(path, cache, model.fingerprint(), checkpoints);
 }

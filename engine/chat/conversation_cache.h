@@ -5,6 +5,7 @@
 #include "engine/model/model.h"
 
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -35,7 +36,7 @@ struct SavedCache {
 
 // Writes the cache (tokens and checkpoints included) to `path` atomically, marked with the
 // model's fingerprint.
-void save_cache_snapshot(const Cache& cache, const std::vector<CacheCheckpoint>& checkpoints, const Model& model,
+void save_cache_snapshot(const Cache& cache, std::span<const CacheCheckpoint> checkpoints, const Model& model,
                          const std::string& path);
 // Reads a snapshot. Throws kvchat::Error naming the path when the file is missing, damaged, from
 // another model or of another layout.

@@ -181,8 +181,7 @@ void ConversationRegistry::save_snapshot(Entry& e, std::vector<std::string>& not
         // multiply what reopening the conversation has to read before its first token.
         const std::vector<CacheCheckpoint>& all = e.conversation->checkpoints();
         const size_t keep = std::min<size_t>(all.size(), kSnapshotCheckpoints);
-        const std::vector<CacheCheckpoint> latest(all.end() - static_cast<std::ptrdiff_t>(keep), all.end());
-        save_cache_snapshot(e.conversation->cache(), latest, model_, store_.snapshot_path(name));
+        save_cache_snapshot(e.conversation->cache(), std::span(all).last(keep), model_, store_.snapshot_path(name));
     } catch (const Error& err) {
         notices.push_back("the cache of conversation " + in_quotes(e.title) + " was not saved (" + err.what() +
                           "); the next session prefills it again");
