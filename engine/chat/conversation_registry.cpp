@@ -270,10 +270,11 @@ TurnResult ConversationRegistry::send(std::string_view title, std::string_view t
 
     c.append(Role::User, fixed.text);
     try {
-        c.check_fits(c.render_for_reply(), options);
+        const RenderedChat rendered = c.render_for_reply();
+        c.check_fits(rendered, options);
         // A conversation with nothing cached may start with a saved prefix.
         if (!c.has_cache() || c.cache().seq_length() == 0)
-            if (auto p = prefixes_.longest_match(c.render_for_reply().tokens)) {
+            if (auto p = prefixes_.longest_match(rendered.tokens)) {
                 c.set_cache(prefixes_.load_cache(*p, c.cache_spec(), notices));
                 notices.push_back("reused the cache of prefix " + in_quotes(p->name) + " (" +
                                   std::to_string(p->tokens.size()) + " tokens)");
