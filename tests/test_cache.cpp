@@ -9,6 +9,7 @@
 #include "engine/cache/kivi_block.h"
 #include "engine/cache/offload_tier.h"
 #include "engine/cache/snapshot.h"
+#include "engine/common/growable_arena.h"
 #include "engine/compute/backend.h"
 #include "engine/compute/thread_pool.h"
 #include "engine/error.h"
@@ -25,6 +26,7 @@ using kvchat::test::relative_error;
 #include <cmath>
 #include <csignal>
 #include <cstdio>
+#include <fcntl.h>
 #include <fstream>
 #include <optional>
 #include <random>
@@ -1038,6 +1040,84 @@ private slots:
         QVERIFY(t.next_logits(*loaded.cache, 60) == t.next_logits(*c, 60));
     }
 
+    // The arena a layer's bytes live in: zeros past what was written, contents kept across growth,
+    // and a file stretch mapped copy-on-write that writes never reach.
+    void growableArena() {
+        kvchat::GrowableArena a;
+        a.resize(100);
+        for (size_t i = 0; i < 100; ++i) QCOMPARE(a.data()[i], uint8_t(0));
+        std::memset(a.data(), 7, 100);
+        a.resize(3 << 20);  // past a huge page: remapped, not copied
+        QCOMPARE(a.data()[99], uint8_t(7));
+        QCOMPARE(a.data()[100], uint8_t(0));
+        QCOMPARE(a.data()[(3 << 20) - 1], uint8_t(0));
+        a.resize(50);  // what is given up reads as zero when it comes back
+        a.resize(100);
+        QCOMPARE(a.data()[49], uint8_t(7));
+        QCOMPARE(a.data()[50], uint8_t(0));
+
+        QTemporaryDir dir;
+        const std::string path = (dir.path() + "/f").toStdString();
+        std::string file(3 * 4096, '\0');
+        for (size_t i = 0; i < file.size(); ++i) file[i] = static_cast<char>(i * 7 + 1);
+        std::ofstream(path, std::ios::binary).write(file.data(), static_cast<std::streamsize>(file.size()));
+        const int fd = ::open(path.c_str(), O_RDONLY);
+        QVERIFY(fd >= 0);
+        kvchat::GrowableArena b;
+        QVERIFY(!b.adopt_file(fd, 100, 5000, 9000));  // not page-aligned: the caller copies
+        const bool mapped = b.adopt_file(fd, 4096, 5000, 9000);
+        ::close(fd);
+#if !defined(__SANITIZE_ADDRESS__)
+        QVERIFY(mapped);
+        QCOMPARE(b.size(), size_t(9000));
+        QVERIFY(std::memcmp(b.data(), file.data() + 4096, 5000) == 0);
+        for (size_t i = 5000; i < 9000; ++i) QCOMPARE(b.data()[i], uint8_t(0));  // not the file's next bytes
+        std::memset(b.data(), 0x55, 6000);
+        b.resize(1 << 20);  // growth copies out of the file mapping
+        QCOMPARE(b.data()[5999], uint8_t(0x55));
+        QCOMPARE(b.data()[6000], uint8_t(0));
+        QCOMPARE(b.data()[(1 << 20) - 1], uint8_t(0));
+        std::string after;
+        {
+            std::ifstream f(path, std::ios::binary);
+            after.assign(std::istreambuf_iterator<char>(f), {});
+        }
+        QVERIFY(after == file);  // the writes stayed in memory
+#else
+        QVERIFY(!mapped);  // under AddressSanitizer the arena is a vector and always copies
+#endif
+    }
+
+    // A loaded snapshot's layers map their data from the file: continuing the conversation
+    // (rings overwriting slots, a layer growing past its capacity) leaves the file as it was,
+    // and the loaded cache answers exactly as the one that was saved.
+    void snapshotLoadLeavesTheFileAlone_data() {
+        QTest::addColumn<QString>("spec");
+        for (const char* spec : {"dynamic", "hybrid", "sliding_window:window=6", "sink:window=8,sinks=2", "static:max_len=128"})
+            QTest::newRow(spec) << spec;
+    }
+    void snapshotLoadLeavesTheFileAlone() {
+        QFETCH(QString, spec);
+        Tiny t(gemma_spec());
+        QTemporaryDir dir;
+        const std::string path = (dir.path() + "/c.kvc").toStdString();
+        auto c = t.cache(spec.toStdString());
+        t.run(*c, tokens(60, 9), 7);
+        kvchat::save_snapshot(path, *c, t.model->fingerprint());
+        auto read = [&] {
+            std::ifstream f(path, std::ios::binary);
+            return std::string(std::istreambuf_iterator<char>(f), {});
+        };
+        const std::string saved = read();
+        const std::vector<int32_t> more = tokens(40, 11);
+        const std::vector<float> expected = t.run(*c, more, 5);
+        for (int round = 0; round < 2; ++round) {
+            auto loaded = kvchat::load_snapshot(path, t.model->layer_specs(), t.model->fingerprint(), t.backend->pool());
+            QVERIFY(t.run(*loaded.cache, more, 5) == expected);
+            QVERIFY(read() == saved);
+        }
+    }
+
     void damagedSnapshotsAreRefused() {
         Tiny t(gemma_spec());
         QTemporaryDir dir;
@@ -1057,13 +1137,29 @@ private slots:
             return QString::fromStdString(
                 error_of([&] { kvchat::load_snapshot(p2, t.model->layer_specs(), t.model->fingerprint(), t.backend->pool()); }));
         };
-        // Every byte flipped somewhere in the file, at a stride, is caught.
+        // Every byte flipped somewhere in the file, at a stride, is caught: the load is refused,
+        // or (a byte inside the checkpoint, which is checked when used) the cache loads whole and
+        // the checkpoint refuses to restore.
+        int damaged_checkpoints = 0;
+        const std::vector<int32_t> held = c->tokens();
+        const auto expected = t.next_logits(*c, 50);
         for (size_t at = 0; at < good.size(); at += good.size() / 97 + 1) {
             std::string bad = good;
             bad[at] = static_cast<char>(bad[at] ^ 0x5A);
             const QString msg = load_bytes(bad);
-            QVERIFY2(msg != "(no error)" && msg.contains("snapshot"), qPrintable(QString("byte %1: %2").arg(at).arg(msg)));
+            if (msg == "(no error)") {
+                const std::string p2 = (dir.path() + "/bad.kvc").toStdString();
+                kvchat::LoadedSnapshot l = kvchat::load_snapshot(p2, t.model->layer_specs(), t.model->fingerprint(), t.backend->pool());
+                QVERIFY2(l.checkpoints.size() == 1 && !l.checkpoints[0].intact(), qPrintable(QString("byte %1 went unnoticed").arg(at)));
+                QVERIFY(!l.cache->restore(l.checkpoints[0]));
+                QCOMPARE(l.cache->tokens(), held);
+                QVERIFY(t.next_logits(*l.cache, 50) == expected);
+                ++damaged_checkpoints;
+                continue;
+            }
+            QVERIFY2(msg.contains("snapshot"), qPrintable(QString("byte %1: %2").arg(at).arg(msg)));
         }
+        QVERIFY(damaged_checkpoints > 0);  // the stride does land in the checkpoint
         // Truncations.
         for (size_t n : {size_t(0), size_t(5), size_t(20), good.size() / 2, good.size() - 1}) {
             const QString msg = load_bytes(good.substr(0, n));

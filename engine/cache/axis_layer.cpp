@@ -29,7 +29,9 @@ void round_to_fp16(float* x, int64_t n, float scale) {
     for (; i < n; ++i) x[i] = fp16_to_fp32(fp32_to_fp16(x[i] * scale));
 }
 
-constexpr uint32_t kLayerMagic = 0x5259414C;  // "LAYR"
+constexpr uint32_t kLayerMagic = 0x5259414C;   // "LAYR": the first format
+constexpr uint32_t kLayerMagic2 = 0x3259414C;  // "LAY2": slot data after a padding that page-aligns it in a file
+constexpr size_t kFilePage = 4096;
 
 // Lends a layer its arena for one operation and gives it back (writing changes to the slow tier)
 // even when the operation throws.
@@ -444,20 +446,28 @@ std::string AxisLayer::layout() const {
     return s;
 }
 
-void AxisLayer::save_state(std::string& out) const {
+void AxisLayer::save_state(std::string& out, int64_t file_offset) const {
     ArenaLoan<AxisLayer> loan(this, &AxisLayer::begin, &AxisLayer::end);
     const int64_t n_slots = ordered() ? n_ordered_ : slot_used_;
     // One allocation: a checkpoint is taken inside a turn's time to first token, and growing the
     // string by doubling would copy and fault in its megabytes several times.
     out.reserve(out.size() + 256 + static_cast<size_t>(n_slots) * (sizeof(int32_t) + rec_bytes()) +
                 (full() ? 0 : static_cast<size_t>(res_count_) * rec_bytes() + blocks_.size() * (8 + kivi_.block_bytes)));
+    const size_t begin = out.size();
     ByteWriter w(out);
-    w.put<uint32_t>(kLayerMagic);
+    w.put<uint32_t>(kLayerMagic2);
     w.str(layout());
     w.put<int32_t>(next_pos_);
     w.put<int64_t>(evicted_);
     w.put<int64_t>(n_slots);
     w.bytes(slot_pos_.data(), static_cast<size_t>(n_slots) * sizeof(int32_t));
+    uint32_t pad = 0;
+    if (file_offset >= 0 && full() && n_slots > 0) {
+        const size_t data_at = static_cast<size_t>(file_offset) + (out.size() - begin) + sizeof pad;
+        pad = static_cast<uint32_t>((kFilePage - data_at % kFilePage) % kFilePage);
+    }
+    w.put<uint32_t>(pad);
+    out.append(pad, '\0');
     for (int64_t i = 0; i < n_slots; ++i)
         if (slot_pos_[static_cast<size_t>(i)] != kEmpty) w.bytes(slot(i), rec_bytes());
     if (!full()) {
@@ -477,7 +487,9 @@ void AxisLayer::save_state(std::string& out) const {
 void AxisLayer::load_state(ByteReader& r) {
     clear_meta();
     try {
-        if (r.get<uint32_t>("layer magic") != kLayerMagic) r.fail("layer " + std::to_string(spec_.index) + " has a bad magic number");
+        const uint32_t magic = r.get<uint32_t>("layer magic");
+        if (magic != kLayerMagic && magic != kLayerMagic2)
+            r.fail("layer " + std::to_string(spec_.index) + " has a bad magic number");
         const std::string lay = r.str("layer layout", 4096);
         if (lay != layout()) r.fail("the snapshot's layer is '" + lay + "' but this cache's is '" + layout() + "'");
         const int32_t next = r.get<int32_t>("next position");
@@ -495,14 +507,51 @@ void AxisLayer::load_state(ByteReader& r) {
             const bool ok = ordered() ? p == i : p == kEmpty || (p >= 0 && p < next && slot_index(p) == i);
             if (!ok) r.fail("layer " + std::to_string(spec_.index) + ": slot " + std::to_string(i) + " holds an impossible position");
         }
-        ArenaLoan<AxisLayer> loan(this, &AxisLayer::begin, &AxisLayer::end);
-        if (n_slots > slot_cap_) {
-            // The capacity the layer had when it was saved (it grows by doubling from 16), so
-            // the first turn after a reopen does not reallocate and copy the whole layer.
-            int64_t cap = 16;
-            while (cap < n_slots) cap *= 2;
-            grow_slots(std::max(n_slots, std::min(cap, slot_limit_)));
+        if (magic == kLayerMagic2) {
+            const uint32_t pad = r.get<uint32_t>("padding length");
+            if (pad >= kFilePage) r.fail("layer " + std::to_string(spec_.index) + ": bad padding");
+            r.take(pad, "padding");
         }
+        ArenaLoan<AxisLayer> loan(this, &AxisLayer::begin, &AxisLayer::end);
+        // The capacity the layer had when it was saved (it grows by doubling from 16), so the
+        // first turn after a reopen does not reallocate and copy the whole layer.
+        int64_t cap = 16;
+        while (cap < n_slots) cap *= 2;
+        cap = std::max(n_slots, std::min(cap, slot_limit_));
+        // Every slot filled and the data page-aligned in a snapshot file: the layer maps it
+        // (copy-on-write) instead of reading it, so reopening a long conversation costs no copy.
+        const bool dense = n_slots > 0 && std::none_of(pos.begin(), pos.end(), [](int32_t p) { return p == kEmpty; });
+        if (dense && !tier_ && full() && cap >= slot_cap_ && r.remaining() >= static_cast<size_t>(n_slots) * rec_bytes()) {
+            const char* data = r.take(static_cast<size_t>(n_slots) * rec_bytes(), "slot data");
+            const int64_t at = r.file_offset(data);
+            const int64_t old_cap = slot_cap_;
+            slot_cap_ = cap;
+            if (at >= 0 && resident_.adopt_file(r.file_fd(), static_cast<uint64_t>(at), static_cast<size_t>(n_slots) * rec_bytes(),
+                                                capacity_bytes())) {
+                base_ = resident_.data();
+                slot_pos_.assign(static_cast<size_t>(cap), kEmpty);
+                std::copy(pos.begin(), pos.end(), slot_pos_.begin());
+                res_off_ = blk_off_ = static_cast<size_t>(cap) * rec_bytes();
+                slot_used_ = n_slots;
+                if (ordered()) n_ordered_ = n_slots;
+                next_pos_ = next;
+                evicted_ = evicted;
+                loan.finish();
+                return;
+            }
+            slot_cap_ = old_cap;
+            if (n_slots > slot_cap_) grow_slots(cap);
+            std::memcpy(slot(0), data, static_cast<size_t>(n_slots) * rec_bytes());
+            std::copy(pos.begin(), pos.end(), slot_pos_.begin());
+            slot_used_ = n_slots;
+            if (ordered()) n_ordered_ = n_slots;
+            next_pos_ = next;
+            evicted_ = evicted;
+            mark(0, used_bytes());
+            loan.finish();
+            return;
+        }
+        if (n_slots > slot_cap_) grow_slots(cap);
         for (int64_t i = 0; i < n_slots; ++i) {
             const int32_t p = pos[static_cast<size_t>(i)];
             if (p == kEmpty) continue;

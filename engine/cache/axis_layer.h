@@ -9,6 +9,7 @@
 #include "engine/cache/cache_layer.h"
 #include "engine/cache/cache_spec.h"
 #include "engine/cache/kivi_block.h"
+#include "engine/common/growable_arena.h"
 
 #include <deque>
 #include <vector>
@@ -46,7 +47,7 @@ public:
     // A ring forgets tokens, and a crop inside a quantized block cannot give back the block's
     // original split between residual and blocks: both go back through saved state.
     bool crop_needs_checkpoint() const override { return cfg_.retention != RetentionKind::All || !full(); }
-    void save_state(std::string& out) const override;
+    void save_state(std::string& out, int64_t file_offset = -1) const override;
     void load_state(ByteReader& in) override;
     std::string layout() const override;
     void export_tokens(TokenRows& rows) const override;
@@ -104,7 +105,7 @@ private:
     int64_t slot_cap_ = 0, slot_limit_ = 0, slot_used_ = 0;
     size_t res_off_ = 0, blk_off_ = 0;
     int64_t res_cap_ = 0, blk_cap_ = 0, blk_used_ = 0;
-    mutable std::vector<uint8_t> resident_;
+    mutable GrowableArena resident_;
     mutable uint8_t* base_ = nullptr;
     mutable size_t dirty_lo_ = 0, dirty_hi_ = 0;
 

@@ -54,10 +54,22 @@ public:
     const std::string& what() const { return what_; }
     [[noreturn]] void fail(const std::string& msg) const { throw Error(what_ + ": " + msg); }
 
+    // When the bytes are a read-only mapping of an open file: its descriptor and where the
+    // mapping begins, so a reader can map page-aligned stretches of it in place of copying.
+    void set_file(int fd, const char* mapping_begin) {
+        fd_ = fd;
+        file_begin_ = mapping_begin;
+    }
+    int file_fd() const { return fd_; }
+    // The file offset of p (a pointer take() returned); -1 when the bytes are not a file's.
+    int64_t file_offset(const char* p) const { return file_begin_ ? static_cast<int64_t>(p - file_begin_) : -1; }
+
 private:
     std::string_view data_;
     size_t at_ = 0;
     std::string what_;
+    int fd_ = -1;
+    const char* file_begin_ = nullptr;
 };
 
 }  // namespace kvchat

@@ -44,13 +44,25 @@ void Cache::reset() {
     tokens_.clear();
 }
 
+namespace {
+
+struct OwnedStates final : CheckpointBytes {
+    std::vector<std::string> states;
+    bool intact() const override { return true; }
+};
+
+}  // namespace
+
 CacheCheckpoint Cache::checkpoint() const {
+    auto owned = std::make_shared<OwnedStates>();
+    owned->states.resize(layers_.size());
+    for (size_t i = 0; i < layers_.size(); ++i)
+        if (layers_[i]->crop_needs_checkpoint()) layers_[i]->save_state(owned->states[i]);
     CacheCheckpoint cp;
     cp.spec = spec_;
     cp.length = seq_length();
-    cp.layer_states.resize(layers_.size());
-    for (size_t i = 0; i < layers_.size(); ++i)
-        if (layers_[i]->crop_needs_checkpoint()) layers_[i]->save_state(cp.layer_states[i]);
+    cp.layer_states.assign(owned->states.begin(), owned->states.end());
+    cp.storage = std::move(owned);
     return cp;
 }
 
@@ -58,7 +70,9 @@ bool Cache::restore(const CacheCheckpoint& cp) {
     if (cp.spec != spec_ || cp.length > seq_length() || cp.length < 0 || cp.layer_states.size() != layers_.size()) return false;
     for (size_t i = 0; i < layers_.size(); ++i)
         if (layers_[i]->crop_needs_checkpoint() && cp.layer_states[i].empty()) return false;
-    // The states were saved by these same layers, so loading only fails on memory corruption.
+    if (!cp.intact()) return false;
+    // The states were saved by these same layers (and checksummed when they come from a file),
+    // so loading only fails on memory corruption.
     for (size_t i = 0; i < layers_.size(); ++i) {
         if (!cp.layer_states[i].empty()) {
             ByteReader r(cp.layer_states[i], "checkpoint");

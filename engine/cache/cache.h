@@ -6,6 +6,7 @@
 
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace kvchat {
@@ -13,12 +14,25 @@ namespace kvchat {
 class OffloadTier;
 class ThreadPool;
 
+// Where a checkpoint's bytes live: its own memory, or a section of a snapshot file that is only
+// read (and checksummed) when the checkpoint is used, so reopening a conversation does not read
+// the checkpoints it may never need.
+class CheckpointBytes {
+public:
+    virtual ~CheckpointBytes() = default;
+    // False when the bytes are damaged; the checkpoint is then unusable.
+    virtual bool intact() const = 0;
+};
+
 // What a cache looked like at one length, small enough to keep one per turn: the content of the
 // layers that forget tokens (windows, sinks) or quantize them; the others only need a crop.
+// Copies share the bytes, which never change.
 struct CacheCheckpoint {
     std::string spec;
     int64_t length = 0;
-    std::vector<std::string> layer_states;  // empty for layers that keep every token
+    std::vector<std::string_view> layer_states;  // into `storage`; empty for layers that keep every token
+    std::shared_ptr<const CheckpointBytes> storage;
+    bool intact() const { return !storage || storage->intact(); }
     int64_t bytes() const {
         int64_t b = 0;
         for (const auto& s : layer_states) b += static_cast<int64_t>(s.size());

@@ -92,8 +92,10 @@ public:
     // them in blocks): checkpoints then keep its content.
     virtual bool crop_needs_checkpoint() const = 0;
     // The whole state, for snapshots and checkpoints; load_state refuses a state of a different
-    // layout or a damaged one (kvchat::Error) and then leaves the layer empty.
-    virtual void save_state(std::string& out) const = 0;
+    // layout or a damaged one (kvchat::Error) and then leaves the layer empty. file_offset: where
+    // out[0] will lie in a snapshot file (-1: not in a file), so the layer can page-align its
+    // bulk data and a later load can map it instead of copying it.
+    virtual void save_state(std::string& out, int64_t file_offset = -1) const = 0;
     virtual void load_state(ByteReader& in) = 0;
     // A one-line description of the layer's layout, equal for layers that can share state.
     virtual std::string layout() const = 0;

@@ -87,7 +87,8 @@ struct ZeroShift {
 
 // A snapshot mapped read-only: its bytes are read once, by the checksums and the copies into
 // the cache, with no buffer in between. Snapshots are replaced by rename, never rewritten in
-// place, so the mapping stays valid. Anything that cannot be mapped is read whole instead.
+// place, so the mapping stays valid (also after the file is replaced, for the checkpoints that
+// still point into it). Anything that cannot be mapped is read whole instead.
 class SnapshotBytes {
 public:
     SnapshotBytes(const std::string& path, size_t max_bytes) {
@@ -95,20 +96,30 @@ public:
         struct stat st {};
         if (fd >= 0 && ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0 &&
             static_cast<unsigned long long>(st.st_size) <= max_bytes) {
-            void* m = ::mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
+            void* m = ::mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ, MAP_PRIVATE, fd, 0);
             if (m != MAP_FAILED) {
                 map_ = m;
                 view_ = std::string_view(static_cast<const char*>(m), static_cast<size_t>(st.st_size));
             }
         }
-        if (fd >= 0) ::close(fd);
-        if (!map_) {
+        if (map_) {
+            fd_ = fd;
+        } else {
+            if (fd >= 0) ::close(fd);
             copy_ = read_whole_file(path, max_bytes);  // (names the problem when there is one)
             view_ = copy_;
         }
     }
     ~SnapshotBytes() {
+        close_file();
         if (map_) ::munmap(map_, view_.size());
+    }
+    // The open file behind the mapping (-1 when read into memory), for layers that map their
+    // data from it; closed once they have.
+    int fd() const { return fd_; }
+    void close_file() const {
+        if (fd_ >= 0) ::close(fd_);
+        fd_ = -1;
     }
     SnapshotBytes(const SnapshotBytes&) = delete;
     SnapshotBytes& operator=(const SnapshotBytes&) = delete;
@@ -118,6 +129,7 @@ private:
     void* map_ = nullptr;
     std::string copy_;
     std::string_view view_;
+    mutable int fd_ = -1;
 };
 
 // Runs job(i) for i in [0, n) on every thread of the pool, each taking the next index, so large
@@ -139,6 +151,24 @@ void run_jobs(ThreadPool& pool, size_t n, const Job& job) {
     });
     if (error) std::rethrow_exception(error);
 }
+
+// A checkpoint section left in the mapped file; its checksum is verified on first use.
+class MappedCheckpoint final : public CheckpointBytes {
+public:
+    MappedCheckpoint(std::shared_ptr<const SnapshotBytes> file, std::string_view payload, uint32_t crc)
+        : file_(std::move(file)), payload_(payload), crc_(crc) {}
+    bool intact() const override {
+        std::call_once(checked_, [this] { ok_ = crc32c(payload_.data(), payload_.size()) == crc_; });
+        return ok_;
+    }
+
+private:
+    std::shared_ptr<const SnapshotBytes> file_;
+    std::string_view payload_;
+    uint32_t crc_;
+    mutable std::once_flag checked_;
+    mutable bool ok_ = false;
+};
 
 }  // namespace
 
@@ -165,7 +195,11 @@ uint32_t crc32c(const void* data, size_t n, uint32_t crc) {
 }
 
 void save_snapshot(const std::string& path, const Cache& cache, const std::string& fingerprint,
-                   std::span<const CacheCheckpoint> checkpoints) {
+                   std::span<const CacheCheckpoint> all_checkpoints) {
+    // A checkpoint whose file section turned out damaged is left behind.
+    std::vector<const CacheCheckpoint*> checkpoints;
+    for (const CacheCheckpoint& cp : all_checkpoints)
+        if (cp.intact()) checkpoints.push_back(&cp);
     AtomicFile f(path);
     f.write(kMagic, sizeof kMagic);
     const uint32_t version = kSnapshotVersion;
@@ -182,21 +216,25 @@ void save_snapshot(const std::string& path, const Cache& cache, const std::strin
         w.put<uint32_t>(static_cast<uint32_t>(checkpoints.size()));
     }
     write_section(f, kHead, head);
+    // Where the next section's payload starts in the file, so each layer can page-align its data.
+    uint64_t offset = sizeof kMagic + sizeof version + 16 + head.size() + 12;
     std::string state;
     for (size_t i = 0; i < cache.n_layers(); ++i) {
         state.clear();
         ByteWriter w(state);
         w.put<uint32_t>(static_cast<uint32_t>(i));
-        cache.layer(i).save_state(state);
+        cache.layer(i).save_state(state, static_cast<int64_t>(offset + state.size()));
         write_section(f, kLayer, state);
+        offset += state.size() + 16;
     }
-    for (const CacheCheckpoint& cp : checkpoints) {
+    for (const CacheCheckpoint* cpp : checkpoints) {
+        const CacheCheckpoint& cp = *cpp;
         state.clear();
         ByteWriter w(state);
         w.str(cp.spec);
         w.put<int64_t>(cp.length);
         w.put<uint32_t>(static_cast<uint32_t>(cp.layer_states.size()));
-        for (const std::string& s : cp.layer_states) {
+        for (std::string_view s : cp.layer_states) {
             w.put<uint64_t>(s.size());
             w.bytes(s.data(), s.size());
         }
@@ -208,8 +246,8 @@ void save_snapshot(const std::string& path, const Cache& cache, const std::strin
 
 LoadedSnapshot load_snapshot(const std::string& path, const std::vector<LayerSpec>& layers,
                              const std::string& fingerprint, ThreadPool& pool) {
-    const SnapshotBytes bytes(path, kMaxSnapshot);
-    const std::string_view data = bytes.view();
+    const auto bytes = std::make_shared<const SnapshotBytes>(path, kMaxSnapshot);
+    const std::string_view data = bytes->view();
     const std::string what = "snapshot '" + path + "'";
     ByteReader file(data, what);
     if (data.size() < sizeof kMagic || std::memcmp(data.data(), kMagic, sizeof kMagic) != 0)
@@ -220,12 +258,14 @@ LoadedSnapshot load_snapshot(const std::string& path, const std::vector<LayerSpe
         throw Error(what + ": format version " + std::to_string(version) + " is not supported (this build reads version " +
                     std::to_string(kSnapshotVersion) + ")");
 
-    // Every well-framed section's checksum, verified up front on all threads. The walk below
-    // still reads the frames one by one and reports the first problem in file order.
+    // Every well-framed section's checksum, verified up front on all threads (checkpoints' only
+    // when one is used). The walk below still reads the frames one by one and reports the first
+    // problem in file order.
     struct Frame {
         const char* payload;
         uint64_t len;
         uint32_t crc;
+        bool lazy = false;
         bool ok = false;
     };
     std::vector<Frame> frames;
@@ -236,17 +276,19 @@ LoadedSnapshot load_snapshot(const std::string& path, const std::vector<LayerSpe
         std::memcpy(&len, data.data() + at + 4, 8);
         if (len > data.size() - at - 16) break;
         std::memcpy(&crc, data.data() + at + 12 + len, 4);
-        frames.push_back({data.data() + at + 12, len, crc});
+        frames.push_back({data.data() + at + 12, len, crc, tag == kCheckpoint});
         at += 16 + len;
         if (tag == kEnd) break;
     }
     run_jobs(pool, frames.size(), [&](size_t i) {
         Frame& f = frames[i];
-        f.ok = crc32c(f.payload, static_cast<size_t>(f.len)) == f.crc;
+        if (!f.lazy) f.ok = crc32c(f.payload, static_cast<size_t>(f.len)) == f.crc;
     });
     size_t next_frame = 0;
 
-    // Sections, each checked against its checksum before anything in it is believed.
+    // Sections, each checked against its checksum before anything in it is believed; a
+    // checkpoint's framing is read now and its checksum kept for when it is used.
+    uint32_t last_crc = 0;
     auto section = [&](uint32_t expected) {
         const uint32_t tag = file.get<uint32_t>("section tag");
         if (tag != expected)
@@ -256,8 +298,9 @@ LoadedSnapshot load_snapshot(const std::string& path, const std::vector<LayerSpe
         const char* p = file.take(static_cast<size_t>(len), "section");
         const uint32_t crc = file.get<uint32_t>("section checksum");
         const Frame* f = next_frame < frames.size() && frames[next_frame].payload == p ? &frames[next_frame++] : nullptr;
-        if (f ? !f->ok : crc != crc32c(p, static_cast<size_t>(len)))
+        if (tag != kCheckpoint && (f ? !f->ok : crc != crc32c(p, static_cast<size_t>(len))))
             file.fail(std::string(tag_name(tag)) + " section is damaged (checksum mismatch)");
+        last_crc = crc;
         return std::string_view(p, static_cast<size_t>(len));
     };
 
@@ -295,56 +338,51 @@ LoadedSnapshot load_snapshot(const std::string& path, const std::vector<LayerSpe
 
     std::vector<std::string_view> layer_bytes;
     for (uint32_t i = 0; i < n_layers; ++i) layer_bytes.push_back(section(kLayer));
-    // Checkpoint states are copied out of the file on the other threads while the caller loads
-    // the layers, then on all of them.
-    struct Copy {
-        std::string* to;
-        const char* from;
-        size_t n;
-    };
-    std::vector<Copy> copies;
     out.checkpoints.reserve(n_checkpoints);
     for (uint32_t c = 0; c < n_checkpoints; ++c) {
-        ByteReader r(section(kCheckpoint), what + " checkpoint " + std::to_string(c));
+        const std::string_view payload = section(kCheckpoint);
+        ByteReader r(payload, what + " checkpoint " + std::to_string(c));
         CacheCheckpoint cp;
         cp.spec = r.str("checkpoint spec", 4096);
         cp.length = r.get<int64_t>("checkpoint length");
         if (cp.length < 0 || cp.length > n_tokens) r.fail("bad checkpoint length");
         const uint32_t n = r.get<uint32_t>("checkpoint layer count");
         if (n != n_layers) r.fail("checkpoint layer count differs from the cache's");
-        cp.layer_states.resize(n);
-        out.checkpoints.push_back(std::move(cp));
         for (uint32_t i = 0; i < n; ++i) {
             const uint64_t len = r.get<uint64_t>("checkpoint state length");
             if (len > r.remaining()) r.fail("checkpoint state is truncated");
-            copies.push_back({&out.checkpoints.back().layer_states[i], r.take(static_cast<size_t>(len), "checkpoint state"),
-                              static_cast<size_t>(len)});
+            cp.layer_states.emplace_back(r.take(static_cast<size_t>(len), "checkpoint state"), static_cast<size_t>(len));
         }
+        if (r.remaining() != 0) r.fail("trailing bytes after the checkpoint");
+        cp.storage = std::make_shared<const MappedCheckpoint>(bytes, payload, last_crc);
+        out.checkpoints.push_back(std::move(cp));
     }
     section(kEnd);
     if (file.remaining() != 0) file.fail("trailing bytes after the end section");
 
-    std::atomic<size_t> next{0};
-    std::exception_ptr error;
-    std::mutex m;
-    pool.run([&](int thread, int) {
+    // The layers load on all threads (one at a time when they share a slow tier, which lends
+    // one layer at a time); the first failing layer is the one reported.
+    std::vector<std::exception_ptr> errors(n_layers);
+    auto load_layer = [&](size_t i) {
         try {
-            if (thread == 0)
-                for (uint32_t i = 0; i < n_layers; ++i) {
-                    ByteReader r(layer_bytes[i], what + " layer " + std::to_string(i));
-                    if (r.get<uint32_t>("layer index") != i) r.fail("layers are out of order");
-                    cache.layer(i).load_state(r);
-                    if (r.remaining() != 0) r.fail("trailing bytes after the layer");
-                    if (cache.layer(i).tokens_held() > n_tokens || cache.layer(i).end_position() != n_tokens)
-                        r.fail("does not line up with the snapshot's token history");
-                }
-            for (size_t i; (i = next.fetch_add(1)) < copies.size();) copies[i].to->assign(copies[i].from, copies[i].n);
+            ByteReader r(layer_bytes[i], what + " layer " + std::to_string(i));
+            if (bytes->fd() >= 0) r.set_file(bytes->fd(), data.data());
+            if (r.get<uint32_t>("layer index") != i) r.fail("layers are out of order");
+            cache.layer(i).load_state(r);
+            if (r.remaining() != 0) r.fail("trailing bytes after the layer");
+            if (cache.layer(i).tokens_held() > n_tokens || cache.layer(i).end_position() != n_tokens)
+                r.fail("does not line up with the snapshot's token history");
         } catch (...) {
-            std::lock_guard<std::mutex> lock(m);
-            if (!error) error = std::current_exception();
+            errors[i] = std::current_exception();
         }
-    });
-    if (error) std::rethrow_exception(error);
+    };
+    if (cache.spill_path().empty())
+        run_jobs(pool, n_layers, load_layer);
+    else
+        for (size_t i = 0; i < n_layers; ++i) load_layer(i);
+    bytes->close_file();
+    for (const std::exception_ptr& e : errors)
+        if (e) std::rethrow_exception(e);
     cache.append_tokens(tokens.data(), n_tokens);
     return out;
 }

@@ -42,11 +42,33 @@ Conversation::Conversation(const Model& model, Backend& backend, ChatTemplate ch
 void Conversation::set_cache_spec(const std::string& spec) { cache_spec_ = canonical_cache_spec(spec); }
 
 void Conversation::set_cache(std::unique_ptr<Cache> cache, std::vector<CacheCheckpoint> checkpoints) {
+    settle();
     cache_ = std::move(cache);
     checkpoints_ = std::move(checkpoints);
 }
 
+void Conversation::set_cache_loading(std::future<LoadedCache> loading) {
+    settle();
+    cache_.reset();
+    checkpoints_.clear();
+    loading_ = std::move(loading);
+}
+
+void Conversation::settle() {
+    if (!loading_.valid()) return;
+    LoadedCache l = loading_.get();  // (the loader reports its failures as notices)
+    cache_ = std::move(l.cache);
+    checkpoints_ = std::move(l.checkpoints);
+    for (std::string& n : l.notices) load_notices_.push_back(std::move(n));
+}
+
+const std::vector<CacheCheckpoint>& Conversation::checkpoints() {
+    settle();
+    return checkpoints_;
+}
+
 std::unique_ptr<Cache> Conversation::release_cache() {
+    settle();
     checkpoints_.clear();
     return std::move(cache_);
 }
@@ -66,6 +88,7 @@ void Conversation::edit(size_t i, std::string content) {
 }
 
 Cache& Conversation::cache() {
+    settle();
     if (!cache_) cache_ = make_conversation_cache(model_, backend_, cache_spec_);
     return *cache_;
 }
@@ -168,10 +191,13 @@ TurnResult Conversation::respond(const TurnOptions& options, const std::function
     const auto t0 = clock::now();
     TurnResult out;
     const RenderedChat rendered = render_for_reply();
+    settle();  // a cache loading in the background was read while the transcript rendered
     check_fits(rendered, options);
     if (options.policy != ContextPolicy::Refuse) switch_retention(rendered, options, out.notices);
 
     const int64_t keep = align_cache(rendered.tokens, out.notices);
+    out.notices.insert(out.notices.begin(), load_notices_.begin(), load_notices_.end());
+    load_notices_.clear();
     const int64_t total = static_cast<int64_t>(rendered.tokens.size());
     // Prefill up to the last message boundary before the end with checkpoints; the generator
     // prefills the rest, so its last token's logits start the reply.

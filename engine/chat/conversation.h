@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <functional>
+#include <future>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -46,6 +47,14 @@ struct TurnResult {
     std::vector<std::string> notices;  // things the user should be told (a rebuild, a fallback)
 };
 
+// A cache read in the background, with what the user should be told about it (a snapshot that
+// could not be used, a conversion).
+struct LoadedCache {
+    std::unique_ptr<Cache> cache;  // null: none could be had; the next turn prefills
+    std::vector<CacheCheckpoint> checkpoints;
+    std::vector<std::string> notices;
+};
+
 class Conversation {
 public:
     Conversation(const Model& model, Backend& backend, ChatTemplate chat_template, std::string cache_spec);
@@ -62,14 +71,19 @@ public:
     // Replaces message i's content and drops every message after it.
     void edit(size_t i, std::string content);
 
-    bool has_cache() const { return cache_ != nullptr; }
+    // True also while a cache is loading.
+    bool has_cache() const { return cache_ != nullptr || loading_.valid(); }
     Cache& cache();  // made on first use
     // A cache (a snapshot's, a prefix's) with the checkpoints that came with it.
     void set_cache(std::unique_ptr<Cache> cache, std::vector<CacheCheckpoint> checkpoints = {});
+    // A cache still being read (a reopened conversation's snapshot): a turn renders its
+    // transcript meanwhile, and the first use of the cache waits for it. The load must not use
+    // the backend's threads after that first use (it is over by then).
+    void set_cache_loading(std::future<LoadedCache> loading);
     std::unique_ptr<Cache> release_cache();
     // The states of the sliding layers at recent message starts, oldest first: a crop back to
     // one of them does not need the earlier conversation again.
-    const std::vector<CacheCheckpoint>& checkpoints() const { return checkpoints_; }
+    const std::vector<CacheCheckpoint>& checkpoints();
 
     // The rendered transcript with the generation prompt, and a refusal (kvchat::Error) when it
     // would not fit under the Refuse policy. Nothing is changed.
@@ -96,6 +110,8 @@ public:
     void prefill(const RenderedChat& rendered, int64_t end);
 
 private:
+    // Waits for a loading cache and takes it (its notices go to the next turn's result).
+    void settle();
     int64_t context_limit() const;
     void close_reply();
     void switch_retention(const RenderedChat& rendered, const TurnOptions& options, std::vector<std::string>& notices);
@@ -107,6 +123,8 @@ private:
     std::vector<ChatMessage> messages_;
     std::unique_ptr<Cache> cache_;
     std::vector<CacheCheckpoint> checkpoints_;
+    std::future<LoadedCache> loading_;
+    std::vector<std::string> load_notices_;
 };
 
 }  // namespace kvchat

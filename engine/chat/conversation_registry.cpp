@@ -140,36 +140,46 @@ Conversation& ConversationRegistry::open(std::string_view title_in, const OpenOp
     return *entries_.front().conversation;
 }
 
-void ConversationRegistry::make_ready(Entry& e, std::vector<std::string>& notices) {
+void ConversationRegistry::make_ready(Entry& e, std::vector<std::string>&) {
     if (e.cache_ready) return;
     e.cache_ready = true;
     const auto rec = store_.find_conversation_by_id(e.id);
     if (!rec) throw Error("conversation " + in_quotes(e.title) + " was deleted");
     if (rec->model_fingerprint != model_.fingerprint()) store_.set_conversation_model(e.id, model_.fingerprint());
     if (rec->snapshot.empty()) return;
-    SavedCache saved;
-    try {
-        saved = load_cache_snapshot(store_.snapshot_path(rec->snapshot), model_, backend_);
-    } catch (const Error& err) {
-        if (!e.conversation->messages().empty())
-            notices.push_back("the saved cache of conversation " + in_quotes(e.title) + " could not be used (" +
-                              err.what() + "); its transcript is prefilled again");
-        return;
-    }
-    const std::string was = saved.cache->spec();
-    if (was != e.conversation->cache_spec()) {
-        try {
-            convert_conversation_cache(*saved.cache, model_, backend_, e.conversation->cache_spec());
-            saved.checkpoints.clear();
-            notices.push_back("the cache of conversation " + in_quotes(e.title) + " was converted from " + was + " to " +
-                              e.conversation->cache_spec());
-        } catch (const Error& err) {
-            notices.push_back("the cache of conversation " + in_quotes(e.title) + " could not be converted to " +
-                              e.conversation->cache_spec() + " (" + err.what() + "); its transcript is prefilled again");
-            return;
-        }
-    }
-    e.conversation->set_cache(std::move(saved.cache), std::move(saved.checkpoints));
+    // The snapshot is read on another thread while the turn renders the transcript; the
+    // conversation waits for it where the turn first needs its cache.
+    e.conversation->set_cache_loading(std::async(
+        std::launch::async, [path = store_.snapshot_path(rec->snapshot), title = e.title,
+                             has_messages = !e.conversation->messages().empty(),
+                             spec = e.conversation->cache_spec(), &model = model_, &backend = backend_] {
+            LoadedCache out;
+            SavedCache saved;
+            try {
+                saved = load_cache_snapshot(path, model, backend);
+            } catch (const std::exception& err) {
+                if (has_messages)
+                    out.notices.push_back("the saved cache of conversation " + in_quotes(title) + " could not be used (" +
+                                          err.what() + "); its transcript is prefilled again");
+                return out;
+            }
+            const std::string was = saved.cache->spec();
+            if (was != spec) {
+                try {
+                    convert_conversation_cache(*saved.cache, model, backend, spec);
+                    saved.checkpoints.clear();
+                    out.notices.push_back("the cache of conversation " + in_quotes(title) + " was converted from " + was +
+                                          " to " + spec);
+                } catch (const std::exception& err) {
+                    out.notices.push_back("the cache of conversation " + in_quotes(title) + " could not be converted to " +
+                                          spec + " (" + err.what() + "); its transcript is prefilled again");
+                    return out;
+                }
+            }
+            out.cache = std::move(saved.cache);
+            out.checkpoints = std::move(saved.checkpoints);
+            return out;
+        }));
 }
 
 void ConversationRegistry::save_snapshot(Entry& e, std::vector<std::string>& notices) {

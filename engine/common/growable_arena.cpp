@@ -1,0 +1,86 @@
+#include "engine/common/growable_arena.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <new>
+
+namespace kvchat {
+
+#if defined(__SANITIZE_ADDRESS__)
+
+GrowableArena::~GrowableArena() = default;
+
+void GrowableArena::resize(size_t n) {
+    bytes_.resize(n);
+    data_ = bytes_.data();
+    size_ = n;
+}
+
+bool GrowableArena::adopt_file(int, uint64_t, size_t, size_t) { return false; }
+
+#else
+
+namespace {
+constexpr size_t kHuge = size_t{2} << 20;
+
+size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
+}  // namespace
+
+GrowableArena::~GrowableArena() {
+    if (data_) ::munmap(data_, mapped_);
+}
+
+void GrowableArena::resize(size_t n) {
+    if (n <= mapped_) {
+        // Shrinking keeps the mapping; what is given up is zeroed so a later growth reads zeros.
+        if (n < size_) std::memset(data_ + n, 0, size_ - n);
+        size_ = n;
+        return;
+    }
+    static const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+    const size_t want = round_up(n, n >= kHuge ? kHuge : page);
+    void* p;
+    if (split_) {
+        // A file-backed start cannot grow by remapping (that would map more of the file): copy once.
+        p = ::mmap(nullptr, want, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (p == MAP_FAILED) throw std::bad_alloc();
+        std::memcpy(p, data_, size_);
+        ::munmap(data_, mapped_);
+        split_ = false;
+    } else {
+        p = data_ ? ::mremap(data_, mapped_, want, MREMAP_MAYMOVE)
+                  : ::mmap(nullptr, want, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (p == MAP_FAILED) throw std::bad_alloc();
+    }
+    if (want >= kHuge) ::madvise(p, want, MADV_HUGEPAGE);  // advice only: without THP it is ignored
+    data_ = static_cast<uint8_t*>(p);
+    mapped_ = want;
+    size_ = n;
+}
+
+bool GrowableArena::adopt_file(int fd, uint64_t offset, size_t len, size_t capacity) {
+    static const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+    if (fd < 0 || len == 0 || offset % page != 0 || capacity < len) return false;
+    const size_t want = round_up(capacity, capacity >= kHuge ? kHuge : page);
+    const size_t file_part = round_up(len, page);
+    void* p = ::mmap(nullptr, want, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return false;
+    if (::mmap(p, file_part, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_FIXED, fd, static_cast<off_t>(offset)) == MAP_FAILED) {
+        ::munmap(p, want);
+        return false;
+    }
+    if (data_) ::munmap(data_, mapped_);
+    data_ = static_cast<uint8_t*>(p);
+    mapped_ = want;
+    size_ = capacity;
+    split_ = true;  // (also without an anonymous tail: growing must not map more of the file)
+    // The last file page continues with whatever follows in the file: zero it past the data.
+    if (file_part > len) std::memset(data_ + len, 0, file_part - len);
+    return true;
+}
+
+#endif
+
+}  // namespace kvchat
