@@ -410,11 +410,15 @@ int cmd_chat_bench(const Options& o) {
                      p.tokens.size(), c.ttft_ms, w.ttft_ms + open_ms, open_ms);
     }
 
-    // 3. Reopening a long conversation after a restart, against a turn of the live session.
+    // 3. Reopening a long conversation after a restart, against a turn of the live session. Each
+    // side is measured three times and its best kept, as for the turns: the live session takes
+    // three more turns, and the conversation is reopened three times (each a new store and
+    // registry, the model kept loaded), each time sending one more message.
     if (part("reopen")) {
         const std::string chunk = text_of_tokens(m.tokenizer(), std::min<int64_t>(800, history_tokens / 4));
-        double live_ms = 0.0;
-        int64_t context = 0;
+        constexpr int kRepeats = 3;
+        double live_ms = 1e300, reopen_ms = 1e300;
+        int64_t context = 0, prefilled = 0;
         {
             Store store(db);
             ConversationRegistry reg(store, m, *l.backend);
@@ -426,22 +430,28 @@ int cmd_chat_bench(const Options& o) {
                 const TurnResult r = reg.send("long", "Part " + std::to_string(++k) + " of my notes:\n" + chunk, brief);
                 context = r.prompt_tokens + static_cast<int64_t>(r.tokens.size());
             }
-            live_ms = reg.send("long", "Summarise my notes in one sentence.", t).ttft_ms;
+            for (int i = 0; i < kRepeats; ++i)
+                live_ms = std::min(live_ms, reg.send("long", "Summarise part " + std::to_string(i + 1) + " in one sentence.", t).ttft_ms);
         }
-        Store store(db);  // the restart: a new store and registry, the model kept loaded
-        ConversationRegistry reg(store, m, *l.backend);
-        const auto t0 = std::chrono::steady_clock::now();
-        reg.open("long");
-        const double open_ms = ms_since(t0);
-        const TurnResult r = reg.send("long", "Summarise my notes in one short phrase.", t);
-        for (const std::string& n : r.notices) note(n);
-        out["reopen"] = {{"context_tokens", r.prompt_tokens},
-                         {"ttft_ms_live", live_ms},
-                         {"ttft_ms_after_reopen", r.ttft_ms + open_ms},
-                         {"prefill_tokens_after_reopen", r.prefill_tokens},
-                         {"ratio", (r.ttft_ms + open_ms) / live_ms}};
-        std::fprintf(stderr, "reopening a %lld-token conversation: ttft %.1f ms (snapshot load included), live %.1f ms\n",
-                     static_cast<long long>(r.prompt_tokens), r.ttft_ms + open_ms, live_ms);
+        for (int i = 0; i < kRepeats; ++i) {
+            Store store(db);  // the restart
+            ConversationRegistry reg(store, m, *l.backend);
+            const auto t0 = std::chrono::steady_clock::now();
+            reg.open("long");
+            const double open_ms = ms_since(t0);
+            const TurnResult r = reg.send("long", "Summarise part " + std::to_string(i + 1) + " in one short phrase.", t);
+            for (const std::string& n : r.notices) note(n);
+            reopen_ms = std::min(reopen_ms, r.ttft_ms + open_ms);
+            context = r.prompt_tokens;
+            prefilled = r.prefill_tokens;
+        }
+        out["reopen"] = {{"context_tokens", context},
+                         {"ttft_ms_live_best_of_3", live_ms},
+                         {"ttft_ms_after_reopen_best_of_3", reopen_ms},
+                         {"prefill_tokens_after_reopen", prefilled},
+                         {"ratio", reopen_ms / live_ms}};
+        std::fprintf(stderr, "reopening a %lld-token conversation: ttft %.1f ms (snapshot load included), live %.1f ms (best of %d each)\n",
+                     static_cast<long long>(context), reopen_ms, live_ms, kRepeats);
     }
     std::printf("%s\n", out.dump(o.flag("--json") ? -1 : 2).c_str());
     return 0;
