@@ -53,11 +53,19 @@ struct OwnedStates final : CheckpointBytes {
 
 }  // namespace
 
-CacheCheckpoint Cache::checkpoint() const {
-    auto owned = std::make_shared<OwnedStates>();
+CacheCheckpoint Cache::checkpoint() const { return checkpoint(CacheCheckpoint{}); }
+
+CacheCheckpoint Cache::checkpoint(CacheCheckpoint&& old) const {
+    std::shared_ptr<OwnedStates> owned;
+    // Sole owner of states made (non-const) below: their strings can be reused.
+    if (old.storage.use_count() == 1 && dynamic_cast<const OwnedStates*>(old.storage.get()))
+        owned = std::const_pointer_cast<OwnedStates>(std::static_pointer_cast<const OwnedStates>(std::move(old.storage)));
+    if (!owned) owned = std::make_shared<OwnedStates>();
     owned->states.resize(layers_.size());
-    for (size_t i = 0; i < layers_.size(); ++i)
+    for (size_t i = 0; i < layers_.size(); ++i) {
+        owned->states[i].clear();  // (keeps its capacity)
         if (layers_[i]->crop_needs_checkpoint()) layers_[i]->save_state(owned->states[i]);
+    }
     CacheCheckpoint cp;
     cp.spec = spec_;
     cp.length = seq_length();

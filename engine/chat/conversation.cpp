@@ -177,11 +177,7 @@ void Conversation::prefill(const RenderedChat& rendered, int64_t end) {
         // A checkpoint at each message start lets an edit or a regeneration crop back here even
         // when the sliding layers have moved on. Only the latest few are kept (each holds the
         // sliding windows); older turns are rarely edited.
-        CacheCheckpoint cp = c.checkpoint();
-        if (cp.bytes() > 0) {
-            checkpoints_.push_back(std::move(cp));
-            if (checkpoints_.size() > kMaxCheckpoints) checkpoints_.erase(checkpoints_.begin());
-        }
+        keep_checkpoint();
     }
 }
 
@@ -326,11 +322,17 @@ void Conversation::close_reply() {
         c.roll_back();  // only an acceleration: the next turn prefills these tokens itself
         return;
     }
-    CacheCheckpoint cp = c.checkpoint();
-    if (cp.bytes() > 0) {
-        checkpoints_.push_back(std::move(cp));
-        if (checkpoints_.size() > kMaxCheckpoints) checkpoints_.erase(checkpoints_.begin());
+    keep_checkpoint();
+}
+
+void Conversation::keep_checkpoint() {
+    CacheCheckpoint old;
+    if (checkpoints_.size() >= kMaxCheckpoints) {
+        old = std::move(checkpoints_.front());  // its memory holds the new one
+        checkpoints_.erase(checkpoints_.begin());
     }
+    CacheCheckpoint cp = cache().checkpoint(std::move(old));
+    if (cp.bytes() > 0) checkpoints_.push_back(std::move(cp));
 }
 
 TurnResult Conversation::send(std::string text, const TurnOptions& options,

@@ -112,6 +112,8 @@ public:
 private:
     // Waits for a loading cache and takes it (its notices go to the next turn's result).
     void settle();
+    // Checkpoints the cache as it stands, keeping the latest few.
+    void keep_checkpoint();
     int64_t context_limit() const;
     void close_reply();
     void switch_retention(const RenderedChat& rendered, const TurnOptions& options, std::vector<std::string>& notices);
