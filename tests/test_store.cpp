@@ -310,6 +310,38 @@ private slots:
         QCOMPARE(store.list_messages(other.id).size(), size_t(1));
     }
 
+    // A conversation and its opening messages (a prefix's) are written together or not at all.
+    void conversationWithOpeningIsOneTransaction() {
+        QTemporaryDir dir;
+        const std::string path = (dir.path() + "/kvchat.db").toStdString();
+        {
+            Store store(path);
+            std::vector<kvchat::MessageRecord> stored;
+            const auto c = store.create_conversation("opened", "fp", "dynamic",
+                                                     {{Role::System, "Be brief."}, {Role::User, "bad \xff byte"}}, &stored);
+            QCOMPARE(stored.size(), size_t(2));
+            const auto listed = store.list_messages(c.id);
+            QCOMPARE(listed.size(), size_t(2));
+            QCOMPARE(listed[0].ordinal, int64_t(0));
+            QCOMPARE(listed[1].ordinal, int64_t(1));
+            QCOMPARE(listed[1].content, std::string("bad \xEF\xBF\xBD byte"));
+            QVERIFY(listed[1].content_repaired && stored[1].content_repaired);
+            QCOMPARE(stored[1].id, listed[1].id);
+        }
+        // The second opening message fails to insert (a trigger stands in for a crash or a full
+        // disk): neither the conversation nor the first message is left behind.
+        QCOMPARE(raw_exec(path, "CREATE TRIGGER boom BEFORE INSERT ON messages WHEN NEW.content = 'boom' "
+                                "BEGIN SELECT RAISE(ABORT, 'boom'); END"),
+                 std::string("ok"));
+        Store store(path);
+        const std::string err = error_of([&] {
+            store.create_conversation("half", "fp", "dynamic", {{Role::System, "fine"}, {Role::User, "boom"}});
+        });
+        QVERIFY2(err.find("boom") != std::string::npos, err.c_str());
+        QVERIFY(!store.find_conversation("half"));
+        QCOMPARE(raw_query(path, "SELECT count(*) FROM messages WHERE content = 'fine'"), std::string("0"));
+    }
+
     void cascadeDelete() {
         QTemporaryDir dir;
         const std::string path = (dir.path() + "/kvchat.db").toStdString();

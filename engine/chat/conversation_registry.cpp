@@ -115,22 +115,24 @@ Conversation& ConversationRegistry::open(std::string_view title_in, const OpenOp
         } else {
             cache = make_conversation_cache(model_, backend_, spec);
         }
-        e.id = store_.create_conversation(title.text, model_.fingerprint(), spec).id;
-        e.conversation = std::make_unique<Conversation>(model_, backend_, template_, spec);
+        // The prefix's messages open the transcript, so every later turn renders them (and their
+        // tokens are the ones the prefix cache holds); they are written with the conversation.
+        std::vector<PrefixMessage> opening;
         if (prefix) {
-            // The transcript opens with the prefix's messages, so every later turn renders them
-            // (and their tokens are the ones the prefix cache holds).
-            for (const PrefixMessage& pm : prefix->messages) {
-                const MessageRecord m = store_.append_message(e.id, pm.role, pm.content);
-                e.conversation->append(m.role, m.content);
-            }
+            opening = prefix->messages;
             if (!options.system.empty())
                 notices_.push_back("prefix " + in_quotes(prefix->name) + " gives the conversation its opening; the system "
                                    "message given besides it was not used");
         } else if (!options.system.empty()) {
-            const MessageRecord m = store_.append_message(e.id, Role::System, options.system);
-            if (m.content_repaired) notices_.push_back("the system message had invalid UTF-8; it was replaced by U+FFFD");
-            e.conversation->append(Role::System, m.content);
+            opening.push_back({Role::System, options.system});
+        }
+        std::vector<MessageRecord> stored;
+        e.id = store_.create_conversation(title.text, model_.fingerprint(), spec, opening, &stored).id;
+        e.conversation = std::make_unique<Conversation>(model_, backend_, template_, spec);
+        for (const MessageRecord& m : stored) {
+            if (!prefix && m.content_repaired)
+                notices_.push_back("the system message had invalid UTF-8; it was replaced by U+FFFD");
+            e.conversation->append(m.role, m.content);
         }
         e.conversation->set_cache(std::move(cache));
         e.cache_ready = true;

@@ -487,7 +487,8 @@ void Store::require_conversation(int64_t id) const {
 // ---- conversations ----
 
 ConversationRecord Store::create_conversation(std::string_view title, std::string_view model_fingerprint,
-                                              std::string_view cache_spec) {
+                                              std::string_view cache_spec, const std::vector<PrefixMessage>& opening,
+                                              std::vector<MessageRecord>* stored) {
     const std::string name = repair_utf8(title).text;
     check_name("conversation", name);
     Transaction t(db_, path_);
@@ -501,7 +502,10 @@ ConversationRecord Store::create_conversation(std::string_view title, std::strin
         .bind_int(4, now);
     st.change("a conversation named " + in_quotes(name) + " already exists");
     const int64_t id = sqlite3_last_insert_rowid(db_);
+    std::vector<MessageRecord> rows;
+    for (const PrefixMessage& m : opening) rows.push_back(insert_message(id, m.role, m.content, {}, now));
     t.commit();
+    if (stored) *stored = std::move(rows);
     return *find_conversation_by_id(id);
 }
 
@@ -585,10 +589,19 @@ void Store::touch_conversation(int64_t id) {
 
 MessageRecord Store::append_message(int64_t conversation_id, Role role, std::string_view content,
                                     const GenerationStats& stats) {
-    RepairedUtf8 text = repair_utf8(content);
     Transaction t(db_, path_);
     require_conversation(conversation_id);
     const int64_t now = next_update_time();
+    MessageRecord m = insert_message(conversation_id, role, content, stats, now);
+    Statement touch(db_, path_, "UPDATE conversations SET updated_ms = ?1 WHERE id = ?2");
+    touch.bind_int(1, now).bind_int(2, conversation_id).change();
+    t.commit();
+    return m;
+}
+
+MessageRecord Store::insert_message(int64_t conversation_id, Role role, std::string_view content,
+                                    const GenerationStats& stats, int64_t now) {
+    RepairedUtf8 text = repair_utf8(content);
     Statement next(db_, path_, "SELECT coalesce(max(ordinal), -1) + 1 FROM messages WHERE conversation_id = ?1");
     next.bind_int(1, conversation_id).step();
     const int64_t ordinal = next.integer(0);
@@ -607,13 +620,8 @@ MessageRecord Store::append_message(int64_t conversation_id, Role role, std::str
         .bind_real(9, stats.tokens_per_second)
         .bind_int(10, now)
         .change();
-    const int64_t id = sqlite3_last_insert_rowid(db_);
-    Statement touch(db_, path_, "UPDATE conversations SET updated_ms = ?1 WHERE id = ?2");
-    touch.bind_int(1, now).bind_int(2, conversation_id).change();
-    t.commit();
-
     MessageRecord m;
-    m.id = id;
+    m.id = sqlite3_last_insert_rowid(db_);
     m.conversation_id = conversation_id;
     m.ordinal = ordinal;
     m.role = role;

@@ -117,8 +117,12 @@ public:
     std::string pragma(std::string_view name) const;
 
     // ---- conversations ----
+    // With `opening` (a prefix's messages, a system message), the conversation and those
+    // messages are written in one transaction: a crash leaves all of them or none. The stored
+    // messages (content repaired as append_message does) go to *stored when given.
     ConversationRecord create_conversation(std::string_view title, std::string_view model_fingerprint,
-                                           std::string_view cache_spec);
+                                           std::string_view cache_spec, const std::vector<PrefixMessage>& opening = {},
+                                           std::vector<MessageRecord>* stored = nullptr);
     std::optional<ConversationRecord> find_conversation(std::string_view title) const;
     std::optional<ConversationRecord> find_conversation_by_id(int64_t id) const;
     std::vector<ConversationRecord> list_conversations() const;  // most recently updated first
@@ -178,6 +182,9 @@ private:
     void migrate(int from_version);
     int64_t next_update_time() const;
     void require_conversation(int64_t id) const;
+    // append_message's work inside the caller's transaction.
+    MessageRecord insert_message(int64_t conversation_id, Role role, std::string_view content,
+                                 const GenerationStats& stats, int64_t now);
     void insert_prefix_messages(int64_t prefix_id, const std::vector<PrefixMessage>& messages);
     void read_prefix_messages(PrefixRecord& p) const;
 
