@@ -13,6 +13,7 @@
 #include <QtTest>
 
 #include <filesystem>
+#include <cstring>
 #include <fstream>
 
 using namespace kvchat;
@@ -307,6 +308,53 @@ private slots:
         QVERIFY2(r.notices.empty(), r.notices.empty() ? "" : r.notices.front().c_str());
         QVERIFY2(r.cached_tokens >= prompt.message_starts.back(),
                  qPrintable(QString("reused %1 of %2").arg(r.cached_tokens).arg(prompt.message_starts.back())));
+        QCOMPARE(r.text, reference_reply(*t, reg.chat_template(), msgs, 12));
+    }
+
+    // Checkpoints are checksummed when used: with every one of them damaged on disk, the cache
+    // still loads, the regeneration cannot crop back, prefills again (saying so) and answers the same.
+    void damagedCheckpointsAfterRestartAreNotUsed() {
+        auto t = tiny("gemma3");
+        const std::string db = (t->dir.path() + "/kv.db").toStdString();
+        std::string path;
+        {
+            Store store(db);
+            ConversationRegistry reg(store, *t->model, *t->backend);
+            reg.open("c");
+            reg.send("c", "the cat sat on the mat", greedy(12));
+            reg.send("c", "a cat sat on a mat", greedy(12));
+            path = store.snapshot_path(store.find_conversation("c")->snapshot);
+        }
+        std::string bytes;
+        {
+            std::ifstream f(path, std::ios::binary);
+            bytes.assign(std::istreambuf_iterator<char>(f), {});
+        }
+        int damaged = 0;
+        for (size_t at = 12; at + 16 <= bytes.size();) {  // sections: u32 tag, u64 length, payload, u32 crc
+            uint32_t tag;
+            uint64_t len;
+            std::memcpy(&tag, bytes.data() + at, 4);
+            std::memcpy(&len, bytes.data() + at + 4, 8);
+            if (tag == 0x54504B43 && len > 0) {  // "CKPT"
+                bytes[at + 12 + len - 1] ^= 0x5A;
+                ++damaged;
+            }
+            at += 16 + len;
+        }
+        QVERIFY(damaged > 0);
+        std::ofstream(path, std::ios::binary | std::ios::trunc).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+
+        Store store(db);
+        ConversationRegistry reg(store, *t->model, *t->backend);
+        reg.open("c");
+        std::vector<ChatMessage> msgs;
+        for (const MessageRecord& m : store.list_messages(reg.id_of("c"))) msgs.push_back({m.role, m.content});
+        msgs.pop_back();
+        const TurnResult r = reg.regenerate("c", greedy(12));
+        QCOMPARE(r.cached_tokens, int64_t(0));
+        QVERIFY(!r.notices.empty());
+        QVERIFY2(r.notices.back().find("prefilled again") != std::string::npos, r.notices.back().c_str());
         QCOMPARE(r.text, reference_reply(*t, reg.chat_template(), msgs, 12));
     }
 
