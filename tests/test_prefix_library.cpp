@@ -57,16 +57,22 @@ bool contains(const std::vector<std::string>& notices, const char* what) {
 
 const char* kSystem = "the cat sat on the mat; a cat sat on a mat; the cat";
 
+// What most cases start from: a temporary folder, the tiny model, two threads, a store.
+struct Setup {
+    QTemporaryDir dir;
+    std::unique_ptr<Model> m = tiny_model(dir, 1);
+    std::unique_ptr<Backend> be = make_cpu_backend(2);
+    Store store{(dir.path() + "/kv.db").toStdString()};
+};
+
 }  // namespace
 
 class TestPrefixLibrary : public QObject {
     Q_OBJECT
 private slots:
     void conversationFromPrefixPrefillsOnlySuffix() {
-        QTemporaryDir dir;
-        auto m = tiny_model(dir, 1);
-        auto be = make_cpu_backend(2);
-        Store store((dir.path() + "/kv.db").toStdString());
+        Setup setup;
+        auto& [dir, m, be, store] = setup;
         ConversationRegistry reg(store, *m, *be);
         std::vector<std::string> notices;
         const PrefixRecord p = reg.prefixes().save("cats", kSystem, "", notices);
@@ -86,10 +92,8 @@ private slots:
     }
 
     void promptStartingWithPrefixReusesIt() {
-        QTemporaryDir dir;
-        auto m = tiny_model(dir, 1);
-        auto be = make_cpu_backend(2);
-        Store store((dir.path() + "/kv.db").toStdString());
+        Setup setup;
+        auto& [dir, m, be, store] = setup;
         ConversationRegistry reg(store, *m, *be);
         std::vector<std::string> notices;
         const PrefixRecord p = reg.prefixes().save("cats", kSystem, "", notices);
@@ -110,10 +114,8 @@ private slots:
     // The first messages of a conversation (system, user, assistant) as a prefix: a conversation
     // started from it holds those messages, copies the cache and prefills only its own turn.
     void conversationFromMultiMessagePrefix() {
-        QTemporaryDir dir;
-        auto m = tiny_model(dir, 1);
-        auto be = make_cpu_backend(2);
-        Store store((dir.path() + "/kv.db").toStdString());
+        Setup setup;
+        auto& [dir, m, be, store] = setup;
         ConversationRegistry reg(store, *m, *be);
         OpenOptions sys;
         sys.system = kSystem;
@@ -165,10 +167,8 @@ private slots:
     // Automatic reuse of a prefix of several messages: a conversation with nothing cached whose
     // prompt starts with the prefix's tokens copies its cache.
     void promptStartingWithMultiMessagePrefixReusesIt() {
-        QTemporaryDir dir;
-        auto m = tiny_model(dir, 1);
-        auto be = make_cpu_backend(2);
-        Store store((dir.path() + "/kv.db").toStdString());
+        Setup setup;
+        auto& [dir, m, be, store] = setup;
         {
             ConversationRegistry reg(store, *m, *be);
             std::vector<std::string> notices;
@@ -208,10 +208,8 @@ private slots:
     // edit --text on a prefix of several messages is refused (it would drop them); replacing the
     // messages re-prefills. Bad input is refused with a message and changes nothing.
     void multiMessageEditAndBadInput() {
-        QTemporaryDir dir;
-        auto m = tiny_model(dir, 1);
-        auto be = make_cpu_backend(2);
-        Store store((dir.path() + "/kv.db").toStdString());
+        Setup setup;
+        auto& [dir, m, be, store] = setup;
         const ChatTemplate tmpl = ChatTemplate::for_model(*m);
         PrefixLibrary lib(store, *m, *be, tmpl);
         std::vector<std::string> notices;
@@ -257,10 +255,8 @@ private slots:
     }
 
     void renameEditDelete() {
-        QTemporaryDir dir;
-        auto m = tiny_model(dir, 1);
-        auto be = make_cpu_backend(2);
-        Store store((dir.path() + "/kv.db").toStdString());
+        Setup setup;
+        auto& [dir, m, be, store] = setup;
         const ChatTemplate tmpl = ChatTemplate::for_model(*m);
         PrefixLibrary lib(store, *m, *be, tmpl);
         std::vector<std::string> notices;
@@ -286,10 +282,8 @@ private slots:
     }
 
     void invalidUtf8TextIsRepairedWithNotice() {
-        QTemporaryDir dir;
-        auto m = tiny_model(dir, 1);
-        auto be = make_cpu_backend(2);
-        Store store((dir.path() + "/kv.db").toStdString());
+        Setup setup;
+        auto& [dir, m, be, store] = setup;
         const ChatTemplate tmpl = ChatTemplate::for_model(*m);
         PrefixLibrary lib(store, *m, *be, tmpl);
         std::vector<std::string> notices;
@@ -328,10 +322,8 @@ private slots:
     }
 
     void damagedSnapshotIsRebuilt() {
-        QTemporaryDir dir;
-        auto m = tiny_model(dir, 1);
-        auto be = make_cpu_backend(2);
-        Store store((dir.path() + "/kv.db").toStdString());
+        Setup setup;
+        auto& [dir, m, be, store] = setup;
         std::string snapshot;
         {
             ConversationRegistry reg(store, *m, *be);
