@@ -4,7 +4,9 @@
     $(tests/reference/setup_reference.sh) tests/reference/dump_llama_cpp_tensors.py MODEL.gguf OUT.npz \
         attn_norm-0,Vcur-0,kqv_out-0,ffn_norm-0,ffn_gate-0,l_out-0,result_norm 2,818,5279,529,7001,563
 
-Names are llama.cpp's graph names (NAME-LAYER). POS0=N in the environment starts the positions at N.
+Names are llama.cpp's graph names (NAME-LAYER), or ALL for every f32 node. POS0=N in the environment
+starts the positions at N. PREFILL=N first decodes the first N tokens as one batch (nothing kept), then
+the rest one token at a time, as greedy generation does: the tensors kept are those of the last step.
 Used to find where kvchat's values first leave llama.cpp's (a diagnostic, not a test input): reads
 the nodes through the scheduler's eval callback; ggml_tensor's layout (type at byte 0, ne at 16) is
 that of ggml 0.9, llama-cpp-python 0.3.36.
@@ -34,7 +36,7 @@ def main():
     def cb(t, ask, _):
         name = gb.ggml_get_name(t).decode()
         if ask:
-            return name in names
+            return "ALL" in names or name in names
         if ctypes.c_int.from_address(t).value == 0:  # GGML_TYPE_F32; a later node of the same name wins
             n = gb.ggml_nelements(t)
             dumps[name] = np.ctypeslib.as_array((ctypes.c_float * n).from_address(gb.ggml_get_data(t))).copy()
@@ -43,19 +45,27 @@ def main():
 
     llm = llama_cpp.Llama(model_path=model_path, n_ctx=2048, n_batch=512, n_threads=2, flash_attn=False,
                           verbose=False)
-    params = L.llama_context_default_params()
-    params.n_ctx, params.n_batch, params.n_threads, params.n_threads_batch = 2048, 512, 2, 2
+    # The context parameters make_golden_gemma3.py's Llama used (non-flash attention, n_ubatch 512),
+    # not llama_context_default_params(), whose automatic flash attention computes differently.
+    params = L.llama_context_params.from_buffer_copy(llm.context_params)
+    params.n_threads, params.n_threads_batch = 2, 2
     params.cb_eval = cb
     ctx = L.llama_init_from_model(llm._model.model, params)
     toks = [int(x) for x in tokens.split(",")]
     pos0 = int(os.environ.get("POS0", "0"))
+    prefill = int(os.environ.get("PREFILL", "0"))
+    steps = [toks] if prefill <= 0 else [toks[:prefill]] + [[t] for t in toks[prefill:]]
     batch = L.llama_batch_init(len(toks), 0, 1)
-    for i, tk in enumerate(toks):
-        batch.token[i], batch.pos[i], batch.n_seq_id[i], batch.logits[i] = tk, pos0 + i, 1, 1
-        batch.seq_id[i][0] = 0
-    batch.n_tokens = len(toks)
-    if L.llama_decode(ctx, batch) != 0:
-        sys.exit("llama_decode failed")
+    at = 0
+    for step in steps:
+        for i, tk in enumerate(step):
+            batch.token[i], batch.pos[i], batch.n_seq_id[i], batch.logits[i] = tk, pos0 + at + i, 1, 1
+            batch.seq_id[i][0] = 0
+        batch.n_tokens = len(step)
+        dumps.clear()
+        if L.llama_decode(ctx, batch) != 0:
+            sys.exit("llama_decode failed")
+        at += len(step)
     np.savez(out, **dumps)
     print(f"{len(dumps) // 2} tensors -> {out}")
 
