@@ -99,8 +99,10 @@ inline int32_t hsum_i32(__m256i v) {
     return _mm_cvtsi128_si32(s);
 }
 
-// One token: blocks of `block` (32 or 256) columns, q = round(x * 127 / max|x|), and sums of q per
-// 16 columns (the K-quant kernels and the panel bias need them).
+// One token, as llama.cpp quantizes activations: blocks of `block` (32 or 256) columns,
+// q = round(x * 127 / max|x|), and sums of q per 16 columns (the K-quant kernels and the panel
+// bias need them). The scale of a 32-column block is fp16(max / 127) (its Q8_0 block); that of a
+// 256-column block 1 / (127 / max) (quantize_row_q8_K; its sign flip cancels in every product).
 void quantize_token(const float* x, int64_t cols, int64_t block, int8_t* q, float* d, int16_t* sum16) {
     const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
     const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
@@ -109,10 +111,9 @@ void quantize_token(const float* x, int64_t cols, int64_t block, int8_t* q, floa
         __m256 amax = _mm256_setzero_ps();
         for (int64_t i = 0; i < block; i += 8) amax = _mm256_max_ps(amax, _mm256_and_ps(_mm256_loadu_ps(xb + i), abs_mask));
         const float m = hmax(amax);
-        // The 32-element formats carry the activation scale as fp16 (llama.cpp's Q8_0 block); using
-        // the same rounded scale keeps our logits on llama.cpp's, which Gemma is sensitive to.
-        d[b] = block == 32 ? fp16_to_fp32(fp32_to_fp16(m / 127.0f)) : m / 127.0f;
-        const __m256 inv = _mm256_set1_ps(m > 0.0f ? 127.0f / m : 0.0f);
+        const float inv_m = m > 0.0f ? 127.0f / m : 0.0f;
+        d[b] = block == 32 ? fp16_to_fp32(fp32_to_fp16(m / 127.0f)) : (m > 0.0f ? 1.0f / inv_m : 0.0f);
+        const __m256 inv = _mm256_set1_ps(inv_m);
         for (int64_t i = 0; i < block; i += 32) {
             __m256i v[4];
             for (int k = 0; k < 4; ++k) v[k] = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(xb + i + 8 * k), inv));
@@ -125,17 +126,29 @@ void quantize_token(const float* x, int64_t cols, int64_t block, int8_t* q, floa
     }
 }
 
+// Per 32-column block, lane l: -(q[4l] + ... + q[4l+3]).
+void negated_lane_sums(const int8_t* q, int64_t cols, int32_t* out) {
+    const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
+    for (int64_t b = 0; b < cols / 32; ++b) {
+        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 32 * b));
+        const __m256i s = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, v), ones16);
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 8 * b), _mm256_sub_epi32(_mm256_setzero_si256(), s));
+    }
+}
+
 struct ActivationBuffers {
     std::vector<int8_t> q;
     std::vector<float> d;
     std::vector<int16_t> sum16;
     std::vector<int32_t> neg_sum8;
+    std::vector<int32_t> neg_lane_sum;
     std::vector<float> group_d, group_d_sum;
     std::vector<int32_t> group_bias;
 };
 
+// lane_sums: also fill neg_lane_sum (32-column blocks, for the llama.cpp-order kernels).
 QuantizedActivations quantize_activations(const float* x, int64_t n_tokens, int64_t cols, int64_t block,
-                                          ActivationBuffers& buf, ThreadPool& pool) {
+                                          ActivationBuffers& buf, ThreadPool& pool, bool lane_sums = false) {
     buf.q.resize(size_t(n_tokens * cols));
     buf.d.resize(size_t(n_tokens * (cols / block)));
     buf.sum16.resize(size_t(n_tokens * (cols / 16)));
@@ -152,6 +165,11 @@ QuantizedActivations quantize_activations(const float* x, int64_t n_tokens, int6
         buf.neg_sum8.assign(size_t(n_tokens * (cols / 32) * 8), 0);
         a.neg_sum8 = buf.neg_sum8.data();
     }
+    lane_sums = lane_sums && block == 32;
+    if (lane_sums) {
+        buf.neg_lane_sum.resize(size_t(n_tokens * (cols / 32) * 8));
+        a.neg_lane_sum = buf.neg_lane_sum.data();
+    }
     auto quantize = [&](int64_t t0, int64_t t1) {
         for (int64_t t = t0; t < t1; ++t) {
             const int16_t* s16 = buf.sum16.data() + t * (cols / 16);
@@ -161,6 +179,7 @@ QuantizedActivations quantize_activations(const float* x, int64_t n_tokens, int6
                 int32_t* s8 = buf.neg_sum8.data() + t * (cols / 32) * 8;
                 for (int64_t b = 0; b < cols / 32; ++b) s8[8 * b] = -(int32_t(s16[2 * b]) + s16[2 * b + 1]);
             }
+            if (lane_sums) negated_lane_sums(buf.q.data() + t * cols, cols, buf.neg_lane_sum.data() + t * (cols / 32) * 8);
         }
     };
     if (n_tokens * cols >= 32768) pool.parallel_for(n_tokens, quantize);
@@ -280,6 +299,49 @@ void amx_product(const Int8Layout& layout, const WeightMatrix& w, const Quantize
     }
 }
 
+// --- llama.cpp's order ---------------------------------------------------------------------------
+
+bool llama_order(TensorType t) {
+    return t == TensorType::Q5_0 || t == TensorType::Q8_0 || t == TensorType::Q4_K || t == TensorType::Q6_K;
+}
+
+// The smallest call llama.cpp's tiled K-quant matmul takes (ggml_tiled_min_batch); below, Q6_K
+// goes through ggml_vec_dot_q6_K_q8_K, whose float order differs.
+constexpr int64_t kTiledMinTokens = 8;
+
+void ordered_product(const KernelSet& ks, const WeightMatrix& w, const float* x, int64_t n_tokens, float* y,
+                     ThreadPool& pool) {
+    const bool k_quant = w.type == TensorType::Q4_K || w.type == TensorType::Q6_K;
+    thread_local ActivationBuffers buf;
+    const QuantizedActivations xq = quantize_activations(x, n_tokens, w.cols, k_quant ? 256 : 32, buf, pool, !k_quant);
+    if (w.type == TensorType::Q6_K && n_tokens < kTiledMinTokens) {
+        fused_product(ks.fused[uint32_t(TensorType::Q6_K)], w, xq, y, pool);
+        return;
+    }
+    const KernelSet::OrderedProduct fn = w.type == TensorType::Q4_K   ? ks.ordered_q4_k
+                                         : w.type == TensorType::Q6_K ? ks.ordered_q6_k_tiled
+                                                                      : ks.ordered_blocks32;
+    const size_t stride = row_bytes(w.type, w.cols);
+    const auto* base = static_cast<const uint8_t*>(w.data);
+    const int64_t n_chunks = (w.rows + kernels::kOrderedRows - 1) / kernels::kOrderedRows;
+    const size_t scratch_bytes = kernels::ordered_scratch_bytes(w.cols);
+    auto run = [&](int64_t c0, int64_t c1, int64_t t0, int64_t t1) {
+        thread_local ScratchBuffer scratch;
+        void* s = scratch.get(scratch_bytes);
+        for (int64_t c = c0; c < c1; ++c) {
+            const int64_t r = c * kernels::kOrderedRows;
+            const int n = int(std::min<int64_t>(kernels::kOrderedRows, w.rows - r));
+            fn(w.type, base + r * stride, stride, n, w.cols, xq, t0, t1, y + r, w.rows, s);
+        }
+    };
+    if (n_chunks >= 4 * pool.size() || n_tokens < pool.size()) {
+        pool.parallel_for(n_chunks, [&](int64_t c0, int64_t c1) { run(c0, c1, 0, n_tokens); });
+    } else {
+        // Few rows, many tokens: every thread takes all rows and a share of the tokens.
+        pool.parallel_for(n_tokens, [&](int64_t t0, int64_t t1) { run(0, n_chunks, t0, t1); });
+    }
+}
+
 // --- float weights -----------------------------------------------------------------------------
 
 template <TensorType T>
@@ -396,11 +458,12 @@ void matmul(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y, T
         case TensorType::BF16: return float_product<TensorType::BF16>(w, x, n_tokens, y, pool);
         default: break;
     }
+    const KernelSet& ks = kernel_set();
+    if (llama_order(w.type)) return ordered_product(ks, w, x, n_tokens, y, pool);
     const Int8Layout layout = kernels::int8_layout(w.type);
     if (layout.group == 0) throw Error("matmul: no kernel for " + std::string(tt.name));
     thread_local ActivationBuffers buf;
     const QuantizedActivations xq = quantize_activations(x, n_tokens, w.cols, layout.act_block, buf, pool);
-    const KernelSet& ks = kernel_set();
     const auto fused = ks.fused[uint32_t(w.type)];
     if (fused && n_tokens <= kFusedMaxTokens) {
         fused_product(fused, w, xq, y, pool);
@@ -410,6 +473,8 @@ void matmul(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y, T
     if (level() == Level::amx && n_tokens >= kAmxMinTokens) amx_product(layout, w, xq, g, y, pool);
     else panel_product(ks, layout, w, xq, g, y, pool);
 }
+
+size_t kernels::ordered_scratch_bytes(int64_t cols) { return size_t(cols) * 48 + 4096; }
 
 void weight_row(const WeightMatrix& w, int64_t r, float* dst) {
     if (r < 0 || r >= w.rows) throw Error("weight_row: row " + std::to_string(r) + " out of range");

@@ -11,6 +11,7 @@
 
 #include <immintrin.h>
 
+#include <cmath>
 #include <cstring>
 #include <utility>
 
@@ -26,6 +27,7 @@ inline __m256i dot_s8s8(__m256i acc, __m256i w, __m256i s) {
 inline __m256i madd_scaled(__m256i acc, __m256i p, __m256i k) { return _mm256_dpwssd_epi32(acc, p, k); }
 
 #include "engine/compute/fused_dot.inc"
+#include "engine/compute/llama_order.inc"
 
 
 inline __m512 to_float(__m512i v) { return _mm512_cvtepi32_ps(v); }
@@ -267,6 +269,7 @@ void float_rows(TensorType t, const uint8_t* rows, size_t stride, int64_t n_rows
 KernelSet make_kernels() {
     KernelSet k;
     install_fused(k);
+    install_ordered(k);
     k.fused[uint32_t(TensorType::Q8_0)] = fused_unsigned_32<BlockQ8_0, Q8_0Values>;
     k.fused[uint32_t(TensorType::Q4_0)] = fused_unsigned_32<BlockQ4_0, Q4_0Values>;
     k.fused[uint32_t(TensorType::Q5_0)] = fused_unsigned_32<BlockQ5_0, Q5_0Values>;

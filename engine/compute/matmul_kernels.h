@@ -33,6 +33,11 @@ struct QuantizedActivations {
     // chain that starts from it cancels the unsigned offset of the weights in one step.
     const int32_t* neg_sum8 = nullptr;  // n_tokens x cols/32 x 8
 
+    // Only for the llama.cpp-order products of 32-column blocks: per block, lane l holds
+    // -(q[4l] + q[4l+1] + q[4l+2] + q[4l+3]), so that a lane of unsigned weights (w + z) can start
+    // from z times it and still hold exactly llama.cpp's per-lane integer.
+    const int32_t* neg_lane_sum = nullptr;  // n_tokens x cols/32 x 8
+
     // For matmul.cpp only: an AVX-512 file that calls an inline function may emit the one copy
     // the linker keeps, compiled for AVX-512.
     const int8_t* q_row(int64_t t) const { return q + t * cols; }
@@ -92,7 +97,37 @@ struct KernelSet {
     // y[t * y_stride + r] for tokens [t0, t1) and r in [0, n_rows) from a packed panel.
     void (*panel_product)(const Int8Layout& layout, const void* panel, int64_t cols, const QuantizedActivations& x,
                           const ActivationGroups& g, int64_t t0, int64_t t1, float* y, int64_t y_stride, int n_rows);
+
+    // llama.cpp's order (see below): up to kOrderedRows weight rows, `stride` bytes apart, against
+    // tokens [t0, t1); y[t * y_stride + r]. scratch: ordered_scratch_bytes(cols).
+    using OrderedProduct = void (*)(TensorType t, const uint8_t* rows, size_t stride, int n_rows, int64_t cols,
+                                    const QuantizedActivations& x, int64_t t0, int64_t t1, float* y, int64_t y_stride,
+                                    void* scratch);
+    OrderedProduct ordered_blocks32 = nullptr;  // Q5_0, Q8_0
+    OrderedProduct ordered_q4_k = nullptr;
+    OrderedProduct ordered_q6_k_tiled = nullptr;  // Q6_K in a call of 8 tokens or more (fewer: fused[Q6_K])
 };
+
+// --- llama.cpp's order ------------------------------------------------------------------------
+// For the types GGUF models of the default kind hold, the products reproduce llama.cpp's CPU
+// backend (AVX-512 build) bit for bit: same activation quantization, same integer partial sums,
+// same float operations in the same order. Greedy decoding then picks llama.cpp's token even at
+// near-ties. Integer sums are exact, so only where floats meet matters:
+// - Q5_0, Q8_0 (llama.cpp: tinyBLAS for 2+ tokens, ggml_vec_dot for one; both the same): per
+//   block of 32 and per lane l of 8, the integer s = sum of 4 products (columns 4l..4l+3);
+//   acc[l] = fma(dw * dx, float(s), acc[l]) over the blocks in order; y = hsum8(acc), with
+//   hsum8(a) = ((a4 + a0) + (a6 + a2)) + ((a5 + a1) + (a7 + a3)).
+// - Q4_K (llama.cpp repacks it: gemm_q4_K_8x8 / gemv, the same arithmetic): per super-block the
+//   exact integers S = sum_j sc_j * dot_j and M = sum_j m_j * xsum_j; A = fma(float(S),
+//   d * dx, A), B = fma(float(M), dmin * dx, B) over the super-blocks; y = A - B.
+// - Q6_K in a call of fewer than 8 tokens (ggml_vec_dot_q6_K_q8_K): 8 integer lanes per
+//   super-block (fused_q6_k's), acc[l] = fma(dx * d, float(lane), acc[l]); y = hsum8(acc).
+// - Q6_K in a call of 8 tokens or more (the tiled K-quant matmul): per super-block the exact
+//   integer S; acc = fma(float(S) * d, dx, acc).
+// Activations: Q8_0 blocks with an fp16 scale fp16(max/127), Q8_K blocks with the scale
+// 1 / (127 / max); q = round(x * 127 / max) in both.
+inline constexpr int kOrderedRows = 16;
+size_t ordered_scratch_bytes(int64_t cols);
 
 const KernelSet& avx2_kernels();
 const KernelSet& avx512_kernels();

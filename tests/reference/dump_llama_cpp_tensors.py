@@ -39,8 +39,13 @@ def main():
             return "ALL" in names or name in names
         if ctypes.c_int.from_address(t).value == 0:  # GGML_TYPE_F32; a later node of the same name wins
             n = gb.ggml_nelements(t)
-            dumps[name] = np.ctypeslib.as_array((ctypes.c_float * n).from_address(gb.ggml_get_data(t))).copy()
-            dumps[name + "__ne"] = np.array((ctypes.c_int64 * 4).from_address(t + 16))
+            # A name seen again in the same step (Qcur before and after RoPE) gets #1, #2, ...
+            key, k = name, 0
+            while key in dumps:
+                k += 1
+                key = f"{name}#{k}"
+            dumps[key] = np.ctypeslib.as_array((ctypes.c_float * n).from_address(gb.ggml_get_data(t))).copy()
+            dumps[key + "__ne"] = np.array((ctypes.c_int64 * 4).from_address(t + 16))
         return True
 
     llm = llama_cpp.Llama(model_path=model_path, n_ctx=2048, n_batch=512, n_threads=2, flash_attn=False,
