@@ -51,4 +51,12 @@ struct AttentionInput {
 // out: n_q x (n_head*head_dim).
 void attend(const AttentionInput& in, const AttentionShape& shape, float* out, ThreadPool& pool);
 
+// For attend(): f16_probs inputs of f32 slots (no sinks, no quantized blocks, no softcap, q
+// pre-scaled) are llama.cpp's non-flash attention over its f16 cache, and attend_llama_order
+// (attention_llama_order.cpp) computes them in its order, bit for bit: a call of one query as its
+// decode step (ggml_vec_dot_f16), of several as its batch (tinyBLAS). Slot positions stand for
+// llama.cpp's cells (one sequence filled in order).
+bool llama_order_applies(const AttentionInput& in, const AttentionShape& shape);
+void attend_llama_order(const AttentionInput& in, const AttentionShape& shape, float* out, ThreadPool& pool);
+
 }  // namespace kvchat

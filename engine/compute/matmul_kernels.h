@@ -117,9 +117,10 @@ struct KernelSet {
 //   block of 32 and per lane l of 8, the integer s = sum of 4 products (columns 4l..4l+3);
 //   acc[l] = fma(dw * dx, float(s), acc[l]) over the blocks in order; y = hsum8(acc), with
 //   hsum8(a) = ((a4 + a0) + (a6 + a2)) + ((a5 + a1) + (a7 + a3)).
-// - Q4_K (llama.cpp repacks it: gemm_q4_K_8x8 / gemv, the same arithmetic): per super-block the
-//   exact integers S = sum_j sc_j * dot_j and M = sum_j m_j * xsum_j; A = fma(float(S),
-//   d * dx, A), B = fma(float(M), dmin * dx, B) over the super-blocks; y = A - B.
+// - Q4_K (llama.cpp repacks it: gemm_q4_K_8x8 for the tokens in whole groups of four of the
+//   call, gemv for the rest): the exact integers S = sum_j sc_j * dot_j and M = sum_j m_j * xsum_j
+//   over each pair of sub-blocks (gemm) or each super-block (gemv); A = fma(float(S), d * dx, A),
+//   B = fma(float(M), dmin * dx, B) in order; y = A - B.
 // - Q6_K in a call of fewer than 8 tokens (ggml_vec_dot_q6_K_q8_K): 8 integer lanes per
 //   super-block (fused_q6_k's), acc[l] = fma(dx * d, float(lane), acc[l]); y = hsum8(acc).
 // - Q6_K in a call of 8 tokens or more (the tiled K-quant matmul): per super-block the exact

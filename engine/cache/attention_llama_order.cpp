@@ -1,0 +1,388 @@
+// llama.cpp's non-flash attention over its f16 KV cache, bit for bit (attend_llama_order in
+// attention.h).
+//
+// What llama.cpp computes for a batch of n tokens, per kv head, over the cells 0..n_kv-1 of its
+// cache (one sequence filled in order: cell c holds position c), every cell included: the masked
+// ones come out exactly zero and change no sum, so here they are skipped, but lanes and blocks
+// still follow positions.
+//   scores   s = q · k over head_dim, both f16: for n >= 2 (tinyBLAS) 16 lanes, dimension d in
+//            lane d % 16, one FMA chain each, added by the tree of _mm512_reduce_add_ps; for n == 1
+//            (ggml_vec_dot_f16) four 16-lane accumulators (d / 16 % 4), added (0 + 2) + (1 + 3)
+//            before the same tree.
+//   softmax  e = ggml_v_expf(s - max); the sum in double of each 16-column block's float sum
+//            (the same tree), block after block; p = fp16(e * float(1 / sum)).
+//   output   out[d] = sum_c p[c] v[c][d]: for n >= 2 sixteen lanes by column (c % 16), for n == 1
+//            the four accumulators by c / 16 % 4, added as for the scores.
+// 256-bit code (AVX2 + FMA): a 16-lane register of llama.cpp's is a pair lo (lanes 0-7), hi (8-15).
+#include "engine/cache/attention.h"
+
+#include "engine/compute/thread_pool.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+namespace kvchat {
+
+namespace {
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+constexpr int kTileRows = 64;  // query heads x queries per prefill work item
+
+// _mm512_reduce_add_ps's tree over lanes lo (0-7) and hi (8-15).
+inline float tree16(__m256 lo, __m256 hi) {
+    const __m256 a = _mm256_add_ps(lo, hi);
+    __m128 b = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    b = _mm_add_ps(b, _mm_movehl_ps(b, b));
+    b = _mm_add_ss(b, _mm_movehdup_ps(b));
+    return _mm_cvtss_f32(b);
+}
+
+// Power of two 2^e as a float, e in [-126, 127].
+inline __m256 pow2(__m256i e) { return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(e, _mm256_set1_epi32(127)), 23)); }
+
+// ggml_v_expf of llama.cpp's AVX-512 build, lane for lane: the same polynomial and FMAs, and its
+// final _mm512_scalef_ps(j, n) as two exact scalings (the second rounds once, as scalef does).
+inline __m256 ggml_expf8(__m256 x) {
+    const __m256 r = _mm256_set1_ps(0x1.8p23f);
+    const __m256 z = _mm256_fmadd_ps(x, _mm256_set1_ps(0x1.715476p+0f), r);
+    const __m256 n = _mm256_sub_ps(z, r);
+    const __m256 b = _mm256_fnmadd_ps(n, _mm256_set1_ps(0x1.7f7d1cp-20f), _mm256_fnmadd_ps(n, _mm256_set1_ps(0x1.62e4p-1f), x));
+    const __m256 u = _mm256_mul_ps(b, b);
+    const __m256 j = _mm256_fmadd_ps(
+        _mm256_fmadd_ps(_mm256_fmadd_ps(_mm256_set1_ps(0x1.0e4020p-7f), b, _mm256_set1_ps(0x1.573e2ep-5f)), u,
+                        _mm256_fmadd_ps(_mm256_set1_ps(0x1.555e66p-3f), b, _mm256_set1_ps(0x1.fffdb6p-2f))),
+        u, _mm256_fmadd_ps(_mm256_set1_ps(0x1.ffffecp-1f), b, _mm256_set1_ps(1.0f)));
+    const __m256 big = _mm256_cmp_ps(_mm256_andnot_ps(_mm256_set1_ps(-0.0f), n), _mm256_set1_ps(192.0f), _CMP_GT_OQ);
+    const __m256i ni = _mm256_cvtps_epi32(_mm256_andnot_ps(big, n));  // |n| <= 192 where it counts
+    const __m256i lo = _mm256_srai_epi32(ni, 1);
+    const __m256 res = _mm256_mul_ps(_mm256_mul_ps(j, pow2(lo)), pow2(_mm256_sub_epi32(ni, lo)));
+    // |n| > 192: 0 below, infinity above (x = -inf gives 0).
+    const __m256 alt = _mm256_andnot_ps(_mm256_cmp_ps(n, _mm256_setzero_ps(), _CMP_LE_OQ),
+                                        _mm256_set1_ps(std::numeric_limits<float>::infinity()));
+    return _mm256_blendv_ps(res, alt, big);
+}
+
+inline __m256 round_f16(__m256 x) { return _mm256_cvtph_ps(_mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT)); }
+
+// q · k as tinyBLAS sums it (n >= 2): 16 lanes, hd a multiple of 16.
+inline float dot16(const float* q, const float* k, int hd) {
+    __m256 lo = _mm256_setzero_ps(), hi = lo;
+    for (int d = 0; d < hd; d += 16) {
+        lo = _mm256_fmadd_ps(_mm256_loadu_ps(k + d), _mm256_loadu_ps(q + d), lo);
+        hi = _mm256_fmadd_ps(_mm256_loadu_ps(k + d + 8), _mm256_loadu_ps(q + d + 8), hi);
+    }
+    return tree16(lo, hi);
+}
+
+// q · k as ggml_vec_dot_f16 sums it (n == 1): four 16-lane accumulators over the first hd / 64 * 64
+// dimensions, the rest added in double.
+inline float dot64(const float* q, const float* k, int hd) {
+    const int np = hd & ~63;
+    __m256 a[4][2];
+    for (auto& s : a) s[0] = s[1] = _mm256_setzero_ps();
+    for (int d = 0; d < np; d += 64)
+        for (int s = 0; s < 4; ++s)
+            for (int h = 0; h < 2; ++h) {
+                const int i = d + 16 * s + 8 * h;
+                a[s][h] = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), _mm256_loadu_ps(k + i), a[s][h]);
+            }
+    const __m256 lo = _mm256_add_ps(_mm256_add_ps(a[0][0], a[2][0]), _mm256_add_ps(a[1][0], a[3][0]));
+    const __m256 hi = _mm256_add_ps(_mm256_add_ps(a[0][1], a[2][1]), _mm256_add_ps(a[1][1], a[3][1]));
+    double sum = tree16(lo, hi);
+    for (int d = np; d < hd; ++d) sum += static_cast<double>(q[d] * k[d]);
+    return static_cast<float>(sum);
+}
+
+// The columns of a call: positions [base, base + n), base and n multiples of 16, each with the
+// slot holding it (kv head 0), or none.
+struct Columns {
+    int32_t base = 0;
+    int32_t n = 0;
+    std::vector<const float*> k, v;
+};
+
+struct Rows {
+    std::vector<const float*> q;
+    std::vector<float*> o;
+    std::vector<int32_t> pos;
+};
+
+// Row r of queries [t0, t1) for kv head g: query t0 + r / group, head g * group + r % group.
+void make_rows(const AttentionInput& in, const AttentionShape& s, int64_t t0, int64_t t1, int g, float* out, Rows& rows) {
+    const int group = s.n_head / s.n_head_kv, hd = s.head_dim;
+    const int64_t q_stride = static_cast<int64_t>(s.n_head) * hd;
+    const size_t R = static_cast<size_t>((t1 - t0) * group);
+    rows.q.resize(R), rows.o.resize(R), rows.pos.resize(R);
+    for (int64_t t = t0; t < t1; ++t)
+        for (int h = 0; h < group; ++h) {
+            const size_t r = static_cast<size_t>((t - t0) * group + h);
+            const int64_t at = t * q_stride + static_cast<int64_t>(g * group + h) * hd;
+            rows.q[r] = in.q + at;
+            rows.o[r] = out + at;
+            rows.pos[r] = in.qpos[t];
+        }
+}
+
+// The first column (relative to cols.base) a query at p may see.
+inline int32_t first_seen(const AttentionInput& in, const Columns& cols, int32_t p) {
+    const int32_t lo = in.window > 0 ? std::max<int32_t>(0, p - in.window + 1) : 0;
+    return std::max<int32_t>(0, lo - cols.base);
+}
+
+// Row r's softmax over columns [c0, c1) of its scores sr (masked: -inf); leaves p = fp16(e / sum)
+// there, zero where masked. c0 is a multiple of 16; sr has room up to c1 rounded up to 16.
+void softmax_row(float* sr, int c0, int c1) {
+    float m = kNegInf;
+    for (int c = c0; c < c1; ++c) m = std::max(m, sr[c]);
+    const int c_end = (c1 + 15) & ~15;
+    for (int c = c1; c < c_end; ++c) sr[c] = kNegInf;
+    if (m == kNegInf) {
+        std::fill(sr + c0, sr + c_end, 0.0f);
+        return;
+    }
+    const __m256 vm = _mm256_set1_ps(m);
+    double sum = 0.0;
+    for (int c = c0; c < c_end; c += 16) {
+        const __m256 lo = ggml_expf8(_mm256_sub_ps(_mm256_loadu_ps(sr + c), vm));
+        const __m256 hi = ggml_expf8(_mm256_sub_ps(_mm256_loadu_ps(sr + c + 8), vm));
+        _mm256_storeu_ps(sr + c, lo);
+        _mm256_storeu_ps(sr + c + 8, hi);
+        sum += static_cast<double>(tree16(lo, hi));
+    }
+    const __m256 inv = _mm256_set1_ps(static_cast<float>(1.0 / sum));
+    for (int c = c0; c < c_end; c += 8) _mm256_storeu_ps(sr + c, round_f16(_mm256_mul_ps(_mm256_loadu_ps(sr + c), inv)));
+}
+
+// V of kv head g transposed: vt[d * ld + c] for the call's columns (zero where absent).
+void transpose_values(const Columns& cols, int goff, int hd, float* vt, int64_t ld, int c0, int c1) {
+    for (int c = c0; c < c1; c += 8) {
+        const float* src[8];
+        for (int i = 0; i < 8; ++i) src[i] = cols.v[static_cast<size_t>(c + i)];
+        for (int d = 0; d < hd; d += 8) {
+            __m256 r[8];
+            for (int i = 0; i < 8; ++i) r[i] = src[i] ? _mm256_loadu_ps(src[i] + goff + d) : _mm256_setzero_ps();
+            // 8x8 transpose
+            const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+            const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+            const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+            const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+            const __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xee);
+            const __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xee);
+            const __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xee);
+            const __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xee);
+            const __m256 o[8] = {_mm256_permute2f128_ps(u0, u4, 0x20), _mm256_permute2f128_ps(u1, u5, 0x20),
+                                 _mm256_permute2f128_ps(u2, u6, 0x20), _mm256_permute2f128_ps(u3, u7, 0x20),
+                                 _mm256_permute2f128_ps(u0, u4, 0x31), _mm256_permute2f128_ps(u1, u5, 0x31),
+                                 _mm256_permute2f128_ps(u2, u6, 0x31), _mm256_permute2f128_ps(u3, u7, 0x31)};
+            for (int i = 0; i < 8; ++i) _mm256_storeu_ps(vt + static_cast<int64_t>(d + i) * ld + c, o[i]);
+        }
+    }
+}
+
+// out[r][d] for rows r0, r0+1 (R2 of them) and channels d0, d0+1: P · V over columns [c0, c1)
+// (multiples of 16), 16 lanes by column, as tinyBLAS.
+template <int R2>
+void pv_prefill(const float* S, int64_t ldc, const float* vt, int64_t ld, int c0, int c1, float* const* o, int d0) {
+    __m256 acc[R2][2][2];
+    for (auto& a : acc)
+        for (auto& b : a) b[0] = b[1] = _mm256_setzero_ps();
+    const float* v0 = vt + static_cast<int64_t>(d0) * ld;
+    const float* v1 = v0 + ld;
+    for (int c = c0; c < c1; c += 16) {
+        const __m256 x0 = _mm256_loadu_ps(v0 + c), x1 = _mm256_loadu_ps(v0 + c + 8);
+        const __m256 y0 = _mm256_loadu_ps(v1 + c), y1 = _mm256_loadu_ps(v1 + c + 8);
+        for (int i = 0; i < R2; ++i) {
+            const __m256 p0 = _mm256_loadu_ps(S + i * ldc + c), p1 = _mm256_loadu_ps(S + i * ldc + c + 8);
+            acc[i][0][0] = _mm256_fmadd_ps(x0, p0, acc[i][0][0]);
+            acc[i][0][1] = _mm256_fmadd_ps(x1, p1, acc[i][0][1]);
+            acc[i][1][0] = _mm256_fmadd_ps(y0, p0, acc[i][1][0]);
+            acc[i][1][1] = _mm256_fmadd_ps(y1, p1, acc[i][1][1]);
+        }
+    }
+    for (int i = 0; i < R2; ++i) {
+        o[i][d0] = tree16(acc[i][0][0], acc[i][0][1]);
+        o[i][d0 + 1] = tree16(acc[i][1][0], acc[i][1][1]);
+    }
+}
+
+// One prefill work item: rows of queries [t0, t1) for kv head g.
+void prefill_item(const AttentionInput& in, const AttentionShape& s, const Columns& cols, const float* vt, int64_t ld,
+                  int64_t t0, int64_t t1, int g, float* out, Rows& rows, std::vector<float>& S) {
+    const int hd = s.head_dim, goff = g * hd;
+    make_rows(in, s, t0, t1, g, out, rows);
+    const int R = static_cast<int>(rows.q.size());
+    int32_t pmin = std::numeric_limits<int32_t>::max(), pmax = std::numeric_limits<int32_t>::min();
+    for (int r = 0; r < R; ++r) pmin = std::min(pmin, rows.pos[static_cast<size_t>(r)]), pmax = std::max(pmax, rows.pos[static_cast<size_t>(r)]);
+    const int c0 = first_seen(in, cols, pmin) & ~15;
+    const int c1 = std::min(cols.n, pmax - cols.base + 1);
+    const int64_t ldc = cols.n;
+    S.resize(static_cast<size_t>(R) * static_cast<size_t>(ldc));
+    for (int r = 0; r < R; ++r) {
+        float* sr = S.data() + r * ldc;
+        const int32_t p = rows.pos[static_cast<size_t>(r)];
+        const int lo = first_seen(in, cols, p), hi = std::min(c1, p - cols.base + 1);
+        for (int c = c0; c < c1; ++c) {
+            const float* k = cols.k[static_cast<size_t>(c)];
+            sr[c] = c < lo || c >= hi || !k ? kNegInf : dot16(rows.q[static_cast<size_t>(r)], k + goff, hd);
+        }
+        softmax_row(sr, c0, c1);
+    }
+    const int c_end = (c1 + 15) & ~15;
+    int r = 0;
+    for (; r + 2 <= R; r += 2)
+        for (int d = 0; d < hd; d += 2) pv_prefill<2>(S.data() + r * ldc, ldc, vt, ld, c0, c_end, rows.o.data() + r, d);
+    for (; r < R; ++r)
+        for (int d = 0; d < hd; d += 2) pv_prefill<1>(S.data() + r * ldc, ldc, vt, ld, c0, c_end, rows.o.data() + r, d);
+}
+
+// Decode: out[r][d0, d0 + 8) = P · V over columns [c0, c1) (multiples of 64) for rows [0, R), as
+// ggml_vec_dot_f16 sums each channel: chains by column class c % 64, then per lane
+// j = c % 16: (class j + class 32 + j) + (class 16 + j + class 48 + j), then the 16-lane tree.
+void pv_decode(const float* S, int64_t ldc, const Columns& cols, int goff, int R, int c0, int c1, float* const* o, int d0) {
+    const int off = goff + d0;
+    // A[row][class] for this slice of 8 channels.
+    alignas(32) float A[8][64][8];
+    for (int r0 = 0; r0 < R; r0 += 8) {
+        const int nr = std::min(8, R - r0);
+        for (int k = 0; k < 64; k += 2) {
+            for (int i = 0; i < nr; ++i) {
+                __m256 a0 = _mm256_setzero_ps(), a1 = a0;
+                const float* sr = S + (r0 + i) * ldc;
+                for (int c = c0 + k; c < c1; c += 64) {
+                    const float* v0 = cols.v[static_cast<size_t>(c)];
+                    const float* v1 = cols.v[static_cast<size_t>(c + 1)];
+                    if (v0) a0 = _mm256_fmadd_ps(_mm256_set1_ps(sr[c]), _mm256_loadu_ps(v0 + off), a0);
+                    if (v1) a1 = _mm256_fmadd_ps(_mm256_set1_ps(sr[c + 1]), _mm256_loadu_ps(v1 + off), a1);
+                }
+                _mm256_store_ps(A[i][k], a0);
+                _mm256_store_ps(A[i][k + 1], a1);
+            }
+        }
+        for (int i = 0; i < nr; ++i) {
+            __m256 X[16];
+            for (int j = 0; j < 16; ++j)
+                X[j] = _mm256_add_ps(_mm256_add_ps(_mm256_load_ps(A[i][j]), _mm256_load_ps(A[i][32 + j])),
+                                     _mm256_add_ps(_mm256_load_ps(A[i][16 + j]), _mm256_load_ps(A[i][48 + j])));
+            // The 16-lane tree across j, for 8 channels at once.
+            __m256 Y[8];
+            for (int j = 0; j < 8; ++j) Y[j] = _mm256_add_ps(X[j], X[j + 8]);
+            __m256 Z[4];
+            for (int j = 0; j < 4; ++j) Z[j] = _mm256_add_ps(Y[j], Y[j + 4]);
+            const __m256 res = _mm256_add_ps(_mm256_add_ps(Z[0], Z[2]), _mm256_add_ps(Z[1], Z[3]));
+            _mm256_storeu_ps(o[r0 + i] + d0, res);
+        }
+    }
+}
+
+void attend_decode(const AttentionInput& in, const AttentionShape& s, const Columns& cols, float* out, ThreadPool& pool) {
+    const int hd = s.head_dim, n_kv = s.n_head_kv, group = s.n_head / s.n_head_kv;
+    const int32_t p = in.qpos[0];
+    const int lo = first_seen(in, cols, p), hi = std::min(cols.n, p - cols.base + 1);
+    const int c0 = lo & ~63;
+    const int64_t ldc = cols.n;
+    thread_local std::vector<float> tls_S;
+    std::vector<float>& S = tls_S;
+    S.assign(static_cast<size_t>(n_kv) * group * ldc, 0.0f);
+    constexpr int kChunk = 256;
+    const int n_chunks = (hi - c0 + kChunk - 1) / kChunk;
+    pool.parallel_for(static_cast<int64_t>(n_kv) * n_chunks, [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) {
+            const int g = static_cast<int>(i / n_chunks);
+            const int a0 = c0 + static_cast<int>(i % n_chunks) * kChunk, a1 = std::min(hi, a0 + kChunk);
+            for (int h = 0; h < group; ++h) {
+                const float* q = in.q + static_cast<int64_t>(g * group + h) * hd;
+                float* sr = S.data() + (static_cast<int64_t>(g) * group + h) * ldc;
+                for (int c = a0; c < a1; ++c) {
+                    const float* k = cols.k[static_cast<size_t>(c)];
+                    sr[c] = c < lo || !k ? kNegInf : dot64(q, k + static_cast<int64_t>(g) * hd, hd);
+                }
+            }
+        }
+    });
+    pool.parallel_for(static_cast<int64_t>(n_kv) * group, [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) softmax_row(S.data() + i * ldc, c0, hi);
+    });
+    const int c1 = (hi + 63) & ~63;
+    const int n_slices = hd / 8;
+    pool.parallel_for(static_cast<int64_t>(n_kv) * n_slices, [&](int64_t b, int64_t e) {
+        Rows rows;
+        for (int64_t i = b; i < e; ++i) {
+            const int g = static_cast<int>(i / n_slices);
+            make_rows(in, s, 0, 1, g, out, rows);
+            pv_decode(S.data() + static_cast<int64_t>(g) * group * ldc, ldc, cols, g * hd, group, c0, c1, rows.o.data(),
+                      static_cast<int>(i % n_slices) * 8);
+        }
+    });
+}
+
+}  // namespace
+
+bool llama_order_applies(const AttentionInput& in, const AttentionShape& s) {
+    return in.f16_probs && in.q_sink == nullptr && in.sink_end == 0 && in.blocks.empty() && s.head_dim % 16 == 0 &&
+           s.softcap == 0.0f && s.scale == 1.0f;
+}
+
+void attend_llama_order(const AttentionInput& in, const AttentionShape& s, float* out, ThreadPool& pool) {
+    const int hd = s.head_dim, n_kv = s.n_head_kv, group = s.n_head / s.n_head_kv;
+    const int64_t n_q = in.n_q;
+    int32_t pmin = std::numeric_limits<int32_t>::max(), pmax = std::numeric_limits<int32_t>::min();
+    for (int64_t t = 0; t < n_q; ++t) pmin = std::min(pmin, in.qpos[t]), pmax = std::max(pmax, in.qpos[t]);
+    // Columns: every position some query may see, from a multiple of 64 (decode's blocks) on,
+    // padded with empty positions to a multiple of 64.
+    thread_local Columns tls_cols;
+    Columns& cols = tls_cols;
+    cols.base = (in.window > 0 ? std::max<int32_t>(0, pmin - in.window + 1) : 0) & ~63;
+    cols.n = ((pmax + 1 - cols.base) + 63) & ~63;
+    cols.k.assign(static_cast<size_t>(cols.n), nullptr);
+    cols.v.assign(static_cast<size_t>(cols.n), nullptr);
+    for (const SlotView& sv : in.slots)
+        for (int64_t j = 0; j < sv.n; ++j) {
+            const int32_t p = sv.pos[j];
+            if (p >= cols.base && p - cols.base < cols.n) {
+                cols.k[static_cast<size_t>(p - cols.base)] = sv.k + j * sv.stride;
+                cols.v[static_cast<size_t>(p - cols.base)] = sv.v + j * sv.stride;
+            }
+        }
+    if (n_q == 1) return attend_decode(in, s, cols, out, pool);
+
+    // V transposed per kv head, shared by every work item.
+    thread_local std::vector<float> tls_vt;
+    std::vector<float>& vt = tls_vt;
+    const int64_t ld = cols.n;
+    vt.resize(static_cast<size_t>(n_kv) * hd * ld);
+    const int n_blocks = cols.n / 64;
+    pool.parallel_for(static_cast<int64_t>(n_kv) * n_blocks, [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) {
+            const int g = static_cast<int>(i / n_blocks), c = static_cast<int>(i % n_blocks) * 64;
+            transpose_values(cols, g * hd, hd, vt.data() + static_cast<int64_t>(g) * hd * ld, ld, c, c + 64);
+        }
+    });
+
+    // Work items (query tile, kv head), tiles interleaved first/last so that a contiguous share of
+    // items mixes short and long causal rows.
+    const int threads = pool.size();
+    const int64_t tq_max = std::max<int64_t>(1, kTileRows / group);
+    const int64_t per_round = std::max<int64_t>(1, (threads + n_kv - 1) / n_kv);
+    int64_t n_tiles = (n_q + tq_max - 1) / tq_max;
+    n_tiles = std::min<int64_t>(n_q, (n_tiles + per_round - 1) / per_round * per_round);
+    const int64_t tq = (n_q + n_tiles - 1) / n_tiles;
+    n_tiles = (n_q + tq - 1) / tq;
+    pool.parallel_for(n_tiles * n_kv, [&](int64_t b, int64_t e) {
+        Rows rows;
+        thread_local std::vector<float> S;
+        for (int64_t i = b; i < e; ++i) {
+            const int64_t k = i / n_kv;
+            const int g = static_cast<int>(i % n_kv);
+            const int64_t tile = k % 2 == 0 ? k / 2 : n_tiles - 1 - k / 2;
+            const int64_t t0 = tile * tq, t1 = std::min(n_q, t0 + tq);
+            prefill_item(in, s, cols, vt.data() + static_cast<int64_t>(g) * hd * ld, ld, t0, t1, g, out, rows, S);
+        }
+    });
+}
+
+}  // namespace kvchat
