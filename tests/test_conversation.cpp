@@ -234,10 +234,12 @@ private slots:
     void defaultModelMatchesRecomputing_data() {
         QTest::addColumn<QString>("spec");
         QTest::newRow("dynamic") << "dynamic";
-        QTest::newRow("quantized int8") << "quantized:nbits=8";
-        // sliding_window is left to the tiny-model tests: a ring holds its slots in another order
-        // than a fresh prefill, so float sums differ in the last bit and the default model's
-        // near-tied greedy choices can flip between the two.
+        // sliding_window and quantized caches are left to the tiny-model tests: a ring holds its
+        // slots in another order than a fresh prefill, and the products, which round as llama.cpp's
+        // do, round differently for a batch than for a few tokens (the conversation prefills at
+        // message boundaries, a fresh cache all at once), so float sums differ in the last bit and
+        // the default model's near-tied greedy choices can flip between the two (with nbits=8 its
+        // first reply does).
     }
     void defaultModelMatchesRecomputing() {
         QFETCH(QString, spec);
