@@ -1,6 +1,9 @@
 // The default model against llama.cpp (golden data from tests/reference/make_golden_gemma3.py):
-// tokenization, logits at every position, and greedy continuations, measured against how far
-// llama.cpp's own two attention paths are from each other.
+// tokenization, logits at every position, and greedy continuations. kvchat computes a GGUF model
+// in llama.cpp's CPU rounding order (engine/compute/matmul_kernels.h, engine/cache/attention.h),
+// so it is held to issue 3's bounds and to the logits themselves, up to the golden file's
+// rounding to 4 decimals. How far llama.cpp's own two attention paths (default and flash) are
+// from each other is printed for scale: that is what a kernel of its own order would get.
 #include "engine/compute/backend.h"
 #include "engine/generate/generator.h"
 #include "engine/model/model.h"
@@ -89,12 +92,15 @@ private slots:
     }
 
     // Top-1 agreement and the mean absolute difference of llama.cpp's top-10 logits, over every
-    // position of every prompt (and per prompt, printed), held to llama.cpp's own noise floor: no
-    // further from llama.cpp than its two attention paths are from each other (25% slack on the
-    // logit difference, half a point on top-1). Issue 3's 99% sits inside that noise: with the same
-    // rounding points, summation order alone moves kvchat between 98.9% and 99.1%. A real error in
-    // the model (a wrong RoPE base, a missing norm) moves the logits by whole units and top-1 far
-    // below these bounds.
+    // position of every prompt (and per prompt, printed). Issue 3 asks top-1 >= 99%; the logits
+    // are llama.cpp's bit for bit, so their mean difference is only the golden file's rounding to
+    // 4 decimals (about 0.000025; asserted below 0.0001). A summation order of our own would give
+    // about 0.25, as llama.cpp's flash path does against its default one.
+    //
+    // The prompts go through in chunks of 128 tokens (the logits of 512 would take 512 MB), where
+    // llama.cpp took ubatches of 512: the same arithmetic here, because every product rounds alike
+    // for any chunk of 8 tokens or more except Q4_K's, which takes tokens in groups of four, and
+    // 1227 - 1152 = 75 leaves the same last three (1224-1226) outside a group as 1227 - 1024 = 203.
     void logitsMatch() {
         const int64_t n_vocab = model_->config().n_vocab;
         int64_t positions = 0, top1_same = 0, compared = 0;
@@ -129,18 +135,18 @@ private slots:
         }
         const double agreement = static_cast<double>(top1_same) / positions;
         const double mad = abs_diff / compared;
-        qInfo("kvchat vs llama.cpp: top-1 agreement %.4f over %lld positions; mean |top-10 logit difference| %.4f",
+        qInfo("kvchat vs llama.cpp: top-1 agreement %.4f over %lld positions; mean |top-10 logit difference| %.6f",
               agreement, static_cast<long long>(positions), mad);
-        qInfo("issue 3 asks top-1 >= 0.99: %s", agreement >= 0.99 ? "met" : "not met");
-        QVERIFY2(agreement >= floor_.top1 - 0.005,
-                 qPrintable(QString("top-1 agreement %1, llama.cpp's own %2").arg(agreement).arg(floor_.top1)));
-        QVERIFY2(mad <= 1.25 * floor_.mad,
-                 qPrintable(QString("mean abs logit difference %1, llama.cpp's own %2").arg(mad).arg(floor_.mad)));
+        QVERIFY2(agreement >= 0.99, qPrintable(QString("top-1 agreement %1 (issue 3: >= 0.99)").arg(agreement)));
+        QVERIFY2(mad < 1e-4, qPrintable(QString("mean abs logit difference %1 (llama.cpp's own two paths: %2)")
+                                            .arg(mad)
+                                            .arg(floor_.mad)));
     }
 
     // Free-running greedy continuations diverge wherever two candidates are within rounding of
-    // each other (llama.cpp's two paths share only 4 of 12), so they are reported and only a
-    // floor is asserted; teacher-forced, kvchat must pick llama.cpp's token at 93% of the steps.
+    // each other (llama.cpp's own two paths share only 4 of 12). Rounding as llama.cpp does, for
+    // the prefill batch and for each decode step, kvchat continues all 12 as it does; issue 3 asks
+    // 11 of 12, and teacher-forced every step must pick llama.cpp's token.
     void greedyMatches() {
         int same = 0;
         QStringList differing;
@@ -180,8 +186,10 @@ private slots:
               same, int(golden_["prompts"].size()), floor_same, qPrintable(differing.join(", ")));
         qInfo("teacher-forced greedy steps identical: %lld of %lld (%.4f)", static_cast<long long>(forced_same),
               static_cast<long long>(forced_steps), forced);
-        QVERIFY(same >= floor_same / 2);
-        QVERIFY2(forced >= 0.93, qPrintable(QString("teacher-forced agreement %1").arg(forced)));
+        QVERIFY2(same >= 11, qPrintable(QString("%1 of 12 greedy continuations identical (issue 3: >= 11); differing: %2")
+                                            .arg(same)
+                                            .arg(differing.join(", "))));
+        QVERIFY2(forced_same == forced_steps, qPrintable(QString("teacher-forced agreement %1").arg(forced)));
     }
 };
 
