@@ -8,6 +8,7 @@
 // multiplied in fp32 without quantizing x: 1e-5 of the |w|.|x| norm.
 #include "engine/compute/matmul.h"
 #include "engine/compute/matmul_kernels.h"
+#include "engine/compute/quant_blocks.h"
 #include "engine/compute/tensor_type.h"
 #include "engine/compute/thread_pool.h"
 #include "engine/error.h"
@@ -117,6 +118,147 @@ bool level_supported(const char* level) {
     }
 }
 
+// --- llama.cpp's order, scalar -----------------------------------------------------------------
+// An independent, plain statement of what llama.cpp's CPU backend computes for the four types a
+// Q4_K_M GGUF holds (engine/compute/matmul_kernels.h describes it): matmul must equal it bit for
+// bit at every SIMD level, token count and thread count.
+
+struct QuantizedRow {
+    std::vector<int32_t> q;     // cols
+    std::vector<float> d;       // per block
+    std::vector<int32_t> sum16;  // per 16 columns
+};
+
+// quantize_row_q8_0 (block 32) or quantize_row_q8_K (block 256).
+QuantizedRow quantize_like_llama(const float* x, int64_t cols, int64_t block) {
+    QuantizedRow r{std::vector<int32_t>(size_t(cols)), std::vector<float>(size_t(cols / block)), std::vector<int32_t>(size_t(cols / 16))};
+    for (int64_t b = 0; b < cols / block; ++b) {
+        float m = 0.0f;
+        for (int64_t i = 0; i < block; ++i) m = std::max(m, std::fabs(x[b * block + i]));
+        const float inv = m > 0.0f ? 127.0f / m : 0.0f;
+        r.d[size_t(b)] = block == 32 ? fp16_to_fp32(fp32_to_fp16(m / 127.0f)) : (m > 0.0f ? 1.0f / inv : 0.0f);
+        for (int64_t i = 0; i < block; ++i) {
+            const float v = x[b * block + i] * inv;
+            r.q[size_t(b * block + i)] = int32_t(std::nearbyint(v));
+        }
+    }
+    for (int64_t i = 0; i < cols; ++i) r.sum16[size_t(i / 16)] += r.q[size_t(i)];
+    return r;
+}
+
+// ((a4 + a0) + (a6 + a2)) + ((a5 + a1) + (a7 + a3)): hsum_float_8.
+float hsum8_like_llama(const float* a) {
+    const float h0 = a[4] + a[0], h1 = a[5] + a[1], h2 = a[6] + a[2], h3 = a[7] + a[3];
+    return (h0 + h2) + (h1 + h3);
+}
+
+// Signed weight values of a Q5_0 / Q8_0 block.
+void block32_values(TensorType t, const uint8_t* blk, int32_t* v, float& d) {
+    if (t == TensorType::Q8_0) {
+        BlockQ8_0 b;
+        std::memcpy(&b, blk, sizeof b);
+        for (int j = 0; j < 32; ++j) v[j] = b.qs[j];
+        d = fp16_to_fp32(b.d);
+    } else {
+        BlockQ5_0 b;
+        std::memcpy(&b, blk, sizeof b);
+        uint32_t qh;
+        std::memcpy(&qh, b.qh, 4);
+        for (int j = 0; j < 16; ++j) {
+            v[j] = int32_t((b.qs[j] & 15) | (((qh >> j) & 1) << 4)) - 16;
+            v[j + 16] = int32_t((b.qs[j] >> 4) | (((qh >> (j + 16)) & 1) << 4)) - 16;
+        }
+        d = fp16_to_fp32(b.d);
+    }
+}
+
+float dot_like_llama(TensorType t, const uint8_t* row, int64_t cols, const QuantizedRow& x, int64_t token, int64_t n_tokens) {
+    if (t == TensorType::Q5_0 || t == TensorType::Q8_0) {
+        float acc[8] = {};
+        const size_t bb = row_bytes(t, 32);
+        for (int64_t b = 0; b < cols / 32; ++b) {
+            int32_t v[32];
+            float dw;
+            block32_values(t, row + b * bb, v, dw);
+            const float d = dw * x.d[size_t(b)];
+            for (int l = 0; l < 8; ++l) {
+                int32_t s = 0;
+                for (int i = 0; i < 4; ++i) s += v[4 * l + i] * x.q[size_t(32 * b + 4 * l + i)];
+                acc[l] = std::fma(d, float(s), acc[l]);
+            }
+        }
+        return hsum8_like_llama(acc);
+    }
+    if (t == TensorType::Q4_K) {
+        const bool gemm = token < n_tokens - n_tokens % 4;
+        float acc = 0.0f, acc_min = 0.0f;
+        for (int64_t b = 0; b < cols / 256; ++b) {
+            BlockQ4_K blk;
+            std::memcpy(&blk, row + b * sizeof blk, sizeof blk);
+            int32_t S[4] = {}, M[4] = {};
+            for (int j = 0; j < 8; ++j) {
+                uint8_t sc, mn;
+                get_scale_min(j, blk.scales, sc, mn);
+                int32_t dot = 0, xsum = 0;
+                for (int l = 0; l < 32; ++l) {
+                    const uint8_t q = blk.qs[32 * (j / 2) + l];
+                    const int32_t u = j % 2 == 0 ? (q & 15) : (q >> 4);
+                    const int32_t xv = x.q[size_t(256 * b + 32 * j + l)];
+                    dot += u * xv;
+                    xsum += xv;
+                }
+                S[j / 2] += sc * dot;
+                M[j / 2] += mn * xsum;
+            }
+            const float dx = x.d[size_t(b)];
+            const float d = fp16_to_fp32(blk.d) * dx, dmin = fp16_to_fp32(blk.dmin) * dx;
+            if (gemm) {
+                for (int p = 0; p < 4; ++p) acc = std::fma(float(S[p]), d, acc), acc_min = std::fma(float(M[p]), dmin, acc_min);
+            } else {
+                acc = std::fma(float(S[0] + S[1] + S[2] + S[3]), d, acc);
+                acc_min = std::fma(float(M[0] + M[1] + M[2] + M[3]), dmin, acc_min);
+            }
+        }
+        return acc - acc_min;
+    }
+    // Q6_K
+    const bool tiled = n_tokens >= 8;
+    float lanes[8] = {}, acc = 0.0f;
+    for (int64_t b = 0; b < cols / 256; ++b) {
+        BlockQ6_K blk;
+        std::memcpy(&blk, row + b * sizeof blk, sizeof blk);
+        int32_t u[256];
+        for (int h = 0; h < 2; ++h)
+            for (int l = 0; l < 32; ++l) {
+                const uint8_t qh = blk.qh[32 * h + l];
+                u[128 * h + l] = (blk.ql[64 * h + l] & 15) | ((qh & 3) << 4);
+                u[128 * h + l + 32] = (blk.ql[64 * h + l + 32] & 15) | (((qh >> 2) & 3) << 4);
+                u[128 * h + l + 64] = (blk.ql[64 * h + l] >> 4) | (((qh >> 4) & 3) << 4);
+                u[128 * h + l + 96] = (blk.ql[64 * h + l + 32] >> 4) | (((qh >> 6) & 3) << 4);
+            }
+        const int32_t* xq = x.q.data() + 256 * b;
+        const float dw = fp16_to_fp32(blk.d), dx = x.d[size_t(b)];
+        if (tiled) {
+            int32_t S = 0;
+            for (int e = 0; e < 256; ++e) S += blk.scales[e / 16] * (u[e] - 32) * xq[e];
+            acc = std::fma(float(S) * dw, dx, acc);
+        } else {
+            const int32_t* s16 = x.sum16.data() + 16 * b;
+            for (int l = 0; l < 8; ++l) {
+                int32_t lane = 0;
+                for (int c = 0; c < 8; ++c) {
+                    int32_t dot = 0;
+                    for (int i = 0; i < 4; ++i) dot += u[32 * c + 4 * l + i] * xq[32 * c + 4 * l + i];
+                    lane += blk.scales[(32 * c + 4 * l) / 16] * dot;
+                }
+                lane -= 32 * (s16[2 * l] * blk.scales[2 * l] + s16[2 * l + 1] * blk.scales[2 * l + 1]);
+                lanes[l] = std::fma(dx * dw, float(lane), lanes[l]);
+            }
+        }
+    }
+    return tiled ? acc : hsum8_like_llama(lanes);
+}
+
 }  // namespace
 
 class TestMatmul : public QObject {
@@ -159,6 +301,46 @@ private slots:
                                                  .toLatin1();
                     QVERIFY2(c.worst_excess <= 1.0, where.constData());
                     QVERIFY2(c.worst_relative < (is_float(type) ? 1e-5 : 1e-2), where.constData());
+                }
+            }
+        }
+    }
+
+    // Q5_0, Q8_0, Q4_K and Q6_K round exactly as llama.cpp does (dot_like_llama), bit for bit,
+    // at every level, for token counts on both sides of its kernels' thresholds (4, 8) and of
+    // ours, rows not a multiple of the 16-row panels, 1-3 threads.
+    void llamaOrderIsExact_data() {
+        QTest::addColumn<TensorType>("type");
+        QTest::addColumn<QString>("level");
+        for (const char* level : {"avx2", "avx512-vnni", "amx"})
+            for (TensorType t : {TensorType::Q5_0, TensorType::Q8_0, TensorType::Q4_K, TensorType::Q6_K})
+                QTest::newRow(qPrintable(QString("%1/%2").arg(traits(t).name.data()).arg(level))) << t << QString(level);
+    }
+    void llamaOrderIsExact() {
+        QFETCH(TensorType, type);
+        QFETCH(QString, level);
+        if (!level_supported(level.toLatin1().constData())) QSKIP("CPU cannot run this level");
+        SimdLevelScope scope(level.toLatin1().constData());
+        const int64_t block = activation_block(type);
+        const int64_t cols = block == 256 ? 768 : 320, rows = 37;
+        const Weights w = make_weights(type, rows, cols, 41);
+        const size_t rb = row_bytes(type, cols);
+        for (int64_t n_tokens : {1, 2, 3, 4, 5, 7, 8, 9, 13, 19}) {
+            const std::vector<float> x = make_activations(n_tokens, cols, uint32_t(n_tokens));
+            for (int threads : {1, 2, 3}) {
+                ThreadPool pool(threads);
+                std::vector<float> y(size_t(n_tokens * rows));
+                matmul(w.matrix(), x.data(), n_tokens, y.data(), pool);
+                for (int64_t t = 0; t < n_tokens; ++t) {
+                    const QuantizedRow xq = quantize_like_llama(x.data() + t * cols, cols, block);
+                    for (int64_t r = 0; r < rows; ++r) {
+                        const float want = dot_like_llama(type, w.data.data() + size_t(r) * rb, cols, xq, t, n_tokens);
+                        const float got = y[size_t(t * rows + r)];
+                        QVERIFY2(std::memcmp(&got, &want, sizeof got) == 0,
+                                 qPrintable(QString("tokens %1 threads %2: token %3 row %4: %5 vs %6")
+                                                .arg(n_tokens).arg(threads).arg(t).arg(r).arg(double(got), 0, 'g', 9)
+                                                .arg(double(want), 0, 'g', 9)));
+                    }
                 }
             }
         }

@@ -266,10 +266,104 @@ void float_rows(TensorType t, const uint8_t* rows, size_t stride, int64_t n_rows
     }
 }
 
+// --- llama.cpp's order, 512-bit ----------------------------------------------------------
+// The same values as llama_order.inc's kernels (see matmul_kernels.h), faster.
+
+// Q5_0 / Q8_0: two weight rows per register, lanes 0-7 row r and 8-15 row r + 1, each lane the
+// integer of 4 columns of one block (ggml's 8 lanes per row). Values are unsigned (q + z); a
+// lane's chain starts from z times its negated activation sum, so it holds llama.cpp's integer.
+// Panel of 16 rows: per block b and row pair p, 64 bytes of values and 16 floats of scales
+// [dw(r) x 8, dw(r + 1) x 8].
+template <class Block, class Values>
+void pack_blocks32(const uint8_t* rows, size_t stride, int n_rows, int64_t nb, uint8_t* vals, float* scl) {
+    for (int p = 0; p < kOrderedRows / 2; ++p) {
+        const int r0 = 2 * p, r1 = 2 * p + 1;
+        const Block* b0 = r0 < n_rows ? reinterpret_cast<const Block*>(rows + r0 * stride) : nullptr;
+        const Block* b1 = r1 < n_rows ? reinterpret_cast<const Block*>(rows + r1 * stride) : nullptr;
+        for (int64_t b = 0; b < nb; ++b) {
+            if (b0) prefetch_ahead(&b0[b]);
+            if (b1) prefetch_ahead(&b1[b]);
+            const __m256i u0 = b0 ? Values::one(b0[b]) : _mm256_setzero_si256();
+            const __m256i u1 = b1 ? Values::one(b1[b]) : _mm256_setzero_si256();
+            _mm512_store_si512(vals + (b * 8 + p) * 64, _mm512_inserti64x4(_mm512_castsi256_si512(u0), u1, 1));
+            const __m256 s0 = _mm256_set1_ps(b0 ? half(b0[b].d) : 0.0f), s1 = _mm256_set1_ps(b1 ? half(b1[b].d) : 0.0f);
+            _mm512_store_ps(scl + (b * 8 + p) * 16, _mm512_insertf32x8(_mm512_castps256_ps512(s0), s1, 1));
+        }
+    }
+}
+
+// Row pairs [p0, p0 + NP) against tokens [t, t + NT).
+template <int NP, int NT, int SHIFT>
+void blocks32_tile(const uint8_t* vals, const float* scl, int64_t nb, int p0, const QuantizedActivations& x, int64_t t,
+                   float* y, int64_t y_stride, int n_rows) {
+    __m512 acc[NP][NT];
+    for (int p = 0; p < NP; ++p)
+        for (int k = 0; k < NT; ++k) acc[p][k] = _mm512_setzero_ps();
+    const int8_t* xq[NT];
+    const int32_t* xs[NT];
+    const float* xd[NT];
+    for (int k = 0; k < NT; ++k) xq[k] = x.q_row(t + k), xs[k] = x.neg_lane_sum + (t + k) * nb * 8, xd[k] = x.d_row(t + k);
+    for (int64_t b = 0; b < nb; ++b) {
+        __m512i w[NP];
+        __m512 s[NP];
+        for (int p = 0; p < NP; ++p) {
+            w[p] = _mm512_load_si512(vals + (b * 8 + p0 + p) * 64);
+            s[p] = _mm512_load_ps(scl + (b * 8 + p0 + p) * 16);
+        }
+        for (int k = 0; k < NT; ++k) {
+            const __m512i xv = _mm512_broadcast_i64x4(load256(xq[k] + 32 * b));
+            const __m512i bias = _mm512_slli_epi32(_mm512_broadcast_i64x4(load256(xs[k] + 8 * b)), SHIFT);
+            const __m512 dx = _mm512_set1_ps(xd[k][b]);
+            for (int p = 0; p < NP; ++p)
+                acc[p][k] = _mm512_fmadd_ps(_mm512_mul_ps(s[p], dx), to_float(_mm512_dpbusd_epi32(bias, w[p], xv)), acc[p][k]);
+        }
+    }
+    for (int p = 0; p < NP; ++p) {
+        const int r = 2 * (p0 + p);
+        for (int k = 0; k < NT; ++k) {
+            float* yt = y + (t + k) * y_stride;
+            if (r < n_rows) yt[r] = hsum(_mm512_castps512_ps256(acc[p][k]));
+            if (r + 1 < n_rows) yt[r + 1] = hsum(_mm512_extractf32x8_ps(acc[p][k], 1));
+        }
+    }
+}
+
+template <int NP, int SHIFT>
+void blocks32_rows(const uint8_t* vals, const float* scl, int64_t nb, int p0, const QuantizedActivations& x, int64_t t0,
+                   int64_t t1, float* y, int64_t y_stride, int n_rows) {
+    constexpr int kTokens = 3;
+    int64_t t = t0;
+    for (; t + kTokens <= t1; t += kTokens) blocks32_tile<NP, kTokens, SHIFT>(vals, scl, nb, p0, x, t, y, y_stride, n_rows);
+    switch (t1 - t) {
+        case 2: blocks32_tile<NP, 2, SHIFT>(vals, scl, nb, p0, x, t, y, y_stride, n_rows); break;
+        case 1: blocks32_tile<NP, 1, SHIFT>(vals, scl, nb, p0, x, t, y, y_stride, n_rows); break;
+        default: break;
+    }
+}
+
+template <class Block, class Values>
+void ordered_blocks32_t(const uint8_t* rows, size_t stride, int n_rows, int64_t cols, const QuantizedActivations& x,
+                        int64_t t0, int64_t t1, float* y, int64_t y_stride, void* scratch) {
+    const int64_t nb = cols / 32;
+    auto* vals = static_cast<uint8_t*>(scratch);
+    auto* scl = reinterpret_cast<float*>(vals + nb * 8 * 64);
+    pack_blocks32<Block, Values>(rows, stride, n_rows, nb, vals, scl);
+    blocks32_rows<4, Values::kShift>(vals, scl, nb, 0, x, t0, t1, y, y_stride, n_rows);
+    if (n_rows > 8) blocks32_rows<4, Values::kShift>(vals, scl, nb, 4, x, t0, t1, y, y_stride, n_rows);
+}
+
+void ordered_blocks32_512(TensorType t, const uint8_t* rows, size_t stride, int n_rows, int64_t cols,
+                          const QuantizedActivations& x, int64_t t0, int64_t t1, float* y, int64_t y_stride,
+                          void* scratch) {
+    if (t == TensorType::Q5_0) ordered_blocks32_t<BlockQ5_0, Q5_0Values>(rows, stride, n_rows, cols, x, t0, t1, y, y_stride, scratch);
+    else ordered_blocks32_t<BlockQ8_0, Q8_0Values>(rows, stride, n_rows, cols, x, t0, t1, y, y_stride, scratch);
+}
+
 KernelSet make_kernels() {
     KernelSet k;
     install_fused(k);
     install_ordered(k);
+    k.ordered_blocks32 = ordered_blocks32_512;
     k.fused[uint32_t(TensorType::Q8_0)] = fused_unsigned_32<BlockQ8_0, Q8_0Values>;
     k.fused[uint32_t(TensorType::Q4_0)] = fused_unsigned_32<BlockQ4_0, Q4_0Values>;
     k.fused[uint32_t(TensorType::Q5_0)] = fused_unsigned_32<BlockQ5_0, Q5_0Values>;
