@@ -359,11 +359,247 @@ void ordered_blocks32_512(TensorType t, const uint8_t* rows, size_t stride, int 
     else ordered_blocks32_t<BlockQ8_0, Q8_0Values>(rows, stride, n_rows, cols, x, t0, t1, y, y_stride, scratch);
 }
 
+// Q4_K and Q6_K for a batch: a panel of 16 rows in the lanes, values interleaved so that one
+// 64-byte load holds 4 columns of all 16 rows; one vpdpbusd chain per sub-block and token gives
+// the 16 rows' exact integers, scaled in integers, so the float steps are llama.cpp's (per pair
+// of sub-blocks or per super-block for Q4_K, per super-block for Q6_K).
+
+// Interleaves tmp (16 rows of `cols` bytes) into vals: 4 columns of rows 0..15 per 64 bytes.
+void interleave16(const uint8_t* tmp, int64_t cols, uint8_t* vals) {
+    const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                           _mm512_set1_epi32(int(cols)));
+    for (int64_t c = 0; c < cols; c += 4)
+        _mm512_store_si512(vals + c * 16, _mm512_i32gather_epi32(idx, tmp + c, 1));
+}
+
+// Scratch of a K-quant panel: vals (16 * cols), tmp (16 * cols), then the per-group tables.
+struct KPanel {
+    uint8_t* vals;
+    uint8_t* tmp;
+    int32_t* sc;     // per sub-block, 16 rows
+    int32_t* pairs;  // per pair of sub-blocks (Q4_K: mins; Q6_K: scales), 16 rows of two int16
+    float* d;        // per super-block, 16 rows
+    float* dmin;
+    KPanel(void* scratch, int64_t cols) {
+        vals = static_cast<uint8_t*>(scratch);
+        tmp = vals + 16 * cols;
+        sc = reinterpret_cast<int32_t*>(tmp + 16 * cols);
+        pairs = sc + (cols / 16) * 16;
+        d = reinterpret_cast<float*>(pairs + (cols / 32) * 16);
+        dmin = d + (cols / 256) * 16;
+    }
+};
+
+inline int32_t int16_pair(int32_t lo, int32_t hi) { return int32_t(uint32_t(uint16_t(lo)) | (uint32_t(uint16_t(hi)) << 16)); }
+
+void pack_q4_k(const uint8_t* rows, size_t stride, int n_rows, int64_t cols, KPanel& k) {
+    const int64_t nb = cols / 256;
+    const __m256i low4 = _mm256_set1_epi8(15);
+    for (int r = 0; r < kOrderedRows; ++r) {
+        uint8_t* t = k.tmp + r * cols;
+        if (r >= n_rows) {
+            std::memset(t, 0, size_t(cols));
+            for (int64_t i = 0; i < nb; ++i) {
+                for (int j = 0; j < 8; ++j) k.sc[(8 * i + j) * 16 + r] = 0;
+                for (int p = 0; p < 4; ++p) k.pairs[(4 * i + p) * 16 + r] = 0;
+                k.d[16 * i + r] = k.dmin[16 * i + r] = 0.0f;
+            }
+            continue;
+        }
+        const auto* b = reinterpret_cast<const BlockQ4_K*>(rows + r * stride);
+        for (int64_t i = 0; i < nb; ++i) {
+            for (int g = 0; g < 4; ++g) {
+                const __m256i q = load256(b[i].qs + 32 * g);
+                _mm256_storeu_si256(reinterpret_cast<__m256i*>(t + 256 * i + 64 * g), _mm256_and_si256(q, low4));
+                _mm256_storeu_si256(reinterpret_cast<__m256i*>(t + 256 * i + 64 * g + 32), _mm256_and_si256(_mm256_srli_epi16(q, 4), low4));
+            }
+            alignas(16) uint8_t sc[16], mn[16];
+            q4_k_scales(b[i].scales, sc, mn);
+            for (int j = 0; j < 8; ++j) k.sc[(8 * i + j) * 16 + r] = sc[j];
+            for (int p = 0; p < 4; ++p) k.pairs[(4 * i + p) * 16 + r] = int16_pair(mn[2 * p], mn[2 * p + 1]);
+            k.d[16 * i + r] = half(b[i].d);
+            k.dmin[16 * i + r] = half(b[i].dmin);
+        }
+    }
+    interleave16(k.tmp, cols, k.vals);
+}
+
+// Tokens [t, t + NT) against the Q4_K panel; GEMM: llama.cpp's gemm (a float step per pair of
+// sub-blocks), else its gemv (one per super-block).
+template <int NT, bool GEMM>
+void q4_k_tile(const KPanel& k, int64_t cols, const QuantizedActivations& x, int64_t t, float* y, int64_t y_stride,
+               int n_rows) {
+    const int64_t nb = cols / 256;
+    __m512 acc[NT], accm[NT];
+    for (int j = 0; j < NT; ++j) acc[j] = accm[j] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < nb; ++i) {
+        const __m512 dv = _mm512_load_ps(k.d + 16 * i), dmv = _mm512_load_ps(k.dmin + 16 * i);
+        __m512i St[NT], Mt[NT];
+        for (int j = 0; j < NT; ++j) St[j] = Mt[j] = _mm512_setzero_si512();
+        for (int p = 0; p < 4; ++p) {
+            __m512i S[NT];
+            for (int j = 0; j < NT; ++j) S[j] = _mm512_setzero_si512();
+            for (int h = 0; h < 2; ++h) {
+                const int64_t c0 = 256 * i + 64 * p + 32 * h;
+                __m512i dot[NT];
+                for (int j = 0; j < NT; ++j) dot[j] = _mm512_setzero_si512();
+                for (int q = 0; q < 8; ++q) {
+                    const __m512i w = _mm512_load_si512(k.vals + (c0 + 4 * q) * 16);
+                    for (int j = 0; j < NT; ++j)
+                        dot[j] = _mm512_dpbusd_epi32(dot[j], w, _mm512_set1_epi32(int(load_u32(x.q_row(t + j) + c0 + 4 * q))));
+                }
+                const __m512i scv = _mm512_load_si512(k.sc + (8 * i + 2 * p + h) * 16);
+                for (int j = 0; j < NT; ++j) S[j] = _mm512_add_epi32(S[j], _mm512_mullo_epi32(dot[j], scv));
+            }
+            const __m512i mpv = _mm512_load_si512(k.pairs + (4 * i + p) * 16);
+            for (int j = 0; j < NT; ++j) {
+                const int16_t* s16 = x.sum16_row(t + j) + 16 * i + 4 * p;
+                const __m512i M = _mm512_madd_epi16(mpv, _mm512_set1_epi32(int16_pair(s16[0] + s16[1], s16[2] + s16[3])));
+                if constexpr (GEMM) {
+                    const __m512 dx = _mm512_set1_ps(x.d_row(t + j)[i]);
+                    acc[j] = _mm512_fmadd_ps(to_float(S[j]), _mm512_mul_ps(dv, dx), acc[j]);
+                    accm[j] = _mm512_fmadd_ps(to_float(M), _mm512_mul_ps(dmv, dx), accm[j]);
+                } else {
+                    St[j] = _mm512_add_epi32(St[j], S[j]);
+                    Mt[j] = _mm512_add_epi32(Mt[j], M);
+                }
+            }
+        }
+        if constexpr (!GEMM) {
+            for (int j = 0; j < NT; ++j) {
+                const __m512 dx = _mm512_set1_ps(x.d_row(t + j)[i]);
+                acc[j] = _mm512_fmadd_ps(to_float(St[j]), _mm512_mul_ps(dv, dx), acc[j]);
+                accm[j] = _mm512_fmadd_ps(to_float(Mt[j]), _mm512_mul_ps(dmv, dx), accm[j]);
+            }
+        }
+    }
+    const __mmask16 mask = __mmask16((1u << n_rows) - 1);
+    for (int j = 0; j < NT; ++j) _mm512_mask_storeu_ps(y + (t + j) * y_stride, mask, _mm512_sub_ps(acc[j], accm[j]));
+}
+
+template <bool GEMM>
+void q4_k_tokens(const KPanel& k, int64_t cols, const QuantizedActivations& x, int64_t t0, int64_t t1, float* y,
+                 int64_t y_stride, int n_rows) {
+    int64_t t = t0;
+    for (; t + 4 <= t1; t += 4) q4_k_tile<4, GEMM>(k, cols, x, t, y, y_stride, n_rows);
+    switch (t1 - t) {
+        case 3: q4_k_tile<3, GEMM>(k, cols, x, t, y, y_stride, n_rows); break;
+        case 2: q4_k_tile<2, GEMM>(k, cols, x, t, y, y_stride, n_rows); break;
+        case 1: q4_k_tile<1, GEMM>(k, cols, x, t, y, y_stride, n_rows); break;
+        default: break;
+    }
+}
+
+void ordered_q4_k_512(TensorType t, const uint8_t* rows, size_t stride, int n_rows, int64_t cols,
+                      const QuantizedActivations& x, int64_t t0, int64_t t1, float* y, int64_t y_stride, void* scratch) {
+    // A panel pays off from a few tokens on; fewer go row by row.
+    if (t1 - t0 < 4) return ordered_q4_k(t, rows, stride, n_rows, cols, x, t0, t1, y, y_stride, scratch);
+    KPanel k(scratch, cols);
+    pack_q4_k(rows, stride, n_rows, cols, k);
+    int64_t gemm_end = x.n_tokens - x.n_tokens % 4;  // (no std::clamp here: see the top of the file)
+    gemm_end = gemm_end < t0 ? t0 : (gemm_end > t1 ? t1 : gemm_end);
+    q4_k_tokens<true>(k, cols, x, t0, gemm_end, y, y_stride, n_rows);
+    q4_k_tokens<false>(k, cols, x, gemm_end, t1, y, y_stride, n_rows);
+}
+
+void pack_q6_k(const uint8_t* rows, size_t stride, int n_rows, int64_t cols, KPanel& k) {
+    const int64_t nb = cols / 256;
+    const __m256i low4 = _mm256_set1_epi8(15), top2 = _mm256_set1_epi8(0x30);
+    for (int r = 0; r < kOrderedRows; ++r) {
+        uint8_t* t = k.tmp + r * cols;
+        if (r >= n_rows) {
+            std::memset(t, 0, size_t(cols));
+            for (int64_t i = 0; i < nb; ++i) {
+                for (int j = 0; j < 16; ++j) k.sc[(16 * i + j) * 16 + r] = 0;
+                for (int m = 0; m < 8; ++m) k.pairs[(8 * i + m) * 16 + r] = 0;
+                k.d[16 * i + r] = 0.0f;
+            }
+            continue;
+        }
+        const auto* b = reinterpret_cast<const BlockQ6_K*>(rows + r * stride);
+        for (int64_t i = 0; i < nb; ++i) {
+            for (int h = 0; h < 2; ++h) {
+                const __m256i ql0 = load256(b[i].ql + 64 * h), ql1 = load256(b[i].ql + 64 * h + 32);
+                const __m256i qh = load256(b[i].qh + 32 * h);
+                const __m256i c[4] = {
+                    _mm256_or_si256(_mm256_and_si256(ql0, low4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), top2)),
+                    _mm256_or_si256(_mm256_and_si256(ql1, low4), _mm256_and_si256(_mm256_slli_epi16(qh, 2), top2)),
+                    _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), low4), _mm256_and_si256(qh, top2)),
+                    _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), low4),
+                                    _mm256_and_si256(_mm256_srli_epi16(qh, 2), top2)),
+                };
+                for (int q = 0; q < 4; ++q)
+                    _mm256_storeu_si256(reinterpret_cast<__m256i*>(t + 256 * i + 128 * h + 32 * q), c[q]);
+            }
+            for (int j = 0; j < 16; ++j) k.sc[(16 * i + j) * 16 + r] = b[i].scales[j];
+            for (int m = 0; m < 8; ++m) k.pairs[(8 * i + m) * 16 + r] = int16_pair(b[i].scales[2 * m], b[i].scales[2 * m + 1]);
+            k.d[16 * i + r] = half(b[i].d);
+        }
+    }
+    interleave16(k.tmp, cols, k.vals);
+}
+
+// Tokens [t, t + NT) against the Q6_K panel, as llama.cpp's tiled K-quant matmul: the super-
+// block's exact integer sum_j sc_j * (dot_j - 32 * xsum_j), then acc = fma(float(S) * d, dx, acc).
+template <int NT>
+void q6_k_tile(const KPanel& k, int64_t cols, const QuantizedActivations& x, int64_t t, float* y, int64_t y_stride,
+               int n_rows) {
+    const int64_t nb = cols / 256;
+    __m512 acc[NT];
+    for (int j = 0; j < NT; ++j) acc[j] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < nb; ++i) {
+        __m512i S[NT], O[NT];
+        for (int j = 0; j < NT; ++j) S[j] = O[j] = _mm512_setzero_si512();
+        for (int s = 0; s < 16; ++s) {
+            const int64_t c0 = 256 * i + 16 * s;
+            __m512i dot[NT];
+            for (int j = 0; j < NT; ++j) dot[j] = _mm512_setzero_si512();
+            for (int q = 0; q < 4; ++q) {
+                const __m512i w = _mm512_load_si512(k.vals + (c0 + 4 * q) * 16);
+                for (int j = 0; j < NT; ++j)
+                    dot[j] = _mm512_dpbusd_epi32(dot[j], w, _mm512_set1_epi32(int(load_u32(x.q_row(t + j) + c0 + 4 * q))));
+            }
+            const __m512i scv = _mm512_load_si512(k.sc + (16 * i + s) * 16);
+            for (int j = 0; j < NT; ++j) S[j] = _mm512_add_epi32(S[j], _mm512_mullo_epi32(dot[j], scv));
+        }
+        for (int m = 0; m < 8; ++m) {
+            const __m512i spv = _mm512_load_si512(k.pairs + (8 * i + m) * 16);
+            for (int j = 0; j < NT; ++j)
+                O[j] = _mm512_add_epi32(O[j], _mm512_madd_epi16(spv, _mm512_set1_epi32(int(load_u32(x.sum16_row(t + j) + 16 * i + 2 * m)))));
+        }
+        const __m512 dv = _mm512_load_ps(k.d + 16 * i);
+        for (int j = 0; j < NT; ++j) {
+            const __m512 f = _mm512_mul_ps(to_float(_mm512_sub_epi32(S[j], _mm512_slli_epi32(O[j], 5))), dv);
+            acc[j] = _mm512_fmadd_ps(f, _mm512_set1_ps(x.d_row(t + j)[i]), acc[j]);
+        }
+    }
+    const __mmask16 mask = __mmask16((1u << n_rows) - 1);
+    for (int j = 0; j < NT; ++j) _mm512_mask_storeu_ps(y + (t + j) * y_stride, mask, acc[j]);
+}
+
+void ordered_q6_k_tiled_512(TensorType t, const uint8_t* rows, size_t stride, int n_rows, int64_t cols,
+                            const QuantizedActivations& x, int64_t t0, int64_t t1, float* y, int64_t y_stride,
+                            void* scratch) {
+    if (t1 - t0 < 4) return ordered_q6_k_tiled(t, rows, stride, n_rows, cols, x, t0, t1, y, y_stride, scratch);
+    KPanel k(scratch, cols);
+    pack_q6_k(rows, stride, n_rows, cols, k);
+    int64_t tt = t0;
+    for (; tt + 4 <= t1; tt += 4) q6_k_tile<4>(k, cols, x, tt, y, y_stride, n_rows);
+    switch (t1 - tt) {
+        case 3: q6_k_tile<3>(k, cols, x, tt, y, y_stride, n_rows); break;
+        case 2: q6_k_tile<2>(k, cols, x, tt, y, y_stride, n_rows); break;
+        case 1: q6_k_tile<1>(k, cols, x, tt, y, y_stride, n_rows); break;
+        default: break;
+    }
+}
+
 KernelSet make_kernels() {
     KernelSet k;
     install_fused(k);
     install_ordered(k);
     k.ordered_blocks32 = ordered_blocks32_512;
+    k.ordered_q4_k = ordered_q4_k_512;
+    k.ordered_q6_k_tiled = ordered_q6_k_tiled_512;
     k.fused[uint32_t(TensorType::Q8_0)] = fused_unsigned_32<BlockQ8_0, Q8_0Values>;
     k.fused[uint32_t(TensorType::Q4_0)] = fused_unsigned_32<BlockQ4_0, Q4_0Values>;
     k.fused[uint32_t(TensorType::Q5_0)] = fused_unsigned_32<BlockQ5_0, Q5_0Values>;
