@@ -4,6 +4,8 @@
 #include "engine/compute/thread_pool.h"
 #include "engine/error.h"
 
+#include <immintrin.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -31,10 +33,23 @@ public:
             table_[h] = fp16_to_fp32(fp32_to_fp16(y));
         }
     }
-    float operator()(float x) const {
-        if (x <= -10.0f) return 0.0f;
-        if (x >= 10.0f) return x;
-        return table_[fp32_to_fp16(x)];
+    // gate[i] = gelu(gate[i]) * up[i] for i in [b, e), as ggml_vec_geglu_f32: 0 from -10 down,
+    // x * up from 10 up, the table's value (fp16 input rounded to nearest even) times up between.
+    void apply(float* gate, const float* up, int64_t b, int64_t e) const {
+        const __m256 lo = _mm256_set1_ps(-10.0f), hi = _mm256_set1_ps(10.0f);
+        int64_t i = b;
+        for (; i + 8 <= e; i += 8) {
+            const __m256 x = _mm256_loadu_ps(gate + i), u = _mm256_loadu_ps(up + i);
+            const __m256i h = _mm256_cvtepu16_epi32(_mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT));
+            const __m256 t = _mm256_mul_ps(_mm256_i32gather_ps(table_.data(), h, 4), u);
+            __m256 y = _mm256_blendv_ps(t, _mm256_mul_ps(x, u), _mm256_cmp_ps(x, hi, _CMP_GE_OQ));
+            y = _mm256_andnot_ps(_mm256_cmp_ps(x, lo, _CMP_LE_OQ), y);
+            _mm256_storeu_ps(gate + i, y);
+        }
+        for (; i < e; ++i) {
+            const float x = gate[i];
+            gate[i] = x <= -10.0f ? 0.0f : x >= 10.0f ? x * up[i] : table_[fp32_to_fp16(x)] * up[i];
+        }
     }
 
 private:
@@ -126,8 +141,7 @@ public:
             float* g = gate.data;
             const float* u = up.data;
             if (act == GatedActivation::GeluTanh) {
-                const GeluTable& gelu = gelu_table();
-                for (int64_t i = b; i < e; ++i) g[i] = gelu(g[i]) * u[i];
+                gelu_table().apply(g, u, b, e);
             } else {
                 for (int64_t i = b; i < e; ++i) g[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
             }

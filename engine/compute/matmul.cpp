@@ -126,29 +126,17 @@ void quantize_token(const float* x, int64_t cols, int64_t block, int8_t* q, floa
     }
 }
 
-// Per 32-column block, lane l: -(q[4l] + ... + q[4l+3]).
-void negated_lane_sums(const int8_t* q, int64_t cols, int32_t* out) {
-    const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
-    for (int64_t b = 0; b < cols / 32; ++b) {
-        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 32 * b));
-        const __m256i s = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, v), ones16);
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 8 * b), _mm256_sub_epi32(_mm256_setzero_si256(), s));
-    }
-}
-
 struct ActivationBuffers {
     std::vector<int8_t> q;
     std::vector<float> d;
     std::vector<int16_t> sum16;
     std::vector<int32_t> neg_sum8;
-    std::vector<int32_t> neg_lane_sum;
     std::vector<float> group_d, group_d_sum;
     std::vector<int32_t> group_bias;
 };
 
-// lane_sums: also fill neg_lane_sum (32-column blocks, for the llama.cpp-order kernels).
 QuantizedActivations quantize_activations(const float* x, int64_t n_tokens, int64_t cols, int64_t block,
-                                          ActivationBuffers& buf, ThreadPool& pool, bool lane_sums = false) {
+                                          ActivationBuffers& buf, ThreadPool& pool) {
     buf.q.resize(size_t(n_tokens * cols));
     buf.d.resize(size_t(n_tokens * (cols / block)));
     buf.sum16.resize(size_t(n_tokens * (cols / 16)));
@@ -165,11 +153,6 @@ QuantizedActivations quantize_activations(const float* x, int64_t n_tokens, int6
         buf.neg_sum8.assign(size_t(n_tokens * (cols / 32) * 8), 0);
         a.neg_sum8 = buf.neg_sum8.data();
     }
-    lane_sums = lane_sums && block == 32;
-    if (lane_sums) {
-        buf.neg_lane_sum.resize(size_t(n_tokens * (cols / 32) * 8));
-        a.neg_lane_sum = buf.neg_lane_sum.data();
-    }
     auto quantize = [&](int64_t t0, int64_t t1) {
         for (int64_t t = t0; t < t1; ++t) {
             const int16_t* s16 = buf.sum16.data() + t * (cols / 16);
@@ -179,7 +162,6 @@ QuantizedActivations quantize_activations(const float* x, int64_t n_tokens, int6
                 int32_t* s8 = buf.neg_sum8.data() + t * (cols / 32) * 8;
                 for (int64_t b = 0; b < cols / 32; ++b) s8[8 * b] = -(int32_t(s16[2 * b]) + s16[2 * b + 1]);
             }
-            if (lane_sums) negated_lane_sums(buf.q.data() + t * cols, cols, buf.neg_lane_sum.data() + t * (cols / 32) * 8);
         }
     };
     if (n_tokens * cols >= 32768) pool.parallel_for(n_tokens, quantize);
@@ -313,7 +295,7 @@ void ordered_product(const KernelSet& ks, const WeightMatrix& w, const float* x,
                      ThreadPool& pool) {
     const bool k_quant = w.type == TensorType::Q4_K || w.type == TensorType::Q6_K;
     thread_local ActivationBuffers buf;
-    const QuantizedActivations xq = quantize_activations(x, n_tokens, w.cols, k_quant ? 256 : 32, buf, pool, !k_quant);
+    const QuantizedActivations xq = quantize_activations(x, n_tokens, w.cols, k_quant ? 256 : 32, buf, pool);
     if (w.type == TensorType::Q6_K && n_tokens < kTiledMinTokens) {
         fused_product(ks.fused[uint32_t(TensorType::Q6_K)], w, xq, y, pool);
         return;

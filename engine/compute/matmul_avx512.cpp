@@ -270,12 +270,25 @@ void float_rows(TensorType t, const uint8_t* rows, size_t stride, int64_t n_rows
 // The same values as llama_order.inc's kernels (see matmul_kernels.h), faster.
 
 // Q5_0 / Q8_0: two weight rows per register, lanes 0-7 row r and 8-15 row r + 1, each lane the
-// integer of 4 columns of one block (ggml's 8 lanes per row). Values are unsigned (q + z); a
-// lane's chain starts from z times its negated activation sum, so it holds llama.cpp's integer.
-// Panel of 16 rows: per block b and row pair p, 64 bytes of values and 16 floats of scales
-// [dw(r) x 8, dw(r + 1) x 8].
-template <class Block, class Values>
-void pack_blocks32(const uint8_t* rows, size_t stride, int n_rows, int64_t nb, uint8_t* vals, float* scl) {
+// integer of 4 columns of one block (ggml's 8 lanes per row). vpdpbusd takes the activations
+// as the unsigned operand (q + 128) and the weights signed; each lane's chain starts from
+// -128 times the lane's weight sum, so it ends at llama.cpp's exact integer.
+// Panel of 16 rows: per block b and row pair p, 64 bytes of values, 16 int32 chain starts and 16
+// floats of scales [dw(r) x 8, dw(r + 1) x 8].
+struct Blocks32Panel {
+    int8_t* vals;
+    int32_t* start;
+    float* scl;
+    Blocks32Panel(void* scratch, int64_t nb) {
+        vals = static_cast<int8_t*>(scratch);
+        start = reinterpret_cast<int32_t*>(vals + nb * 8 * 64);
+        scl = reinterpret_cast<float*>(start + nb * 8 * 16);
+    }
+};
+
+template <class Block>
+void pack_blocks32(const uint8_t* rows, size_t stride, int n_rows, int64_t nb, const Blocks32Panel& k) {
+    const __m512i ones = _mm512_set1_epi8(1);
     for (int p = 0; p < kOrderedRows / 2; ++p) {
         const int r0 = 2 * p, r1 = 2 * p + 1;
         const Block* b0 = r0 < n_rows ? reinterpret_cast<const Block*>(rows + r0 * stride) : nullptr;
@@ -283,80 +296,150 @@ void pack_blocks32(const uint8_t* rows, size_t stride, int n_rows, int64_t nb, u
         for (int64_t b = 0; b < nb; ++b) {
             if (b0) prefetch_ahead(&b0[b]);
             if (b1) prefetch_ahead(&b1[b]);
-            const __m256i u0 = b0 ? Values::one(b0[b]) : _mm256_setzero_si256();
-            const __m256i u1 = b1 ? Values::one(b1[b]) : _mm256_setzero_si256();
-            _mm512_store_si512(vals + (b * 8 + p) * 64, _mm512_inserti64x4(_mm512_castsi256_si512(u0), u1, 1));
+            const __m256i v0 = b0 ? signed_values(b0[b]) : _mm256_setzero_si256();
+            const __m256i v1 = b1 ? signed_values(b1[b]) : _mm256_setzero_si256();
+            const __m512i v = _mm512_inserti64x4(_mm512_castsi256_si512(v0), v1, 1);
+            const int64_t at = b * 8 + p;
+            _mm512_store_si512(k.vals + at * 64, v);
+            const __m512i sum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, v);
+            _mm512_store_si512(k.start + at * 16, _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(sum, 7)));
             const __m256 s0 = _mm256_set1_ps(b0 ? half(b0[b].d) : 0.0f), s1 = _mm256_set1_ps(b1 ? half(b1[b].d) : 0.0f);
-            _mm512_store_ps(scl + (b * 8 + p) * 16, _mm512_insertf32x8(_mm512_castps256_ps512(s0), s1, 1));
+            _mm512_store_ps(k.scl + at * 16, _mm512_insertf32x8(_mm512_castps256_ps512(s0), s1, 1));
         }
     }
 }
 
 // Row pairs [p0, p0 + NP) against tokens [t, t + NT).
-template <int NP, int NT, int SHIFT>
-void blocks32_tile(const uint8_t* vals, const float* scl, int64_t nb, int p0, const QuantizedActivations& x, int64_t t,
-                   float* y, int64_t y_stride, int n_rows) {
+template <int NP, int NT>
+void blocks32_tile(const Blocks32Panel& k, int64_t nb, int p0, const QuantizedActivations& x, int64_t t, float* y,
+                   int64_t y_stride, int n_rows) {
     __m512 acc[NP][NT];
     for (int p = 0; p < NP; ++p)
-        for (int k = 0; k < NT; ++k) acc[p][k] = _mm512_setzero_ps();
+        for (int j = 0; j < NT; ++j) acc[p][j] = _mm512_setzero_ps();
     const int8_t* xq[NT];
-    const int32_t* xs[NT];
     const float* xd[NT];
-    for (int k = 0; k < NT; ++k) xq[k] = x.q_row(t + k), xs[k] = x.neg_lane_sum + (t + k) * nb * 8, xd[k] = x.d_row(t + k);
+    for (int j = 0; j < NT; ++j) xq[j] = x.q_row(t + j), xd[j] = x.d_row(t + j);
+    const __m512i flip = _mm512_set1_epi8(char(0x80));
     for (int64_t b = 0; b < nb; ++b) {
+        const int64_t at = b * 8 + p0;
         __m512i w[NP];
         __m512 s[NP];
         for (int p = 0; p < NP; ++p) {
-            w[p] = _mm512_load_si512(vals + (b * 8 + p0 + p) * 64);
-            s[p] = _mm512_load_ps(scl + (b * 8 + p0 + p) * 16);
+            w[p] = _mm512_load_si512(k.vals + (at + p) * 64);
+            s[p] = _mm512_load_ps(k.scl + (at + p) * 16);
         }
-        for (int k = 0; k < NT; ++k) {
-            const __m512i xv = _mm512_broadcast_i64x4(load256(xq[k] + 32 * b));
-            const __m512i bias = _mm512_slli_epi32(_mm512_broadcast_i64x4(load256(xs[k] + 8 * b)), SHIFT);
-            const __m512 dx = _mm512_set1_ps(xd[k][b]);
-            for (int p = 0; p < NP; ++p)
-                acc[p][k] = _mm512_fmadd_ps(_mm512_mul_ps(s[p], dx), to_float(_mm512_dpbusd_epi32(bias, w[p], xv)), acc[p][k]);
+        for (int j = 0; j < NT; ++j) {
+            const __m512i xu = _mm512_xor_si512(_mm512_broadcast_i64x4(load256(xq[j] + 32 * b)), flip);
+            const __m512 dx = _mm512_set1_ps(xd[j][b]);
+            for (int p = 0; p < NP; ++p) {
+                const __m512i lanes = _mm512_dpbusd_epi32(_mm512_load_si512(k.start + (at + p) * 16), xu, w[p]);
+                acc[p][j] = _mm512_fmadd_ps(_mm512_mul_ps(s[p], dx), to_float(lanes), acc[p][j]);
+            }
         }
     }
     for (int p = 0; p < NP; ++p) {
         const int r = 2 * (p0 + p);
-        for (int k = 0; k < NT; ++k) {
-            float* yt = y + (t + k) * y_stride;
-            if (r < n_rows) yt[r] = hsum(_mm512_castps512_ps256(acc[p][k]));
-            if (r + 1 < n_rows) yt[r + 1] = hsum(_mm512_extractf32x8_ps(acc[p][k], 1));
+        for (int j = 0; j < NT; ++j) {
+            float* yt = y + (t + j) * y_stride;
+            if (r < n_rows) yt[r] = hsum(_mm512_castps512_ps256(acc[p][j]));
+            if (r + 1 < n_rows) yt[r + 1] = hsum(_mm512_extractf32x8_ps(acc[p][j], 1));
         }
     }
 }
 
-template <int NP, int SHIFT>
-void blocks32_rows(const uint8_t* vals, const float* scl, int64_t nb, int p0, const QuantizedActivations& x, int64_t t0,
-                   int64_t t1, float* y, int64_t y_stride, int n_rows) {
-    constexpr int kTokens = 3;
+template <int NP>
+void blocks32_rows(const Blocks32Panel& k, int64_t nb, int p0, const QuantizedActivations& x, int64_t t0, int64_t t1,
+                   float* y, int64_t y_stride, int n_rows) {
+    constexpr int kTokens = 4;
     int64_t t = t0;
-    for (; t + kTokens <= t1; t += kTokens) blocks32_tile<NP, kTokens, SHIFT>(vals, scl, nb, p0, x, t, y, y_stride, n_rows);
+    for (; t + kTokens <= t1; t += kTokens) blocks32_tile<NP, kTokens>(k, nb, p0, x, t, y, y_stride, n_rows);
     switch (t1 - t) {
-        case 2: blocks32_tile<NP, 2, SHIFT>(vals, scl, nb, p0, x, t, y, y_stride, n_rows); break;
-        case 1: blocks32_tile<NP, 1, SHIFT>(vals, scl, nb, p0, x, t, y, y_stride, n_rows); break;
+        case 3: blocks32_tile<NP, 3>(k, nb, p0, x, t, y, y_stride, n_rows); break;
+        case 2: blocks32_tile<NP, 2>(k, nb, p0, x, t, y, y_stride, n_rows); break;
+        case 1: blocks32_tile<NP, 1>(k, nb, p0, x, t, y, y_stride, n_rows); break;
         default: break;
     }
 }
 
+// One or two tokens: weights streamed once, so no panel. Values unsigned (q + z) as in
+// fused_unsigned_32; each lane's chain starts from -z times the token's lane sum; the scales of 16
+// blocks of two rows come from two gathers, multiplied by the tokens' scales at once, and each
+// block takes its pair [dw(r) dx, dw(r + 1) dx] with one permute.
+template <class Block, class Values, int NT>
+void blocks32_streamed(const uint8_t* rows, size_t stride, int n_rows, int64_t nb, const QuantizedActivations& x,
+                       int64_t t, float* y, int64_t y_stride, int32_t* start) {
+    const __m256i ones = _mm256_set1_epi8(1);
+    for (int j = 0; j < NT; ++j)
+        for (int64_t b = 0; b < nb; ++b) {
+            const __m256i sum = _mm256_dpbusd_epi32(_mm256_setzero_si256(), ones, load256(x.q_row(t + j) + 32 * b));
+            _mm256_storeu_si256(reinterpret_cast<__m256i*>(start + (j * nb + b) * 8),
+                                _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(sum, Values::kShift)));
+        }
+    const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const __m512i scale_offsets = _mm512_mullo_epi32(lane, _mm512_set1_epi32(int(sizeof(Block))));
+    const __m512i pick0 = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 16, 16, 16, 16, 16, 16, 16, 16);
+    for (int r = 0; r < n_rows; r += 2) {
+        const bool second = r + 1 < n_rows;
+        const auto* ba = reinterpret_cast<const Block*>(rows + r * stride);
+        const auto* bb = second ? reinterpret_cast<const Block*>(rows + (r + 1) * stride) : ba;
+        __m512 acc[NT];
+        for (int j = 0; j < NT; ++j) acc[j] = _mm512_setzero_ps();
+        for (int64_t c = 0; c < nb; c += 16) {
+            const int n = int(nb - c < 16 ? nb - c : 16);
+            const __mmask16 present = __mmask16((1u << n) - 1);
+            // The dword at each block's start holds its fp16 scale in the low half.
+            const __m512 da = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_mask_i32gather_epi32(_mm512_setzero_si512(), present, scale_offsets, &ba[c], 1)));
+            const __m512 db = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_mask_i32gather_epi32(_mm512_setzero_si512(), present, scale_offsets, &bb[c], 1)));
+            __m512 sa[NT], sb[NT];
+            for (int j = 0; j < NT; ++j) {
+                const __m512 dx = _mm512_maskz_loadu_ps(present, x.d_row(t + j) + c);
+                sa[j] = _mm512_mul_ps(da, dx);
+                sb[j] = _mm512_mul_ps(db, dx);
+            }
+            __m512i pick = pick0;
+            for (int i = 0; i < n; ++i, pick = _mm512_add_epi32(pick, _mm512_set1_epi32(1))) {
+                const int64_t b = c + i;
+                prefetch_ahead(&ba[b]);
+                prefetch_ahead(&bb[b]);
+                const __m512i u = _mm512_inserti64x4(_mm512_castsi256_si512(Values::one(ba[b])), Values::one(bb[b]), 1);
+                for (int j = 0; j < NT; ++j) {
+                    const __m512i xv = _mm512_broadcast_i64x4(load256(x.q_row(t + j) + 32 * b));
+                    const __m512i st = _mm512_broadcast_i64x4(load256(start + (j * nb + b) * 8));
+                    const __m512i lanes = _mm512_dpbusd_epi32(st, u, xv);
+                    acc[j] = _mm512_fmadd_ps(_mm512_permutex2var_ps(sa[j], pick, sb[j]), to_float(lanes), acc[j]);
+                }
+            }
+        }
+        for (int j = 0; j < NT; ++j) {
+            float* yt = y + (t + j) * y_stride;
+            yt[r] = hsum(_mm512_castps512_ps256(acc[j]));
+            if (second) yt[r + 1] = hsum(_mm512_extractf32x8_ps(acc[j], 1));
+        }
+    }
+}
+
 template <class Block, class Values>
-void ordered_blocks32_t(const uint8_t* rows, size_t stride, int n_rows, int64_t cols, const QuantizedActivations& x,
-                        int64_t t0, int64_t t1, float* y, int64_t y_stride, void* scratch) {
-    const int64_t nb = cols / 32;
-    auto* vals = static_cast<uint8_t*>(scratch);
-    auto* scl = reinterpret_cast<float*>(vals + nb * 8 * 64);
-    pack_blocks32<Block, Values>(rows, stride, n_rows, nb, vals, scl);
-    blocks32_rows<4, Values::kShift>(vals, scl, nb, 0, x, t0, t1, y, y_stride, n_rows);
-    if (n_rows > 8) blocks32_rows<4, Values::kShift>(vals, scl, nb, 4, x, t0, t1, y, y_stride, n_rows);
+void blocks32_few(const uint8_t* rows, size_t stride, int n_rows, int64_t nb, const QuantizedActivations& x, int64_t t0,
+                  int64_t t1, float* y, int64_t y_stride, int32_t* start) {
+    if (t1 - t0 == 2) blocks32_streamed<Block, Values, 2>(rows, stride, n_rows, nb, x, t0, y, y_stride, start);
+    else blocks32_streamed<Block, Values, 1>(rows, stride, n_rows, nb, x, t0, y, y_stride, start);
 }
 
 void ordered_blocks32_512(TensorType t, const uint8_t* rows, size_t stride, int n_rows, int64_t cols,
                           const QuantizedActivations& x, int64_t t0, int64_t t1, float* y, int64_t y_stride,
                           void* scratch) {
-    if (t == TensorType::Q5_0) ordered_blocks32_t<BlockQ5_0, Q5_0Values>(rows, stride, n_rows, cols, x, t0, t1, y, y_stride, scratch);
-    else ordered_blocks32_t<BlockQ8_0, Q8_0Values>(rows, stride, n_rows, cols, x, t0, t1, y, y_stride, scratch);
+    const int64_t nb = cols / 32;
+    if (t1 - t0 <= 2) {
+        auto* start = static_cast<int32_t*>(scratch);
+        if (t == TensorType::Q5_0) blocks32_few<BlockQ5_0, Q5_0Values>(rows, stride, n_rows, nb, x, t0, t1, y, y_stride, start);
+        else blocks32_few<BlockQ8_0, Q8_0Values>(rows, stride, n_rows, nb, x, t0, t1, y, y_stride, start);
+        return;
+    }
+    const Blocks32Panel k(scratch, nb);
+    if (t == TensorType::Q5_0) pack_blocks32<BlockQ5_0>(rows, stride, n_rows, nb, k);
+    else pack_blocks32<BlockQ8_0>(rows, stride, n_rows, nb, k);
+    blocks32_rows<4>(k, nb, 0, x, t0, t1, y, y_stride, n_rows);
+    if (n_rows > 8) blocks32_rows<4>(k, nb, 4, x, t0, t1, y, y_stride, n_rows);
 }
 
 // Q4_K and Q6_K for a batch: a panel of 16 rows in the lanes, values interleaved so that one

@@ -33,11 +33,6 @@ struct QuantizedActivations {
     // chain that starts from it cancels the unsigned offset of the weights in one step.
     const int32_t* neg_sum8 = nullptr;  // n_tokens x cols/32 x 8
 
-    // Only for the llama.cpp-order products of 32-column blocks: per block, lane l holds
-    // -(q[4l] + q[4l+1] + q[4l+2] + q[4l+3]), so that a lane of unsigned weights (w + z) can start
-    // from z times it and still hold exactly llama.cpp's per-lane integer.
-    const int32_t* neg_lane_sum = nullptr;  // n_tokens x cols/32 x 8
-
     // For matmul.cpp only: an AVX-512 file that calls an inline function may emit the one copy
     // the linker keeps, compiled for AVX-512.
     const int8_t* q_row(int64_t t) const { return q + t * cols; }
