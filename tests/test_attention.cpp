@@ -4,6 +4,8 @@
 // decode path that splits one tile across threads, and head sizes that are not multiples of 8.
 // Also: results do not depend on the thread count or on how the same slots are split into views.
 #include "engine/cache/attention.h"
+#include "engine/compute/matmul.h"
+#include "engine/compute/quant_blocks.h"
 #include "engine/compute/thread_pool.h"
 
 #include <QtTest>
@@ -182,6 +184,81 @@ std::vector<float> run(const Case& c, const Data& d, int views, int threads) {
     return out;
 }
 
+// --- llama.cpp's order, scalar -----------------------------------------------------------------
+// attend_llama_order stated plainly (engine/cache/attention_llama_order.cpp has the why): the
+// lanes are llama.cpp's, position p in lane p % 16.
+
+// _mm512_reduce_add_ps: lane i + lane i + 8, then + 4, then (0 + 2) + (1 + 3).
+float tree16(const float* l) {
+    float a[8], b[4];
+    for (int i = 0; i < 8; ++i) a[i] = l[i] + l[i + 8];
+    for (int i = 0; i < 4; ++i) b[i] = a[i] + a[i + 4];
+    return (b[0] + b[2]) + (b[1] + b[3]);
+}
+
+// ggml_v_expf (AVX-512), one lane.
+float ggml_expf(float x) {
+    const float r = 0x1.8p23f;
+    const float z = std::fma(x, 0x1.715476p+0f, r);
+    const float n = z - r;
+    const float b = std::fma(-n, 0x1.7f7d1cp-20f, std::fma(-n, 0x1.62e4p-1f, x));
+    const float u = b * b;
+    const float j = std::fma(std::fma(std::fma(0x1.0e4020p-7f, b, 0x1.573e2ep-5f), u, std::fma(0x1.555e66p-3f, b, 0x1.fffdb6p-2f)), u,
+                             std::fma(0x1.ffffecp-1f, b, 1.0f));
+    if (std::fabs(n) > 192.0f) return n <= 0.0f ? 0.0f : INFINITY;
+    return std::ldexp(j, int(n));
+}
+
+float round_f16(float x) { return fp16_to_fp32(fp32_to_fp16(x)); }
+
+// Query t, head h; decode: a call of one query (ggml_vec_dot_f16's four accumulators).
+void llama_order_row(const Case& c, const Data& d, int t, int h, float* o) {
+    const int kv_dim = c.n_kv * c.hd, q_dim = c.n_head * c.hd, g = h / (c.n_head / c.n_kv);
+    const bool decode = c.n_q == 1;
+    const int32_t p = d.qpos[size_t(t)];
+    const float* q = d.q.data() + size_t(t) * q_dim + h * c.hd;
+    auto seen = [&](int32_t sp) { return sp <= p && (c.window == 0 || p - sp < c.window); };
+    std::vector<float> e(size_t(p) + 16, 0.0f);
+    std::vector<bool> vis(e.size(), false);
+    float m = -INFINITY;
+    for (int32_t sp = 0; sp <= p; ++sp) {
+        if (!seen(sp)) continue;
+        const float* k = d.k.data() + size_t(sp) * kv_dim + g * c.hd;
+        // Decode sums the dimensions past the last multiple of 64 in double, after the lanes.
+        const int lanes_end = decode ? c.hd / 64 * 64 : c.hd;
+        float lanes[4][16] = {};
+        for (int x = 0; x < lanes_end; ++x) {
+            const int set = decode ? (x / 16) % 4 : 0;
+            lanes[set][x % 16] = std::fma(k[x], q[x], lanes[set][x % 16]);
+        }
+        float l[16];
+        for (int i = 0; i < 16; ++i) l[i] = (lanes[0][i] + lanes[2][i]) + (lanes[1][i] + lanes[3][i]);
+        double dot = tree16(decode ? l : lanes[0]);
+        for (int x = lanes_end; x < c.hd; ++x) dot += double(q[x] * k[x]);
+        e[size_t(sp)] = float(dot);
+        vis[size_t(sp)] = true;
+        m = std::max(m, e[size_t(sp)]);
+    }
+    double sum = 0.0;
+    for (int32_t b = 0; b <= p; b += 16) {
+        for (int i = 0; i < 16; ++i) e[size_t(b + i)] = vis[size_t(b + i)] ? ggml_expf(e[size_t(b + i)] - m) : 0.0f;
+        sum += double(tree16(&e[size_t(b)]));
+    }
+    const float inv = float(1.0 / sum);
+    for (float& x : e) x = round_f16(x * inv);
+    for (int x = 0; x < c.hd; ++x) {
+        float A[64] = {};
+        for (int32_t sp = 0; sp <= p; ++sp)
+            if (vis[size_t(sp)]) {
+                float& a = A[decode ? sp % 64 : sp % 16];
+                a = std::fma(d.v[size_t(sp) * kv_dim + g * c.hd + x], e[size_t(sp)], a);
+            }
+        float l[16];
+        for (int j = 0; j < 16; ++j) l[j] = decode ? (A[j] + A[32 + j]) + (A[16 + j] + A[48 + j]) : A[j];
+        o[x] = tree16(l);
+    }
+}
+
 }  // namespace
 
 class TestAttention : public QObject {
@@ -256,6 +333,68 @@ private Q_SLOTS:
         for (int threads : {2, 3, 5}) QVERIFY2(run(c, d, c.views, threads) == one, qPrintable(QString("threads %1").arg(threads)));
         QVERIFY(run(c, d, 1, 2) == one);
         QVERIFY(run(c, d, 4, 1) == one);
+    }
+
+    // f16 probabilities (GGUF models) take llama.cpp's order: every output bit for bit what
+    // llama_order_row states, at both SIMD levels, for any thread count and any cut into views.
+    // (The fp16 probabilities absorb most last-bit differences of a score; test_gemma3_golden and
+    // tests/dump_kvchat_tensors check the scores of the default model against llama.cpp itself.)
+    void llamaOrderIsExact_data() {
+        QTest::addColumn<int>("n_head");
+        QTest::addColumn<int>("n_kv");
+        QTest::addColumn<int>("hd");
+        QTest::addColumn<int>("n_q");
+        QTest::addColumn<int>("held");
+        QTest::addColumn<int>("window");
+        QTest::addColumn<bool>("ring");
+        QTest::newRow("gemma decode short") << 4 << 1 << 256 << 1 << 40 << 0 << false;
+        QTest::newRow("gemma decode long") << 4 << 1 << 256 << 1 << 900 << 0 << false;
+        QTest::newRow("gemma decode sliding ring") << 4 << 1 << 256 << 1 << 1200 << 512 << true;
+        QTest::newRow("gemma prefill") << 4 << 1 << 256 << 70 << 130 << 0 << false;
+        QTest::newRow("gemma turn sliding ring") << 4 << 1 << 256 << 26 << 700 << 512 << true;
+        QTest::newRow("two queries") << 4 << 1 << 256 << 2 << 300 << 0 << false;
+        QTest::newRow("gqa 8/2 head_dim 80") << 8 << 2 << 80 << 13 << 60 << 7 << false;
+        QTest::newRow("gqa decode head_dim 80") << 8 << 2 << 80 << 1 << 100 << 0 << false;
+    }
+    void llamaOrderIsExact() {
+        Case c;
+        QFETCH(int, n_head);
+        QFETCH(int, n_kv);
+        QFETCH(int, hd);
+        QFETCH(int, n_q);
+        QFETCH(int, held);
+        QFETCH(int, window);
+        QFETCH(bool, ring);
+        c.n_head = n_head, c.n_kv = n_kv, c.hd = hd, c.n_q = n_q, c.held = held, c.window = window, c.ring = ring;
+        c.views = 2;
+        Data d = make(c, 99u + static_cast<uint32_t>(held));
+        // As the cache holds them: fp16 values (q already scaled).
+        for (auto* v : {&d.q, &d.k, &d.v, &d.kv, &d.newk, &d.newv})
+            for (float& x : *v) x = round_f16(x);
+        std::vector<float> want(static_cast<size_t>(c.n_q) * c.n_head * c.hd);
+        for (int t = 0; t < c.n_q; ++t)
+            for (int h = 0; h < c.n_head; ++h) llama_order_row(c, d, t, h, want.data() + (size_t(t) * c.n_head + h) * c.hd);
+        AttentionShape shape = shape_of(c);
+        shape.scale = 1.0f;
+        shape.f16_rounding = true;
+        for (const char* level : {"avx2", "auto"}) {
+            force_simd_level(level);
+            for (int threads : {1, 2, 3})
+                for (int views : {1, 3}) {
+                    AttentionInput in = input(c, d, views);
+                    in.f16_probs = true;
+                    QVERIFY(llama_order_applies(in, shape));
+                    ThreadPool pool(threads);
+                    std::vector<float> out(want.size(), -7.0f);
+                    attend(in, shape, out.data(), pool);
+                    for (size_t i = 0; i < out.size(); ++i)
+                        QVERIFY2(std::memcmp(&out[i], &want[i], sizeof(float)) == 0,
+                                 qPrintable(QString("%1, %2 threads, %3 views: output %4: %5 vs %6")
+                                                .arg(level).arg(threads).arg(views).arg(i)
+                                                .arg(double(out[i]), 0, 'g', 9).arg(double(want[i]), 0, 'g', 9)));
+                }
+        }
+        force_simd_level(nullptr);
     }
 
     // A query that sees nothing (every slot ahead of it) gets zeros, not NaN.

@@ -14,8 +14,12 @@
 //   output   out[d] = sum_c p[c] v[c][d]: for n >= 2 sixteen lanes by column (c % 16), for n == 1
 //            the four accumulators by c / 16 % 4, added as for the scores.
 // 256-bit code (AVX2 + FMA): a 16-lane register of llama.cpp's is a pair lo (lanes 0-7), hi (8-15).
+// Prefill's two dense steps also have AVX-512 kernels (attention_llama_order_avx512.cpp), used
+// unless simd_level() is "avx2"; the values are the same.
 #include "engine/cache/attention.h"
 
+#include "engine/cache/attention_kernels.h"
+#include "engine/compute/matmul.h"
 #include "engine/compute/thread_pool.h"
 
 #include <immintrin.h>
@@ -24,6 +28,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <string_view>
 #include <vector>
 
 namespace kvchat {
@@ -210,9 +215,31 @@ void pv_prefill(const float* S, int64_t ldc, const float* vt, int64_t ld, int c0
     }
 }
 
+// The 256-bit prefill kernels (attention_kernels.h).
+void scores_avx2(const float* const* q, int R, const float* const* k, int goff, int hd, int c0, int c1, float* S,
+                 int64_t ldc) {
+    for (int r = 0; r < R; ++r)
+        for (int c = c0; c < c1; ++c)
+            if (k[c]) S[r * ldc + c] = dot16(q[r], k[c] + goff, hd);
+}
+
+void values_avx2(const float* S, int64_t ldc, int R, const float* vt, int64_t ld, int hd, int c0, int c1, float* const* o) {
+    int r = 0;
+    for (; r + 2 <= R; r += 2)
+        for (int d = 0; d < hd; d += 2) pv_prefill<2>(S + r * ldc, ldc, vt, ld, c0, c1, o + r, d);
+    for (; r < R; ++r)
+        for (int d = 0; d < hd; d += 2) pv_prefill<1>(S + r * ldc, ldc, vt, ld, c0, c1, o + r, d);
+}
+
+const attention_kernels::PrefillKernels& prefill_kernels() {
+    static const attention_kernels::PrefillKernels avx2{scores_avx2, values_avx2};
+    return std::string_view(simd_level()) == "avx2" ? avx2 : attention_kernels::avx512_prefill_kernels();
+}
+
 // One prefill work item: rows of queries [t0, t1) for kv head g.
 void prefill_item(const AttentionInput& in, const AttentionShape& s, const Columns& cols, const float* vt, int64_t ld,
                   int64_t t0, int64_t t1, int g, float* out, Rows& rows, std::vector<float>& S) {
+    const attention_kernels::PrefillKernels& pk = prefill_kernels();
     const int hd = s.head_dim, goff = g * hd;
     make_rows(in, s, t0, t1, g, out, rows);
     const int R = static_cast<int>(rows.q.size());
@@ -222,22 +249,17 @@ void prefill_item(const AttentionInput& in, const AttentionShape& s, const Colum
     const int c1 = std::min(cols.n, pmax - cols.base + 1);
     const int64_t ldc = cols.n;
     S.resize(static_cast<size_t>(R) * static_cast<size_t>(ldc));
+    for (int r = 0; r < R; ++r) std::fill(S.data() + r * ldc + c0, S.data() + r * ldc + c1, kNegInf);
+    pk.scores(rows.q.data(), R, cols.k.data(), goff, hd, c0, c1, S.data(), ldc);
     for (int r = 0; r < R; ++r) {
         float* sr = S.data() + r * ldc;
         const int32_t p = rows.pos[static_cast<size_t>(r)];
         const int lo = first_seen(in, cols, p), hi = std::min(c1, p - cols.base + 1);
-        for (int c = c0; c < c1; ++c) {
-            const float* k = cols.k[static_cast<size_t>(c)];
-            sr[c] = c < lo || c >= hi || !k ? kNegInf : dot16(rows.q[static_cast<size_t>(r)], k + goff, hd);
-        }
+        std::fill(sr + c0, sr + std::max(c0, lo), kNegInf);
+        std::fill(sr + std::max(c0, hi), sr + c1, kNegInf);
         softmax_row(sr, c0, c1);
     }
-    const int c_end = (c1 + 15) & ~15;
-    int r = 0;
-    for (; r + 2 <= R; r += 2)
-        for (int d = 0; d < hd; d += 2) pv_prefill<2>(S.data() + r * ldc, ldc, vt, ld, c0, c_end, rows.o.data() + r, d);
-    for (; r < R; ++r)
-        for (int d = 0; d < hd; d += 2) pv_prefill<1>(S.data() + r * ldc, ldc, vt, ld, c0, c_end, rows.o.data() + r, d);
+    pk.values(S.data(), ldc, R, vt, ld, hd, c0, (c1 + 15) & ~15, rows.o.data());
 }
 
 // Decode: out[r][d0, d0 + 8) = P · V over columns [c0, c1) (multiples of 64) for rows [0, R), as
