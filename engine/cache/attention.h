@@ -44,7 +44,7 @@ struct AttentionInput {
     // llama.cpp's non-flash attention: the softmax is finished over all visible slots, and the
     // normalized probabilities are rounded to fp16 before they weight the values (its P·V is an
     // f16 matmul). The caller rounds q (already scaled: shape.scale must be 1), k and v. Only for
-    // f32 slots (no blocks).
+    // f32 slots (no blocks). Where llama_order_applies, in llama.cpp's summation order too.
     bool f16_probs = false;
 };
 

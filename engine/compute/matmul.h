@@ -19,7 +19,9 @@ struct WeightMatrix {
 // y[t][r] = sum_c W[r][c] * x[t][c] for t in [0, n_tokens): x is n_tokens x cols floats, y is
 // n_tokens x rows floats (both row-major, contiguous). Quantizes x per block as llama.cpp does
 // (Q8_0 for the 32-element formats, Q8_K for the K-quants) and uses the best SIMD kernels the
-// CPU has (AVX2 baseline; AVX-512 VNNI when present).
+// CPU has (AVX2 baseline; AVX-512 VNNI when present). For Q5_0, Q8_0, Q4_K and Q6_K weights y is
+// what llama.cpp's CPU backend computes, bit for bit, at every level (matmul_kernels.h); like
+// llama.cpp's, it depends on n_tokens (Q4_K: tokens in whole groups of four; Q6_K: 8 or more).
 void matmul(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y, ThreadPool& pool);
 
 // Row r of W as floats (for embedding lookups): dst has cols floats.
