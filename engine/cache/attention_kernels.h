@@ -18,6 +18,21 @@ struct PrefillKernels {
                    float* const* o);
 };
 
+// A decode step's (one query, ggml_vec_dot_f16's order) two dense steps.
+struct DecodeKernels {
+    // S[r * ldc + c] = q[r] · k[c][goff, goff + hd): four 16-lane accumulators by dimension / 16 % 4
+    // over the first hd / 64 * 64 dimensions, added (0 + 2) + (1 + 3), the tree, the rest in
+    // double; for r < R and c in [c0, c1) whose k[c] is set (the others left as they are).
+    void (*scores)(const float* const* q, int R, const float* const* k, int goff, int hd, int c0, int c1, float* S,
+                   int64_t ldc);
+    // o[r][d] for d in [d0, d0 + 16): sum over c in [c0, c1) (multiples of 64) of S[r * ldc + c] *
+    // v[c][goff + d], one chain per column class c % 64, then per lane j = c % 16
+    // (j + 32 + j) + (16 + j + 48 + j) and the tree; columns whose v[c] is null are skipped.
+    void (*values)(const float* S, int64_t ldc, int R, const float* const* v, int goff, int c0, int c1, float* const* o,
+                   int d0);
+};
+
 const PrefillKernels& avx512_prefill_kernels();
+const DecodeKernels& avx512_decode_kernels();
 
 }  // namespace kvchat::attention_kernels

@@ -265,7 +265,8 @@ void prefill_item(const AttentionInput& in, const AttentionShape& s, const Colum
 // Decode: out[r][d0, d0 + 8) = P · V over columns [c0, c1) (multiples of 64) for rows [0, R), as
 // ggml_vec_dot_f16 sums each channel: chains by column class c % 64, then per lane
 // j = c % 16: (class j + class 32 + j) + (class 16 + j + class 48 + j), then the 16-lane tree.
-void pv_decode(const float* S, int64_t ldc, const Columns& cols, int goff, int R, int c0, int c1, float* const* o, int d0) {
+void pv_decode8(const float* S, int64_t ldc, const float* const* vcol, int goff, int R, int c0, int c1, float* const* o,
+                int d0) {
     const int off = goff + d0;
     // A[row][class] for this slice of 8 channels.
     alignas(32) float A[8][64][8];
@@ -276,10 +277,10 @@ void pv_decode(const float* S, int64_t ldc, const Columns& cols, int goff, int R
                 __m256 a0 = _mm256_setzero_ps(), a1 = a0;
                 const float* sr = S + (r0 + i) * ldc;
                 for (int c = c0 + k; c < c1; c += 64) {
-                    const float* v0 = cols.v[static_cast<size_t>(c)];
-                    const float* v1 = cols.v[static_cast<size_t>(c + 1)];
-                    if (v0) a0 = _mm256_fmadd_ps(_mm256_set1_ps(sr[c]), _mm256_loadu_ps(v0 + off), a0);
-                    if (v1) a1 = _mm256_fmadd_ps(_mm256_set1_ps(sr[c + 1]), _mm256_loadu_ps(v1 + off), a1);
+                    const float* v0 = vcol[c];
+                    const float* v1 = vcol[c + 1];
+                    if (v0) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(v0 + off), _mm256_set1_ps(sr[c]), a0);
+                    if (v1) a1 = _mm256_fmadd_ps(_mm256_loadu_ps(v1 + off), _mm256_set1_ps(sr[c + 1]), a1);
                 }
                 _mm256_store_ps(A[i][k], a0);
                 _mm256_store_ps(A[i][k + 1], a1);
@@ -301,7 +302,27 @@ void pv_decode(const float* S, int64_t ldc, const Columns& cols, int goff, int R
     }
 }
 
+// The 256-bit decode kernels (attention_kernels.h).
+void decode_scores_avx2(const float* const* q, int R, const float* const* k, int goff, int hd, int c0, int c1, float* S,
+                        int64_t ldc) {
+    for (int c = c0; c < c1; ++c)
+        if (k[c])
+            for (int r = 0; r < R; ++r) S[r * ldc + c] = dot64(q[r], k[c] + goff, hd);
+}
+
+void decode_values_avx2(const float* S, int64_t ldc, int R, const float* const* v, int goff, int c0, int c1,
+                        float* const* o, int d0) {
+    pv_decode8(S, ldc, v, goff, R, c0, c1, o, d0);
+    pv_decode8(S, ldc, v, goff, R, c0, c1, o, d0 + 8);
+}
+
+const attention_kernels::DecodeKernels& decode_kernels() {
+    static const attention_kernels::DecodeKernels avx2{decode_scores_avx2, decode_values_avx2};
+    return std::string_view(simd_level()) == "avx2" ? avx2 : attention_kernels::avx512_decode_kernels();
+}
+
 void attend_decode(const AttentionInput& in, const AttentionShape& s, const Columns& cols, float* out, ThreadPool& pool) {
+    const attention_kernels::DecodeKernels& dk = decode_kernels();
     const int hd = s.head_dim, n_kv = s.n_head_kv, group = s.n_head / s.n_head_kv;
     const int32_t p = in.qpos[0];
     const int lo = first_seen(in, cols, p), hi = std::min(cols.n, p - cols.base + 1);
@@ -313,31 +334,29 @@ void attend_decode(const AttentionInput& in, const AttentionShape& s, const Colu
     constexpr int kChunk = 256;
     const int n_chunks = (hi - c0 + kChunk - 1) / kChunk;
     pool.parallel_for(static_cast<int64_t>(n_kv) * n_chunks, [&](int64_t b, int64_t e) {
+        Rows rows;
         for (int64_t i = b; i < e; ++i) {
             const int g = static_cast<int>(i / n_chunks);
             const int a0 = c0 + static_cast<int>(i % n_chunks) * kChunk, a1 = std::min(hi, a0 + kChunk);
-            for (int h = 0; h < group; ++h) {
-                const float* q = in.q + static_cast<int64_t>(g * group + h) * hd;
-                float* sr = S.data() + (static_cast<int64_t>(g) * group + h) * ldc;
-                for (int c = a0; c < a1; ++c) {
-                    const float* k = cols.k[static_cast<size_t>(c)];
-                    sr[c] = c < lo || !k ? kNegInf : dot64(q, k + static_cast<int64_t>(g) * hd, hd);
-                }
-            }
+            make_rows(in, s, 0, 1, g, out, rows);
+            float* sg = S.data() + static_cast<int64_t>(g) * group * ldc;
+            for (int h = 0; h < group; ++h) std::fill(sg + h * ldc + a0, sg + h * ldc + a1, kNegInf);
+            const int b0 = std::max(a0, lo);
+            if (b0 < a1) dk.scores(rows.q.data(), group, cols.k.data(), g * hd, hd, b0, a1, sg, ldc);
         }
     });
     pool.parallel_for(static_cast<int64_t>(n_kv) * group, [&](int64_t b, int64_t e) {
         for (int64_t i = b; i < e; ++i) softmax_row(S.data() + i * ldc, c0, hi);
     });
     const int c1 = (hi + 63) & ~63;
-    const int n_slices = hd / 8;
+    const int n_slices = hd / 16;
     pool.parallel_for(static_cast<int64_t>(n_kv) * n_slices, [&](int64_t b, int64_t e) {
         Rows rows;
         for (int64_t i = b; i < e; ++i) {
             const int g = static_cast<int>(i / n_slices);
             make_rows(in, s, 0, 1, g, out, rows);
-            pv_decode(S.data() + static_cast<int64_t>(g) * group * ldc, ldc, cols, g * hd, group, c0, c1, rows.o.data(),
-                      static_cast<int>(i % n_slices) * 8);
+            dk.values(S.data() + static_cast<int64_t>(g) * group * ldc, ldc, group, cols.v.data(), g * hd, c0, c1,
+                      rows.o.data(), static_cast<int>(i % n_slices) * 16);
         }
     });
 }

@@ -103,7 +103,96 @@ void values(const float* S, int64_t ldc, int R, const float* vt, int64_t ld, int
         for (int d = 0; d < hd; d += 4) values_tile<1>(S + r * ldc, ldc, vt, ld, c0, c1, o + r, d);
 }
 
+// --- decode --------------------------------------------------------------------------------
+
+// Rows [r, r + RI) against column c: four accumulators by dimension / 16 % 4.
+template <int RI>
+void decode_scores_tile(const float* const* q, const float* k, int hd, float* S, int64_t ldc, int c) {
+    __m512 a[RI][4];
+    for (int i = 0; i < RI; ++i)
+        for (int j = 0; j < 4; ++j) a[i][j] = _mm512_setzero_ps();
+    const int np = hd & ~63;
+    for (int d = 0; d < np; d += 64) {
+        __m512 kv[4];
+        for (int j = 0; j < 4; ++j) kv[j] = _mm512_loadu_ps(k + d + 16 * j);
+        for (int i = 0; i < RI; ++i)
+            for (int j = 0; j < 4; ++j) a[i][j] = _mm512_fmadd_ps(_mm512_loadu_ps(q[i] + d + 16 * j), kv[j], a[i][j]);
+    }
+    __m512 x[4];
+    for (int i = 0; i < 4; ++i) {
+        const int ii = i < RI ? i : 0;
+        x[i] = _mm512_add_ps(_mm512_add_ps(a[ii][0], a[ii][2]), _mm512_add_ps(a[ii][1], a[ii][3]));
+    }
+    alignas(16) float out[4];
+    _mm_store_ps(out, reduce4(x[0], x[1], x[2], x[3]));
+    for (int i = 0; i < RI; ++i) {
+        double sum = out[i];
+        for (int d = np; d < hd; ++d) sum += static_cast<double>(q[i][d] * k[d]);
+        S[i * ldc + c] = static_cast<float>(sum);
+    }
+}
+
+void decode_scores(const float* const* q, int R, const float* const* k, int goff, int hd, int c0, int c1, float* S,
+                   int64_t ldc) {
+    for (int c = c0; c < c1; ++c) {
+        if (!k[c]) continue;
+        int r = 0;
+        for (; r + 4 <= R; r += 4) decode_scores_tile<4>(q + r, k[c] + goff, hd, S + r * ldc, ldc, c);
+        for (; r < R; ++r) decode_scores_tile<1>(q + r, k[c] + goff, hd, S + r * ldc, ldc, c);
+    }
+}
+
+// Rows [r, r + 4) (RI of them), channels [d0, d0 + 16): chains for the column classes
+// [k0, k0 + 4), each over c = c0 + class + 64 i; the value loads are shared by the rows.
+template <int RI>
+void decode_values_pass(const float* S, int64_t ldc, const float* const* v, int off, int c0, int c1, int k0,
+                        float (*A)[64][16]) {
+    __m512 acc[RI][4];
+    for (int i = 0; i < RI; ++i)
+        for (int j = 0; j < 4; ++j) acc[i][j] = _mm512_setzero_ps();
+    for (int c = c0 + k0; c < c1; c += 64)
+        for (int j = 0; j < 4; ++j) {
+            const float* vc = v[c + j];
+            if (!vc) continue;
+            const __m512 x = _mm512_loadu_ps(vc + off);
+            for (int i = 0; i < RI; ++i) acc[i][j] = _mm512_fmadd_ps(x, _mm512_set1_ps(S[i * ldc + c + j]), acc[i][j]);
+        }
+    for (int i = 0; i < RI; ++i)
+        for (int j = 0; j < 4; ++j) _mm512_store_ps(A[i][k0 + j], acc[i][j]);
+}
+
+void decode_values(const float* S, int64_t ldc, int R, const float* const* v, int goff, int c0, int c1, float* const* o,
+                   int d0) {
+    alignas(64) float A[4][64][16];
+    for (int r = 0; r < R; r += 4) {
+        const int nr = R - r < 4 ? R - r : 4;
+        for (int k0 = 0; k0 < 64; k0 += 4) {
+            switch (nr) {
+                case 4: decode_values_pass<4>(S + r * ldc, ldc, v, goff + d0, c0, c1, k0, A); break;
+                case 3: decode_values_pass<3>(S + r * ldc, ldc, v, goff + d0, c0, c1, k0, A); break;
+                case 2: decode_values_pass<2>(S + r * ldc, ldc, v, goff + d0, c0, c1, k0, A); break;
+                default: decode_values_pass<1>(S + r * ldc, ldc, v, goff + d0, c0, c1, k0, A); break;
+            }
+        }
+        for (int i = 0; i < nr; ++i) {
+            __m512 X[16];
+            for (int j = 0; j < 16; ++j)
+                X[j] = _mm512_add_ps(_mm512_add_ps(_mm512_load_ps(A[i][j]), _mm512_load_ps(A[i][32 + j])),
+                                     _mm512_add_ps(_mm512_load_ps(A[i][16 + j]), _mm512_load_ps(A[i][48 + j])));
+            // The 16-lane tree across j, for 16 channels at once.
+            for (int j = 0; j < 8; ++j) X[j] = _mm512_add_ps(X[j], X[j + 8]);
+            for (int j = 0; j < 4; ++j) X[j] = _mm512_add_ps(X[j], X[j + 4]);
+            _mm512_storeu_ps(o[r + i] + d0, _mm512_add_ps(_mm512_add_ps(X[0], X[2]), _mm512_add_ps(X[1], X[3])));
+        }
+    }
+}
+
 }  // namespace
+
+const DecodeKernels& avx512_decode_kernels() {
+    static const DecodeKernels k{decode_scores, decode_values};
+    return k;
+}
 
 const PrefillKernels& avx512_prefill_kernels() {
     static const PrefillKernels k{scores, values};
