@@ -71,6 +71,9 @@ bool GrowableArena::adopt_file(int fd, uint64_t offset, size_t len, size_t capac
         ::munmap(p, want);
         return false;
     }
+#ifdef MADV_POPULATE_READ
+    ::madvise(p, file_part, MADV_POPULATE_READ);  // (advice; older kernels fault the pages on use)
+#endif
     if (data_) ::munmap(data_, mapped_);
     data_ = static_cast<uint8_t*>(p);
     mapped_ = want;
