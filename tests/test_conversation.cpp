@@ -234,6 +234,9 @@ private slots:
     void defaultModelMatchesRecomputing_data() {
         QTest::addColumn<QString>("spec");
         QTest::newRow("dynamic") << "dynamic";
+        QTest::newRow("static") << "static:max_len=2048";
+        QTest::newRow("offloaded") << "offloaded";
+        QTest::newRow("hybrid") << "hybrid";
         // sliding_window and quantized caches are left to the tiny-model tests: a ring holds its
         // slots in another order than a fresh prefill, and the products, which round as llama.cpp's
         // do, round differently for a batch than for a few tokens (the conversation prefills at
