@@ -518,47 +518,35 @@ void AxisLayer::load_state(ByteReader& r) {
         int64_t cap = 16;
         while (cap < n_slots) cap *= 2;
         cap = std::max(n_slots, std::min(cap, slot_limit_));
+        // The records of the filled slots, in slot order.
+        const int64_t n_records = std::count_if(pos.begin(), pos.end(), [](int32_t p) { return p != kEmpty; });
+        const char* data = r.take(static_cast<size_t>(n_records) * rec_bytes(), "slot data");
         // Every slot filled and the data page-aligned in a snapshot file: the layer maps it
         // (copy-on-write) instead of reading it, so reopening a long conversation costs no copy.
-        const bool dense = n_slots > 0 && std::none_of(pos.begin(), pos.end(), [](int32_t p) { return p == kEmpty; });
-        if (dense && !tier_ && full() && cap >= slot_cap_ && r.remaining() >= static_cast<size_t>(n_slots) * rec_bytes()) {
-            const char* data = r.take(static_cast<size_t>(n_slots) * rec_bytes(), "slot data");
-            const int64_t at = r.file_offset(data);
+        bool mapped = false;
+        const int64_t at = r.file_offset(data);
+        if (n_records == n_slots && n_slots > 0 && !tier_ && full() && cap >= slot_cap_ && at >= 0) {
             const int64_t old_cap = slot_cap_;
             slot_cap_ = cap;
-            if (at >= 0 && resident_.adopt_file(r.file_fd(), static_cast<uint64_t>(at), static_cast<size_t>(n_slots) * rec_bytes(),
-                                                capacity_bytes())) {
+            mapped = resident_.adopt_file(r.file_fd(), static_cast<uint64_t>(at),
+                                          static_cast<size_t>(n_slots) * rec_bytes(), capacity_bytes());
+            if (mapped) {
                 base_ = resident_.data();
                 slot_pos_.assign(static_cast<size_t>(cap), kEmpty);
-                std::copy(pos.begin(), pos.end(), slot_pos_.begin());
                 res_off_ = blk_off_ = static_cast<size_t>(cap) * rec_bytes();
-                slot_used_ = n_slots;
-                if (ordered()) n_ordered_ = n_slots;
-                next_pos_ = next;
-                evicted_ = evicted;
-                loan.finish();
-                return;
+            } else {
+                slot_cap_ = old_cap;
             }
-            slot_cap_ = old_cap;
+        }
+        if (!mapped) {
             if (n_slots > slot_cap_) grow_slots(cap);
-            std::memcpy(slot(0), data, static_cast<size_t>(n_slots) * rec_bytes());
-            std::copy(pos.begin(), pos.end(), slot_pos_.begin());
-            slot_used_ = n_slots;
-            if (ordered()) n_ordered_ = n_slots;
-            next_pos_ = next;
-            evicted_ = evicted;
-            mark(0, used_bytes());
-            loan.finish();
-            return;
+            for (int64_t i = 0; i < n_slots; ++i)
+                if (pos[static_cast<size_t>(i)] != kEmpty) {
+                    std::memcpy(slot(i), data, rec_bytes());
+                    data += rec_bytes();
+                }
         }
-        if (n_slots > slot_cap_) grow_slots(cap);
-        for (int64_t i = 0; i < n_slots; ++i) {
-            const int32_t p = pos[static_cast<size_t>(i)];
-            if (p == kEmpty) continue;
-            std::memcpy(slot(i), r.take(rec_bytes(), "slot data"), rec_bytes());
-            slot_pos_[static_cast<size_t>(i)] = p;
-            slot_used_ = std::max(slot_used_, i + 1);
-        }
+        std::copy(pos.begin(), pos.end(), slot_pos_.begin());
         if (ordered()) n_ordered_ = n_slots;
         slot_used_ = n_slots;
         if (!full()) {
