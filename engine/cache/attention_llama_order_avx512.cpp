@@ -44,6 +44,17 @@ void scores_tile(const float* const* q, const float* const* k, int goff, int hd,
     }
 }
 
+// RI rows x n (1 to 4) columns.
+template <int RI>
+void scores_tiles(int n, const float* const* q, const float* const* k, int goff, int hd, float* S, int64_t ldc, int c) {
+    switch (n) {
+        case 4: scores_tile<RI, 4>(q, k, goff, hd, S, ldc, c); break;
+        case 3: scores_tile<RI, 3>(q, k, goff, hd, S, ldc, c); break;
+        case 2: scores_tile<RI, 2>(q, k, goff, hd, S, ldc, c); break;
+        default: scores_tile<RI, 1>(q, k, goff, hd, S, ldc, c); break;
+    }
+}
+
 void scores(const float* const* q, int R, const float* const* k, int goff, int hd, int c0, int c1, float* S, int64_t ldc) {
     for (int c = c0; c < c1;) {
         // The next run of up to 4 present columns.
@@ -55,24 +66,8 @@ void scores(const float* const* q, int R, const float* const* k, int goff, int h
         while (n < 4 && c + n < c1 && k[c + n]) ++n;
         const float* const* kc = k + c;
         int r = 0;
-        for (; r + 4 <= R; r += 4) {
-            float* s = S + r * ldc;
-            switch (n) {
-                case 4: scores_tile<4, 4>(q + r, kc, goff, hd, s, ldc, c); break;
-                case 3: scores_tile<4, 3>(q + r, kc, goff, hd, s, ldc, c); break;
-                case 2: scores_tile<4, 2>(q + r, kc, goff, hd, s, ldc, c); break;
-                default: scores_tile<4, 1>(q + r, kc, goff, hd, s, ldc, c); break;
-            }
-        }
-        for (; r < R; ++r) {
-            float* s = S + r * ldc;
-            switch (n) {
-                case 4: scores_tile<1, 4>(q + r, kc, goff, hd, s, ldc, c); break;
-                case 3: scores_tile<1, 3>(q + r, kc, goff, hd, s, ldc, c); break;
-                case 2: scores_tile<1, 2>(q + r, kc, goff, hd, s, ldc, c); break;
-                default: scores_tile<1, 1>(q + r, kc, goff, hd, s, ldc, c); break;
-            }
-        }
+        for (; r + 4 <= R; r += 4) scores_tiles<4>(n, q + r, kc, goff, hd, S + r * ldc, ldc, c);
+        for (; r < R; ++r) scores_tiles<1>(n, q + r, kc, goff, hd, S + r * ldc, ldc, c);
         c += n;
     }
 }
