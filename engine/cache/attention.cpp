@@ -481,16 +481,9 @@ void attend(const AttentionInput& in, const AttentionShape& shape, float* out, T
     collect(in, pmin, pmax, cols);
     const int64_t C = static_cast<int64_t>(cols.size()), ldc = padded(C);
 
-    // Queries per tile: up to kTileRows rows, in a number of tiles that shares evenly among the
-    // threads (17 queries on 2 threads: 9 + 8, not 16 + 1), all tiles of about the same size.
-    const int64_t tq_max = std::max<int64_t>(1, kTileRows / group);
-    const int64_t per_round = std::max<int64_t>(1, (threads + n_kv - 1) / n_kv);
-    int64_t n_tiles = (n_q + tq_max - 1) / tq_max;
-    n_tiles = std::min<int64_t>(n_q, (n_tiles + per_round - 1) / per_round * per_round);
-    int64_t tq = (n_q + n_tiles - 1) / n_tiles;
-    n_tiles = (n_q + tq - 1) / tq;
+    const QueryTiles tiles(n_q, group, n_kv, threads, kTileRows);
 
-    if (n_tiles * n_kv < threads && C >= kSplitMinCols) {
+    if (tiles.items() < threads && C >= kSplitMinCols) {
         // Few rows over a long context (decode): one tile, its scores split across threads by
         // columns, the softmax by rows, P·V by channels; each value is computed as on one thread.
         const int64_t R = n_q * group;
@@ -531,24 +524,29 @@ void attend(const AttentionInput& in, const AttentionShape& shape, float* out, T
         return;
     }
 
-    // Work items (tile, kv head); tiles are interleaved first/last so that a contiguous share
-    // of items mixes short and long causal rows.
-    pool.parallel_for(n_tiles * n_kv, [&](int64_t b, int64_t e) {
+    pool.parallel_for(tiles.items(), [&](int64_t b, int64_t e) {
         thread_local Scratch w;
         thread_local std::vector<float> S;
         for (int64_t i = b; i < e; ++i) {
-            const int64_t k = i / n_kv;
-            const int g = static_cast<int>(i % n_kv);
-            const int64_t tile = k % 2 == 0 ? k / 2 : n_tiles - 1 - k / 2;
-            const int64_t t0 = tile * tq, t1 = std::min(n_q, t0 + tq);
-            tile_rows(in, shape, t0, t1, g, out, cols, w);
+            const QueryTiles::Item it = tiles.item(i);
+            tile_rows(in, shape, it.t0, it.t1, it.g, out, cols, w);
             S.resize(static_cast<size_t>(static_cast<int64_t>(w.q.size()) * ldc));
-            const Tile tl = make_tile(in, shape, g, cols, S.data(), ldc, w);
+            const Tile tl = make_tile(in, shape, it.g, cols, S.data(), ldc, w);
             tl.scores(0, tl.n_act);
             for (int r = 0; r < tl.R; ++r) tl.softmax(r);
             tl.pv(0, hd);
         }
     });
+}
+
+QueryTiles::QueryTiles(int64_t queries, int group, int kv_heads, int threads, int tile_rows)
+    : n_q(queries), n_kv(kv_heads) {
+    const int64_t tq_max = std::max<int64_t>(1, tile_rows / group);
+    const int64_t per_round = std::max<int64_t>(1, (threads + n_kv - 1) / n_kv);
+    n_tiles = (n_q + tq_max - 1) / tq_max;
+    n_tiles = std::min<int64_t>(n_q, (n_tiles + per_round - 1) / per_round * per_round);
+    tq = (n_q + n_tiles - 1) / n_tiles;
+    n_tiles = (n_q + tq - 1) / tq;
 }
 
 }  // namespace kvchat

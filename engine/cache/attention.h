@@ -6,6 +6,7 @@
 #include "engine/cache/cache_layer.h"
 #include "engine/cache/kivi_block.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -46,6 +47,26 @@ struct AttentionInput {
     // f16 matmul). The caller rounds q (already scaled: shape.scale must be 1), k and v. Only for
     // f32 slots (no blocks). Where llama_order_applies, in llama.cpp's summation order too.
     bool f16_probs = false;
+};
+
+// How a prefill's queries are cut into work items for the threads, shared by both kernels:
+// tiles of up to tile_rows rows (query heads x queries), in a number of tiles that shares evenly
+// among the threads (17 queries on 2 threads: 9 + 8, not 16 + 1), all of about the same size.
+// Item i of items() is kv head i % n_kv and a tile taken first/last alternately, so a contiguous
+// share of items mixes short and long causal rows.
+struct QueryTiles {
+    QueryTiles(int64_t n_q, int group, int n_kv, int threads, int tile_rows);
+    int64_t items() const { return n_tiles * n_kv; }
+    struct Item {
+        int g;           // kv head
+        int64_t t0, t1;  // queries [t0, t1)
+    };
+    Item item(int64_t i) const {
+        const int64_t k = i / n_kv;
+        const int64_t tile = k % 2 == 0 ? k / 2 : n_tiles - 1 - k / 2;
+        return {static_cast<int>(i % n_kv), tile * tq, std::min(n_q, tile * tq + tq)};
+    }
+    int64_t n_q, n_kv, tq, n_tiles;
 };
 
 // out: n_q x (n_head*head_dim).

@@ -404,24 +404,13 @@ void attend_llama_order(const AttentionInput& in, const AttentionShape& s, float
         }
     });
 
-    // Work items (query tile, kv head), tiles interleaved first/last so that a contiguous share of
-    // items mixes short and long causal rows.
-    const int threads = pool.size();
-    const int64_t tq_max = std::max<int64_t>(1, kTileRows / group);
-    const int64_t per_round = std::max<int64_t>(1, (threads + n_kv - 1) / n_kv);
-    int64_t n_tiles = (n_q + tq_max - 1) / tq_max;
-    n_tiles = std::min<int64_t>(n_q, (n_tiles + per_round - 1) / per_round * per_round);
-    const int64_t tq = (n_q + n_tiles - 1) / n_tiles;
-    n_tiles = (n_q + tq - 1) / tq;
-    pool.parallel_for(n_tiles * n_kv, [&](int64_t b, int64_t e) {
+    const QueryTiles tiles(n_q, group, n_kv, pool.size(), kTileRows);
+    pool.parallel_for(tiles.items(), [&](int64_t b, int64_t e) {
         Rows rows;
         thread_local std::vector<float> S;
         for (int64_t i = b; i < e; ++i) {
-            const int64_t k = i / n_kv;
-            const int g = static_cast<int>(i % n_kv);
-            const int64_t tile = k % 2 == 0 ? k / 2 : n_tiles - 1 - k / 2;
-            const int64_t t0 = tile * tq, t1 = std::min(n_q, t0 + tq);
-            prefill_item(in, s, cols, vt.data() + static_cast<int64_t>(g) * hd * ld, ld, t0, t1, g, out, rows, S);
+            const QueryTiles::Item it = tiles.item(i);
+            prefill_item(in, s, cols, vt.data() + static_cast<int64_t>(it.g) * hd * ld, ld, it.t0, it.t1, it.g, out, rows, S);
         }
     });
 }
