@@ -6,6 +6,7 @@
 #include <QApplication>
 #include <QCommandLineParser>
 #include <QElapsedTimer>
+#include <QIcon>
 #include <QJsonDocument>
 #include <QJsonObject>
 #include <QTimer>
@@ -54,7 +55,9 @@ void reportStartup(kvchat::MainWindow& window, const QElapsedTimer& since, const
 
 }  // namespace
 
-int main(int argc, char** argv) {
+// Any exception that reaches here (a library failure) is reported and exits 2, like kvchat-cli,
+// instead of aborting.
+int main(int argc, char** argv) try {
     QElapsedTimer since;
     since.start();
     // As in kvchat-cli: past a file size limit a spill file write fails with EFBIG and is reported,
@@ -64,7 +67,9 @@ int main(int argc, char** argv) {
     QApplication::setApplicationName("kvchat");
     QApplication::setOrganizationName("kvchat");
     QApplication::setApplicationVersion(KVCHAT_VERSION);
-    QApplication::setDesktopFileName("kvchat");
+    // One id names the desktop entry, the AppStream metadata and the installed icon.
+    QGuiApplication::setDesktopFileName(KVCHAT_APP_ID);
+    QApplication::setWindowIcon(QIcon::fromTheme(KVCHAT_APP_ID, QIcon(":/kvchat/app-icon-256.png")));
 
     QCommandLineParser parser;
     parser.setApplicationDescription("Local chat with a persistent, inspectable KV cache.");
@@ -77,13 +82,20 @@ int main(int argc, char** argv) {
                                                    "startup timings as JSON and quit.");
     QCommandLineOption messageOpt("message", "The message --startup-report sends (default: Hello).", "text", "Hello");
     parser.addOptions({modelOpt, dbOpt, reportOpt, messageOpt});
+    parser.addPositionalArgument("file", "Model file to open (as --model; the desktop entry passes it).", "[file]");
     parser.process(app);
 
     kvchat::WindowOptions options;
-    options.modelPath = parser.value(modelOpt);
+    options.modelPath = parser.isSet(modelOpt) ? parser.value(modelOpt) : parser.positionalArguments().value(0);
     options.databasePath = parser.value(dbOpt);
     kvchat::MainWindow window(options);
     if (parser.isSet(reportOpt)) reportStartup(window, since, parser.value(messageOpt));
     window.show();
     return app.exec();
+} catch (const std::exception& e) {
+    std::fprintf(stderr, "kvchat: error: %s\n", e.what());
+    return 2;
+} catch (...) {
+    std::fputs("kvchat: error: an unexpected error stopped the program\n", stderr);
+    return 2;
 }
