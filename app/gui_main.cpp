@@ -12,6 +12,7 @@
 #include <QTimer>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 
 namespace {
 
@@ -39,6 +40,11 @@ void reportStartup(kvchat::MainWindow& window, const QElapsedTimer& since, const
     });
     QObject::connect(&window, &kvchat::MainWindow::currentConversationChanged, &window, [&window, sendOnce](qint64 id) {
         if (id != 0 && window.modelReady()) QTimer::singleShot(0, &window, sendOnce);
+    });
+    QObject::connect(&window, &kvchat::MainWindow::modelLoadFailed, &window, [](const QString& path, const QString& problem) {
+        std::fprintf(stderr, "kvchat: error: the model %s cannot be loaded: %s\n",
+                     path.isEmpty() ? "(default)" : qPrintable(path), qPrintable(problem));
+        std::exit(2);
     });
     QObject::connect(&window, &kvchat::MainWindow::answerStarted, &window, [report, since] {
         if (!report->contains("first_token_ms")) (*report)["first_token_ms"] = static_cast<double>(since.nsecsElapsed()) / 1e6;

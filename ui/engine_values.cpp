@@ -1,3 +1,4 @@
+#include "ui/chat_settings_value.h"
 #include "ui/engine_values.h"
 
 namespace kvchat {
@@ -10,6 +11,7 @@ void registerEngineValues() {
     qRegisterMetaType<ModelInfo>();
     qRegisterMetaType<TurnOutcome>();
     qRegisterMetaType<CacheTelemetry>();
+    qRegisterMetaType<ChatSettings>();
     qRegisterMetaType<QList<MessageItem>>();
     qRegisterMetaType<QList<ConversationItem>>();
     qRegisterMetaType<QList<PrefixItem>>();

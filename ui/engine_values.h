@@ -79,7 +79,7 @@ struct TurnOutcome {
     QString cacheSpec;
 };
 
-// Registers every value above (and the engine's CacheTelemetry) with Qt's
+// Registers every value above (and the engine's CacheTelemetry and ChatSettings) with Qt's
 // meta-type system so queued connections can copy them. Called once before the worker starts.
 void registerEngineValues();
 

@@ -1,9 +1,11 @@
 #include "ui/engine_worker.h"
 
+#include "engine/chat/chat_settings.h"
 #include "engine/chat/conversation_registry.h"
 #include "engine/compute/backend.h"
 #include "engine/error.h"
 #include "engine/model/model.h"
+#include "engine/model/model_path.h"
 #include "engine/store/store.h"
 
 #include <QDateTime>
@@ -11,6 +13,7 @@
 #include <QFileInfo>
 
 #include <algorithm>
+#include <optional>
 #include <cstdio>
 #include <exception>
 
@@ -34,9 +37,50 @@ AnswerFigures figuresOf(const GenerationStats& s) {
     AnswerFigures f;
     f.promptTokens = s.prompt_tokens;
     f.generatedTokens = s.generated_tokens;
+    f.cachedTokens = s.cached_tokens;
+    f.prefixTokens = s.prefix_tokens;
+    f.computedTokens = s.computed_tokens;
     f.ttftMs = s.ttft_ms.value_or(-1);
     f.tokensPerSecond = s.tokens_per_second.value_or(-1);
+    f.prefillSavedMs = s.prefill_saved_ms.value_or(-1);
     return f;
+}
+
+ConversationItem itemOf(const ConversationSummary& c) {
+    ConversationItem item;
+    item.id = c.id;
+    item.title = qs(c.title);
+    item.updatedMs = c.updated_ms;
+    item.messageCount = c.message_count;
+    item.tokens = c.tokens;
+    item.cacheSpec = qs(c.cache_spec);
+    item.cacheResident = c.cache_resident;
+    item.lastUnanswered = c.last_unanswered;
+    return item;
+}
+
+ConversationItem itemOf(const ConversationOverview& o) {
+    ConversationItem item;
+    item.id = o.conversation.id;
+    item.title = qs(o.conversation.title);
+    item.updatedMs = o.conversation.updated_ms;
+    item.messageCount = o.message_count;
+    item.tokens = o.tokens;
+    item.cacheSpec = qs(o.conversation.cache_spec);
+    item.lastUnanswered = o.last_unanswered;
+    return item;
+}
+
+// A new chat is titled after its first message (its first line, cut at a word), as chat apps do.
+std::string titleFrom(const QString& text) {
+    QString line = text.trimmed().section(u'\n', 0, 0).simplified();
+    if (line.size() > 48) {
+        line.truncate(48);
+        const qsizetype space = line.lastIndexOf(u' ');
+        if (space > 24) line.truncate(space);
+        line += QStringLiteral("…");
+    }
+    return ss(line);
 }
 
 MessageItem messageItem(const MessageRecord& m) {
@@ -53,13 +97,19 @@ MessageItem messageItem(const MessageRecord& m) {
 
 }  // namespace
 
-TurnOptions EngineWorker::turnOptions() const {
-    TurnOptions t;
-    t.generation.max_new_tokens = maxNewTokens_;
-    return t;
+TurnOptions EngineWorker::turnOptions(qint64 id) const {
+    const auto rec = store_->find_conversation_by_id(id);
+    return settings_->turn_options(rec ? rec->cache_spec : settings_->default_strategy);
 }
 
-EngineWorker::EngineWorker(QObject* parent) : QObject(parent) {}
+void EngineWorker::makeRegistry() {
+    registry_.reset();
+    if (store_ && model_)
+        registry_ = std::make_unique<ConversationRegistry>(*store_, *model_, *backend_,
+                                                           static_cast<size_t>(std::max(1, settings_->resident_caches)));
+}
+
+EngineWorker::EngineWorker(QObject* parent) : QObject(parent), settings_(std::make_unique<ChatSettings>()) {}
 
 EngineWorker::~EngineWorker() { shutdown(); }
 
@@ -105,7 +155,10 @@ void EngineWorker::openStore(const QString& path) {
         Q_EMIT storeFailed(path, qs(e.what()));
         return;
     }
-    if (model_) registry_ = std::make_unique<ConversationRegistry>(*store_, *model_, *backend_);
+    *settings_ = ChatSettings::load(*store_);
+    emitNotices(settings_->notices);
+    makeRegistry();
+    Q_EMIT settingsLoaded(*settings_);
     Q_EMIT storeOpened(path, conversationItems(), prefixItems());
 }
 
@@ -115,7 +168,8 @@ void EngineWorker::loadModel(const QString& path) {
     Q_EMIT modelProgress(tr("Loading model"), 0, 0);
     std::unique_ptr<Model> model;
     try {
-        model = Model::load(ss(path));
+        // No path: the default model, or an error that says how to install it.
+        model = Model::load(path.isEmpty() ? find_model("") : ss(path));
     } catch (const std::exception& e) {
         Q_EMIT modelFailed(path, qs(e.what()));
         return;
@@ -125,13 +179,16 @@ void EngineWorker::loadModel(const QString& path) {
         return;
     }
     shutdown();
-    if (!backend_) backend_ = make_cpu_backend(0);
+    if (!backend_ || backendThreads_ != settings_->threads) {
+        backend_ = make_cpu_backend(settings_->threads);
+        backendThreads_ = settings_->threads;
+    }
     model_ = std::move(model);
-    if (store_) registry_ = std::make_unique<ConversationRegistry>(*store_, *model_, *backend_);
+    makeRegistry();
     if (registry_) emitNotices(registry_->take_notices());
     ModelInfo info;
-    info.path = path;
-    info.name = QFileInfo(path).fileName();
+    info.path = qs(model_->path());
+    info.name = QFileInfo(info.path).fileName();
     info.architecture = qs(model_->config().arch_name);
     info.contextLimit = model_->config().n_ctx_train;
     info.fileBytes = static_cast<qint64>(model_->file_bytes());
@@ -139,32 +196,20 @@ void EngineWorker::loadModel(const QString& path) {
     Q_EMIT modelLoaded(info);
 }
 
-std::string EngineWorker::titleOf(qint64 id) const {
-    if (!store_) throw Error("no database is open");
-    const auto rec = store_->find_conversation_by_id(id);
-    if (!rec) throw Error("the conversation was deleted");
-    return rec->title;
+QList<ConversationItem> EngineWorker::conversationItems() const {
+    QList<ConversationItem> out;
+    if (registry_) {
+        for (const ConversationSummary& c : registry_->list()) out.push_back(itemOf(c));
+    } else if (store_) {
+        for (const ConversationOverview& o : store_->list_conversation_overviews()) out.push_back(itemOf(o));
+    }
+    return out;
 }
 
 ConversationItem EngineWorker::conversationItem(qint64 id) const {
-    ConversationItem item;
-    const auto rec = store_->find_conversation_by_id(id);
-    if (!rec) return item;
-    const auto messages = store_->list_messages(id);
-    item.id = rec->id;
-    item.title = qs(rec->title);
-    item.updatedMs = rec->updated_ms;
-    item.messageCount = static_cast<qint64>(messages.size());
-    item.cacheSpec = qs(rec->cache_spec);
-    item.lastUnanswered = !messages.empty() && messages.back().role == Role::User;
-    return item;
-}
-
-QList<ConversationItem> EngineWorker::conversationItems() const {
-    QList<ConversationItem> out;
-    if (!store_) return out;
-    for (const ConversationRecord& c : store_->list_conversations()) out.push_back(conversationItem(c.id));
-    return out;
+    for (const ConversationItem& c : conversationItems())
+        if (c.id == id) return c;
+    return {};
 }
 
 QList<PrefixItem> EngineWorker::prefixItems() const {
@@ -196,20 +241,19 @@ void EngineWorker::createConversation(const QString& system, qint64 prefixId) {
     if (!needModel(tr("New chat"))) return;
     try {
         OpenOptions options;
-        options.system = ss(system);
+        options.system = system.isEmpty() ? settings_->system_prompt : ss(system);
+        options.cache_spec = settings_->default_strategy;
         if (prefixId > 0) {
             const auto p = store_->find_prefix_by_id(prefixId);
             if (!p) throw Error("the prefix was deleted");
             options.prefix = p->name;
         }
-        // A unique title: "Chat", "Chat 2", ... (the user renames it).
-        std::string title = "New chat";
-        for (int n = 2; store_->find_conversation(title); ++n) title = "New chat " + std::to_string(n);
-        registry_->open(title, options);
+        const int64_t id = registry_->create(prefixId > 0 ? ss(QString::fromStdString(options.prefix)) : "Chat", options);
         emitNotices(registry_->take_notices());
-        const ConversationItem item = conversationItem(registry_->id_of(title));
-        Q_EMIT conversationsChanged(conversationItems());
-        Q_EMIT conversationCreated(item);
+        const QList<ConversationItem> all = conversationItems();
+        Q_EMIT conversationsChanged(all);
+        for (const ConversationItem& c : all)
+            if (c.id == id) Q_EMIT conversationCreated(c);
         if (prefixId > 0) Q_EMIT prefixesChanged(prefixItems());
     } catch (const std::exception& e) {
         Q_EMIT failed(tr("New chat"), qs(e.what()));
@@ -222,6 +266,8 @@ void EngineWorker::openConversation(qint64 id) {
         QList<MessageItem> messages;
         for (const MessageRecord& m : store_->list_messages(id)) messages.push_back(messageItem(m));
         Q_EMIT transcriptLoaded(conversationItem(id), messages);
+        if (registry_)
+            if (auto t = registry_->telemetry(id)) Q_EMIT cacheTelemetry(id, *t);
     } catch (const std::exception& e) {
         Q_EMIT failed(tr("Open conversation"), qs(e.what()));
     }
@@ -234,7 +280,8 @@ void EngineWorker::renameConversation(qint64 id, const QString& title) {
         if (t.empty()) throw Error("a conversation needs a name");
         if (auto other = store_->find_conversation(t); other && other->id != id)
             throw Error("a conversation named \u201c" + t + "\u201d already exists");
-        store_->rename_conversation(id, t);
+        if (registry_) registry_->rename(id, t);
+        else store_->rename_conversation(id, t);
     } catch (const std::exception& e) {
         Q_EMIT failed(tr("Rename"), qs(e.what()));
     }
@@ -244,8 +291,12 @@ void EngineWorker::renameConversation(qint64 id, const QString& title) {
 void EngineWorker::removeConversation(qint64 id) {
     if (!store_) return;
     try {
-        const std::string snapshot = store_->delete_conversation(id);
-        if (!snapshot.empty()) std::remove(store_->snapshot_path(snapshot).c_str());
+        if (registry_) {
+            registry_->remove(id);
+        } else {
+            const std::string snapshot = store_->delete_conversation(id);
+            if (!snapshot.empty()) std::remove(store_->snapshot_path(snapshot).c_str());
+        }
     } catch (const std::exception& e) {
         Q_EMIT failed(tr("Delete"), qs(e.what()));
     }
@@ -255,16 +306,10 @@ void EngineWorker::removeConversation(qint64 id) {
 void EngineWorker::search(const QString& query) {
     if (!store_) return;
     QList<qint64> ids;
-    const QString q = query.trimmed();
-    for (const ConversationRecord& c : store_->list_conversations()) {
-        bool hit = q.isEmpty() || qs(c.title).contains(q, Qt::CaseInsensitive);
-        if (!hit)
-            for (const MessageRecord& m : store_->list_messages(c.id))
-                if (qs(m.content).contains(q, Qt::CaseInsensitive)) {
-                    hit = true;
-                    break;
-                }
-        if (hit) ids.push_back(c.id);
+    try {
+        for (const ConversationOverview& o : store_->search_conversations(ss(query))) ids.push_back(o.conversation.id);
+    } catch (const std::exception& e) {
+        Q_EMIT failed(tr("Search"), qs(e.what()));
     }
     Q_EMIT searchResults(query, ids);
 }
@@ -277,9 +322,7 @@ void EngineWorker::runTurn(qint64 id, Turn&& turn) {
     }
     stop_.store(false);
     size_t before = 0;
-    std::string title;
     try {
-        title = titleOf(id);
         before = store_->list_messages(id).size();
     } catch (const std::exception& e) {
         Q_EMIT turnFailed(id, qs(e.what()), false);
@@ -288,32 +331,43 @@ void EngineWorker::runTurn(qint64 id, Turn&& turn) {
     Q_EMIT busyChanged(true);
     Q_EMIT turnStarted(id);
     QString pending;
-    QElapsedTimer sinceFlush;
-    sinceFlush.start();
-    auto onText = [&](std::string_view piece) {
+    QElapsedTimer sinceText, sinceStep, sinceProgress;
+    sinceText.start();
+    sinceStep.start();
+    sinceProgress.start();
+    TurnCallbacks callbacks;
+    callbacks.on_text = [&](std::string_view piece) {
         pending += qs(piece);
-        if (sinceFlush.elapsed() >= kTextBatchMs) {
+        if (sinceText.elapsed() >= kTextBatchMs) {
             Q_EMIT answerText(id, pending);
             pending.clear();
-            sinceFlush.restart();
+            sinceText.restart();
         }
     };
+    callbacks.on_step = [&](const CacheTelemetry& t) {
+        if (sinceStep.elapsed() < kTelemetryMs) return;
+        sinceStep.restart();
+        Q_EMIT cacheTelemetry(id, t);
+    };
+    callbacks.progress.cancel = &stop_;
+    callbacks.progress.report = [&](std::string_view task, int64_t done, int64_t total) {
+        if (done != total && sinceProgress.elapsed() < kTelemetryMs) return;
+        sinceProgress.restart();
+        Q_EMIT turnProgress(id, qs(task), done, total);
+    };
     try {
-        const TurnResult r = turn(title, onText);
+        const TurnResult r = turn(turnOptions(id), callbacks);
         if (!pending.isEmpty()) Q_EMIT answerText(id, pending);
         const auto messages = store_->list_messages(id);
         TurnOutcome out;
         out.conversationId = id;
         if (!messages.empty() && messages.back().role == Role::Assistant) out.answer = messageItem(messages.back());
-        out.answer.figures.cachedTokens = r.cached_tokens;
-        out.answer.figures.computedTokens = r.prefill_tokens;
         out.stopReason = qs(r.stop_reason);
         for (const std::string& n : r.notices) out.notices.push_back(qs(n));
         out.kvBytes = r.kv_bytes;
         out.contextTokens = r.prompt_tokens + static_cast<qint64>(r.tokens.size());
-        Conversation& c = registry_->open(title);
-        out.cacheSpec = qs(c.cache_spec());
-        if (c.has_cache()) Q_EMIT cacheTelemetry(id, c.cache().telemetry());
+        if (auto rec = store_->find_conversation_by_id(id)) out.cacheSpec = qs(rec->cache_spec);
+        if (auto t = registry_->telemetry(id)) Q_EMIT cacheTelemetry(id, *t);
         Q_EMIT turnFinished(out);
     } catch (const std::exception& e) {
         if (!pending.isEmpty()) Q_EMIT answerText(id, pending);
@@ -321,6 +375,7 @@ void EngineWorker::runTurn(qint64 id, Turn&& turn) {
         try {
             stored = store_->list_messages(id).size() != before;
         } catch (const std::exception&) {
+            stored = true;  // unknown: the window reloads the transcript rather than assume
         }
         Q_EMIT turnFailed(id, qs(e.what()), stored);
     }
@@ -329,42 +384,87 @@ void EngineWorker::runTurn(qint64 id, Turn&& turn) {
 }
 
 void EngineWorker::send(qint64 id, const QString& text) {
-    runTurn(id, [&](const std::string& title, auto& onText) {
-        registry_->open(title);
-        return registry_->send(title, ss(text), turnOptions(), onText,
-                               &stop_);
+    // The first message names a chat that still has its default title.
+    std::optional<std::string> title;
+    try {
+        const auto rec = store_ ? store_->find_conversation_by_id(id) : std::nullopt;
+        const auto msgs = rec ? store_->list_messages(id) : std::vector<MessageRecord>{};
+        const bool unnamed = rec && (rec->title == "Chat" || rec->title.rfind("Chat ", 0) == 0);
+        if (unnamed && std::none_of(msgs.begin(), msgs.end(), [](const MessageRecord& m) { return m.role == Role::User; }))
+            title = titleFrom(text);
+    } catch (const std::exception&) {
+    }
+    runTurn(id, [&](const TurnOptions& options, const TurnCallbacks& callbacks) {
+        return registry_->send(id, ss(text), options, callbacks);
     });
+    if (title && !title->empty()) {
+        try {
+            std::string t = *title;
+            for (int n = 2; store_->find_conversation(t); ++n) t = *title + " " + std::to_string(n);
+            registry_->rename(id, t);
+            Q_EMIT conversationsChanged(conversationItems());
+        } catch (const std::exception&) {
+            // The default title stays; the user can rename it.
+        }
+    }
 }
 
 void EngineWorker::regenerate(qint64 id) {
-    runTurn(id, [&](const std::string& title, auto& onText) {
-        registry_->open(title);
-        return registry_->regenerate(title, turnOptions(), onText,
-                                     &stop_);
+    runTurn(id, [&](const TurnOptions& options, const TurnCallbacks& callbacks) {
+        return registry_->regenerate(id, options, callbacks);
     });
 }
 
 void EngineWorker::edit(qint64 id, int ordinal, const QString& text) {
-    runTurn(id, [&](const std::string& title, auto& onText) {
-        registry_->open(title);
-        return registry_->edit(title, static_cast<size_t>(ordinal), ss(text),
-                               turnOptions(), onText, &stop_);
+    runTurn(id, [&](const TurnOptions& options, const TurnCallbacks& callbacks) {
+        return registry_->edit(id, static_cast<size_t>(ordinal), ss(text), options, callbacks);
     });
 }
 
 void EngineWorker::switchStrategy(qint64 id, const QString& spec) {
     if (!needModel(tr("Switch strategy"))) return;
+    stop_.store(false);
+    Q_EMIT busyChanged(true);
     try {
-        const std::string title = titleOf(id);
-        OpenOptions o;
-        o.cache_spec = ss(spec);
-        Conversation& c = registry_->open(title, o);
+        Progress progress;
+        progress.cancel = &stop_;
+        QElapsedTimer since;
+        since.start();
+        progress.report = [&](std::string_view task, int64_t done, int64_t total) {
+            if (done != total && since.elapsed() < kTelemetryMs) return;
+            since.restart();
+            Q_EMIT turnProgress(id, qs(task), done, total);
+        };
+        const ConversionPlan plan = registry_->switch_strategy(id, ss(spec), progress);
         emitNotices(registry_->take_notices());
-        Q_EMIT strategySwitched(id, qs(c.cache_spec()), QString());
-        if (c.has_cache()) Q_EMIT cacheTelemetry(id, c.cache().telemetry());
+        Q_EMIT strategySwitched(id, qs(plan.to_spec), qs(plan.summary));
+        if (auto t = registry_->telemetry(id)) Q_EMIT cacheTelemetry(id, *t);
     } catch (const std::exception& e) {
         Q_EMIT failed(tr("Switch strategy"), qs(e.what()));
+        if (auto rec = store_->find_conversation_by_id(id)) Q_EMIT strategySwitched(id, qs(rec->cache_spec), QString());
     }
+    Q_EMIT conversationsChanged(conversationItems());
+    Q_EMIT busyChanged(false);
+}
+
+void EngineWorker::saveSettings(const ChatSettings& settings) {
+    if (!store_) return;
+    try {
+        settings.validate();
+        settings.save(*store_);
+        const bool rebuild = settings.resident_caches != settings_->resident_caches;
+        *settings_ = settings;
+        settings_->notices.clear();
+        if (rebuild && registry_) {
+            shutdown();
+            makeRegistry();
+        }
+        if (model_ && backendThreads_ != settings.threads)
+            Q_EMIT notice(tr("The new thread count applies when a model is next loaded."));
+    } catch (const std::exception& e) {
+        Q_EMIT failed(tr("Settings"), qs(e.what()));
+    }
+    Q_EMIT settingsLoaded(*settings_);
 }
 
 void EngineWorker::savePrefixFromText(const QString& name, const QString& text) {

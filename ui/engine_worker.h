@@ -7,6 +7,7 @@
 //
 // Streaming: answer text is batched (a signal at most every ~30 ms) and per-step cache telemetry
 // is coalesced (at most ~30 signals a second), so the GUI thread never floods.
+#include "ui/chat_settings_value.h"
 #include "ui/engine_values.h"
 
 #include <QElapsedTimer>
@@ -54,6 +55,8 @@ public Q_SLOTS:
     void regenerate(qint64 id);
     void edit(qint64 id, int ordinal, const QString& text);
     void switchStrategy(qint64 id, const QString& spec);
+    // Validated, written to the database's settings and used from the next turn on.
+    void saveSettings(const kvchat::ChatSettings& settings);
 
     void savePrefixFromText(const QString& name, const QString& text);
     void savePrefixFromConversation(const QString& name, qint64 conversationId, int messages);
@@ -85,6 +88,9 @@ Q_SIGNALS:
     // The turn did not happen (the request was refused before anything was stored: draft kept).
     void turnFailed(qint64 conversationId, const QString& problem, bool messageStored);
     void cacheTelemetry(qint64 conversationId, const kvchat::CacheTelemetry& telemetry);
+    // A long step of a turn or a switch (loading a cache, prefilling, converting).
+    void turnProgress(qint64 conversationId, const QString& task, qint64 done, qint64 total);
+    void settingsLoaded(const kvchat::ChatSettings& settings);
     void strategySwitched(qint64 conversationId, const QString& spec, const QString& summary);
 
     void prefixesChanged(const QList<kvchat::PrefixItem>& prefixes);
@@ -102,8 +108,8 @@ private:
     // Runs one turn (send, regenerate or edit) with streaming and telemetry.
     template <class Turn>
     void runTurn(qint64 id, Turn&& turn);
-    std::string titleOf(qint64 id) const;
-    TurnOptions turnOptions() const;
+    TurnOptions turnOptions(qint64 id) const;
+    void makeRegistry();
     bool needModel(const QString& what);
     void emitNotices(const std::vector<std::string>& notices);
 
@@ -114,7 +120,8 @@ private:
     std::unique_ptr<ConversationRegistry> registry_;
     std::atomic<bool> stop_{false};
     std::atomic<bool> cancelLoad_{false};
-    int maxNewTokens_ = 512;
+    std::unique_ptr<ChatSettings> settings_;
+    int backendThreads_ = -1;
 };
 
 }  // namespace kvchat

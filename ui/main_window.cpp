@@ -1,12 +1,12 @@
 #include "ui/main_window.h"
 
-#include "engine/model/model_path.h"
 #include "engine/store/store.h"
 #include "ui/conversation_list_model.h"
 #include "ui/engine_worker.h"
 #include "ui/message_box.h"
 #include "ui/message_view.h"
 #include "ui/prefix_library_panel.h"
+#include "ui/settings_dialog.h"
 #include "ui/transcript_view.h"
 
 #include <QAction>
@@ -60,7 +60,8 @@ bool isModelPath(const QString& path) {
 
 }  // namespace
 
-MainWindow::MainWindow(const WindowOptions& options, QWidget* parent) : QMainWindow(parent), options_(options) {
+MainWindow::MainWindow(const WindowOptions& options, QWidget* parent)
+    : QMainWindow(parent), options_(options), settings_(std::make_unique<ChatSettings>()) {
     registerEngineValues();
     setObjectName(QStringLiteral("mainWindow"));
     setWindowTitle(QStringLiteral("kvchat"));
@@ -94,7 +95,8 @@ MainWindow::MainWindow(const WindowOptions& options, QWidget* parent) : QMainWin
     QString model = options_.modelPath;
     if (model.isEmpty()) {
         model = QSettings().value(QStringLiteral("models/last")).toString();
-        if (model.isEmpty() || !QFileInfo::exists(model)) model = QString::fromStdString(resolve_model_path(""));
+        // Empty: the worker looks for the default model (and says how to install it when missing).
+        if (!model.isEmpty() && !QFileInfo::exists(model)) model.clear();
     }
     Q_EMIT requestOpenStore(storePath_);
     loadModel(model);
@@ -151,6 +153,8 @@ void MainWindow::createActions() {
     connect(stopAction_, &QAction::triggered, this, [this] {
         if (answering_) worker_->stop();
     });
+    settingsAction_ = make(tr("&Settings…"), QStringLiteral("settingsAction"), QKeySequence(Qt::CTRL | Qt::Key_Comma));
+    connect(settingsAction_, &QAction::triggered, this, &MainWindow::openSettings);
     quitAction_ = make(tr("&Quit"), QStringLiteral("quitAction"), QKeySequence::Quit);
     connect(quitAction_, &QAction::triggered, this, &QWidget::close);
 }
@@ -163,6 +167,8 @@ void MainWindow::createMenus() {
     file->addAction(openFolderAction_);
     recentMenu_ = file->addMenu(tr("&Recent models"));
     recentMenu_->setObjectName(QStringLiteral("recentModelsMenu"));
+    file->addSeparator();
+    file->addAction(settingsAction_);
     file->addSeparator();
     file->addAction(quitAction_);
     QMenu* chat = menuBar()->addMenu(tr("&Conversation"));
@@ -358,6 +364,11 @@ void MainWindow::connectWorker() {
     connect(this, &MainWindow::requestRegenerate, w, &EngineWorker::regenerate);
     connect(this, &MainWindow::requestEdit, w, &EngineWorker::edit);
     connect(this, &MainWindow::requestSwitchStrategy, w, &EngineWorker::switchStrategy);
+    connect(this, &MainWindow::requestSaveSettings, w, &EngineWorker::saveSettings);
+    connect(w, &EngineWorker::settingsLoaded, this, [this](const ChatSettings& s) { *settings_ = s; });
+    connect(w, &EngineWorker::turnProgress, this, [this](qint64, const QString& task, qint64 done, qint64 total) {
+        statusBar()->showMessage(total > 0 ? tr("%1: %2 of %3").arg(task).arg(done).arg(total) : task, 2000);
+    });
     connect(prefixes_, &PrefixLibraryPanel::saveFromTextRequested, w, &EngineWorker::savePrefixFromText);
     connect(prefixes_, &PrefixLibraryPanel::saveFromConversationRequested, this, [this](const QString& name, int n) {
         if (currentId_ == 0) return showNotice(tr("Open a conversation first."), true);
@@ -536,6 +547,7 @@ void MainWindow::onModelLoaded(const ModelInfo& model) {
 }
 
 void MainWindow::onModelFailed(const QString& path, const QString& problem) {
+    Q_EMIT modelLoadFailed(path, problem);
     loadBar_->setVisible(false);
     cancelLoad_->setVisible(false);
     modelLabel_->setText(model_.name.isEmpty() ? tr("No model") : model_.name);
@@ -751,6 +763,13 @@ void MainWindow::updateStatus(const ConversationItem* c) {
     if (!c) return;
     strategyLabel_->setText(c->cacheSpec);
     if (c->tokens > 0) contextBar_->setValue(static_cast<int>(std::min<qint64>(c->tokens, contextBar_->maximum())));
+}
+
+void MainWindow::openSettings() {
+    auto* d = new SettingsDialog(*settings_, this);
+    d->setAttribute(Qt::WA_DeleteOnClose);
+    connect(d, &QDialog::accepted, this, [this, d] { Q_EMIT requestSaveSettings(d->settings()); });
+    d->open();
 }
 
 void MainWindow::loadModel(const QString& path) {

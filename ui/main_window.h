@@ -10,6 +10,8 @@
 #include <QThread>
 #include <QTimer>
 
+#include <memory>
+
 class QAction;
 class QComboBox;
 class QDockWidget;
@@ -28,6 +30,7 @@ class EngineWorker;
 class MessageBox;
 class PrefixLibraryPanel;
 class TranscriptView;
+struct ChatSettings;
 
 struct WindowOptions {
     QString databasePath;  // empty: the default database in the data folder
@@ -73,6 +76,9 @@ Q_SIGNALS:
     void requestRegenerate(qint64 id);
     void requestEdit(qint64 id, int ordinal, const QString& text);
     void requestSwitchStrategy(qint64 id, const QString& spec);
+    void requestSaveSettings(const kvchat::ChatSettings& settings);
+    // The model could not be loaded (problem empty: the load was cancelled).
+    void modelLoadFailed(const QString& path, const QString& problem);
 
 protected:
     void closeEvent(QCloseEvent* e) override;
@@ -112,6 +118,7 @@ private:
     void rememberModel(const QString& path);
     void updateRecentModels();
     void setAnswering(bool answering);
+    void openSettings();
 
     WindowOptions options_;
     QThread thread_;
@@ -152,8 +159,10 @@ private:
     QAction* regenerateAction_ = nullptr;
     QAction* stopAction_ = nullptr;
     QAction* quitAction_ = nullptr;
+    QAction* settingsAction_ = nullptr;
 
     ModelInfo model_;
+    std::unique_ptr<ChatSettings> settings_;
     QString storePath_;
     qint64 currentId_ = 0;
     qint64 restoreId_ = 0;
