@@ -60,7 +60,7 @@ void TranscriptView::setMessages(const QList<MessageItem>& messages) {
 }
 
 void TranscriptView::buildPending() {
-    for (int n = 0; n < kBuildBatch && !pending_.isEmpty(); ++n) appendMessage(pending_.takeFirst());
+    for (int n = 0; n < kBuildBatch && !pending_.isEmpty(); ++n) addView(pending_.takeFirst());
     if (!pending_.isEmpty()) {
         const int gen = generation_;
         QTimer::singleShot(0, this, [this, gen] {
@@ -69,11 +69,17 @@ void TranscriptView::buildPending() {
     }
 }
 
+void TranscriptView::flushPending() {
+    while (!pending_.isEmpty()) addView(pending_.takeFirst());
+}
+
 MessageView* TranscriptView::appendMessage(const MessageItem& message) {
-    if (!pending_.isEmpty() && pending_.constFirst().ordinal != message.ordinal) {
-        // A message added while the history is still being built goes after all of it.
-        while (!pending_.isEmpty()) appendMessage(pending_.takeFirst());
-    }
+    // A message added while the history is still being built goes after all of it.
+    flushPending();
+    return addView(message);
+}
+
+MessageView* TranscriptView::addView(const MessageItem& message) {
     placeholder_->setVisible(false);
     auto* v = new MessageView(message, column_);
     connect(v, &MessageView::editRequested, this, &TranscriptView::editRequested);
@@ -85,7 +91,7 @@ MessageView* TranscriptView::appendMessage(const MessageItem& message) {
 }
 
 void TranscriptView::truncateAfter(int ordinal) {
-    while (!pending_.isEmpty()) appendMessage(pending_.takeFirst());
+    flushPending();
     while (!views_.isEmpty() && views_.last()->message().ordinal > ordinal) {
         MessageView* v = views_.takeLast();
         if (v == streaming_) streaming_ = nullptr;
@@ -96,7 +102,7 @@ void TranscriptView::truncateAfter(int ordinal) {
 }
 
 void TranscriptView::removeLastAnswer() {
-    while (!pending_.isEmpty()) appendMessage(pending_.takeFirst());
+    flushPending();
     if (!views_.isEmpty() && views_.last()->message().role == MessageRole::Assistant)
         truncateAfter(views_.last()->message().ordinal - 1);
 }
@@ -111,7 +117,7 @@ void TranscriptView::replaceContent(int ordinal, const QString& content) {
 }
 
 void TranscriptView::startAnswer() {
-    while (!pending_.isEmpty()) appendMessage(pending_.takeFirst());
+    flushPending();
     MessageItem m;
     m.role = MessageRole::Assistant;
     m.ordinal = views_.isEmpty() ? 0 : views_.last()->message().ordinal + 1;

@@ -47,6 +47,8 @@ Q_SIGNALS:
 
 private:
     void buildPending();
+    void flushPending();
+    MessageView* addView(const MessageItem& message);
     void updateRegenerate();
     void scrollToEndIfFollowing();
 
