@@ -236,7 +236,9 @@ QWidget* MessageView::makeSegmentWidget(const MarkdownSegment& s) {
 void MessageView::updateSegmentWidget(QWidget* w, const MarkdownSegment& s) {
     ++parses_;
     if (!s.code) {
-        static_cast<TextPiece*>(w)->show(s.text, true);
+        // A line break in an answer is a line break, as chat apps show them (Markdown alone would
+        // join the lines of a list without markers, or of a poem, into one paragraph).
+        static_cast<TextPiece*>(w)->show(QString(s.text).replace(u'\n', QStringLiteral("  \n")), true);
         return;
     }
     w->setProperty("code", s.text);
