@@ -205,7 +205,8 @@ private Q_SLOTS:
         QTest::keyClick(input(*w), Qt::Key_Return);
         QVERIFY(started.wait(kTurnTimeoutMs));
         QVERIFY(w->findChild<QPushButton*>("stopButton")->isVisible());
-        QTest::keyClick(w.get(), Qt::Key_Escape);
+        QVERIFY(input(*w)->hasFocus());
+        QTest::keyClick(input(*w), Qt::Key_Escape);  // where the focus is while an answer comes
         QVERIFY(done.wait(kTurnTimeoutMs));
         const TurnOutcome out = done.at(0).at(0).value<TurnOutcome>();
         QCOMPARE(out.stopReason, QString("cancelled"));

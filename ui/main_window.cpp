@@ -430,6 +430,7 @@ void MainWindow::connectWorker() {
                            .arg(t.layers.size());
         cacheSummary_->setText(text);
         kvLabel_->setText(tr("KV %1").arg(bytesText(t.total_bytes)));
+        contextBar_->setValue(static_cast<int>(std::min<qint64>(t.tokens, contextBar_->maximum())));
     });
     connect(w, &EngineWorker::strategySwitched, this, [this](qint64 id, const QString& spec, const QString& summary) {
         if (id == currentId_) {
@@ -450,6 +451,13 @@ void MainWindow::restoreWindowState() {
     if (s.contains(QStringLiteral("window/geometry"))) restoreGeometry(s.value(QStringLiteral("window/geometry")).toByteArray());
     if (s.contains(QStringLiteral("window/state"))) restoreState(s.value(QStringLiteral("window/state")).toByteArray());
     restoreId_ = s.value(QStringLiteral("window/conversation")).toLongLong();
+}
+
+void MainWindow::showEvent(QShowEvent* e) {
+    QMainWindow::showEvent(e);
+    // The window takes the keyboard when it opens, so its shortcuts (Esc, Ctrl+N...) work at
+    // once, also where no window manager activates it.
+    activateWindow();
 }
 
 void MainWindow::closeEvent(QCloseEvent* e) {
