@@ -16,6 +16,9 @@
 #include "ui/transcript_view.h"
 
 #include <QAbstractItemView>
+#include <QAccessible>
+#include <QDockWidget>
+#include <QHeaderView>
 #include <QApplication>
 #include <QClipboard>
 #include <QToolButton>
@@ -375,6 +378,65 @@ private Q_SLOTS:
         const ChatSettings s = ChatSettings::load(store);
         QCOMPARE(s.max_new_tokens, 77);
         QCOMPARE(s.system_prompt, std::string("Be brief."));
+    }
+
+    // Geometry, docks and the open conversation come back after a restart.
+    void stateRestoredAfterRestart() {
+        const QString db = freshDb();
+        writeSettings(db, 4);
+        qint64 older = 0;
+        QByteArray geometry;
+        {
+            auto w = openWindow(db);
+            QVERIFY(w);
+            older = w->currentConversation();
+            QVERIFY(typeAndSend(*w, "the older chat"));
+            QTest::keyClick(w.get(), Qt::Key_N, Qt::ControlModifier);
+            QTRY_VERIFY_WITH_TIMEOUT(w->currentConversation() != older, 30000);
+            QVERIFY(typeAndSend(*w, "the newer chat"));
+            auto* list = w->findChild<QListView*>("conversationList");
+            QTRY_COMPARE(list->model()->rowCount(), 2);
+            list->setCurrentIndex(list->model()->index(1, 0));
+            QTRY_COMPARE(w->currentConversation(), older);
+            w->findChild<QDockWidget*>("prefixLibraryDock")->hide();
+            w->resize(1010, 707);
+            w->close();
+        }
+        WindowOptions o;
+        o.databasePath = db;
+        o.modelPath = model_;
+        MainWindow again(o);
+        again.show();
+        QTRY_VERIFY_WITH_TIMEOUT(again.currentConversation() == older, 30000);
+        QVERIFY(!again.findChild<QDockWidget*>("prefixLibraryDock")->isVisible());
+        QCOMPARE(again.size(), QSize(1010, 707));
+        QTRY_COMPARE(transcript(again)->messageViews().size(), 2);
+        QCOMPARE(transcript(again)->messageViews()[0]->content(), QString("the older chat"));
+    }
+
+    // Every control says what it is to a screen reader and can be reached with the keyboard.
+    void accessibleNamesAndKeyboard() {
+        const QString db = freshDb();
+        writeSettings(db, 4);
+        auto w = openWindow(db);
+        QVERIFY(w);
+        QVERIFY(typeAndSend(*w, "hi"));
+        QStringList missing;
+        for (QWidget* c : w->findChildren<QWidget*>()) {
+            const bool control = qobject_cast<QAbstractButton*>(c) || qobject_cast<QLineEdit*>(c) ||
+                                 qobject_cast<QPlainTextEdit*>(c) || qobject_cast<QComboBox*>(c) ||
+                                 qobject_cast<QAbstractItemView*>(c) || qobject_cast<QAbstractSpinBox*>(c);
+            // Qt's own dock title buttons (the View menu shows and hides the docks from the
+            // keyboard) and table headers (the table itself is reached) are not ours to name.
+            if (c->objectName().startsWith("qt_") || qobject_cast<QHeaderView*>(c)) continue;
+            if (!control || !c->isVisibleTo(w.get()) || qobject_cast<QLineEdit*>(c->parentWidget()) ||
+                qobject_cast<QComboBox*>(c->parentWidget()) || qobject_cast<QAbstractSpinBox*>(c->parentWidget()))
+                continue;
+            QAccessibleInterface* a = QAccessible::queryAccessibleInterface(c);
+            if (!a || a->text(QAccessible::Name).trimmed().isEmpty() || c->focusPolicy() == Qt::NoFocus)
+                missing << QString("%1 (%2)").arg(c->objectName(), c->metaObject()->className());
+        }
+        QVERIFY2(missing.isEmpty(), qPrintable(missing.join(", ")));
     }
 
     void firstStartOnEmptyDataFolder() {

@@ -185,6 +185,7 @@ void MainWindow::createMenus() {
 QWidget* MainWindow::createConversationPane() {
     auto* pane = new QWidget;
     pane->setObjectName(QStringLiteral("conversationPane"));
+    pane->setMinimumWidth(200);
     auto* v = new QVBoxLayout(pane);
     v->setContentsMargins(6, 6, 0, 6);
     auto* newChat = new QPushButton(tr("New chat"));
@@ -218,6 +219,9 @@ QWidget* MainWindow::createConversationPane() {
     list_->setObjectName(QStringLiteral("conversationList"));
     list_->setAccessibleName(tr("Conversations"));
     list_->setModel(conversations_);
+    list_->setHorizontalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
+    list_->setTextElideMode(Qt::ElideRight);
+    list_->setUniformItemSizes(true);
     list_->setEditTriggers(QAbstractItemView::EditKeyPressed | QAbstractItemView::SelectedClicked);
     list_->setContextMenuPolicy(Qt::ActionsContextMenu);
     list_->addAction(renameAction_);
