@@ -9,13 +9,26 @@ namespace kvchat {
 
 namespace {
 
-// An id key, or -1 when absent. Ids are unsigned in GGUF but written with various widths.
-int32_t optional_id(const GgufFile& file, std::string_view key) {
+// An id key, or -1 when absent. Ids are unsigned in GGUF but written with various widths; one
+// outside the vocabulary of `n` tokens cannot be right and is refused with its key.
+int32_t optional_id(const GgufFile& file, std::string_view key, size_t n) {
     const GgufValue* v = file.find(key);
     if (!v) return -1;
-    if (const auto* u = std::get_if<uint64_t>(&v->v)) return *u <= 0x7FFFFFFF ? static_cast<int32_t>(*u) : -1;
-    if (const auto* i = std::get_if<int64_t>(&v->v)) return *i >= 0 && *i <= 0x7FFFFFFF ? static_cast<int32_t>(*i) : -1;
-    throw Error(file.path() + ": metadata " + std::string(key) + " is not an integer");
+    bool inside = false;
+    std::string shown;
+    if (const auto* u = std::get_if<uint64_t>(&v->v)) {
+        inside = *u < n;
+        shown = std::to_string(*u);
+    } else if (const auto* i = std::get_if<int64_t>(&v->v)) {
+        inside = *i >= 0 && static_cast<uint64_t>(*i) < n;
+        shown = std::to_string(*i);
+    } else {
+        throw Error(file.path() + ": metadata " + std::string(key) + " is not an integer");
+    }
+    if (!inside)
+        throw Error(file.path() + ": metadata " + std::string(key) + " = " + shown +
+                    " is outside the vocabulary of " + std::to_string(n) + " tokens");
+    return static_cast<int32_t>(std::stoll(shown));
 }
 
 double number(const GgufFile& file, std::string_view key, const GgufValue& item) {
@@ -68,10 +81,10 @@ SpmVocab read_spm_vocab(const GgufFile& file) {
             v.precompiled_charsmap.push_back(
                 static_cast<char>(static_cast<int64_t>(number(file, "tokenizer.ggml.precompiled_charsmap", b))));
     }
-    v.special.bos = optional_id(file, "tokenizer.ggml.bos_token_id");
-    v.special.eos = optional_id(file, "tokenizer.ggml.eos_token_id");
-    v.special.unk = optional_id(file, "tokenizer.ggml.unknown_token_id");
-    v.special.pad = optional_id(file, "tokenizer.ggml.padding_token_id");
+    v.special.bos = optional_id(file, "tokenizer.ggml.bos_token_id", n);
+    v.special.eos = optional_id(file, "tokenizer.ggml.eos_token_id", n);
+    v.special.unk = optional_id(file, "tokenizer.ggml.unknown_token_id", n);
+    v.special.pad = optional_id(file, "tokenizer.ggml.padding_token_id", n);
     // llama.cpp's defaults for SentencePiece vocabularies when the keys are absent.
     v.special.add_bos = file.get_bool("tokenizer.ggml.add_bos_token", true);
     v.special.add_eos = file.get_bool("tokenizer.ggml.add_eos_token", false);
