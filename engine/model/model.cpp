@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 
 namespace kvchat {
 
@@ -92,10 +93,16 @@ LayerTensorNames hf_layer_names(const std::string& prefix, int i, bool gemma) {
 
 // A real-valued hyper-parameter: finite and strictly between lo and hi. (A NaN epsilon would make
 // every norm NaN and the model print padding; a zero one divides by zero on a zero row.)
+std::string shown(double v) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%g", v);  // 1e-06, not std::to_string's 0.000001
+    return buf;
+}
+
 double check_real(const std::string& path, const std::string& key, double v, double lo, double hi) {
     if (!(std::isfinite(v) && v > lo && v < hi))
-        throw Error("model '" + path + "': " + key + " = " + std::to_string(v) + " is out of range (" +
-                    std::to_string(lo) + ", " + std::to_string(hi) + ")");
+        throw Error("model '" + path + "': " + key + " = " + shown(v) + " is out of range (" + shown(lo) + ", " +
+                    shown(hi) + ")");
     return v;
 }
 
@@ -225,7 +232,7 @@ void Model::load_gguf(const std::string& path) {
     else if (scaling != "none")
         throw Error("model '" + path + "': RoPE scaling '" + scaling + "' is not supported (none or linear)");
     if (!(scale >= 1.0 && scale < 1e6))
-        throw Error("model '" + path + "': " + a + "rope.scaling.factor = " + std::to_string(scale) +
+        throw Error("model '" + path + "': " + a + "rope.scaling.factor = " + shown(scale) +
                     " is out of range [1, 1e6)");
     const double base = f.get_float(a + "rope.freq_base", 10000.0);
     check_real(path, a + "rope.freq_base", base, 1.0, 1e12);
@@ -313,7 +320,7 @@ void Model::load_hf(const std::string& dir) {
     auto count = [&](const char* key, double fallback, bool required, int64_t lo, int64_t hi) {
         const double v = num(key, fallback, required);
         if (!(v >= static_cast<double>(lo) && v <= static_cast<double>(hi)) || v != std::floor(v))
-            throw Error("model '" + dir + "': config.json '" + key + "' = " + std::to_string(v) + " is out of range");
+            throw Error("model '" + dir + "': config.json '" + key + "' = " + shown(v) + " is out of range");
         return static_cast<int>(v);
     };
     c.n_layer = count("num_hidden_layers", 0, true, 1, kMaxLayers);
@@ -381,7 +388,7 @@ void Model::load_hf(const std::string& dir) {
     }
     check_real(dir, "config.json 'rope_theta'", base, 1.0, 1e12);
     if (!(scale >= 1.0 && scale < 1e6))
-        throw Error("model '" + dir + "': config.json 'rope_scaling.factor' = " + std::to_string(scale) +
+        throw Error("model '" + dir + "': config.json 'rope_scaling.factor' = " + shown(scale) +
                     " is out of range [1, 1e6)");
 
     if (f.tokenizer_model_path().empty())
