@@ -211,6 +211,33 @@ private slots:
         QVERIFY2(info.code == 2 && info.err.contains(key), qPrintable(info.err));
     }
 
+    // Vocabulary arrays: a NaN score or a token type that is not an integer, named with its index.
+    void implausibleVocabularyEntries() {
+        using kvchat::test::GgufWriter;
+        kvchat::test::TinyModelSpec s = small_gemma();
+        const std::string good = path("vocabulary.gguf");
+        kvchat::test::write_tiny_gguf(s, good);
+        const int n = kvchat::Model::load(good)->tokenizer().vocab_size();
+        QVERIFY(n > 10);
+        std::vector<float> scores(static_cast<size_t>(n), -1.0f);
+        scores[7] = std::numeric_limits<float>::quiet_NaN();
+        // GGUF arrays hold one type: token types written as floats (1.0, "normal").
+        std::vector<kvchat::GgufValue> types(static_cast<size_t>(n), kvchat::test::gguf_float(kvchat::GgufType::FLOAT32, 1.0));
+        const std::vector<std::pair<std::function<void(GgufWriter&)>, QString>> cases = {
+            {[&](GgufWriter& w) { w.remove("tokenizer.ggml.scores").add_float32_array("tokenizer.ggml.scores", scores); },
+             "tokenizer.ggml.scores[7] is not a finite number"},
+            {[&](GgufWriter& w) { w.set("tokenizer.ggml.token_type", kvchat::test::gguf_array(kvchat::GgufType::FLOAT32, types)); },
+             "tokenizer.ggml.token_type[0] is not an integer"},
+        };
+        for (const auto& [edit, expected] : cases) {
+            s.edit_gguf = edit;
+            const std::string bad = path("vocabulary-bad.gguf");
+            kvchat::test::write_tiny_gguf(s, bad);
+            const QString msg = load_error(bad);
+            QVERIFY2(msg.contains(expected), qPrintable(msg));
+        }
+    }
+
     // A truncated model is refused by info as by generate (info used to read only the header).
     void truncatedModelRefusedByInfo() {
         const std::string p = path("truncated.gguf");

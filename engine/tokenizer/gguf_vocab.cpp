@@ -5,6 +5,9 @@
 #include "engine/tokenizer/spm_vocab.h"
 #include "engine/tokenizer/tokenizer.h"
 
+#include <cmath>
+#include <cstdint>
+
 namespace kvchat {
 
 namespace {
@@ -38,6 +41,24 @@ double number(const GgufFile& file, std::string_view key, const GgufValue& item)
     throw Error(file.path() + ": metadata " + std::string(key) + " holds a non-number");
 }
 
+// One entry of an integer array: an integer between lo and hi, or an error naming key[index].
+int64_t integer_item(const GgufFile& file, std::string_view key, size_t index, const GgufValue& item, int64_t lo,
+                     int64_t hi) {
+    bool inside = false;
+    int64_t v = 0;
+    if (const auto* u = std::get_if<uint64_t>(&item.v)) {
+        inside = *u <= static_cast<uint64_t>(hi) && static_cast<int64_t>(*u) >= lo;
+        v = static_cast<int64_t>(*u);
+    } else if (const auto* i = std::get_if<int64_t>(&item.v)) {
+        inside = *i >= lo && *i <= hi;
+        v = *i;
+    }
+    if (!inside)
+        throw Error(file.path() + ": metadata " + std::string(key) + "[" + std::to_string(index) +
+                    "] is not an integer from " + std::to_string(lo) + " to " + std::to_string(hi));
+    return v;
+}
+
 const GgufArray* optional_array(const GgufFile& file, std::string_view key, size_t expected_size) {
     if (!file.find(key)) return nullptr;
     const GgufArray& a = file.get_array(key);
@@ -66,20 +87,29 @@ SpmVocab read_spm_vocab(const GgufFile& file) {
     const size_t n = v.tokens.size();
     if (const GgufArray* scores = optional_array(file, "tokenizer.ggml.scores", n)) {
         v.scores.reserve(n);
-        for (const GgufValue& s : scores->items)
-            v.scores.push_back(static_cast<float>(number(file, "tokenizer.ggml.scores", s)));
+        for (const GgufValue& s : scores->items) {
+            const double score = number(file, "tokenizer.ggml.scores", s);
+            // A NaN or infinite score would make SentencePiece's choice of pieces meaningless.
+            if (!std::isfinite(static_cast<float>(score)))
+                throw Error(file.path() + ": metadata tokenizer.ggml.scores[" + std::to_string(v.scores.size()) +
+                            "] is not a finite number");
+            v.scores.push_back(static_cast<float>(score));
+        }
     }
     if (const GgufArray* types = optional_array(file, "tokenizer.ggml.token_type", n)) {
         v.types.reserve(n);
+        // Integers only (a float cast to the enum could be anything); unknown kinds become normal
+        // pieces later, as in llama.cpp.
         for (const GgufValue& t : types->items)
-            v.types.push_back(static_cast<TokenType>(number(file, "tokenizer.ggml.token_type", t)));
+            v.types.push_back(static_cast<TokenType>(
+                integer_item(file, "tokenizer.ggml.token_type", v.types.size(), t, INT32_MIN, INT32_MAX)));
     }
     if (file.find("tokenizer.ggml.precompiled_charsmap")) {
         const GgufArray& map = file.get_array("tokenizer.ggml.precompiled_charsmap");
         v.precompiled_charsmap.reserve(map.items.size());
         for (const GgufValue& b : map.items)
-            v.precompiled_charsmap.push_back(
-                static_cast<char>(static_cast<int64_t>(number(file, "tokenizer.ggml.precompiled_charsmap", b))));
+            v.precompiled_charsmap.push_back(static_cast<char>(integer_item(
+                file, "tokenizer.ggml.precompiled_charsmap", v.precompiled_charsmap.size(), b, -128, 255)));
     }
     v.special.bos = optional_id(file, "tokenizer.ggml.bos_token_id", n);
     v.special.eos = optional_id(file, "tokenizer.ggml.eos_token_id", n);
