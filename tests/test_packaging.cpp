@@ -144,6 +144,17 @@ private slots:
         for (const QString& s : m.screenshots) QVERIFY2(s.startsWith("https://") && s.endsWith(".png"), qPrintable(s));
     }
 
+    // Exec=kvchat %f: the file the desktop passes is the model the app opens (a missing one is
+    // reported by name, which shows it was the one tried).
+    void appOpensTheFileItIsGiven() {
+        QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+        env.insert("QT_QPA_PLATFORM", "offscreen");
+        env.remove("KVCHAT_MODEL");
+        const Ran r = run(kBinary + "/bin/kvchat", {"/nonexistent/from-the-file-manager.gguf"}, env);
+        QVERIFY2(r.code == 2 && r.output.contains("'/nonexistent/from-the-file-manager.gguf': No such file"),
+                 qPrintable(r.output));
+    }
+
     // The registered type, compiled by update-mime-database as the package's trigger does, makes a
     // .gguf file (by name, or by its first bytes when the name says nothing) application/x-gguf.
     void ggufFileTypeIsRecognised() {
