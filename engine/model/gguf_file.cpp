@@ -7,18 +7,14 @@
 
 #include <algorithm>
 #include <bit>
-#include <cerrno>
-#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <sys/mman.h>
-#include <sys/stat.h>
 
 namespace kvchat {
 
 namespace {
 constexpr uint32_t kGgufMagic = 0x46554747;  // "GGUF" read as little-endian uint32
-
 }  // namespace
 
 GgufHeader read_gguf_header(const std::string& path) {
