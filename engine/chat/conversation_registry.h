@@ -81,6 +81,10 @@ public:
     void remove(int64_t id);
     // Saves a changed cache, then frees it (the conversation is reopened by its next use).
     void close(int64_t id);
+    // A turn whose prefill or cache load is cancelled (callbacks.progress.cancel set before the
+    // first token) throws kvchat::Cancelled and leaves the transcript and the stored messages as
+    // they were (send: the user's message is taken back out); the cache holds a prefix of them.
+    // Set while the answer streams, the flag stops it instead and the partial answer is kept.
     TurnResult send(int64_t id, std::string_view text, const TurnOptions& options, const TurnCallbacks& callbacks = {});
     TurnResult regenerate(int64_t id, const TurnOptions& options, const TurnCallbacks& callbacks = {});
     TurnResult edit(int64_t id, size_t ordinal, std::string_view text, const TurnOptions& options,
@@ -115,9 +119,14 @@ private:
     // The conversation `id`, opened (its transcript read) when it was not.
     Entry& entry(int64_t id);
     const Entry* find_entry(int64_t id) const;
-    void make_ready(Entry& e, std::vector<std::string>& notices);
+    // Starts reading the conversation's snapshot ("Loading cache"; a set cancel flag throws
+    // kvchat::Cancelled before anything is read).
+    void make_ready(Entry& e, std::vector<std::string>& notices, const Progress& progress = {});
     // The conversation opened and its cache ready for a turn; notices get what that said.
-    Entry& prepare(int64_t id, std::vector<std::string>& notices);
+    Entry& prepare(int64_t id, std::vector<std::string>& notices, const Progress& progress = {});
+    // After a cancelled turn: the transcript and the stored messages become `before` again from
+    // message `keep` on (the messages the turn removed come back, those it added go).
+    void restore_messages(Entry& e, const std::vector<MessageRecord>& before, size_t keep);
     // Answers the last message and records the turn; t0 is when the call began.
     TurnResult answer(Entry& e, std::chrono::steady_clock::time_point t0, const TurnOptions& options,
                       const TurnCallbacks& callbacks, std::vector<std::string>& notices);
