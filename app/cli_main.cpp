@@ -8,6 +8,7 @@
 #include "engine/cache/cache_factory.h"
 #include "engine/cache/cache_spec.h"
 #include "engine/cache/convert.h"
+#include "engine/generate/comparison.h"
 #include "engine/generate/generator.h"
 #include "engine/model/gguf_file.h"
 #include "engine/model/model.h"
@@ -79,7 +80,7 @@ int fail(const std::string& msg) {
 }
 
 int cmd_info(const Options& o) {
-    const std::string path = kvchat::resolve_model_path(o.str("--model"));
+    const std::string path = kvchat::find_model(o.str("--model"));
     const kvchat::GgufHeader h = kvchat::read_gguf_header(path);
     std::printf("model: %s\nformat: GGUF v%u\ntensors: %llu\nmetadata: %llu\nsize: %llu bytes\n", path.c_str(),
                 h.version, static_cast<unsigned long long>(h.tensor_count),
@@ -89,7 +90,7 @@ int cmd_info(const Options& o) {
 
 int cmd_tokenize(const Options& o) {
     if (!o.has("--text")) throw kvchat::Error("tokenize needs --text TEXT");
-    const std::string path = kvchat::resolve_model_path(o.str("--model"));
+    const std::string path = kvchat::find_model(o.str("--model"));
     auto model = kvchat::Model::load(path);
     const auto ids = model->tokenizer().encode(o.str("--text"), true);
     std::printf("%s\n", json(ids).dump().c_str());
@@ -169,12 +170,6 @@ int cmd_generate(const Options& o) {
     return 0;
 }
 
-// The benchmark prompt: a fixed English text repeated, so llama.cpp's side of the comparison
-// (tests/reference/bench_llama_cpp.py) tokenizes to the same ids.
-const char* kBenchText =
-    "The history of the printing press begins in the fifteenth century. Johannes Gutenberg combined movable "
-    "metal type, oil-based inks and a wooden press adapted from those used for wine and olive oil. ";
-
 std::vector<int> int_list(const std::string& name, const std::string& text) {
     std::vector<int> out;
     size_t at = 0;
@@ -195,24 +190,6 @@ std::vector<int> int_list(const std::string& name, const std::string& text) {
         at = comma + 1;
     }
     return out;
-}
-
-std::vector<int32_t> bench_prompt(const kvchat::Model& m, int n) {
-    // The fewest copies of the text that give n tokens (as bench_llama_cpp.py takes them). Adding
-    // one copy at a time from the first, encoding the whole text each time, grows quadratically and
-    // shows at 8,192 tokens, so start a little short of the estimate.
-    const size_t per_copy = std::max<size_t>(1, m.tokenizer().encode(kBenchText, false).size());
-    std::string text;
-    std::vector<int32_t> ids;
-    for (size_t i = 0; i < static_cast<size_t>(n) / per_copy * 9 / 10; ++i) text += kBenchText;
-    if (!text.empty()) ids = m.tokenizer().encode(text, true);
-    if (static_cast<int>(ids.size()) >= n) text.clear(), ids.clear();
-    while (static_cast<int>(ids.size()) < n) {
-        text += kBenchText;
-        ids = m.tokenizer().encode(text, true);
-    }
-    ids.resize(static_cast<size_t>(n));
-    return ids;
 }
 
 // One row per strategy and context: KV bytes, prefill and decode speed, the greedy tokens'
@@ -244,69 +221,27 @@ int cmd_bench_caches(const Options& o) {
         std::printf("%-58s %7s %10s %6s %10s %10s %6s %6s %9s\n", "strategy", "context", "KV MiB", "xdyn", "prefill/s",
                     "decode/s", "xdyn", "agree", "conv ms");
     for (int ctx : contexts) {
-        const std::vector<int32_t> ids = bench_prompt(m, ctx);
-        std::vector<std::string> order = specs;
-        if (std::find(order.begin(), order.end(), "dynamic") == order.end()) order.insert(order.begin(), "dynamic");
-        else std::stable_partition(order.begin(), order.end(), [](const std::string& s) { return s == "dynamic"; });
-        // Prefill every strategy, then decode them in turns, one step each, so a machine whose
-        // load drifts slows all of them alike and the ratios stay meaningful.
-        struct Run {
-            std::string spec;
-            std::unique_ptr<kvchat::Cache> cache;
-            std::vector<float> logits;
-            std::vector<int32_t> out;
-            double prefill = 0, decode_s = 0, conv_ms = 0;
-        };
-        std::vector<Run> runs;
-        for (const std::string& spec : order) {
-            Run r;
-            r.spec = spec;
-            r.cache = m.make_cache(*l.backend, spec);
-            const auto t0 = std::chrono::steady_clock::now();
-            m.forward(*l.backend, *r.cache, ids.data(), static_cast<int64_t>(ids.size()), kvchat::Logits::Last, r.logits);
-            r.prefill = ctx / std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-            runs.push_back(std::move(r));
-        }
-        for (int i = 0; i < gen_tokens; ++i)
-            for (Run& r : runs) {
-                const int32_t next = static_cast<int32_t>(std::max_element(r.logits.begin(), r.logits.end()) - r.logits.begin());
-                r.out.push_back(next);
-                if (i + 1 == gen_tokens) continue;
-                const auto t0 = std::chrono::steady_clock::now();
-                m.forward(*l.backend, *r.cache, &next, 1, kvchat::Logits::Last, r.logits);
-                r.decode_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-            }
-        // Converting the dynamic cache (a copy of it) to each strategy.
-        for (Run& r : runs) {
-            if (r.spec == "dynamic") continue;
-            auto copy = kvchat::clone_cache(*runs[0].cache);
-            const auto c0 = std::chrono::steady_clock::now();
-            kvchat::convert(*copy, r.spec);
-            r.conv_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - c0).count();
-        }
-        const Run& ref = runs[0];
-        const double ref_bytes = static_cast<double>(ref.cache->telemetry().total_bytes);
-        const double ref_decode = gen_tokens > 1 ? (gen_tokens - 1) / ref.decode_s : 0.0;
-        for (const Run& r : runs) {
-            if (std::find(specs.begin(), specs.end(), r.spec) == specs.end()) continue;
-            const kvchat::CacheTelemetry tel = r.cache->telemetry();
-            const double decode = gen_tokens > 1 ? (gen_tokens - 1) / r.decode_s : 0.0;
-            int agree = 0;
-            for (size_t i = 0; i < r.out.size(); ++i) agree += r.out[i] == ref.out[i];
-            json row = {{"strategy", r.spec}, {"context", ctx}, {"kv_bytes", tel.total_bytes},
-                        {"kv_ratio", tel.total_bytes / ref_bytes}, {"prefill_tok_s", r.prefill},
-                        {"decode_tok_s", decode}, {"decode_ratio", ref_decode > 0 ? decode / ref_decode : 0.0},
-                        {"agreement", static_cast<double>(agree) / gen_tokens}, {"convert_ms", r.conv_ms},
-                        {"cache", telemetry_json(tel)}};
+        // The same rows the window's comparison view shows (engine/generate/comparison.h).
+        kvchat::ComparisonOptions copt;
+        copt.gen_tokens = gen_tokens;
+        const std::vector<kvchat::ComparisonRow> result =
+            kvchat::compare_strategies(m, *l.backend, kvchat::benchmark_prompt(m, ctx), specs, copt);
+        for (const kvchat::ComparisonRow& r : result) {
+            json row = {{"strategy", r.strategy}, {"context", ctx}, {"kv_bytes", r.kv_bytes},
+                        {"kv_ratio", r.kv_ratio}, {"peak_kv_bytes", r.peak_kv_bytes}, {"ttft_ms", r.ttft_ms},
+                        {"prefill_tok_s", r.prefill_tok_s}, {"decode_tok_s", r.decode_tok_s},
+                        {"decode_ratio", r.decode_ratio}, {"agreement", r.agreement},
+                        {"first_divergence", r.first_divergence}, {"tokens", r.tokens}, {"convert_ms", r.convert_ms},
+                        {"cache", telemetry_json(r.telemetry)}};
             if (o.flag("--json")) {
                 rows.push_back(row);
             } else {
                 // No conversion for dynamic itself: "-" rather than a time of 0.
                 char conv[32] = "-";
-                if (r.spec != "dynamic") std::snprintf(conv, sizeof conv, "%.1f", r.conv_ms);
-                std::printf("%-58s %7d %10.2f %6.3f %10.1f %10.2f %6.3f %6.3f %9s\n", r.spec.c_str(), ctx,
-                            tel.total_bytes / (1024.0 * 1024.0), row["kv_ratio"].get<double>(), r.prefill, decode,
-                            row["decode_ratio"].get<double>(), row["agreement"].get<double>(), conv);
+                if (r.strategy != "dynamic") std::snprintf(conv, sizeof conv, "%.1f", r.convert_ms);
+                std::printf("%-58s %7d %10.2f %6.3f %10.1f %10.2f %6.3f %6.3f %9s\n", r.strategy.c_str(), ctx,
+                            r.kv_bytes / (1024.0 * 1024.0), r.kv_ratio, r.prefill_tok_s, r.decode_tok_s, r.decode_ratio,
+                            r.agreement, conv);
                 std::fflush(stdout);
             }
         }
@@ -327,7 +262,7 @@ int cmd_bench(const Options& o) {
     std::string text;
     std::vector<int32_t> ids;
     while (static_cast<int>(ids.size()) < prompt_tokens) {
-        text += kBenchText;
+        text += kvchat::benchmark_text();
         ids = m.tokenizer().encode(text, true);
     }
     ids.resize(static_cast<size_t>(prompt_tokens));

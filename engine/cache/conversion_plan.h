@@ -7,8 +7,28 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace kvchat {
+
+// One layer's part of a conversion: how it gets its tokens and what it holds afterwards (the
+// figures its telemetry will show once the conversion is done).
+struct LayerConversion {
+    enum class Mode {
+        Verbatim,  // laid out alike (only the placement differs): its state moves as it is
+        Imported,  // takes the tokens it needs from the old layer
+        Rebuilt,   // filled again through the model
+    };
+    Mode mode = Mode::Verbatim;
+    int64_t tokens_before = 0, tokens_after = 0;   // tokens held
+    int64_t tokens_quantized = 0;    // exact now, quantized after
+    int64_t tokens_requantized = 0;  // quantized now, quantized again more coarsely (fewer bits, larger group)
+    int64_t tokens_evicted = 0;      // held now, not after
+    int64_t tokens_restored = 0;     // not held now, held after (a rebuild brings them back)
+    int64_t quantized_after = 0;     // LayerTelemetry::quantized_tokens after
+    int64_t evicted_after = 0;       // LayerTelemetry::evicted after
+    int64_t bytes_before = 0, bytes_after = 0;  // held, fast + slow tier
+};
 
 struct ConversionPlan {
     enum class Kind {
@@ -27,13 +47,24 @@ struct ConversionPlan {
     double rebuild_ms_estimate = 0;  // tokens_rebuilt at the given prefill speed
     int64_t bytes_before = 0, bytes_after = 0;
     std::string summary;             // one sentence for the user
+    // Also the largest over the layers: quantized now and quantized again into a coarser format
+    // (lossy too), and tokens a rebuild brings back that a window or sinks had dropped.
+    int64_t tokens_requantized = 0;
+    int64_t tokens_restored = 0;
+    std::vector<LayerConversion> layers;  // empty when Unchanged
 };
 
 std::string_view conversion_kind_name(ConversionPlan::Kind kind);  // "unchanged", "lossless", ...
+std::string_view layer_conversion_mode_name(LayerConversion::Mode mode);  // "verbatim", "imported", "rebuilt"
 
 // Throws kvchat::Error naming the bad parameter when `target` is not a valid spec, or when the
 // target cannot hold the cache's tokens (a max_len too small). prefill_tok_s: the model's
 // measured prefill speed for the estimate (0: no estimate).
+//
+// The plan makes the same per-layer decisions as convert() (convert.h) and carries them out in a
+// scratch cache of the target's layout (resident, whatever the target's placement), so its
+// figures are what the converted cache will report; the scratch memory is freed on return. It
+// costs about what the conversion's carry-over costs, and never runs the model.
 ConversionPlan plan_conversion(const Cache& cache, const std::string& target, double prefill_tok_s = 0);
 
 }  // namespace kvchat

@@ -17,7 +17,7 @@ import time
 import numpy as np
 from llama_cpp import Llama
 
-# Must stay identical to kBenchText in app/cli_main.cpp.
+# Must stay identical to kBenchText in engine/generate/comparison.cpp.
 BENCH_TEXT = ("The history of the printing press begins in the fifteenth century. Johannes Gutenberg combined "
               "movable metal type, oil-based inks and a wooden press adapted from those used for wine and olive oil. ")
 
