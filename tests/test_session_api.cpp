@@ -522,6 +522,74 @@ private slots:
         QCOMPARE(files_in(store.snapshot_dir()), files);
     }
 
+    // The switch verb: what it did, the strategy saved with the conversation (reopening finds
+    // the converted cache), a plan that changes nothing, a cancelled rebuild that keeps the old
+    // cache and strategy.
+    void switchStrategy() {
+        Setup s;
+        int64_t id = 0;
+        std::string quantized;
+        {
+            Store store(s.db);
+            ConversationRegistry reg(store, *s.m, *s.be);
+            OpenOptions open;
+            open.cache_spec = "quantized:nbits=4,residual=16,group=16";
+            id = reg.create("q", open);
+            reg.send(id, long_text(), greedy(2));
+            const CacheTelemetry before = *reg.telemetry(id);
+            quantized = before.spec;
+            QVERIFY(quantized.rfind("quantized", 0) == 0);
+
+            // A plan changes nothing.
+            const ConversionPlan plan = reg.plan_switch(id, "dynamic");
+            QCOMPARE(plan.kind, ConversionPlan::Kind::Rebuild);
+            QVERIFY(plan.tokens_rebuilt > 256);
+            QCOMPARE(reg.telemetry(id)->spec, quantized);
+            QCOMPARE(reg.telemetry(id)->tokens, before.tokens);
+            QCOMPARE(store.find_conversation_by_id(id)->cache_spec, quantized);
+
+            // Cancelled after the first rebuilt chunk: the old cache and strategy stay.
+            CancelAt cancel("Converting cache");
+            bool cancelled = false;
+            try {
+                reg.switch_strategy(id, "dynamic", cancel.progress());
+            } catch (const Cancelled&) {
+                cancelled = true;
+            }
+            QVERIFY(cancelled);
+            QVERIFY(!cancel.reports.empty());
+            QCOMPARE(reg.telemetry(id)->spec, quantized);
+            QCOMPARE(reg.telemetry(id)->tokens, before.tokens);
+            QCOMPARE(reg.telemetry(id)->total_bytes, before.total_bytes);
+            QCOMPARE(store.find_conversation_by_id(id)->cache_spec, quantized);
+
+            // Done: rebuilt, reported to the end, saved with the conversation.
+            CancelAt watch("no such task");
+            const ConversionPlan done = reg.switch_strategy(id, "dynamic", watch.progress());
+            QCOMPARE(done.kind, ConversionPlan::Kind::Rebuild);
+            QCOMPARE(done.to_spec, std::string("dynamic"));
+            QCOMPARE(reg.telemetry(id)->spec, std::string("dynamic"));
+            QCOMPARE(reg.telemetry(id)->tokens, before.tokens);
+            QCOMPARE(store.find_conversation_by_id(id)->cache_spec, std::string("dynamic"));
+            QVERIFY(!watch.reports.empty());
+            QCOMPARE(std::get<0>(watch.reports.back()), std::string("Converting cache"));
+            QCOMPARE(std::get<1>(watch.reports.back()), std::get<2>(watch.reports.back()));
+            QCOMPARE(find(reg.list(), id)->cache_spec, std::string("dynamic"));
+            // The same strategy again: nothing to do.
+            QCOMPARE(reg.switch_strategy(id, "dynamic").kind, ConversionPlan::Kind::Unchanged);
+        }
+        // Reopened: the snapshot holds the converted cache, so nothing is converted or rebuilt.
+        Store store(s.db);
+        ConversationRegistry reg(store, *s.m, *s.be);
+        const TurnResult r = reg.send(id, "the mat", greedy(2));
+        for (const std::string& n : r.notices) QVERIFY2(!contains(n, "convert") && !contains(n, "prefilled again"), n.c_str());
+        QVERIFY(r.cached_tokens > 256);
+        QCOMPARE(reg.telemetry(id)->spec, std::string("dynamic"));
+        // A bad spec is refused naming it, and changes nothing.
+        QVERIFY(!error_of([&] { reg.switch_strategy(id, "no-such-strategy"); }).empty());
+        QCOMPARE(store.find_conversation_by_id(id)->cache_spec, std::string("dynamic"));
+    }
+
     void settingsRoundTrip() {
         Setup s;
         Store store(s.db);
