@@ -522,6 +522,32 @@ private slots:
         QCOMPARE(files_in(store.snapshot_dir()), files);
     }
 
+    // A chat from a prefix whose cache must be rebuilt: cancelled, no conversation is created
+    // and the prefix is not counted as used.
+    void chatFromPrefixCancelled() {
+        Setup s;
+        Store store(s.db);
+        ConversationRegistry reg(store, *s.m, *s.be);
+        std::vector<std::string> notices;
+        const PrefixRecord p = reg.prefixes().save("long", long_text(), "", notices);
+        std::filesystem::remove(store.snapshot_path(p.snapshot));
+        OpenOptions open;
+        open.prefix = "long";
+        CancelAt cancel("Prefilling");
+        bool cancelled = false;
+        try {
+            reg.create("from prefix", open, cancel.progress());
+        } catch (const Cancelled&) {
+            cancelled = true;
+        }
+        QVERIFY(cancelled);
+        QVERIFY(reg.list().empty());
+        QCOMPARE(store.find_prefix("long")->use_count, int64_t(0));
+        const int64_t id = reg.create("from prefix", open);
+        QCOMPARE(reg.messages(id).size(), size_t(1));
+        QCOMPARE(store.find_prefix("long")->use_count, int64_t(1));
+    }
+
     // The switch verb: what it did, the strategy saved with the conversation (reopening finds
     // the converted cache), a plan that changes nothing, a cancelled rebuild that keeps the old
     // cache and strategy.

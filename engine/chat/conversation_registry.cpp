@@ -90,7 +90,8 @@ ConversationRegistry::Entry& ConversationRegistry::entry(int64_t id) {
     return entries_.front();
 }
 
-Conversation& ConversationRegistry::open(std::string_view title_in, const OpenOptions& options) {
+Conversation& ConversationRegistry::open(std::string_view title_in, const OpenOptions& options,
+                                         const Progress& progress) {
     const RepairedUtf8 title = repair_utf8(title_in);
     if (title.text.empty()) throw Error("a conversation needs a name");
     for (auto it = entries_.begin(); it != entries_.end(); ++it)
@@ -135,7 +136,7 @@ Conversation& ConversationRegistry::open(std::string_view title_in, const OpenOp
         std::unique_ptr<Cache> cache;
         if (!options.prefix.empty()) {
             prefix = prefixes_.find(options.prefix);
-            cache = prefixes_.load_cache(*prefix, spec, notices_);
+            cache = prefixes_.load_cache(*prefix, spec, notices_, progress);
         } else {
             cache = make_conversation_cache(model_, backend_, spec);
         }
@@ -438,12 +439,12 @@ TurnResult ConversationRegistry::edit(int64_t id, size_t ordinal, std::string_vi
 
 // ---- by id ----
 
-int64_t ConversationRegistry::create(std::string_view title_in, const OpenOptions& options) {
+int64_t ConversationRegistry::create(std::string_view title_in, const OpenOptions& options, const Progress& progress) {
     std::string base = repair_utf8(title_in).text;
     if (base.empty()) base = "Chat";
     std::string title = base;
     for (int n = 2; store_.find_conversation(title); ++n) title = base + " " + std::to_string(n);
-    open(title, options);
+    open(title, options, progress);
     return entries_.front().id;
 }
 

@@ -50,7 +50,9 @@ public:
     PrefixLibrary& prefixes() { return prefixes_; }
 
     // The conversation titled `title`, created when new. Nothing is loaded into the cache yet.
-    Conversation& open(std::string_view title, const OpenOptions& options = {});
+    // Starting from a prefix whose cache must be rebuilt reports "Prefilling" (cancel: nothing
+    // is created).
+    Conversation& open(std::string_view title, const OpenOptions& options = {}, const Progress& progress = {});
     int64_t id_of(std::string_view title);
 
     // One turn: the user's message, then the reply. Refuses (kvchat::Error) before storing
@@ -70,7 +72,7 @@ public:
     // ---- by id (the window's verbs) ----
     // A new conversation titled `title` (empty: "Chat"); when that title is taken, the first free
     // of "title 2", "title 3", ... Returns its id.
-    int64_t create(std::string_view title, const OpenOptions& options = {});
+    int64_t create(std::string_view title, const OpenOptions& options = {}, const Progress& progress = {});
     std::vector<ConversationSummary> list() const;  // most recent first
     // Conversations whose title or message text holds every word of `query` (plain text; a word
     // matches the start of a word), most recent first.
