@@ -135,6 +135,14 @@ std::unique_ptr<Model> Model::load(const std::string& path) {
     return m;
 }
 
+std::vector<std::span<const std::byte>> Model::mapped_tensors() const {
+    const std::vector<TensorView>& all = gguf_ ? gguf_->tensors() : hf_->tensors();
+    std::vector<std::span<const std::byte>> out;
+    out.reserve(all.size());
+    for (const TensorView& t : all) out.emplace_back(static_cast<const std::byte*>(t.data), t.nbytes);
+    return out;
+}
+
 // A norm weight vector as f32 owned by the model, optionally with 1 added (Gemma's HF checkpoints
 // store w where the model multiplies by 1 + w; GGUF converters already added it).
 static NormWeight own_norm(std::vector<std::vector<float>>& store, const TensorView& t, bool add_one) {
