@@ -67,6 +67,10 @@ private slots:
                         first = i;
                 }
                 QCOMPARE(r.first_divergence, first);
+                int64_t end = gen;
+                for (int i = gen - 1; i >= 0; --i)
+                    if (r.tokens[i] == model.tokenizer().special().eos || r.tokens[i] == model.tokenizer().special().end_of_turn) end = i;
+                QCOMPARE(r.answer_end, end);
                 QCOMPARE(r.agreement, double(same) / gen);
                 diverging += first >= 0;
                 // Memory: from empty, through the prompt, to prompt + every token but the last.

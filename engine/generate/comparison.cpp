@@ -151,6 +151,10 @@ std::vector<ComparisonRow> compare_strategies(const Model& model, Backend& backe
             if (!same && row.first_divergence < 0) row.first_divergence = static_cast<int64_t>(i);
         }
         row.agreement = static_cast<double>(agree) / opt.gen_tokens;
+        const SpecialTokens& sp = model.tokenizer().special();
+        row.answer_end = static_cast<int64_t>(std::find_if(row.tokens.begin(), row.tokens.end(), [&](int32_t t) {
+                                                   return t == sp.eos || t == sp.end_of_turn;
+                                               }) - row.tokens.begin());
         StreamingDetokenizer detok(model.tokenizer());
         for (int32_t id : row.tokens) {
             row.pieces.push_back(detok.push(id));

@@ -26,6 +26,7 @@ struct ComparisonRow {
     std::string text;               // their text
     std::vector<std::string> pieces;  // the text each token completed (valid UTF-8; may be empty); text ends with any rest
     int64_t first_divergence = -1;  // index into `tokens` of the first that differs from dynamic's; -1: none
+    int64_t answer_end = 0;         // index of the first token that ends an answer (EOS, end of turn); tokens.size(): none
     double agreement = 0;           // share of positions equal to dynamic's
     int64_t kv_bytes = 0;           // held at the end
     int64_t peak_kv_bytes = 0;      // most held at any point of the run
