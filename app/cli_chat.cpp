@@ -2,6 +2,7 @@
 // terminal. The store is opened before the model is loaded, so a bad --db fails fast.
 #include "app/cli_chat.h"
 
+#include "engine/chat/chat_settings.h"
 #include "engine/chat/conversation_cache.h"
 #include "engine/chat/conversation_registry.h"
 #include "engine/compute/thread_pool.h"
@@ -43,14 +44,13 @@ void note(const std::string& s) { std::fprintf(stderr, "kvchat-cli: note: %s\n",
 
 std::string db_path(const Options& o) { return o.str("--db", Store::default_path()); }
 
-TurnOptions turn_options(const Options& o) {
-    TurnOptions t;
+// The settings' turn options (the fallback rule included) with the command line's answer length,
+// sampling and policy, which win.
+TurnOptions turn_options(const ChatSettings& settings, const Options& o) {
+    TurnOptions t = settings.turn_options(o.str("--cache"));
     t.generation.max_new_tokens = static_cast<int>(o.integer("-n", 256, 1, 1 << 20));
     t.generation.sampling = sampling_options(o);
-    t.policy = parse_context_policy(o.str("--policy", "refuse"));
-    const std::string spec = o.str("--cache");
-    // A quantized strategy falls back to a quantized offloaded one, keeping the user's choice.
-    if (spec.rfind("quantized", 0) == 0) t.fallback_spec = spec + "+offloaded";
+    if (o.has("--policy")) t.policy = parse_context_policy(o.str("--policy"));
     return t;
 }
 
@@ -113,15 +113,14 @@ int cmd_chat(const Options& o) {
     if (!o.has("--conversation")) throw Error("chat needs --conversation NAME");
     const std::string title = o.str("--conversation");
     Store store(db_path(o));
-    // Settings the GUI writes are the defaults here too; options on the command line win.
+    // Settings the window writes are the defaults here too; options on the command line win.
+    const ChatSettings settings = ChatSettings::load(store);
+    for (const std::string& n : settings.notices) note(n);
+    const TurnOptions t = turn_options(settings, o);
     Options with_settings = o;
-    if (!o.has("--policy"))
-        if (auto p = store.setting("chat.context_policy")) with_settings.values["--policy"] = *p;
-    TurnOptions t = turn_options(with_settings);
-    Loaded l = load_model(o);
-    size_t resident = 4;
-    if (auto v = store.setting("chat.resident_caches")) resident = static_cast<size_t>(std::max(1, std::atoi(v->c_str())));
-    ConversationRegistry reg(store, *l.model, *l.backend, resident);
+    if (!o.has("--threads") && settings.threads > 0) with_settings.values["--threads"] = std::to_string(settings.threads);
+    Loaded l = load_model(with_settings);
+    ConversationRegistry reg(store, *l.model, *l.backend, static_cast<size_t>(settings.resident_caches));
     OpenOptions open;
     open.cache_spec = o.str("--cache");
     open.prefix = o.str("--prefix");

@@ -80,7 +80,7 @@ int fail(const std::string& msg) {
 }
 
 int cmd_info(const Options& o) {
-    const std::string path = kvchat::resolve_model_path(o.str("--model"));
+    const std::string path = kvchat::find_model(o.str("--model"));
     const kvchat::GgufHeader h = kvchat::read_gguf_header(path);
     std::printf("model: %s\nformat: GGUF v%u\ntensors: %llu\nmetadata: %llu\nsize: %llu bytes\n", path.c_str(),
                 h.version, static_cast<unsigned long long>(h.tensor_count),
@@ -90,7 +90,7 @@ int cmd_info(const Options& o) {
 
 int cmd_tokenize(const Options& o) {
     if (!o.has("--text")) throw kvchat::Error("tokenize needs --text TEXT");
-    const std::string path = kvchat::resolve_model_path(o.str("--model"));
+    const std::string path = kvchat::find_model(o.str("--model"));
     auto model = kvchat::Model::load(path);
     const auto ids = model->tokenizer().encode(o.str("--text"), true);
     std::printf("%s\n", json(ids).dump().c_str());

@@ -95,7 +95,7 @@ SamplerConfig sampling_options(const Options& o) {
 }
 
 Loaded load_model(const Options& o) {
-    const std::string path = resolve_model_path(o.str("--model"));
+    const std::string path = find_model(o.str("--model"));
     const int threads = static_cast<int>(o.integer("--threads", 0, 0, 1024));
     Loaded l;
     l.model = Model::load(path);

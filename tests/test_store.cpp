@@ -158,11 +158,16 @@ private slots:
             QVERIFY(QFileInfo(QString::fromStdString(store.snapshot_dir())).isDir());
             QVERIFY(contains(error_of([&] { store.pragma("user_version; DROP TABLE messages"); }), "not a pragma name"));
         }
-        QCOMPARE(raw_query(path, "PRAGMA user_version"), std::string("2"));
+        QCOMPARE(raw_query(path, "PRAGMA user_version"), std::string("3"));
         QCOMPARE(raw_query(path, "PRAGMA journal_mode"), std::string("wal"));  // WAL is kept in the file
         QCOMPARE(raw_query(path, "SELECT group_concat(name, ',') FROM (SELECT name FROM sqlite_schema "
-                                 "WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name)"),
+                                 "WHERE type = 'table' AND name NOT LIKE 'sqlite_%' AND name NOT LIKE '%_fts%' "
+                                 "ORDER BY name)"),
                  std::string("conversations,messages,prefix_messages,prefixes,settings"));
+        // The search index: two full-text tables (each with its FTS5 shadow tables).
+        QCOMPARE(raw_query(path, "SELECT group_concat(name, ',') FROM (SELECT name FROM sqlite_schema "
+                                 "WHERE sql LIKE 'CREATE VIRTUAL TABLE%' ORDER BY name)"),
+                 std::string("conversation_titles_fts,message_text_fts"));
         // Reopening a current database keeps what it holds.
         {
             Store store(path);
@@ -170,7 +175,7 @@ private slots:
         }
         Store again(path);
         QVERIFY(again.find_conversation("kept").has_value());
-        QCOMPARE(again.pragma("user_version"), std::string("2"));
+        QCOMPARE(again.pragma("user_version"), std::string("3"));
     }
 
     void defaultPathFollowsXdgDataHome() {
@@ -579,6 +584,134 @@ PRAGMA user_version = 1;
         QCOMPARE(raw_query(path, "PRAGMA user_version"), std::to_string(Store::kSchemaVersion));
     }
 
+    // Each answer's cache figures (schema 3) are stored with it and read back after reopening.
+    void answerFiguresSurviveReopening() {
+        QTemporaryDir dir;
+        const std::string path = (dir.path() + "/kvchat.db").toStdString();
+        kvchat::GenerationStats stats;
+        stats.prompt_tokens = 900;
+        stats.generated_tokens = 40;
+        stats.ttft_ms = 31.5;
+        stats.tokens_per_second = 42.75;
+        stats.cached_tokens = 850;
+        stats.prefix_tokens = 600;
+        stats.computed_tokens = 50;
+        stats.prefill_saved_ms = 1234.5;
+        int64_t id = 0;
+        {
+            Store store(path);
+            id = store.create_conversation("figures", "fp", "dynamic").id;
+            store.append_message(id, Role::User, "question");
+            store.append_message(id, Role::Assistant, "answer", stats);
+        }
+        Store store(path);
+        const auto msgs = store.list_messages(id);
+        QCOMPARE(msgs.size(), size_t(2));
+        QCOMPARE(msgs[1].stats.cached_tokens, int64_t(850));
+        QCOMPARE(msgs[1].stats.prefix_tokens, int64_t(600));
+        QCOMPARE(msgs[1].stats.computed_tokens, int64_t(50));
+        QCOMPARE(msgs[1].stats.prefill_saved_ms, std::optional<double>(1234.5));
+        QCOMPARE(msgs[1].stats.ttft_ms, std::optional<double>(31.5));
+        // A typed message has none.
+        QCOMPARE(msgs[0].stats.cached_tokens, int64_t(0));
+        QVERIFY(!msgs[0].stats.prefill_saved_ms.has_value());
+        // The list's figures: two messages, the last answer's prompt + reply tokens, answered.
+        const auto overview = store.list_conversation_overviews();
+        QCOMPARE(overview.size(), size_t(1));
+        QCOMPARE(overview[0].message_count, int64_t(2));
+        QCOMPARE(overview[0].tokens, int64_t(940));
+        QVERIFY(!overview[0].last_unanswered);
+        store.append_message(id, Role::User, "and then?");
+        QVERIFY(store.list_conversation_overviews()[0].last_unanswered);
+    }
+
+    // A schema 2 database gains the figures (zero, no saving) and a search index over what it
+    // already held.
+    void migratesFromSchema2() {
+        QTemporaryDir dir;
+        const std::string path = (dir.path() + "/old.db").toStdString();
+        QCOMPARE(raw_exec(path, std::string(Store::migration_sql(1)) + Store::migration_sql(2)), std::string("ok"));
+        const char* schema2 = R"sql(
+PRAGMA journal_mode = WAL;
+INSERT INTO conversations (title, model_fingerprint, cache_spec, created_ms, updated_ms)
+    VALUES ('Lyon trip', 'sha256:m', 'dynamic', 1700000000000, 1700000000001),
+           ('taxes', 'sha256:m', 'dynamic', 1700000000000, 1700000000002);
+INSERT INTO messages (conversation_id, ordinal, role, content, prompt_tokens, generated_tokens, ttft_ms,
+                      tokens_per_second, created_ms) VALUES
+    (1, 0, 'user', 'Plan a day among the traboules.', 0, 0, NULL, NULL, 1700000000000),
+    (1, 1, 'assistant', 'Start at Fourviere.', 30, 5, 12.0, 50.0, 1700000000001),
+    (2, 0, 'user', 'Which forms are due in April?', 0, 0, NULL, NULL, 1700000000002);
+PRAGMA user_version = 2;
+)sql";
+        QCOMPARE(raw_exec(path, schema2), std::string("ok"));
+        Store store(path);
+        QCOMPARE(store.pragma("user_version"), std::string("3"));
+        QCOMPARE(store.pragma("integrity_check"), std::string("ok"));
+        const auto lyon = *store.find_conversation("Lyon trip");
+        const auto msgs = store.list_messages(lyon.id);
+        QCOMPARE(msgs.size(), size_t(2));
+        QCOMPARE(msgs[1].stats.prompt_tokens, int64_t(30));
+        QCOMPARE(msgs[1].stats.cached_tokens, int64_t(0));
+        QCOMPARE(msgs[1].stats.computed_tokens, int64_t(0));
+        QVERIFY(!msgs[1].stats.prefill_saved_ms.has_value());
+        // The index was filled from the rows already there: titles and message text.
+        auto found = store.search_conversations("traboules");
+        QCOMPARE(found.size(), size_t(1));
+        QCOMPARE(found[0].conversation.title, std::string("Lyon trip"));
+        found = store.search_conversations("lyon");
+        QCOMPARE(found.size(), size_t(1));
+        QCOMPARE(found[0].conversation.id, lyon.id);
+        found = store.search_conversations("april");
+        QCOMPARE(found.size(), size_t(1));
+        QCOMPARE(found[0].conversation.title, std::string("taxes"));
+        QCOMPARE(raw_exec(path, "INSERT INTO message_text_fts (message_text_fts) VALUES ('integrity-check')"),
+                 std::string("ok"));
+    }
+
+    // Search over titles and message text follows every change: new messages, edits, renames,
+    // deletions; the query is plain text, never search syntax.
+    void searchFollowsChanges() {
+        QTemporaryDir dir;
+        Store store((dir.path() + "/kvchat.db").toStdString());
+        const auto a = store.create_conversation("Bread baking", "", "");
+        const auto b = store.create_conversation("Garden", "", "");
+        const auto c = store.create_conversation("Misc", "", "");
+        store.append_message(a.id, Role::User, "How long should sourdough proof?");
+        const auto tomato = store.append_message(b.id, Role::User, "When do I plant tomatoes?");
+        store.append_message(c.id, Role::User, "Crème brûlée for dessert, and sourdough too.");
+        auto titles = [&](std::string_view q) {
+            std::vector<std::string> out;
+            for (const auto& o : store.search_conversations(q)) out.push_back(o.conversation.title);
+            return out;
+        };
+        using V = std::vector<std::string>;
+        QCOMPARE(titles("sourdough"), (V{"Misc", "Bread baking"}));  // most recent first
+        QCOMPARE(titles("SOURDOUGH proof"), (V{"Bread baking"}));    // every word, any case
+        QCOMPARE(titles("sour"), (V{"Misc", "Bread baking"}));       // the start of a word
+        QCOMPARE(titles("creme"), (V{"Misc"}));                      // accents folded
+        QCOMPARE(titles("bread"), (V{"Bread baking"}));              // the title
+        QCOMPARE(titles("nothing-like-this"), V{});
+        // Syntax characters are text: no error, no operator.
+        for (const char* q : {"\"", "tomatoes\" OR \"bread", "*", "NEAR(a b)", "a:b", "(", "-", "'; DROP TABLE messages; --"})
+            QCOMPARE(error_of([&] { store.search_conversations(q); }), std::string("<no error>"));
+        QCOMPARE(titles("tomatoes\" OR \"bread"), V{});
+        // No words: every conversation.
+        QCOMPARE(titles("  ").size(), size_t(3));
+        // An edit replaces the indexed text; a rename the indexed title.
+        store.update_message_content(tomato.id, "When do I plant peppers?");
+        QCOMPARE(titles("tomatoes"), V{});
+        QCOMPARE(titles("peppers"), (V{"Garden"}));
+        store.rename_conversation(b.id, "Vegetable patch");
+        QCOMPARE(titles("garden"), V{});
+        QCOMPARE(titles("vegetable"), (V{"Vegetable patch"}));
+        // Deleted messages and conversations are no longer found.
+        store.delete_messages_after(c.id, -1);
+        QCOMPARE(titles("sourdough"), (V{"Bread baking"}));
+        store.delete_conversation(a.id);
+        QCOMPARE(titles("sourdough"), V{});
+        QCOMPARE(titles("bread"), V{});
+    }
+
     void snapshotNamesArePlainFileNames() {
         QTemporaryDir dir;
         Store store((dir.path() + "/kvchat.db").toStdString());
@@ -753,7 +886,7 @@ PRAGMA user_version = 1;
         QVERIFY(before.size() > 0);
         const std::string msg = error_of([&] { Store s(path); });
         QCOMPARE(msg, "database '" + path +
-                          "' is from a newer kvchat (schema 7, this build knows 2); it was left unchanged: open it "
+                          "' is from a newer kvchat (schema 7, this build knows 3); it was left unchanged: open it "
                           "with a newer kvchat or choose another database");
         QCOMPARE(file_bytes(qpath), before);
         QCOMPARE(raw_query(path, "PRAGMA user_version"), std::string("7"));
@@ -777,7 +910,7 @@ PRAGMA user_version = 1;
         QVERIFY(QFileInfo(qpath + "-wal").size() > 0);
         const QByteArray before = file_bytes(qpath);
         const QByteArray wal_before = file_bytes(qpath + "-wal");
-        QVERIFY(contains(error_of([&] { Store s(path); }), "is from a newer kvchat (schema 9, this build knows 2)"));
+        QVERIFY(contains(error_of([&] { Store s(path); }), "is from a newer kvchat (schema 9, this build knows 3)"));
         QCOMPARE(file_bytes(qpath), before);
         QCOMPARE(file_bytes(qpath + "-wal"), wal_before);
     }
@@ -807,7 +940,7 @@ PRAGMA user_version = 1;
         write_bytes(qpath, QByteArray());
         {
             Store store(qpath.toStdString());
-            QCOMPARE(store.pragma("user_version"), std::string("2"));
+            QCOMPARE(store.pragma("user_version"), std::string("3"));
             QCOMPARE(store.pragma("application_id"), std::to_string(0x4B564348));
             store.create_conversation("works", "", "");
         }
@@ -817,7 +950,7 @@ PRAGMA user_version = 1;
         QCOMPARE(raw_exec(blank, "PRAGMA page_size = 4096; VACUUM"), std::string("ok"));
         QVERIFY(QFileInfo(QString::fromStdString(blank)).size() > 0);
         Store store(blank);
-        QCOMPARE(store.pragma("user_version"), std::string("2"));
+        QCOMPARE(store.pragma("user_version"), std::string("3"));
     }
 
     void damagedRandomBytesRefused() {

@@ -183,7 +183,16 @@ void Conversation::prefill(const RenderedChat& rendered, int64_t end) {
 
 TurnResult Conversation::respond(const TurnOptions& options, const std::function<void(std::string_view)>& on_text,
                                  const std::atomic<bool>* cancel) {
+    TurnCallbacks callbacks;
+    callbacks.on_text = on_text;
+    callbacks.progress.cancel = cancel;
+    return respond(options, callbacks);
+}
+
+TurnResult Conversation::respond(const TurnOptions& options, const TurnCallbacks& callbacks) {
     using clock = std::chrono::steady_clock;
+    const std::function<void(std::string_view)>& on_text = callbacks.on_text;
+    const std::atomic<bool>* cancel = callbacks.progress.cancel;
     const auto t0 = clock::now();
     TurnResult out;
     const RenderedChat rendered = render_for_reply();
@@ -205,6 +214,7 @@ TurnResult Conversation::respond(const TurnOptions& options, const std::function
     GenerationConfig g = options.generation;
     for (int32_t id : template_.stop_tokens()) g.stop_tokens.push_back(id);
     for (const std::string& s : template_.stop_strings()) g.stop_strings.push_back(s);
+    if (callbacks.on_step) g.on_step = [&](const Cache& c) { callbacks.on_step(c.telemetry()); };
     // A static cache's capacity ends the answer like the model's context does.
     g.max_context = options.policy != ContextPolicy::Refuse ? int64_t{1} << 40 : context_limit();
 
@@ -242,10 +252,13 @@ TurnResult Conversation::respond(const TurnOptions& options, const std::function
 
     GenerationResult r;
     auto gen_start = clock::now();
+    double checkpointed_prefill_ms = 0.0;
     for (int attempt = 0;; ++attempt) {
         try {
+            const auto prefill_start = clock::now();
             prefill(rendered, last_boundary);
             gen_start = clock::now();
+            checkpointed_prefill_ms = ms_between(prefill_start, gen_start);
             const std::vector<int32_t> input(rendered.tokens.begin() + cache().seq_length(), rendered.tokens.end());
             Generator gen(model_, backend_);
             r = gen.generate(cache(), input, g, stream, budgeted ? &pause : cancel);
@@ -288,6 +301,9 @@ TurnResult Conversation::respond(const TurnOptions& options, const std::function
     out.prompt_tokens = total;
     out.cached_tokens = keep;
     out.prefill_tokens = total - keep;
+    out.prefill_ms = checkpointed_prefill_ms + r.prefill_ms;
+    if (out.prefill_ms > 0 && out.prefill_tokens > 0)
+        out.prefill_saved_ms = static_cast<double>(keep) * out.prefill_ms / static_cast<double>(out.prefill_tokens);
     out.decode_tok_s = r.decode_tok_s();
     out.stop_reason = r.stop_reason;
     if (!(r.stop_reason == "cancelled" && r.text.empty())) {

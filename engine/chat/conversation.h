@@ -5,12 +5,14 @@
 // regenerated answer), prefills only the rest and generates. The transcript is the truth; the
 // cache can always be rebuilt from it.
 #include "engine/chat/chat_template.h"
+#include "engine/common/progress.h"
 #include "engine/generate/generator.h"
 
 #include <atomic>
 #include <functional>
 #include <future>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -40,11 +42,25 @@ struct TurnResult {
     int64_t prompt_tokens = 0;     // the rendered conversation, generation prompt included
     int64_t prefill_tokens = 0;    // tokens computed this turn before the first new token
     int64_t cached_tokens = 0;     // tokens reused from the cache (or a prefix)
+    int64_t prefix_tokens = 0;     // of cached_tokens, those a saved prefix's cache brought
+    double prefill_ms = 0.0;       // computing the prefill_tokens
+    // cached_tokens at this turn's prefill speed: what the reuse saved (none when nothing was
+    // computed to measure the speed by).
+    std::optional<double> prefill_saved_ms;
     double ttft_ms = 0.0;          // from the turn's start to its first token
     double decode_tok_s = 0.0;
     int64_t kv_bytes = 0;
     std::string stop_reason;
     std::vector<std::string> notices;  // things the user should be told (a rebuild, a fallback)
+};
+
+// What a turn tells its caller while it runs.
+struct TurnCallbacks {
+    std::function<void(std::string_view)> on_text;       // each new piece of valid UTF-8
+    std::function<void(const CacheTelemetry&)> on_step;  // after every decode step
+    // Snapshot load, prefill, rebuild: reports and cancel. The same flag stops the answer
+    // (which keeps what it has; a cancelled prefill throws kvchat::Cancelled instead).
+    Progress progress;
 };
 
 // A cache read in the background, with what the user should be told about it (a snapshot that
@@ -81,6 +97,9 @@ public:
     // the backend's threads after that first use (it is over by then).
     void set_cache_loading(std::future<LoadedCache> loading);
     std::unique_ptr<Cache> release_cache();
+    // The cache when it is in memory now (null when there is none or it is still loading);
+    // looking changes nothing.
+    const Cache* resident_cache() const { return cache_.get(); }
     // The states of the sliding layers at recent message starts, oldest first: a crop back to
     // one of them does not need the earlier conversation again.
     const std::vector<CacheCheckpoint>& checkpoints();
@@ -94,6 +113,7 @@ public:
     // turn (cancel) keeps its partial reply, and the cache holds exactly its tokens.
     TurnResult respond(const TurnOptions& options, const std::function<void(std::string_view)>& on_text = {},
                        const std::atomic<bool>* cancel = nullptr);
+    TurnResult respond(const TurnOptions& options, const TurnCallbacks& callbacks);
     // Appends the user's message, then respond().
     TurnResult send(std::string text, const TurnOptions& options,
                     const std::function<void(std::string_view)>& on_text = {},

@@ -1,7 +1,6 @@
 #include "engine/chat/conversation_cache.h"
 
 #include "engine/cache/cache_spec.h"
-#include "engine/cache/convert.h"
 #include "engine/cache/snapshot.h"
 #include "engine/error.h"
 
@@ -22,13 +21,24 @@ int64_t cache_capacity(const Cache& cache) {
     return s.fixed ? s.max_len : 0;
 }
 
-void convert_conversation_cache(Cache& cache, const Model& model, Backend& backend, const std::string& spec) {
+ConvertResult convert_conversation_cache(Cache& cache, const Model& model, Backend& backend, const std::string& spec,
+                                         const Progress& progress) {
+    constexpr std::string_view kTask = "Converting cache";
+    progress.check(kTask);
     ConvertOptions o;
     o.reprefill = [&](Cache& c, const std::vector<int32_t>& tokens) {
         std::vector<float> none;
         model.forward(backend, c, tokens.data(), static_cast<int64_t>(tokens.size()), Logits::None, none);
     };
-    convert(cache, spec, o);
+    if (progress.report) o.progress = [&](int64_t done, int64_t total) { progress.tell(kTask, done, total); };
+    o.cancel = progress.cancel;
+    try {
+        return convert(cache, spec, o);
+    } catch (const Error&) {
+        // convert() says "cancelled" in its own words; the caller is told in kvchat::Cancelled.
+        if (progress.cancelled()) throw Cancelled(std::string(kTask) + " was cancelled");
+        throw;
+    }
 }
 
 void save_cache_snapshot(const Cache& cache, std::span<const CacheCheckpoint> checkpoints, const Model& model,

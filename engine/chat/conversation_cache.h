@@ -2,6 +2,8 @@
 // How a conversation makes, converts and saves its cache: the chat code's calls into
 // engine/cache in one place, so the turn logic reads in the user's terms.
 #include "engine/cache/cache.h"
+#include "engine/cache/convert.h"
+#include "engine/common/progress.h"
 #include "engine/model/model.h"
 
 #include <memory>
@@ -26,7 +28,10 @@ int64_t cache_capacity(const Cache& cache);
 // The cache under another strategy, in place: tokens carried over where the target can keep
 // them, otherwise rebuilt through the model from the token history. Throws kvchat::Error (the
 // cache is then unchanged).
-void convert_conversation_cache(Cache& cache, const Model& model, Backend& backend, const std::string& spec);
+// With `progress`, a rebuild reports "Converting cache" per chunk and a set cancel flag throws
+// kvchat::Cancelled (the cache is then unchanged too).
+ConvertResult convert_conversation_cache(Cache& cache, const Model& model, Backend& backend, const std::string& spec,
+                                         const Progress& progress = {});
 
 // A cache and the checkpoints of its sliding layers, as a snapshot holds them.
 struct SavedCache {

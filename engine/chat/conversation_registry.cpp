@@ -5,6 +5,7 @@
 #include "engine/common/utf8.h"
 #include "engine/error.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <utility>
@@ -65,6 +66,29 @@ ConversationRegistry::Entry& ConversationRegistry::entry(std::string_view title_
 }
 
 int64_t ConversationRegistry::id_of(std::string_view title) { return entry(title).id; }
+
+const ConversationRegistry::Entry* ConversationRegistry::find_entry(int64_t id) const {
+    for (const Entry& e : entries_)
+        if (e.id == id) return &e;
+    return nullptr;
+}
+
+ConversationRegistry::Entry& ConversationRegistry::entry(int64_t id) {
+    for (auto it = entries_.begin(); it != entries_.end(); ++it)
+        if (it->id == id) {
+            entries_.splice(entries_.begin(), entries_, it);
+            return entries_.front();
+        }
+    const auto rec = store_.find_conversation_by_id(id);
+    if (!rec) throw Error("no conversation with id " + std::to_string(id));
+    Entry e;
+    e.id = rec->id;
+    e.title = rec->title;
+    e.conversation = std::make_unique<Conversation>(model_, backend_, template_, canonical_cache_spec(rec->cache_spec));
+    for (const MessageRecord& m : store_.list_messages(e.id)) e.conversation->append(m.role, m.content);
+    entries_.push_front(std::move(e));
+    return entries_.front();
+}
 
 Conversation& ConversationRegistry::open(std::string_view title_in, const OpenOptions& options) {
     const RepairedUtf8 title = repair_utf8(title_in);
@@ -137,6 +161,7 @@ Conversation& ConversationRegistry::open(std::string_view title_in, const OpenOp
         e.conversation->set_cache(std::move(cache));
         e.cache_ready = true;
         e.dirty = prefix.has_value();
+        if (prefix) e.prefix_tokens = static_cast<int64_t>(prefix->tokens.size());
     }
     entries_.push_front(std::move(e));
     return *entries_.front().conversation;
@@ -234,6 +259,10 @@ void ConversationRegistry::finish_turn(Entry& e, const TurnResult& r, size_t mes
         stats.generated_tokens = static_cast<int64_t>(r.tokens.size());
         stats.ttft_ms = r.ttft_ms;
         if (r.decode_tok_s > 0) stats.tokens_per_second = r.decode_tok_s;
+        stats.cached_tokens = r.cached_tokens;
+        stats.prefix_tokens = r.prefix_tokens;
+        stats.computed_tokens = r.prefill_tokens;
+        stats.prefill_saved_ms = r.prefill_saved_ms;
         store_.append_message(e.id, Role::Assistant, c.messages().back().content, stats);
     }
     if (const auto rec = store_.find_conversation_by_id(e.id); rec && rec->cache_spec != c.cache_spec())
@@ -243,28 +272,38 @@ void ConversationRegistry::finish_turn(Entry& e, const TurnResult& r, size_t mes
     enforce_budget(e);
 }
 
-ConversationRegistry::Entry& ConversationRegistry::prepare(std::string_view title, std::vector<std::string>& notices) {
-    open(title);
-    Entry& e = entry(title);
+ConversationRegistry::Entry& ConversationRegistry::prepare(int64_t id, std::vector<std::string>& notices) {
+    Entry& e = entry(id);
     notices = take_notices();
     make_ready(e, notices);
     return e;
 }
 
+TurnCallbacks ConversationRegistry::callbacks_of(const std::function<void(std::string_view)>& on_text,
+                                                 const std::atomic<bool>* cancel) {
+    TurnCallbacks c;
+    c.on_text = on_text;
+    c.progress.cancel = cancel;
+    return c;
+}
+
 TurnResult ConversationRegistry::answer(Entry& e, std::chrono::steady_clock::time_point t0, const TurnOptions& options,
-                                        const std::function<void(std::string_view)>& on_text,
-                                        const std::atomic<bool>* cancel, std::vector<std::string>& notices) {
+                                        const TurnCallbacks& callbacks, std::vector<std::string>& notices) {
     Conversation& c = *e.conversation;
     const size_t before = c.messages().size();
     const double before_ms = ms_since(t0);
     TurnResult r;
     try {
-        r = c.respond(options, on_text, cancel);
+        r = c.respond(options, callbacks);
     } catch (...) {
         e.dirty = true;  // the cache may hold part of the answer: save it with the next snapshot
         throw;
     }
     r.ttft_ms += before_ms;  // opening, loading and prefix reuse count toward the first token
+    // The first answer of a conversation started from a prefix reuses the prefix's tokens.
+    r.prefix_tokens = std::min(e.prefix_tokens, r.cached_tokens);
+    e.prefix_tokens = 0;
+    if (r.prefill_ms > 0 && r.prefill_tokens > 0) prefill_tok_s_ = static_cast<double>(r.prefill_tokens) * 1000.0 / r.prefill_ms;
     finish_turn(e, r, before, notices);
     r.notices.insert(r.notices.begin(), notices.begin(), notices.end());
     return r;
@@ -273,9 +312,29 @@ TurnResult ConversationRegistry::answer(Entry& e, std::chrono::steady_clock::tim
 TurnResult ConversationRegistry::send(std::string_view title, std::string_view text, const TurnOptions& options,
                                       const std::function<void(std::string_view)>& on_text,
                                       const std::atomic<bool>* cancel) {
+    open(title);
+    return send(entry(title).id, text, options, callbacks_of(on_text, cancel));
+}
+
+TurnResult ConversationRegistry::regenerate(std::string_view title, const TurnOptions& options,
+                                            const std::function<void(std::string_view)>& on_text,
+                                            const std::atomic<bool>* cancel) {
+    open(title);
+    return regenerate(entry(title).id, options, callbacks_of(on_text, cancel));
+}
+
+TurnResult ConversationRegistry::edit(std::string_view title, size_t ordinal, std::string_view text,
+                                      const TurnOptions& options, const std::function<void(std::string_view)>& on_text,
+                                      const std::atomic<bool>* cancel) {
+    open(title);
+    return edit(entry(title).id, ordinal, text, options, callbacks_of(on_text, cancel));
+}
+
+TurnResult ConversationRegistry::send(int64_t id, std::string_view text, const TurnOptions& options,
+                                      const TurnCallbacks& callbacks) {
     const auto t0 = std::chrono::steady_clock::now();
     std::vector<std::string> notices;
-    Entry& e = prepare(title, notices);
+    Entry& e = prepare(id, notices);
     Conversation& c = *e.conversation;
     const RepairedUtf8 fixed = repair_utf8(text);
     if (fixed.replaced) notices.push_back("your message had invalid UTF-8; it was replaced by U+FFFD");
@@ -288,6 +347,7 @@ TurnResult ConversationRegistry::send(std::string_view title, std::string_view t
         if (!c.has_cache() || c.cache().seq_length() == 0)
             if (auto p = prefixes_.longest_match(rendered.tokens)) {
                 c.set_cache(prefixes_.load_cache(*p, c.cache_spec(), notices));
+                e.prefix_tokens = static_cast<int64_t>(p->tokens.size());
                 notices.push_back("reused the cache of prefix " + in_quotes(p->name) + " (" +
                                   std::to_string(p->tokens.size()) + " tokens)");
             }
@@ -297,15 +357,13 @@ TurnResult ConversationRegistry::send(std::string_view title, std::string_view t
         c.truncate(c.messages().size() - 1);
         throw;
     }
-    return answer(e, t0, options, on_text, cancel, notices);
+    return answer(e, t0, options, callbacks, notices);
 }
 
-TurnResult ConversationRegistry::regenerate(std::string_view title, const TurnOptions& options,
-                                            const std::function<void(std::string_view)>& on_text,
-                                            const std::atomic<bool>* cancel) {
+TurnResult ConversationRegistry::regenerate(int64_t id, const TurnOptions& options, const TurnCallbacks& callbacks) {
     const auto t0 = std::chrono::steady_clock::now();
     std::vector<std::string> notices;
-    Entry& e = prepare(title, notices);
+    Entry& e = prepare(id, notices);
     Conversation& c = *e.conversation;
     const auto& msgs = c.messages();
     if (msgs.empty() || (msgs.back().role != Role::Assistant && msgs.back().role != Role::User))
@@ -315,15 +373,14 @@ TurnResult ConversationRegistry::regenerate(std::string_view title, const TurnOp
         store_.delete_messages_after(e.id, static_cast<int64_t>(msgs.size()) - 2);
         c.truncate(msgs.size() - 1);
     }
-    return answer(e, t0, options, on_text, cancel, notices);
+    return answer(e, t0, options, callbacks, notices);
 }
 
-TurnResult ConversationRegistry::edit(std::string_view title, size_t ordinal, std::string_view text,
-                                      const TurnOptions& options, const std::function<void(std::string_view)>& on_text,
-                                      const std::atomic<bool>* cancel) {
+TurnResult ConversationRegistry::edit(int64_t id, size_t ordinal, std::string_view text, const TurnOptions& options,
+                                      const TurnCallbacks& callbacks) {
     const auto t0 = std::chrono::steady_clock::now();
     std::vector<std::string> notices;
-    Entry& e = prepare(title, notices);
+    Entry& e = prepare(id, notices);
     Conversation& c = *e.conversation;
     if (ordinal >= c.messages().size() || c.messages()[ordinal].role != Role::User)
         throw Error("message " + std::to_string(ordinal) + " of conversation " + in_quotes(e.title) +
@@ -338,7 +395,85 @@ TurnResult ConversationRegistry::edit(std::string_view title, size_t ordinal, st
     store_.update_message_content(stored[ordinal].id, text);
     store_.delete_messages_after(e.id, static_cast<int64_t>(ordinal));
     c.edit(ordinal, fixed.text);
-    return answer(e, t0, options, on_text, cancel, notices);
+    return answer(e, t0, options, callbacks, notices);
+}
+
+// ---- by id ----
+
+int64_t ConversationRegistry::create(std::string_view title_in, const OpenOptions& options) {
+    std::string base = repair_utf8(title_in).text;
+    if (base.empty()) base = "Chat";
+    std::string title = base;
+    for (int n = 2; store_.find_conversation(title); ++n) title = base + " " + std::to_string(n);
+    open(title, options);
+    return entries_.front().id;
+}
+
+ConversationSummary ConversationRegistry::summary_of(const ConversationOverview& o) const {
+    ConversationSummary s;
+    s.id = o.conversation.id;
+    s.title = o.conversation.title;
+    s.updated_ms = o.conversation.updated_ms;
+    s.message_count = o.message_count;
+    s.tokens = o.tokens;
+    s.cache_spec = o.conversation.cache_spec;
+    s.last_unanswered = o.last_unanswered;
+    if (const Entry* e = find_entry(s.id)) {
+        s.cache_resident = e->conversation->has_cache();
+        s.cache_spec = e->conversation->cache_spec();
+    }
+    return s;
+}
+
+std::vector<ConversationSummary> ConversationRegistry::list() const {
+    std::vector<ConversationSummary> out;
+    for (const ConversationOverview& o : store_.list_conversation_overviews()) out.push_back(summary_of(o));
+    return out;
+}
+
+std::vector<ConversationSummary> ConversationRegistry::search(std::string_view query) const {
+    std::vector<ConversationSummary> out;
+    for (const ConversationOverview& o : store_.search_conversations(query)) out.push_back(summary_of(o));
+    return out;
+}
+
+std::vector<MessageRecord> ConversationRegistry::messages(int64_t id) const {
+    if (!store_.find_conversation_by_id(id)) throw Error("no conversation with id " + std::to_string(id));
+    return store_.list_messages(id);
+}
+
+void ConversationRegistry::rename(int64_t id, std::string_view title) {
+    store_.rename_conversation(id, title);
+    for (Entry& e : entries_)
+        if (e.id == id) e.title = store_.find_conversation_by_id(id)->title;
+}
+
+void ConversationRegistry::remove(int64_t id) {
+    const std::string snapshot = store_.delete_conversation(id);
+    if (!snapshot.empty()) std::remove(store_.snapshot_path(snapshot).c_str());
+    // Its cache goes unsaved: nothing owns it any more.
+    for (auto it = entries_.begin(); it != entries_.end(); ++it)
+        if (it->id == id) {
+            entries_.erase(it);
+            break;
+        }
+}
+
+void ConversationRegistry::close(int64_t id) {
+    for (auto it = entries_.begin(); it != entries_.end(); ++it)
+        if (it->id == id) {
+            if (it->dirty) save_snapshot(*it, notices_);
+            entries_.erase(it);
+            return;
+        }
+}
+
+std::optional<CacheTelemetry> ConversationRegistry::telemetry(int64_t id) const {
+    const Entry* e = find_entry(id);
+    if (!e) return std::nullopt;
+    const Cache* c = e->conversation->resident_cache();
+    if (!c) return std::nullopt;
+    return c->telemetry();
 }
 
 }  // namespace kvchat

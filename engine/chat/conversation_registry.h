@@ -7,13 +7,16 @@
 //
 // Memory budget: at most max_resident conversations keep their caches in RAM; the least recently
 // used give theirs up (their snapshots on disk stand in for them).
+#include "engine/cache/conversion_plan.h"
 #include "engine/chat/conversation.h"
 #include "engine/chat/prefix_library.h"
+#include "engine/common/progress.h"
 #include "engine/store/store.h"
 
 #include <chrono>
 #include <list>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -24,6 +27,18 @@ struct OpenOptions {
     std::string cache_spec;  // strategy for a new conversation, or a switch for an existing one
     std::string prefix;      // start a new conversation from this saved prefix
     std::string system;      // system message of a new conversation (a prefix's messages win)
+};
+
+// One line of the conversation list.
+struct ConversationSummary {
+    int64_t id = 0;
+    std::string title;
+    int64_t updated_ms = 0;        // last activity
+    int64_t message_count = 0;
+    int64_t tokens = 0;            // tokens of the rendered transcript at its last answer (0: never answered)
+    std::string cache_spec;
+    bool cache_resident = false;   // its cache is in memory now
+    bool last_unanswered = false;  // ends with a user message
 };
 
 class ConversationRegistry {
@@ -52,6 +67,34 @@ public:
                     const std::function<void(std::string_view)>& on_text = {},
                     const std::atomic<bool>* cancel = nullptr);
 
+    // ---- by id (the window's verbs) ----
+    // A new conversation titled `title` (empty: "Chat"); when that title is taken, the first free
+    // of "title 2", "title 3", ... Returns its id.
+    int64_t create(std::string_view title, const OpenOptions& options = {});
+    std::vector<ConversationSummary> list() const;  // most recent first
+    // Conversations whose title or message text holds every word of `query` (plain text; a word
+    // matches the start of a word), most recent first.
+    std::vector<ConversationSummary> search(std::string_view query) const;
+    std::vector<MessageRecord> messages(int64_t id) const;
+    void rename(int64_t id, std::string_view title);
+    // Deletes the rows, then the snapshot file; the cache in memory is dropped unsaved.
+    void remove(int64_t id);
+    // Saves a changed cache, then frees it (the conversation is reopened by its next use).
+    void close(int64_t id);
+    TurnResult send(int64_t id, std::string_view text, const TurnOptions& options, const TurnCallbacks& callbacks = {});
+    TurnResult regenerate(int64_t id, const TurnOptions& options, const TurnCallbacks& callbacks = {});
+    TurnResult edit(int64_t id, size_t ordinal, std::string_view text, const TurnOptions& options,
+                    const TurnCallbacks& callbacks = {});
+    // The cache's telemetry when it is in memory now, else nullopt. Loads and creates nothing.
+    std::optional<CacheTelemetry> telemetry(int64_t id) const;
+    // What switching the conversation's cache to `spec` would do; nothing changes (the cache is
+    // loaded into memory when it was not).
+    ConversionPlan plan_switch(int64_t id, const std::string& spec);
+    // Switches the conversation's cache to `spec` (carried over or rebuilt; progress and cancel
+    // while rebuilding) and saves the strategy and the snapshot with the conversation. Cancelled
+    // (kvchat::Cancelled) or failed, the old cache and strategy stay. Returns what was done.
+    ConversionPlan switch_strategy(int64_t id, const std::string& spec, const Progress& progress = {});
+
     // How many conversations hold their caches in RAM now.
     size_t resident() const;
     // Writes the snapshots of caches changed since their last save.
@@ -66,15 +109,21 @@ private:
         std::unique_ptr<Conversation> conversation;
         bool cache_ready = false;  // the snapshot was loaded (or found unusable) for this session
         bool dirty = false;        // the cache changed since its snapshot was written
+        int64_t prefix_tokens = 0; // tokens of the saved prefix its cache started from, until the first answer
     };
     Entry& entry(std::string_view title);
+    // The conversation `id`, opened (its transcript read) when it was not.
+    Entry& entry(int64_t id);
+    const Entry* find_entry(int64_t id) const;
     void make_ready(Entry& e, std::vector<std::string>& notices);
     // The conversation opened and its cache ready for a turn; notices get what that said.
-    Entry& prepare(std::string_view title, std::vector<std::string>& notices);
+    Entry& prepare(int64_t id, std::vector<std::string>& notices);
     // Answers the last message and records the turn; t0 is when the call began.
     TurnResult answer(Entry& e, std::chrono::steady_clock::time_point t0, const TurnOptions& options,
-                      const std::function<void(std::string_view)>& on_text, const std::atomic<bool>* cancel,
-                      std::vector<std::string>& notices);
+                      const TurnCallbacks& callbacks, std::vector<std::string>& notices);
+    ConversationSummary summary_of(const ConversationOverview& o) const;
+    static TurnCallbacks callbacks_of(const std::function<void(std::string_view)>& on_text,
+                                      const std::atomic<bool>* cancel);
     void save_snapshot(Entry& e, std::vector<std::string>& notices);
     void finish_turn(Entry& e, const TurnResult& r, size_t messages_before, std::vector<std::string>& notices);
     void enforce_budget(const Entry& keep);
@@ -87,6 +136,7 @@ private:
     size_t max_resident_;
     std::list<Entry> entries_;  // most recently used first
     std::vector<std::string> notices_;
+    double prefill_tok_s_ = 0.0;  // the last turn's prefill speed, for rebuild estimates
 };
 
 }  // namespace kvchat

@@ -150,6 +150,7 @@ GenerationResult Generator::generate(Cache& cache, const std::vector<int32_t>& i
             model_.forward(backend_, cache, context.data(), static_cast<int64_t>(context.size()), Logits::Last, logits,
                            config.prefill_chunk);
         }
+        if (config.on_step) config.on_step(cache);
     }
     if (r.stop_reason != "stop_string") {
         std::string tail;

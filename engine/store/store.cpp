@@ -93,6 +93,46 @@ CREATE TABLE prefix_messages (
 INSERT INTO prefix_messages (prefix_id, ordinal, role, content, content_repaired)
     SELECT id, 0, 'system', text, text_repaired FROM prefixes;
 )sql",
+    // 3: each answer keeps how much of its prompt came from the cache (and of that from a saved
+    // prefix), how much was computed and the prefill time the reuse saved; and a full-text index
+    // over conversation titles and message text (FTS5, external content: the text is stored once,
+    // in the tables themselves, and triggers keep the index in step). Answers from before have
+    // zeros and no saving; the index is filled from the rows already there.
+    R"sql(
+ALTER TABLE messages ADD COLUMN cached_tokens INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE messages ADD COLUMN prefix_tokens INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE messages ADD COLUMN computed_tokens INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE messages ADD COLUMN prefill_saved_ms REAL;
+
+CREATE VIRTUAL TABLE conversation_titles_fts USING fts5 (
+    title, content = 'conversations', content_rowid = 'id', tokenize = 'unicode61 remove_diacritics 2');
+CREATE VIRTUAL TABLE message_text_fts USING fts5 (
+    content, content = 'messages', content_rowid = 'id', tokenize = 'unicode61 remove_diacritics 2');
+
+CREATE TRIGGER conversations_fts_insert AFTER INSERT ON conversations BEGIN
+    INSERT INTO conversation_titles_fts (rowid, title) VALUES (new.id, new.title);
+END;
+CREATE TRIGGER conversations_fts_delete AFTER DELETE ON conversations BEGIN
+    INSERT INTO conversation_titles_fts (conversation_titles_fts, rowid, title) VALUES ('delete', old.id, old.title);
+END;
+CREATE TRIGGER conversations_fts_update AFTER UPDATE OF title ON conversations BEGIN
+    INSERT INTO conversation_titles_fts (conversation_titles_fts, rowid, title) VALUES ('delete', old.id, old.title);
+    INSERT INTO conversation_titles_fts (rowid, title) VALUES (new.id, new.title);
+END;
+CREATE TRIGGER messages_fts_insert AFTER INSERT ON messages BEGIN
+    INSERT INTO message_text_fts (rowid, content) VALUES (new.id, new.content);
+END;
+CREATE TRIGGER messages_fts_delete AFTER DELETE ON messages BEGIN
+    INSERT INTO message_text_fts (message_text_fts, rowid, content) VALUES ('delete', old.id, old.content);
+END;
+CREATE TRIGGER messages_fts_update AFTER UPDATE OF content ON messages BEGIN
+    INSERT INTO message_text_fts (message_text_fts, rowid, content) VALUES ('delete', old.id, old.content);
+    INSERT INTO message_text_fts (rowid, content) VALUES (new.id, new.content);
+END;
+
+INSERT INTO conversation_titles_fts (conversation_titles_fts) VALUES ('rebuild');
+INSERT INTO message_text_fts (message_text_fts) VALUES ('rebuild');
+)sql",
 };
 static_assert(std::size(kMigrations) == Store::kSchemaVersion, "one migration step per schema version");
 static_assert(kApplicationId == 1263944520, "the migration text spells out kApplicationId");
@@ -259,7 +299,7 @@ private:
 #define KVCHAT_CONVERSATION_COLUMNS "id, title, model_fingerprint, cache_spec, snapshot, created_ms, updated_ms"
 #define KVCHAT_MESSAGE_COLUMNS                                                                             \
     "id, conversation_id, ordinal, role, content, content_repaired, prompt_tokens, generated_tokens, ttft_ms, " \
-    "tokens_per_second, created_ms"
+    "tokens_per_second, created_ms, cached_tokens, prefix_tokens, computed_tokens, prefill_saved_ms"
 #define KVCHAT_PREFIX_COLUMNS                                                                                  \
     "id, name, text, text_repaired, model_fingerprint, cache_spec, tokens, snapshot, created_ms, last_used_ms, " \
     "use_count"
@@ -297,6 +337,10 @@ MessageRecord read_message(const Statement& st, const std::string& path) {
     m.stats.ttft_ms = st.optional_real(8);
     m.stats.tokens_per_second = st.optional_real(9);
     m.created_ms = st.integer(10);
+    m.stats.cached_tokens = st.integer(11);
+    m.stats.prefix_tokens = st.integer(12);
+    m.stats.computed_tokens = st.integer(13);
+    m.stats.prefill_saved_ms = st.optional_real(14);
     return m;
 }
 
@@ -337,15 +381,6 @@ void check_name(std::string_view kind, std::string_view name) {
 }
 
 }  // namespace
-
-std::string_view role_name(Role role) {
-    switch (role) {
-        case Role::System: return "system";
-        case Role::User: return "user";
-        case Role::Assistant: return "assistant";
-    }
-    return "user";
-}
 
 std::string Store::default_path() { return data_dir() + "/kvchat.db"; }
 
@@ -531,6 +566,77 @@ std::vector<ConversationRecord> Store::list_conversations() const {
     return out;
 }
 
+namespace {
+
+// The overview columns after the conversation's own: message count, the last answer's prompt and
+// reply tokens, and the last message's role.
+#define KVCHAT_OVERVIEW_SELECT                                                                                   \
+    "SELECT c.id, c.title, c.model_fingerprint, c.cache_spec, c.snapshot, c.created_ms, c.updated_ms, "          \
+    "(SELECT count(*) FROM messages m WHERE m.conversation_id = c.id), "                                        \
+    "(SELECT m.prompt_tokens + m.generated_tokens FROM messages m WHERE m.conversation_id = c.id AND "          \
+    "m.role = 'assistant' ORDER BY m.ordinal DESC LIMIT 1), "                                                   \
+    "(SELECT m.role FROM messages m WHERE m.conversation_id = c.id ORDER BY m.ordinal DESC LIMIT 1) "           \
+    "FROM conversations c "
+
+ConversationOverview read_overview(const Statement& st) {
+    ConversationOverview o;
+    o.conversation = read_conversation(st);
+    o.message_count = st.integer(7);
+    o.tokens = st.optional_integer(8).value_or(0);
+    o.last_unanswered = st.text(9) == "user";
+    return o;
+}
+
+// The words of a plain-text query as an FTS5 query: each word quoted (quotes inside doubled),
+// so nothing the user typed is read as search syntax, and matched as the start of a word.
+std::string fts_query(std::string_view text) {
+    std::string out, word;
+    auto flush = [&] {
+        if (word.empty()) return;
+        if (!out.empty()) out += ' ';
+        out += '"';
+        for (char c : word) {
+            if (c == '"') out += '"';
+            out += c;
+        }
+        out += "\"*";
+        word.clear();
+    };
+    for (char c : text) {
+        if (c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v')
+            flush();
+        else
+            word += c;
+    }
+    flush();
+    return out;
+}
+
+}  // namespace
+
+std::vector<ConversationOverview> Store::list_conversation_overviews() const {
+    Statement st(db_, path_, KVCHAT_OVERVIEW_SELECT "ORDER BY c.updated_ms DESC, c.id DESC");
+    std::vector<ConversationOverview> out;
+    while (st.step()) out.push_back(read_overview(st));
+    return out;
+}
+
+std::vector<ConversationOverview> Store::search_conversations(std::string_view query) const {
+    const std::string match = fts_query(repair_utf8(query).text);
+    if (match.empty()) return list_conversation_overviews();
+    // A word that holds only separators (punctuation) matches nothing rather than failing.
+    Statement st(db_, path_,
+                 KVCHAT_OVERVIEW_SELECT
+                 "WHERE c.id IN (SELECT rowid FROM conversation_titles_fts WHERE conversation_titles_fts MATCH ?1) "
+                 "OR c.id IN (SELECT m.conversation_id FROM messages m WHERE m.id IN "
+                 "(SELECT rowid FROM message_text_fts WHERE message_text_fts MATCH ?1)) "
+                 "ORDER BY c.updated_ms DESC, c.id DESC");
+    st.bind_text(1, match);
+    std::vector<ConversationOverview> out;
+    while (st.step()) out.push_back(read_overview(st));
+    return out;
+}
+
 void Store::rename_conversation(int64_t id, std::string_view title) {
     const std::string name = repair_utf8(title).text;
     check_name("conversation", name);
@@ -607,8 +713,9 @@ MessageRecord Store::insert_message(int64_t conversation_id, Role role, std::str
     const int64_t ordinal = next.integer(0);
     Statement insert(db_, path_,
                      "INSERT INTO messages (conversation_id, ordinal, role, content, content_repaired, prompt_tokens, "
-                     "generated_tokens, ttft_ms, tokens_per_second, created_ms) "
-                     "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)");
+                     "generated_tokens, ttft_ms, tokens_per_second, created_ms, cached_tokens, prefix_tokens, "
+                     "computed_tokens, prefill_saved_ms) "
+                     "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)");
     insert.bind_int(1, conversation_id)
         .bind_int(2, ordinal)
         .bind_text(3, role_name(role))
@@ -619,6 +726,10 @@ MessageRecord Store::insert_message(int64_t conversation_id, Role role, std::str
         .bind_real(8, stats.ttft_ms)
         .bind_real(9, stats.tokens_per_second)
         .bind_int(10, now)
+        .bind_int(11, stats.cached_tokens)
+        .bind_int(12, stats.prefix_tokens)
+        .bind_int(13, stats.computed_tokens)
+        .bind_real(14, stats.prefill_saved_ms)
         .change();
     MessageRecord m;
     m.id = sqlite3_last_insert_rowid(db_);

@@ -9,6 +9,8 @@
 // byte for byte when it is valid UTF-8 and repaired (U+FFFD) otherwise, with a flag kept beside
 // it so the interface can say so. Every failure throws kvchat::Error naming the database and the
 // problem. A Store is used from one thread at a time.
+#include "engine/store/records.h"
+
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -19,75 +21,10 @@ struct sqlite3;
 
 namespace kvchat {
 
-enum class Role { System, User, Assistant };
-std::string_view role_name(Role role);  // "system", "user", "assistant"
-
-// Times are milliseconds since the Unix epoch.
-struct ConversationRecord {
-    int64_t id = 0;
-    std::string title;              // unique among conversations
-    std::string model_fingerprint;  // the model the conversation's cache was built with
-    std::string cache_spec;         // the cache strategy in its textual form
-    std::string snapshot;           // file name under snapshot_dir(); empty when none is saved
-    int64_t created_ms = 0;
-    int64_t updated_ms = 0;         // strictly increasing across the store, so lists have one order
-};
-
-// Figures of a generated reply; a typed message has none.
-struct GenerationStats {
-    int64_t prompt_tokens = 0;
-    int64_t generated_tokens = 0;
-    std::optional<double> ttft_ms;            // time to first token
-    std::optional<double> tokens_per_second;  // decode speed
-};
-
-struct MessageRecord {
-    int64_t id = 0;
-    int64_t conversation_id = 0;
-    int64_t ordinal = 0;  // 0, 1, 2, ... within the conversation
-    Role role = Role::User;
-    std::string content;
-    bool content_repaired = false;  // invalid UTF-8 was replaced by U+FFFD when it was stored
-    GenerationStats stats;
-    int64_t created_ms = 0;
-};
-
-// One message of a saved prefix, in the order the prefix holds them.
-struct PrefixMessage {
-    Role role = Role::System;
-    std::string content;
-    bool content_repaired = false;  // invalid UTF-8 was replaced by U+FFFD when it was stored
-};
-
-struct PrefixRecord {
-    int64_t id = 0;
-    std::string name;  // unique among prefixes
-    // The opening messages of a conversation (a system prompt alone, or system / user /
-    // assistant ... in order); never empty once stored.
-    std::vector<PrefixMessage> messages;
-    // The first message's content: the whole text of a prefix saved from text (one system
-    // message), a preview of the others.
-    std::string text;
-    bool text_repaired = false;  // some message had invalid UTF-8 replaced by U+FFFD when it was stored
-    std::string model_fingerprint;
-    std::string cache_spec;
-    std::vector<int32_t> tokens;  // the messages rendered and tokenized for model_fingerprint
-    std::string snapshot;         // file name under snapshot_dir(); empty when none is saved
-    int64_t created_ms = 0;
-    std::optional<int64_t> last_used_ms;
-    int64_t use_count = 0;
-};
-
-// What update_prefix_text did.
-struct PrefixTextUpdate {
-    bool text_repaired = false;    // invalid UTF-8 was replaced by U+FFFD
-    std::string dropped_snapshot;  // the snapshot that no longer matches (empty when none)
-};
-
 class Store {
 public:
     // The schema version this build writes; PRAGMA user_version of an up-to-date database.
-    static constexpr int kSchemaVersion = 2;
+    static constexpr int kSchemaVersion = 3;
     // The statements that bring a database from version - 1 to `version` (1..kSchemaVersion), as
     // the migration runs them; tests build older databases with them.
     static const char* migration_sql(int version);
@@ -126,6 +63,13 @@ public:
     std::optional<ConversationRecord> find_conversation(std::string_view title) const;
     std::optional<ConversationRecord> find_conversation_by_id(int64_t id) const;
     std::vector<ConversationRecord> list_conversations() const;  // most recently updated first
+    // The same with message counts, tokens and whether the last message waits for an answer.
+    std::vector<ConversationOverview> list_conversation_overviews() const;
+    // The conversations whose title or message text has every word of `query` (a word matches
+    // the start of a word: "cat" finds "catalogue"), most recently updated first. The query is
+    // plain text: quotes, operators and stars in it are words, never search syntax. A query
+    // without words finds every conversation.
+    std::vector<ConversationOverview> search_conversations(std::string_view query) const;
     void rename_conversation(int64_t id, std::string_view title);
     // Deletes the conversation and its messages; returns its snapshot name (empty when none) so
     // the caller removes the file after the row is gone.

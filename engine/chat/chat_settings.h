@@ -1,0 +1,46 @@
+#pragma once
+// The chat settings kept in the database's settings table (keys "chat.*"), shared by the window
+// and kvchat-cli so both choose alike: threads, how many caches stay in memory and their memory
+// budget, the context policy, the default strategy, sampling, answer length and the default
+// system prompt. Also the rule for the strategy a turn falls back to when its cache cannot grow.
+#include "engine/chat/conversation.h"
+#include "engine/generate/sampler.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace kvchat {
+
+class Store;
+
+struct ChatSettings {
+    int threads = 0;                    // 0: one per core
+    int resident_caches = 4;
+    int64_t cache_memory_budget = 0;    // bytes; 0: no limit
+    ContextPolicy context_policy = ContextPolicy::Refuse;
+    std::string default_strategy = "dynamic";
+    SamplerConfig sampling;             // temperature, top_k, top_p, min_p, repetition penalty, seed
+    bool random_seed = true;            // a new seed each turn (sampling.seed is then unused)
+    int max_new_tokens = 512;
+    std::string system_prompt;          // default system prompt of new conversations
+
+    // What load() found wrong (a value that could not be used; its default stands instead).
+    std::vector<std::string> notices;
+
+    // Missing keys: defaults; bad values: defaults and a notice naming the key and the value.
+    static ChatSettings load(const Store& store);
+    // Throws kvchat::Error naming the setting when a value is out of range; nothing is written then.
+    void save(Store& store) const;
+    void validate() const;
+
+    // The options of a turn in a conversation whose strategy is `conversation_spec`: a quantized
+    // strategy falls back to the same quantized strategy offloaded (keeping the user's choice),
+    // any other to "offloaded".
+    TurnOptions turn_options(const std::string& conversation_spec) const;
+};
+
+// The strategy a conversation of strategy `spec` falls back to when its cache cannot grow.
+std::string fallback_strategy(const std::string& spec);
+
+}  // namespace kvchat

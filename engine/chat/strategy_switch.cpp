@@ -1,0 +1,39 @@
+// ConversationRegistry's strategy switch: the preview and the verb (a file of its own, as the
+// verb is the only part of the registry that plans a conversion).
+#include "engine/chat/conversation_cache.h"
+#include "engine/chat/conversation_registry.h"
+
+namespace kvchat {
+
+ConversionPlan ConversationRegistry::plan_switch(int64_t id, const std::string& spec) {
+    std::vector<std::string> notices;
+    Entry& e = prepare(id, notices);
+    for (std::string& n : notices) notices_.push_back(std::move(n));
+    const ConversionPlan plan = plan_conversion(e.conversation->cache(), spec, prefill_tok_s_);
+    enforce_budget(e);
+    return plan;
+}
+
+ConversionPlan ConversationRegistry::switch_strategy(int64_t id, const std::string& spec, const Progress& progress) {
+    std::vector<std::string> notices;
+    Entry& e = prepare(id, notices);
+    for (std::string& n : notices) notices_.push_back(std::move(n));
+    Conversation& c = *e.conversation;
+    const std::string target = canonical_cache_spec(spec);
+    ConversionPlan plan = plan_conversion(c.cache(), target, prefill_tok_s_);
+    if (plan.kind != ConversionPlan::Kind::Unchanged) {
+        // Throws (Cancelled included) with the old cache as it was.
+        convert_conversation_cache(c.cache(), model_, backend_, target, progress);
+        // The checkpoints were of the old strategy.
+        std::unique_ptr<Cache> converted = c.release_cache();
+        c.set_cache_spec(target);
+        c.set_cache(std::move(converted));
+        e.dirty = true;
+    }
+    store_.set_conversation_cache_spec(e.id, target);
+    if (e.dirty) save_snapshot(e, notices_);
+    enforce_budget(e);
+    return plan;
+}
+
+}  // namespace kvchat

@@ -1,0 +1,92 @@
+#pragma once
+// The records the store keeps, as plain values: what the engine and the window pass around
+// without depending on SQLite.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace kvchat {
+
+enum class Role { System, User, Assistant };
+std::string_view role_name(Role role);  // "system", "user", "assistant"
+
+// Times are milliseconds since the Unix epoch.
+struct ConversationRecord {
+    int64_t id = 0;
+    std::string title;              // unique among conversations
+    std::string model_fingerprint;  // the model the conversation's cache was built with
+    std::string cache_spec;         // the cache strategy in its textual form
+    std::string snapshot;           // file name under snapshot_dir(); empty when none is saved
+    int64_t created_ms = 0;
+    int64_t updated_ms = 0;         // strictly increasing across the store, so lists have one order
+};
+
+// Figures of a generated reply, kept with it (schema 3 added the cache figures); a typed
+// message has none.
+struct GenerationStats {
+    int64_t prompt_tokens = 0;
+    int64_t generated_tokens = 0;
+    std::optional<double> ttft_ms;            // time to first token
+    std::optional<double> tokens_per_second;  // decode speed
+    int64_t cached_tokens = 0;                // prompt tokens reused from the conversation's cache
+    int64_t prefix_tokens = 0;                // of those, taken from a saved prefix's cache
+    int64_t computed_tokens = 0;              // prompt tokens prefilled this turn
+    std::optional<double> prefill_saved_ms;   // cached_tokens at this turn's measured prefill speed
+};
+
+struct MessageRecord {
+    int64_t id = 0;
+    int64_t conversation_id = 0;
+    int64_t ordinal = 0;  // 0, 1, 2, ... within the conversation
+    Role role = Role::User;
+    std::string content;
+    bool content_repaired = false;  // invalid UTF-8 was replaced by U+FFFD when it was stored
+    GenerationStats stats;
+    int64_t created_ms = 0;
+};
+
+// One message of a saved prefix, in the order the prefix holds them.
+struct PrefixMessage {
+    Role role = Role::System;
+    std::string content;
+    bool content_repaired = false;  // invalid UTF-8 was replaced by U+FFFD when it was stored
+};
+
+struct PrefixRecord {
+    int64_t id = 0;
+    std::string name;  // unique among prefixes
+    // The opening messages of a conversation (a system prompt alone, or system / user /
+    // assistant ... in order); never empty once stored.
+    std::vector<PrefixMessage> messages;
+    // The first message's content: the whole text of a prefix saved from text (one system
+    // message), a preview of the others.
+    std::string text;
+    bool text_repaired = false;  // some message had invalid UTF-8 replaced by U+FFFD when it was stored
+    std::string model_fingerprint;
+    std::string cache_spec;
+    std::vector<int32_t> tokens;  // the messages rendered and tokenized for model_fingerprint
+    std::string snapshot;         // file name under snapshot_dir(); empty when none is saved
+    int64_t created_ms = 0;
+    std::optional<int64_t> last_used_ms;
+    int64_t use_count = 0;
+};
+
+// A conversation as a list shows it: its row and what its messages add up to.
+struct ConversationOverview {
+    ConversationRecord conversation;
+    int64_t message_count = 0;
+    // Tokens of the rendered transcript when its last reply was generated (prompt + reply);
+    // 0 when it was never answered.
+    int64_t tokens = 0;
+    bool last_unanswered = false;  // the last message is the user's
+};
+
+// What update_prefix_text did.
+struct PrefixTextUpdate {
+    bool text_repaired = false;    // invalid UTF-8 was replaced by U+FFFD
+    std::string dropped_snapshot;  // the snapshot that no longer matches (empty when none)
+};
+
+}  // namespace kvchat

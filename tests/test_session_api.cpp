@@ -1,0 +1,374 @@
+// The session API a window drives, on a tiny model: conversations by id (create, list, search,
+// rename, close, remove), per-step telemetry, the figures each answer keeps, the chat settings,
+// strategy switching, and progress with cancel for the long steps.
+#include "engine/chat/chat_settings.h"
+#include "engine/chat/conversation_registry.h"
+#include "engine/compute/backend.h"
+#include "engine/error.h"
+#include "support/tiny_model.h"
+
+#include <QTemporaryDir>
+#include <QtTest>
+
+#include <algorithm>
+#include <filesystem>
+
+using namespace kvchat;
+
+namespace {
+
+std::unique_ptr<Model> tiny_model(const QTemporaryDir& dir) {
+    test::TinyModelSpec spec;
+    spec.n_layer = 6;
+    spec.n_embd = 64;
+    spec.n_head = 2;
+    spec.n_head_kv = 1;
+    spec.head_dim = 32;
+    spec.n_ff = 128;
+    spec.sliding_window = 8;
+    const std::string path = (dir.path() + "/m.gguf").toStdString();
+    test::write_tiny_gguf(spec, path);
+    return Model::load(path);
+}
+
+TurnOptions greedy(int n) {
+    TurnOptions o;
+    o.generation.max_new_tokens = n;
+    o.generation.sampling.greedy = true;
+    return o;
+}
+
+std::string error_of(const std::function<void()>& f) {
+    try {
+        f();
+    } catch (const std::exception& e) {
+        return e.what();
+    }
+    return {};
+}
+
+bool contains(const std::string& s, const std::string& what) { return s.find(what) != std::string::npos; }
+
+std::vector<std::string> files_in(const std::string& dir) {
+    std::vector<std::string> out;
+    for (const auto& f : std::filesystem::directory_iterator(dir)) out.push_back(f.path().filename().string());
+    std::sort(out.begin(), out.end());
+    return out;
+}
+
+const ConversationSummary* find(const std::vector<ConversationSummary>& list, int64_t id) {
+    for (const ConversationSummary& s : list)
+        if (s.id == id) return &s;
+    return nullptr;
+}
+
+struct Setup {
+    QTemporaryDir dir;
+    std::unique_ptr<Model> m = tiny_model(dir);
+    std::unique_ptr<Backend> be = make_cpu_backend(2);
+    std::string db = (dir.path() + "/kv.db").toStdString();
+};
+
+}  // namespace
+
+class TestSessionApi : public QObject {
+    Q_OBJECT
+private slots:
+    void lifecycleById() {
+        Setup s;
+        Store store(s.db);
+        ConversationRegistry reg(store, *s.m, *s.be);
+        const int64_t a = reg.create("");
+        const int64_t b = reg.create("");
+        const int64_t c = reg.create("Chat");
+        QVERIFY(a != b && b != c);
+        QCOMPARE(store.find_conversation_by_id(a)->title, std::string("Chat"));
+        QCOMPARE(store.find_conversation_by_id(b)->title, std::string("Chat 2"));
+        QCOMPARE(store.find_conversation_by_id(c)->title, std::string("Chat 3"));
+
+        const TurnResult r = reg.send(b, "the cat sat", greedy(6));
+        QVERIFY(!r.tokens.empty());
+        // Most recent first; b answered, with its message count and tokens.
+        auto list = reg.list();
+        QCOMPARE(list.size(), size_t(3));
+        QCOMPARE(list[0].id, b);
+        QCOMPARE(list[0].title, std::string("Chat 2"));
+        QCOMPARE(list[0].message_count, int64_t(2));
+        QCOMPARE(list[0].tokens, r.prompt_tokens + static_cast<int64_t>(r.tokens.size()));
+        QVERIFY(list[0].cache_resident);
+        QVERIFY(!list[0].last_unanswered);
+        QCOMPARE(list[0].cache_spec, std::string("dynamic"));
+        QCOMPARE(find(list, a)->message_count, int64_t(0));
+        QCOMPARE(find(list, a)->tokens, int64_t(0));
+
+        const auto msgs = reg.messages(b);
+        QCOMPARE(msgs.size(), size_t(2));
+        QCOMPARE(msgs[0].content, std::string("the cat sat"));
+        QCOMPARE(msgs[1].content, r.text);
+
+        reg.rename(b, "Cats");
+        QCOMPARE(store.find_conversation_by_id(b)->title, std::string("Cats"));
+        QVERIFY(contains(error_of([&] { reg.rename(a, "Cats"); }), "already exists"));
+
+        // A twin that stays open, for what a reopened cache must match.
+        const int64_t twin = reg.create("twin");
+        QCOMPARE(reg.send(twin, "the cat sat", greedy(6)).text, r.text);
+
+        // Close: the snapshot is on disk, the cache no longer in memory.
+        reg.close(b);
+        QVERIFY(!find(reg.list(), b)->cache_resident);
+        QVERIFY(!reg.telemetry(b).has_value());
+        const std::string snapshot = store.find_conversation_by_id(b)->snapshot;
+        QVERIFY(!snapshot.empty());
+        QVERIFY(std::filesystem::exists(store.snapshot_path(snapshot)));
+        // The next turn reopens it from the snapshot and reuses what the open twin reuses.
+        const TurnResult again = reg.send(b, "on the mat", greedy(6));
+        const TurnResult twin_again = reg.send(twin, "on the mat", greedy(6));
+        QVERIFY(again.cached_tokens > 0);
+        QCOMPARE(again.cached_tokens, twin_again.cached_tokens);
+        QCOMPARE(again.text, twin_again.text);
+        QVERIFY(find(reg.list(), b)->cache_resident);
+
+        // Remove: rows and snapshot file together; the id is gone everywhere.
+        reg.remove(b);
+        QVERIFY(!store.find_conversation_by_id(b).has_value());
+        QVERIFY(!std::filesystem::exists(store.snapshot_path(snapshot)));
+        QVERIFY(find(reg.list(), b) == nullptr);
+        QVERIFY(contains(error_of([&] { reg.messages(b); }), "no conversation with id"));
+        QVERIFY(contains(error_of([&] { reg.send(b, "hello", greedy(2)); }), "no conversation with id"));
+        QVERIFY(!reg.telemetry(b).has_value());
+        QCOMPARE(reg.list().size(), size_t(3));
+    }
+
+    void searchByTitleAndText() {
+        Setup s;
+        Store store(s.db);
+        ConversationRegistry reg(store, *s.m, *s.be);
+        const int64_t garden = reg.create("Garden notes");
+        const int64_t other = reg.create("Other");
+        reg.send(other, "tomatoes want sun", greedy(2));
+        auto ids = [&](std::string_view q) {
+            std::vector<int64_t> out;
+            for (const ConversationSummary& c : reg.search(q)) out.push_back(c.id);
+            return out;
+        };
+        QCOMPARE(ids("garden"), std::vector<int64_t>{garden});
+        QCOMPARE(ids("tomato"), std::vector<int64_t>{other});
+        QCOMPARE(ids("nowhere"), std::vector<int64_t>{});
+        reg.remove(other);
+        QCOMPARE(ids("tomato"), std::vector<int64_t>{});
+    }
+
+    // Telemetry looks, never loads or creates: nothing for a closed or unknown conversation, and
+    // looking does not make a cache or a file.
+    void telemetryHasNoSideEffects() {
+        Setup s;
+        int64_t id = 0;
+        {
+            Store store(s.db);
+            ConversationRegistry reg(store, *s.m, *s.be);
+            id = reg.create("t");
+            const TurnResult r = reg.send(id, "the cat", greedy(4));
+            const auto t = reg.telemetry(id);
+            QVERIFY(t.has_value());
+            QVERIFY(t->tokens >= r.prompt_tokens);
+            QVERIFY(t->total_bytes > 0);
+        }
+        Store store(s.db);
+        ConversationRegistry reg(store, *s.m, *s.be);
+        const auto files_before = files_in(store.snapshot_dir());
+        QVERIFY(!reg.telemetry(id).has_value());
+        QVERIFY(!reg.telemetry(id + 100).has_value());
+        QCOMPARE(reg.resident(), size_t(0));
+        QVERIFY(!find(reg.list(), id)->cache_resident);
+        QCOMPARE(files_in(store.snapshot_dir()), files_before);
+        // A conversation created but never used has no file either.
+        const int64_t fresh = reg.create("fresh");
+        reg.close(fresh);
+        QVERIFY(!reg.telemetry(fresh).has_value());
+        QCOMPARE(files_in(store.snapshot_dir()), files_before);
+    }
+
+    // on_step comes once per decode step, with the cache one token longer each time.
+    void onStepOncePerDecodeStep() {
+        Setup s;
+        Store store(s.db);
+        ConversationRegistry reg(store, *s.m, *s.be);
+        const int64_t id = reg.create("steps");
+        TurnOptions o = greedy(10);
+        o.generation.stop_at_eos = false;
+        std::vector<int64_t> lengths;
+        TurnCallbacks cb;
+        cb.on_step = [&](const CacheTelemetry& t) { lengths.push_back(t.tokens); };
+        const TurnResult r = reg.send(id, "the cat sat on", o, cb);
+        // The generator computes every sampled token into the cache except the last one (the
+        // answer ends there) and a stop token (never kept).
+        const bool stopped_by_token = r.stop_reason == "eos" || r.stop_reason == "end_of_turn";
+        QCOMPARE(static_cast<int64_t>(lengths.size()),
+                 static_cast<int64_t>(r.tokens.size()) - (stopped_by_token ? 0 : 1));
+        QVERIFY(lengths.size() >= 2);
+        for (size_t k = 0; k < lengths.size(); ++k) QCOMPARE(lengths[k], r.prompt_tokens + static_cast<int64_t>(k) + 1);
+    }
+
+    // Each answer keeps its figures: reused and computed prompt tokens, those of a prefix, and
+    // the prefill time the reuse saved; they are still there after reopening the store.
+    void answerFiguresStoredAndKept() {
+        Setup s;
+        int64_t id = 0, from_prefix = 0;
+        TurnResult second, first_of_prefix;
+        size_t prefix_tokens = 0;
+        {
+            Store store(s.db);
+            ConversationRegistry reg(store, *s.m, *s.be);
+            id = reg.create("figures");
+            const TurnResult first = reg.send(id, "the cat sat on the mat", greedy(6));
+            QCOMPARE(first.cached_tokens, int64_t(0));
+            QVERIFY(!first.prefill_saved_ms.has_value() || *first.prefill_saved_ms == 0.0);
+            second = reg.send(id, "a cat", greedy(6));
+            QVERIFY(second.cached_tokens > 0);
+            QCOMPARE(second.cached_tokens + second.prefill_tokens, second.prompt_tokens);
+            QVERIFY(second.prefill_saved_ms.has_value());
+            QVERIFY(*second.prefill_saved_ms > 0);
+            QCOMPARE(second.prefix_tokens, int64_t(0));
+
+            std::vector<std::string> notices;
+            const PrefixRecord p = reg.prefixes().save("cats", "the cat sat on the mat; a cat sat on a mat", "", notices);
+            prefix_tokens = p.tokens.size();
+            OpenOptions open;
+            open.prefix = "cats";
+            from_prefix = reg.create("from prefix", open);
+            first_of_prefix = reg.send(from_prefix, "the mat", greedy(4));
+            QCOMPARE(first_of_prefix.prefix_tokens, static_cast<int64_t>(prefix_tokens));
+            QVERIFY(first_of_prefix.cached_tokens >= first_of_prefix.prefix_tokens);
+        }
+        Store store(s.db);
+        ConversationRegistry reg(store, *s.m, *s.be);
+        const auto msgs = reg.messages(id);
+        QCOMPARE(msgs.size(), size_t(4));
+        const GenerationStats& st = msgs[3].stats;
+        QCOMPARE(st.cached_tokens, second.cached_tokens);
+        QCOMPARE(st.computed_tokens, second.prefill_tokens);
+        QCOMPARE(st.prompt_tokens, second.prompt_tokens);
+        QCOMPARE(st.prefix_tokens, int64_t(0));
+        QCOMPARE(st.prefill_saved_ms, second.prefill_saved_ms);
+        QCOMPARE(st.ttft_ms, std::optional<double>(second.ttft_ms));
+        const auto pm = reg.messages(from_prefix);
+        QCOMPARE(pm.back().role, Role::Assistant);
+        QCOMPARE(pm.back().stats.prefix_tokens, static_cast<int64_t>(prefix_tokens));
+        QCOMPARE(pm.back().stats.cached_tokens, first_of_prefix.cached_tokens);
+    }
+
+    void settingsRoundTrip() {
+        Setup s;
+        Store store(s.db);
+        const ChatSettings defaults = ChatSettings::load(store);
+        QVERIFY(defaults.notices.empty());
+        QCOMPARE(defaults.resident_caches, 4);
+        QCOMPARE(defaults.max_new_tokens, 512);
+        QCOMPARE(defaults.context_policy, ContextPolicy::Refuse);
+        QVERIFY(defaults.random_seed);
+
+        ChatSettings c;
+        c.threads = 3;
+        c.resident_caches = 2;
+        c.cache_memory_budget = int64_t{3} << 30;
+        c.context_policy = ContextPolicy::Sliding;
+        c.default_strategy = "quantized:nbits=4";
+        c.sampling.temperature = 0.3f;
+        c.sampling.top_k = 7;
+        c.sampling.top_p = 0.85f;
+        c.sampling.min_p = 0.1f;
+        c.sampling.repetition_penalty = 1.15f;
+        c.sampling.seed = 1234567;
+        c.random_seed = false;
+        c.max_new_tokens = 99;
+        c.system_prompt = "Be brief.\nAnd \"kind\".";
+        c.save(store);
+        const ChatSettings back = ChatSettings::load(store);
+        QVERIFY(back.notices.empty());
+        QCOMPARE(back.threads, 3);
+        QCOMPARE(back.resident_caches, 2);
+        QCOMPARE(back.cache_memory_budget, int64_t{3} << 30);
+        QCOMPARE(back.context_policy, ContextPolicy::Sliding);
+        QVERIFY(back.default_strategy.rfind("quantized", 0) == 0);
+        QVERIFY(back.default_strategy.find("nbits=4") != std::string::npos);
+        QCOMPARE(back.sampling.temperature, 0.3f);
+        QCOMPARE(back.sampling.top_k, 7);
+        QCOMPARE(back.sampling.top_p, 0.85f);
+        QCOMPARE(back.sampling.min_p, 0.1f);
+        QCOMPARE(back.sampling.repetition_penalty, 1.15f);
+        QCOMPARE(back.sampling.seed, uint64_t(1234567));
+        QVERIFY(!back.random_seed);
+        QCOMPARE(back.max_new_tokens, 99);
+        QCOMPARE(back.system_prompt, c.system_prompt);
+        // The turn options carry them, with the fallback rule.
+        const TurnOptions t = back.turn_options("quantized:nbits=4");
+        QCOMPARE(t.generation.max_new_tokens, 99);
+        QCOMPARE(t.generation.sampling.seed, uint64_t(1234567));
+        QCOMPARE(t.policy, ContextPolicy::Sliding);
+        QCOMPARE(t.max_cache_bytes, int64_t{3} << 30);
+        QCOMPARE(t.fallback_spec, std::string("quantized:nbits=4+offloaded"));
+        QCOMPARE(back.turn_options("dynamic").fallback_spec, std::string("offloaded"));
+        QCOMPARE(fallback_strategy("quantized:nbits=8+offloaded"), std::string("quantized:nbits=8+offloaded"));
+    }
+
+    void badSettingsFallBackToDefaults_data() {
+        QTest::addColumn<QString>("key");
+        QTest::addColumn<QString>("value");
+        QTest::newRow("threads negative") << "chat.threads" << "-1";
+        QTest::newRow("threads text") << "chat.threads" << "four";
+        QTest::newRow("resident zero") << "chat.resident_caches" << "0";
+        QTest::newRow("budget negative") << "chat.cache_memory_budget" << "-5";
+        QTest::newRow("policy") << "chat.context_policy" << "forget";
+        QTest::newRow("strategy") << "chat.default_strategy" << "quantized:nbits=3";
+        QTest::newRow("temperature") << "chat.temperature" << "nan";
+        QTest::newRow("top_p") << "chat.top_p" << "2";
+        QTest::newRow("min_p") << "chat.min_p" << "1";
+        QTest::newRow("top_k") << "chat.top_k" << "3.5";
+        QTest::newRow("penalty") << "chat.repeat_penalty" << "0";
+        QTest::newRow("seed") << "chat.seed" << "-3";
+        QTest::newRow("max tokens") << "chat.max_new_tokens" << "0";
+        QTest::newRow("greedy") << "chat.greedy" << "yes";
+        QTest::newRow("trailing text") << "chat.max_new_tokens" << "12abc";
+    }
+    void badSettingsFallBackToDefaults() {
+        QFETCH(QString, key);
+        QFETCH(QString, value);
+        Setup s;
+        Store store(s.db);
+        store.set_setting("chat.max_new_tokens", "77");  // a good value beside the bad one stays
+        store.set_setting(key.toStdString(), value.toStdString());
+        const ChatSettings loaded = ChatSettings::load(store);
+        QCOMPARE(loaded.notices.size(), size_t(1));
+        QVERIFY2(contains(loaded.notices[0], key.toStdString()), loaded.notices[0].c_str());
+        const ChatSettings d;
+        QCOMPARE(loaded.threads, d.threads);
+        QCOMPARE(loaded.resident_caches, d.resident_caches);
+        QCOMPARE(loaded.cache_memory_budget, d.cache_memory_budget);
+        QCOMPARE(loaded.context_policy, d.context_policy);
+        QCOMPARE(loaded.default_strategy, d.default_strategy);
+        QCOMPARE(loaded.sampling.temperature, d.sampling.temperature);
+        QCOMPARE(loaded.sampling.top_p, d.sampling.top_p);
+        QCOMPARE(loaded.sampling.greedy, d.sampling.greedy);
+        QCOMPARE(loaded.random_seed, d.random_seed);
+        if (key != "chat.max_new_tokens") QCOMPARE(loaded.max_new_tokens, 77);
+        else QCOMPARE(loaded.max_new_tokens, d.max_new_tokens);
+    }
+
+    void savingBadSettingsWritesNothing() {
+        Setup s;
+        Store store(s.db);
+        ChatSettings c;
+        c.max_new_tokens = 64;
+        c.sampling.top_p = 1.5f;
+        QVERIFY(contains(error_of([&] { c.save(store); }), "chat.top_p"));
+        QVERIFY(!store.setting("chat.max_new_tokens").has_value());
+        c.sampling.top_p = 0.9f;
+        c.default_strategy = "no-such-strategy";
+        QVERIFY(contains(error_of([&] { c.save(store); }), "chat.default_strategy"));
+        QVERIFY(!store.setting("chat.max_new_tokens").has_value());
+    }
+};
+
+QTEST_GUILESS_MAIN(TestSessionApi)
+#include "test_session_api.moc"
