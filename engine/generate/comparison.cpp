@@ -59,13 +59,8 @@ std::vector<ComparisonRow> compare_strategies(const Model& model, Backend& backe
     else
         std::rotate(order.begin(), dyn, dyn + 1);
 
-    auto cancelled = [&] { return opt.cancel && opt.cancel->load(); };
-    auto report = [&](std::string_view task, int64_t done, int64_t total) {
-        if (opt.progress) opt.progress(task, done, total);
-    };
-    auto check_cancel = [&] {
-        if (cancelled()) throw Error("comparison cancelled");
-    };
+    auto report = [&](std::string_view task, int64_t done, int64_t total) { opt.progress.tell(task, done, total); };
+    auto check_cancel = [&] { opt.progress.check("The comparison"); };
 
     const int64_t ctx = static_cast<int64_t>(prompt.size());
     // Every strategy must hold the prompt and the generated tokens (the last is not fed back):
