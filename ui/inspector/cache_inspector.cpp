@@ -38,6 +38,10 @@ CacheInspector::CacheInspector(QWidget* parent) : QWidget(parent) {
     v->setContentsMargins(6, 4, 6, 4);
     v->setSpacing(2);
     header_ = new QLabel(tr("No cache yet: open a conversation."), content);
+    header_->setTextFormat(Qt::PlainText);
+    QFont bold = header_->font();
+    bold.setBold(true);
+    header_->setFont(bold);
     header_->setObjectName("inspectorHeader");
     header_->setWordWrap(true);
     header_->setTextInteractionFlags(Qt::TextSelectableByMouse);
@@ -91,6 +95,8 @@ void CacheInspector::setReuse(const std::optional<TurnReuse>& reuse) {
 void CacheInspector::clear() {
     telemetry_.reset();
     traffic_->clear();
+    trafficShown_ = 0;
+    traffic_->update();
     bars_->setTelemetry({});
     strips_->setTelemetry({});
     reuse_->setReuse(std::nullopt);
@@ -108,14 +114,16 @@ void CacheInspector::flush() {
     dirty_ = false;
     ++redraws_;
     const CacheTelemetry& t = *telemetry_;
-    header_->setText(tr("<b>%1</b><br>%L2 tokens · %3 held (%4/token) · %5 reserved")
-                         .arg(QString::fromStdString(t.spec).toHtmlEscaped())
-                         .arg(t.tokens)
-                         .arg(byteSizeText(t.total_bytes), byteSizeText(static_cast<int64_t>(t.bytes_per_token)),
-                              byteSizeText(t.bytes_reserved)));
+    // The figures are in the bars' totals line; the header changes only with the strategy, so a
+    // step never relays out the inspector.
+    const QString spec = QString::fromStdString(t.spec);
+    if (header_->text() != spec) header_->setText(spec);
     bars_->setTelemetry(t);
     strips_->setTelemetry(t);
-    traffic_->update();
+    if (traffic_->recorded() != trafficShown_) {
+        trafficShown_ = traffic_->recorded();
+        traffic_->update();
+    }
 }
 
 bool CacheInspector::exportPng(const QString& path) {
@@ -144,7 +152,7 @@ void CacheInspector::chooseExport(const QString& kind) {
     const QString path = QFileDialog::getSaveFileName(this, tr("Export the cache inspector"), "kv-cache." + kind, filter);
     if (path.isEmpty()) return;
     const bool ok = kind == "png" ? exportPng(path) : kind == "csv" ? exportCsv(path) : exportJson(path);
-    if (!ok) header_->setText(header_->text() + "<br><font color=#c62828>" + tr("Could not write %1").arg(path.toHtmlEscaped()) + "</font>");
+    if (!ok) header_->setText(header_->text() + "\n" + tr("Could not write %1").arg(path));
 }
 
 }  // namespace kvchat

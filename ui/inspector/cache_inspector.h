@@ -56,6 +56,7 @@ private:
     std::optional<CacheTelemetry> telemetry_;
     bool dirty_ = false;
     int64_t redraws_ = 0;
+    int64_t trafficShown_ = 0;  // steps the timeline showed at its last repaint
     QTimer* timer_ = nullptr;
     QLabel* header_ = nullptr;
     MemoryBars* bars_ = nullptr;

@@ -4,6 +4,7 @@
 
 #include <QHelpEvent>
 #include <QPainter>
+#include <QPixmap>
 #include <QToolTip>
 
 #include <algorithm>
@@ -19,6 +20,7 @@ int64_t held(const LayerTelemetry& l) { return l.bytes_fast + l.bytes_slow; }
 MemoryBars::MemoryBars(QWidget* parent) : QWidget(parent) {
     setObjectName("memoryBars");
     setMouseTracking(true);
+    setAttribute(Qt::WA_OpaquePaintEvent);  // paints every pixel: nothing behind it is drawn first
     setSizePolicy(QSizePolicy::Expanding, QSizePolicy::Minimum);
 }
 
@@ -111,19 +113,14 @@ std::vector<MemoryBars::Segment> MemoryBars::segments() const {
     return out;
 }
 
-void MemoryBars::paintEvent(QPaintEvent*) {
-    QPainter p(this);
-    p.fillRect(rect(), palette().base());
-    const QFont small = [&] {
-        QFont f = font();
-        f.setPointSizeF(f.pointSizeF() * 0.85);
-        return f;
-    }();
-    p.setFont(small);
+// What does not change from step to step (row tints, kind tags, layer numbers, bar backgrounds,
+// the legend) is drawn once into a pixmap; a redraw during generation then only fills the parts
+// and the figures that moved, which keeps the inspector's share of a decode step small.
+void MemoryBars::paintBackground(QPainter& p) const {
     const QColor sliding(0xff, 0x98, 0x00), global(0x6a, 0x1b, 0x9a);
+    p.fillRect(rect(), palette().base());
     for (size_t i = 0; i < telemetry_.layers.size(); ++i) {
-        const LayerTelemetry& l = telemetry_.layers[i];
-        const bool is_sliding = l.kind == "sliding";
+        const bool is_sliding = telemetry_.layers[i].kind == "sliding";
         const QRectF row = rowRect(static_cast<int>(i));
         if (is_sliding) p.fillRect(row.adjusted(0, -1, 0, 1), QColor(0xff, 0xf3, 0xe0));
         // The kind tag: orange S for sliding, purple G for global.
@@ -132,32 +129,11 @@ void MemoryBars::paintEvent(QPaintEvent*) {
         p.setPen(Qt::white);
         p.drawText(tag, Qt::AlignCenter, is_sliding ? "S" : "G");
         p.setPen(palette().text().color());
-        p.drawText(QRectF(17, row.top(), kLabelWidth - 19, row.height()), Qt::AlignVCenter | Qt::AlignLeft,
-                   QString::number(i));
+        p.drawText(QRectF(17, row.top(), kLabelWidth - 19, row.height()), Qt::AlignVCenter | Qt::AlignLeft, QString::number(i));
         p.fillRect(barArea(static_cast<int>(i)), QColor(0xf2, 0xf2, 0xf2));
-        p.drawText(QRectF(width() - kValueWidth, row.top(), kValueWidth - 4, row.height()), Qt::AlignVCenter | Qt::AlignRight,
-                   byteSizeText(held(l)) + QString(" · %1 tok").arg(l.tokens_held));
     }
-    for (const Segment& s : segments()) {
-        if (s.part == Part::Reserved) {
-            QPen pen(partColor(s.part), 1, Qt::DashLine);
-            p.setPen(pen);
-            p.setBrush(Qt::NoBrush);
-            p.drawRect(s.rect.adjusted(0.5, 0.5, -0.5, -0.5));
-        } else {
-            p.fillRect(s.rect, partColor(s.part));
-        }
-    }
-    // Totals and the legend.
     const int n = static_cast<int>(telemetry_.layers.size());
     const double y = kTop + n * (kRowHeight + kRowGap) + 2;
-    p.setPen(palette().text().color());
-    QString totals = tr("%1 held (fast %2, slow %3) · %4 reserved · %5/token · %6 tokens")
-                         .arg(byteSizeText(telemetry_.total_bytes), byteSizeText(telemetry_.bytes_fast),
-                              byteSizeText(telemetry_.bytes_slow), byteSizeText(telemetry_.bytes_reserved),
-                              byteSizeText(static_cast<int64_t>(telemetry_.bytes_per_token)))
-                         .arg(telemetry_.tokens);
-    p.drawText(QRectF(4, y, width() - 8, 14), Qt::AlignLeft | Qt::AlignVCenter, totals);
     double x = 4, ly = y + 18;
     for (Part part : {Part::FastFull, Part::FastQuantized, Part::SlowFull, Part::SlowQuantized, Part::Reserved}) {
         const double w = p.fontMetrics().horizontalAdvance(partName(part));
@@ -173,6 +149,58 @@ void MemoryBars::paintEvent(QPaintEvent*) {
         p.drawText(QRectF(x + 13, ly - 2, w + 2, 14), Qt::AlignLeft | Qt::AlignVCenter, partName(part));
         x += 13 + w + 10;
     }
+}
+
+void MemoryBars::paintEvent(QPaintEvent*) {
+    QPainter p(this);
+    QFont small = font();
+    small.setPointSizeF(small.pointSizeF() * 0.85);
+    std::vector<bool> kinds;
+    for (const LayerTelemetry& l : telemetry_.layers) kinds.push_back(l.kind == "sliding");
+    const qreal dpr = devicePixelRatioF();
+    if (background_.size() != size() * dpr || backgroundKinds_ != kinds) {
+        background_ = QPixmap(size() * dpr);
+        background_.setDevicePixelRatio(dpr);
+        QPainter bp(&background_);
+        bp.setFont(small);
+        paintBackground(bp);
+        backgroundKinds_ = kinds;
+        values_.assign(telemetry_.layers.size(), {});
+    }
+    p.drawPixmap(0, 0, background_);
+    p.setFont(small);
+    for (const Segment& s : segments()) {
+        if (s.part == Part::Reserved) {
+            p.setPen(QPen(partColor(s.part), 1, Qt::DashLine));
+            p.setBrush(Qt::NoBrush);
+            p.drawRect(s.rect.adjusted(0.5, 0.5, -0.5, -0.5));
+        } else {
+            p.fillRect(s.rect, partColor(s.part));
+        }
+    }
+    // Per-layer figures: laid out again only when they change (a full sliding ring no longer does).
+    p.setPen(palette().text().color());
+    values_.resize(telemetry_.layers.size());
+    for (size_t i = 0; i < telemetry_.layers.size(); ++i) {
+        const LayerTelemetry& l = telemetry_.layers[i];
+        const QString text = byteSizeText(held(l)) + QString(" · %1 tok").arg(l.tokens_held);
+        if (values_[i].text() != text) {
+            values_[i].setText(text);
+            values_[i].setTextFormat(Qt::PlainText);
+            values_[i].prepare(QTransform(), small);
+        }
+        const QRectF row = rowRect(static_cast<int>(i));
+        const QSizeF sz = values_[i].size();
+        p.drawStaticText(QPointF(width() - 4 - sz.width(), row.top() + (row.height() - sz.height()) / 2), values_[i]);
+    }
+    const int n = static_cast<int>(telemetry_.layers.size());
+    const double y = kTop + n * (kRowHeight + kRowGap) + 2;
+    const QString totals = tr("%1 held (fast %2, slow %3) · %4 reserved · %5/token · %6 tokens")
+                               .arg(byteSizeText(telemetry_.total_bytes), byteSizeText(telemetry_.bytes_fast),
+                                    byteSizeText(telemetry_.bytes_slow), byteSizeText(telemetry_.bytes_reserved),
+                                    byteSizeText(static_cast<int64_t>(telemetry_.bytes_per_token)))
+                               .arg(telemetry_.tokens);
+    p.drawText(QRectF(4, y, width() - 8, 14), Qt::AlignLeft | Qt::AlignVCenter, totals);
 }
 
 QString MemoryBars::toolTipAt(const QPointF& pos) const {

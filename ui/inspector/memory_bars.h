@@ -4,7 +4,9 @@
 // layers told from global ones by a tag and a tinted row. Painted from a CacheTelemetry value.
 #include "engine/cache/cache.h"
 
+#include <QPixmap>
 #include <QRectF>
+#include <QStaticText>
 #include <QWidget>
 
 #include <vector>
@@ -43,8 +45,12 @@ private:
     QRectF rowRect(int layer) const;
     QRectF barArea(int layer) const;
     double bytesPerPixel() const;
+    void paintBackground(QPainter& p) const;
 
     CacheTelemetry telemetry_;
+    QPixmap background_;
+    std::vector<bool> backgroundKinds_;
+    std::vector<QStaticText> values_;
 };
 
 }  // namespace kvchat

@@ -24,6 +24,7 @@ QColor color(ReusePanel::Part part) {
 ReusePanel::ReusePanel(QWidget* parent) : QWidget(parent) {
     setObjectName("reusePanel");
     setMouseTracking(true);
+    setAttribute(Qt::WA_OpaquePaintEvent);  // paints every pixel: nothing behind it is drawn first
     setSizePolicy(QSizePolicy::Expanding, QSizePolicy::Minimum);
 }
 

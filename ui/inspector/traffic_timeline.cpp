@@ -14,6 +14,7 @@ namespace kvchat {
 TrafficTimeline::TrafficTimeline(QWidget* parent) : QWidget(parent) {
     setObjectName("trafficTimeline");
     setMouseTracking(true);
+    setAttribute(Qt::WA_OpaquePaintEvent);  // paints every pixel: nothing behind it is drawn first
     setSizePolicy(QSizePolicy::Expanding, QSizePolicy::Minimum);
 }
 

@@ -29,6 +29,8 @@ public:
     void addStep(const CacheTelemetry& telemetry);
     void clear();
     const std::deque<Step>& steps() const { return steps_; }
+    // Steps recorded since the last clear (also those dropped off the left edge).
+    int64_t recorded() const { return next_index_; }
     int capacity() const { return capacity_; }
 
     // The bar of step `i` of steps() (in: above the axis, out: below), for hover and tests.

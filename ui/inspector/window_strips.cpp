@@ -2,6 +2,7 @@
 
 #include <QHelpEvent>
 #include <QPainter>
+#include <QPixmap>
 #include <QToolTip>
 
 #include <algorithm>
@@ -15,6 +16,7 @@ constexpr int kRowHeight = 12, kRowGap = 4, kLabelWidth = 34, kRight = 8, kTop =
 WindowStrips::WindowStrips(QWidget* parent) : QWidget(parent) {
     setObjectName("windowStrips");
     setMouseTracking(true);
+    setAttribute(Qt::WA_OpaquePaintEvent);  // paints every pixel: nothing behind it is drawn first
     setSizePolicy(QSizePolicy::Expanding, QSizePolicy::Minimum);
 }
 
@@ -91,12 +93,9 @@ std::vector<WindowStrips::Region> WindowStrips::regions() const {
     return out;
 }
 
-void WindowStrips::paintEvent(QPaintEvent*) {
-    QPainter p(this);
+// The layer labels, strip backgrounds and legend are drawn once into a pixmap (see MemoryBars).
+void WindowStrips::paintBackground(QPainter& p) const {
     p.fillRect(rect(), palette().base());
-    QFont f = font();
-    f.setPointSizeF(f.pointSizeF() * 0.85);
-    p.setFont(f);
     const QColor sliding(0xff, 0x98, 0x00), global(0x6a, 0x1b, 0x9a);
     for (size_t i = 0; i < telemetry_.layers.size(); ++i) {
         const QRectF strip = stripRect(static_cast<int>(i));
@@ -107,21 +106,9 @@ void WindowStrips::paintEvent(QPaintEvent*) {
                    QString::number(i));
         p.fillRect(strip, QColor(0xf7, 0xf7, 0xf7));
     }
-    for (const Region& r : regions()) {
-        if (r.part == Part::Evicted) {
-            p.fillRect(r.rect, partColor(r.part));
-            p.fillRect(r.rect, QBrush(QColor(0xa0, 0xa0, 0xa0), Qt::BDiagPattern));
-        } else {
-            p.fillRect(r.rect, partColor(r.part));
-        }
-    }
-    // Position axis and legend.
     const int n = static_cast<int>(telemetry_.layers.size());
     const double y = kTop + n * (kRowHeight + kRowGap);
-    p.setPen(palette().text().color());
     p.drawText(QRectF(kLabelWidth, y, 80, 13), Qt::AlignLeft | Qt::AlignVCenter, "0");
-    p.drawText(QRectF(width() - kRight - 160, y, 160, 13), Qt::AlignRight | Qt::AlignVCenter,
-               tr("%L1 tokens").arg(telemetry_.tokens));
     double x = 4, ly = y + 19;
     for (Part part : {Part::Sinks, Part::Evicted, Part::FullPrecision, Part::Quantized, Part::Residual}) {
         const QString name = partName(part);
@@ -133,6 +120,33 @@ void WindowStrips::paintEvent(QPaintEvent*) {
         p.drawText(QRectF(x + 13, ly - 2, w + 2, 14), Qt::AlignLeft | Qt::AlignVCenter, name);
         x += 13 + w + 10;
     }
+}
+
+void WindowStrips::paintEvent(QPaintEvent*) {
+    QPainter p(this);
+    QFont f = font();
+    f.setPointSizeF(f.pointSizeF() * 0.85);
+    std::vector<bool> kinds;
+    for (const LayerTelemetry& l : telemetry_.layers) kinds.push_back(l.kind == "sliding");
+    const qreal dpr = devicePixelRatioF();
+    if (background_.size() != size() * dpr || backgroundKinds_ != kinds) {
+        background_ = QPixmap(size() * dpr);
+        background_.setDevicePixelRatio(dpr);
+        QPainter bp(&background_);
+        bp.setFont(f);
+        paintBackground(bp);
+        backgroundKinds_ = kinds;
+    }
+    p.drawPixmap(0, 0, background_);
+    for (const Region& r : regions()) {
+        p.fillRect(r.rect, partColor(r.part));
+        if (r.part == Part::Evicted) p.fillRect(r.rect, QBrush(QColor(0xa0, 0xa0, 0xa0), Qt::BDiagPattern));
+    }
+    p.setFont(f);
+    p.setPen(palette().text().color());
+    const int n = static_cast<int>(telemetry_.layers.size());
+    p.drawText(QRectF(width() - kRight - 160, kTop + n * (kRowHeight + kRowGap), 160, 13), Qt::AlignRight | Qt::AlignVCenter,
+               tr("%L1 tokens").arg(telemetry_.tokens));
 }
 
 QString WindowStrips::toolTipAt(const QPointF& pos) const {

@@ -6,6 +6,7 @@
 // hybrid layers look different and move as tokens arrive.
 #include "engine/cache/cache.h"
 
+#include <QPixmap>
 #include <QRectF>
 #include <QWidget>
 
@@ -43,8 +44,11 @@ protected:
 
 private:
     QRectF stripRect(int layer) const;
+    void paintBackground(QPainter& p) const;
 
     CacheTelemetry telemetry_;
+    QPixmap background_;
+    std::vector<bool> backgroundKinds_;
 };
 
 }  // namespace kvchat
