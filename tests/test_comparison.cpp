@@ -67,6 +67,10 @@ private slots:
                         first = i;
                 }
                 QCOMPARE(r.first_divergence, first);
+                int64_t end = gen;
+                for (int i = gen - 1; i >= 0; --i)
+                    if (r.tokens[i] == model.tokenizer().special().eos || r.tokens[i] == model.tokenizer().special().end_of_turn) end = i;
+                QCOMPARE(r.answer_end, end);
                 QCOMPARE(r.agreement, double(same) / gen);
                 diverging += first >= 0;
                 // Memory: from empty, through the prompt, to prompt + every token but the last.
@@ -96,7 +100,7 @@ private slots:
         kvchat::ComparisonOptions opt;
         opt.gen_tokens = 12;
         std::vector<std::string> tasks;
-        opt.progress = [&](std::string_view task, int64_t, int64_t) {
+        opt.progress.report = [&](std::string_view task, int64_t, int64_t) {
             if (tasks.empty() || tasks.back() != task) tasks.emplace_back(task);
         };
         const auto rows = kvchat::compare_strategies(*model_, *backend_, prompt, kSpecs, opt);
@@ -158,9 +162,9 @@ private slots:
         std::atomic<bool> cancel{false};
         kvchat::ComparisonOptions opt;
         opt.gen_tokens = 20;
-        opt.cancel = &cancel;
+        opt.progress.cancel = &cancel;
         int64_t last_step = -1;
-        opt.progress = [&](std::string_view task, int64_t done, int64_t) {
+        opt.progress.report = [&](std::string_view task, int64_t done, int64_t) {
             if (task != "Decoding") return;
             last_step = done;
             if (done == 3) cancel = true;
@@ -168,7 +172,7 @@ private slots:
         QString msg;
         try {
             kvchat::compare_strategies(*model_, *backend_, kvchat::benchmark_prompt(*model_, 16), kSpecs, opt);
-        } catch (const kvchat::Error& e) {
+        } catch (const kvchat::Cancelled& e) {
             msg = e.what();
         }
         QVERIFY2(msg.contains("cancelled"), qPrintable(msg));
@@ -181,7 +185,7 @@ private slots:
         bool prefilled = false;
         kvchat::ComparisonOptions opt;
         opt.gen_tokens = 8;
-        opt.progress = [&](std::string_view task, int64_t, int64_t) { prefilled = prefilled || task.starts_with("Prefilling"); };
+        opt.progress.report = [&](std::string_view task, int64_t, int64_t) { prefilled = prefilled || task.starts_with("Prefilling"); };
         QString msg;
         try {
             kvchat::compare_strategies(*model_, *backend_, kvchat::benchmark_prompt(*model_, 16), {"dynamic", "static:max_len=20"}, opt);

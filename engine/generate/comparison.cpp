@@ -59,13 +59,8 @@ std::vector<ComparisonRow> compare_strategies(const Model& model, Backend& backe
     else
         std::rotate(order.begin(), dyn, dyn + 1);
 
-    auto cancelled = [&] { return opt.cancel && opt.cancel->load(); };
-    auto report = [&](std::string_view task, int64_t done, int64_t total) {
-        if (opt.progress) opt.progress(task, done, total);
-    };
-    auto check_cancel = [&] {
-        if (cancelled()) throw Error("comparison cancelled");
-    };
+    auto report = [&](std::string_view task, int64_t done, int64_t total) { opt.progress.tell(task, done, total); };
+    auto check_cancel = [&] { opt.progress.check("The comparison"); };
 
     const int64_t ctx = static_cast<int64_t>(prompt.size());
     // Every strategy must hold the prompt and the generated tokens (the last is not fed back):
@@ -151,6 +146,10 @@ std::vector<ComparisonRow> compare_strategies(const Model& model, Backend& backe
             if (!same && row.first_divergence < 0) row.first_divergence = static_cast<int64_t>(i);
         }
         row.agreement = static_cast<double>(agree) / opt.gen_tokens;
+        const SpecialTokens& sp = model.tokenizer().special();
+        row.answer_end = static_cast<int64_t>(std::find_if(row.tokens.begin(), row.tokens.end(), [&](int32_t t) {
+                                                   return t == sp.eos || t == sp.end_of_turn;
+                                               }) - row.tokens.begin());
         StreamingDetokenizer detok(model.tokenizer());
         for (int32_t id : row.tokens) {
             row.pieces.push_back(detok.push(id));

@@ -5,6 +5,7 @@
 // speed and the time a dynamic cache takes to convert to it. `kvchat-cli bench --cache` and the
 // window's comparison view both report these rows.
 #include "engine/cache/cache.h"
+#include "engine/common/progress.h"
 
 #include <atomic>
 #include <cstdint>
@@ -26,6 +27,7 @@ struct ComparisonRow {
     std::string text;               // their text
     std::vector<std::string> pieces;  // the text each token completed (valid UTF-8; may be empty); text ends with any rest
     int64_t first_divergence = -1;  // index into `tokens` of the first that differs from dynamic's; -1: none
+    int64_t answer_end = 0;         // index of the first token that ends an answer (EOS, end of turn); tokens.size(): none
     double agreement = 0;           // share of positions equal to dynamic's
     int64_t kv_bytes = 0;           // held at the end
     int64_t peak_kv_bytes = 0;      // most held at any point of the run
@@ -42,13 +44,13 @@ struct ComparisonRow {
 struct ComparisonOptions {
     int gen_tokens = 32;
     bool measure_conversion = true;
-    // task: "Prefilling <spec>", "Decoding", "Converting"; done of total.
-    std::function<void(std::string_view task, int64_t done, int64_t total)> progress;
-    const std::atomic<bool>* cancel = nullptr;  // checked between prefill chunks and decode steps
+    // Tasks "Prefilling <spec>", "Decoding", "Converting"; the cancel flag is checked between
+    // prefill slices, decode steps and conversions.
+    Progress progress;
 };
 
-// Throws kvchat::Error: a bad spec (naming the parameter), a strategy that cannot hold the prompt
-// and the generated tokens (before anything is computed), or "cancelled". The rows follow
+// Throws kvchat::Error: a bad spec (naming the parameter), or a strategy that cannot hold the
+// prompt and the generated tokens (before anything is computed); kvchat::Cancelled when cancelled. The rows follow
 // `strategies` (canonical, duplicates dropped); dynamic is always run as the reference but only
 // reported when listed. Decoding goes round the strategies one step each, so a machine whose load
 // drifts slows them alike and the speed ratios stay meaningful.

@@ -1,0 +1,178 @@
+// The strategy panel driven as a user would (keys into its fields, clicks): validation as typed
+// with the engine's messages, one plan request per pause in typing, a real plan from the engine
+// shown before Apply, and Apply / Cancel / progress through its signals only.
+#include "engine/cache/conversion_plan.h"
+#include "engine/compute/backend.h"
+#include "engine/model/model.h"
+#include "support/tiny_model.h"
+#include "ui/lab/strategy_panel.h"
+
+#include <QCheckBox>
+#include <QComboBox>
+#include <QDir>
+#include <QLabel>
+#include <QLineEdit>
+#include <QPushButton>
+#include <QSignalSpy>
+#include <QTemporaryDir>
+#include <QtTest>
+
+namespace {
+QString screenshotDir() {
+    QString dir = qEnvironmentVariable("KVCHAT_SCREENSHOT_DIR");
+    if (dir.isEmpty()) dir = QStringLiteral(QT_TESTCASE_BUILDDIR) + "/../screenshots";
+    QDir().mkpath(dir);
+    return QDir(dir).absolutePath();
+}
+
+void retype(QLineEdit* e, const QString& text) {
+    e->setFocus();
+    e->selectAll();
+    QTest::keyClick(e, Qt::Key_Backspace);
+    QTest::keyClicks(e, text);
+}
+}  // namespace
+
+class TestStrategyPanel : public QObject {
+    Q_OBJECT
+    QTemporaryDir dir_;
+    std::unique_ptr<kvchat::Model> model_;
+    std::unique_ptr<kvchat::Backend> backend_;
+
+    std::unique_ptr<kvchat::Cache> filled(const std::string& spec, int n) {
+        auto c = model_->make_cache(*backend_, spec);
+        std::vector<int32_t> t = {2};
+        for (int i = 1; i < n; ++i) t.push_back(6 + (i * 37) % 270);
+        std::vector<float> lg;
+        model_->forward(*backend_, *c, t.data(), n, kvchat::Logits::None, lg);
+        return c;
+    }
+
+private Q_SLOTS:
+    void initTestCase() {
+        kvchat::test::TinyModelSpec s;
+        const std::string path = (dir_.path() + "/tiny.gguf").toStdString();
+        kvchat::test::write_tiny_gguf(s, path);
+        model_ = kvchat::Model::load(path);
+        backend_ = kvchat::make_cpu_backend(2);
+    }
+
+    void fieldsShowTheCurrentSpec() {
+        kvchat::StrategyPanel panel;
+        panel.setCurrentSpec("quantized:nbits=2+offloaded");
+        QCOMPARE(panel.currentSpec(), QString("quantized:nbits=2,residual=128,group=64+offloaded"));
+        QCOMPARE(panel.presetBox()->currentText(), QString("quantized"));
+        QCOMPARE(panel.field("nbits")->text(), QString("2"));
+        QVERIFY(panel.findChild<QCheckBox*>("strategyOffloaded")->isChecked());
+        panel.setCurrentSpec("sink:window=256,sinks=4");
+        QCOMPARE(panel.presetBox()->currentText(), QString("sink"));
+        QCOMPARE(panel.field("window")->text(), QString("256"));
+        QVERIFY(!panel.field("nbits")->isEnabled());
+        QVERIFY(!panel.applyButton()->isEnabled());  // nothing chosen yet
+    }
+
+    void validatesAsTypedWithTheEnginesMessages() {
+        kvchat::StrategyPanel panel;
+        panel.show();
+        QVERIFY(QTest::qWaitForWindowExposed(&panel));
+        QSignalSpy plans(&panel, &kvchat::StrategyPanel::planRequested);
+        // Preset "quantized", then a bad number of bits.
+        panel.presetBox()->setFocus();
+        const int q = panel.presetBox()->findText("quantized");
+        panel.presetBox()->setCurrentIndex(q);
+        Q_EMIT panel.presetBox()->activated(q);
+        retype(panel.field("nbits"), "5");
+        QVERIFY2(panel.validationMessage().contains("nbits=5"), qPrintable(panel.validationMessage()));
+        QVERIFY(panel.findChild<QLabel*>("strategyError")->text().contains("nbits=5"));
+        QVERIFY(panel.chosenSpec().isEmpty());
+        QTest::qWait(kvchat::StrategyPanel::kPlanDelayMs + 100);
+        QCOMPARE(plans.count(), 0);
+        // Fixed: 4 bits, then a residual typed digit by digit gives one request after the pause.
+        retype(panel.field("nbits"), "4");
+        QVERIFY(panel.validationMessage().isEmpty());
+        retype(panel.field("residual"), "64");
+        QTest::qWait(kvchat::StrategyPanel::kPlanDelayMs + 150);
+        QCOMPARE(plans.count(), 1);
+        QCOMPARE(plans.at(0).at(0).toString(), QString("quantized:nbits=4,residual=64,group=64"));
+        QCOMPARE(panel.specEdit()->text(), QString("quantized:nbits=4,residual=64"));
+        // The spec line takes a whole spec; a missing parameter is named.
+        retype(panel.specEdit(), "sink:window=8");
+        QVERIFY2(panel.validationMessage().contains("sinks"), qPrintable(panel.validationMessage()));
+        retype(panel.specEdit(), "sink:window=8,sinks=2+quantized:nbits=4,residual=8,group=8");
+        QVERIFY(panel.validationMessage().isEmpty());
+        QCOMPARE(panel.presetBox()->currentText(), QString("sink"));
+        QCOMPARE(panel.field("sinks")->text(), QString("2"));
+        QVERIFY(panel.findChild<QCheckBox*>("strategyQuantized")->isChecked());
+        // Combinations from the check boxes.
+        retype(panel.specEdit(), "static:max_len=100");
+        panel.findChild<QCheckBox*>("strategyOffloaded")->click();
+        QCOMPARE(panel.chosenSpec(), QString("offloaded_static:max_len=100"));
+    }
+
+    // A plan the engine made for a real cache; Apply, progress, Cancel and the result.
+    void previewThenApply() {
+        auto cache = filled("dynamic", 40);
+        kvchat::StrategyPanel panel;
+        panel.resize(520, 420);
+        panel.setCurrentSpec(QString::fromStdString(cache->spec()));
+        panel.show();
+        QVERIFY(QTest::qWaitForWindowExposed(&panel));
+        QSignalSpy plans(&panel, &kvchat::StrategyPanel::planRequested);
+        QSignalSpy applies(&panel, &kvchat::StrategyPanel::applyRequested);
+        QSignalSpy cancels(&panel, &kvchat::StrategyPanel::cancelRequested);
+        retype(panel.specEdit(), "sink:window=24,sinks=2+quantized:nbits=4,residual=8,group=8");
+        QVERIFY(!panel.applyButton()->isEnabled());  // no plan yet
+        QTRY_COMPARE(plans.count(), 1);
+        const std::string spec = plans.at(0).at(0).toString().toStdString();
+        // An answer to an older request is not shown.
+        panel.showPlan(kvchat::plan_conversion(*cache, "static:max_len=64"));
+        QVERIFY(!panel.applyButton()->isEnabled());
+        const kvchat::ConversionPlan plan = kvchat::plan_conversion(*cache, spec, 800.0);
+        QCOMPARE(plan.kind, kvchat::ConversionPlan::Kind::Lossy);
+        panel.showPlan(plan);
+        QVERIFY(panel.applyButton()->isEnabled());
+        const QString shown = panel.planLabel()->text();
+        QVERIFY2(shown.contains(QString("%L1").arg(plan.tokens_evicted)) && shown.contains(QString("%L1").arg(plan.bytes_after)),
+                 qPrintable(shown));
+        QVERIFY(panel.findChild<QLabel*>("strategyPlanKind")->text().contains("LOSSY"));
+        QVERIFY(plan.tokens_quantized > 0 && plan.tokens_evicted > 0);
+        QTest::qWait(50);
+        const QString shot = screenshotDir() + "/strategy-lossy-preview.png";
+        QVERIFY(panel.grab().save(shot));
+        qInfo("wrote %s", qPrintable(shot));
+
+        QTest::mouseClick(panel.applyButton(), Qt::LeftButton);
+        QCOMPARE(applies.count(), 1);
+        QCOMPARE(applies.at(0).at(0).toString().toStdString(), spec);
+        QVERIFY(panel.busy());
+        QVERIFY(panel.cancelButton()->isEnabled());
+        QVERIFY(!panel.applyButton()->isEnabled());
+        QVERIFY(!panel.specEdit()->isEnabled());
+        panel.showProgress("Converting cache", 10, 40);
+        QTest::mouseClick(panel.cancelButton(), Qt::LeftButton);
+        QCOMPARE(cancels.count(), 1);
+        panel.applyFinished(false, QString(), "Cancelled; the cache is unchanged.");
+        QVERIFY(!panel.busy());
+        QCOMPARE(panel.currentSpec(), QString("dynamic"));
+        // Applied for real this time.
+        panel.applyFinished(true, QString::fromStdString(spec), QString());
+        QCOMPARE(panel.currentSpec().toStdString(), spec);
+        QVERIFY(!panel.applyButton()->isEnabled());
+    }
+
+    void rebuildPlanSaysHowLong() {
+        auto cache = filled("sink:window=8,sinks=2", 40);
+        kvchat::StrategyPanel panel;
+        panel.setCurrentSpec(QString::fromStdString(cache->spec()));
+        retype(panel.specEdit(), "dynamic");
+        const auto plan = kvchat::plan_conversion(*cache, "dynamic", 20.0);  // 40 tokens at 20 tok/s: 2 s
+        panel.showPlan(plan);
+        QVERIFY(panel.findChild<QLabel*>("strategyPlanKind")->text().contains("REBUILD"));
+        QVERIFY2(panel.planLabel()->text().contains("2.0 s"), qPrintable(panel.planLabel()->text()));
+        panel.showError("the disk is full");
+        QVERIFY(!panel.applyButton()->isEnabled());
+    }
+};
+
+QTEST_MAIN(TestStrategyPanel)
+#include "test_ui_strategy_panel.moc"

@@ -1,0 +1,241 @@
+#include "ui/inspector/memory_bars.h"
+
+#include "ui/inspector/byte_size_text.h"
+
+#include <QHelpEvent>
+#include <QPainter>
+#include <QPixmap>
+#include <QToolTip>
+
+#include <algorithm>
+
+namespace kvchat {
+
+namespace {
+constexpr int kRowHeight = 14, kRowGap = 3, kLabelWidth = 64, kValueWidth = 118, kTop = 4, kFooter = 50;
+
+int64_t held(const LayerTelemetry& l) { return l.bytes_fast + l.bytes_slow; }
+}  // namespace
+
+MemoryBars::MemoryBars(QWidget* parent) : QWidget(parent) {
+    setObjectName("memoryBars");
+    setMouseTracking(true);
+    setAttribute(Qt::WA_OpaquePaintEvent);  // paints every pixel: nothing behind it is drawn first
+    setSizePolicy(QSizePolicy::Expanding, QSizePolicy::Minimum);
+}
+
+void MemoryBars::setTelemetry(const CacheTelemetry& telemetry) {
+    const bool resize = telemetry.layers.size() != telemetry_.layers.size();
+    telemetry_ = telemetry;
+    if (resize) updateGeometry();
+    update();
+}
+
+QSize MemoryBars::sizeHint() const {
+    const int n = std::max<int>(1, static_cast<int>(telemetry_.layers.size()));
+    return {420, kTop + n * (kRowHeight + kRowGap) + kFooter};
+}
+
+QSize MemoryBars::minimumSizeHint() const { return {260, sizeHint().height()}; }
+
+QString MemoryBars::partName(Part part) {
+    switch (part) {
+        case Part::FastFull: return tr("fast, full precision");
+        case Part::FastQuantized: return tr("fast, quantized");
+        case Part::SlowFull: return tr("slow tier, full precision");
+        case Part::SlowQuantized: return tr("slow tier, quantized");
+        case Part::Reserved: return tr("reserved, not yet used");
+    }
+    return {};
+}
+
+QColor MemoryBars::partColor(Part part) {
+    switch (part) {
+        case Part::FastFull: return QColor(0x2e, 0x7d, 0x32);
+        case Part::FastQuantized: return QColor(0x8b, 0xc3, 0x4a);
+        case Part::SlowFull: return QColor(0x15, 0x65, 0xc0);
+        case Part::SlowQuantized: return QColor(0x64, 0xb5, 0xf6);
+        case Part::Reserved: return QColor(0x9e, 0x9e, 0x9e);
+    }
+    return Qt::black;
+}
+
+QRectF MemoryBars::rowRect(int layer) const {
+    return QRectF(0, kTop + layer * (kRowHeight + kRowGap), width(), kRowHeight);
+}
+
+QRectF MemoryBars::barArea(int layer) const {
+    const QRectF r = rowRect(layer);
+    return QRectF(kLabelWidth, r.top(), std::max(20.0, width() - kLabelWidth - kValueWidth - 6.0), r.height());
+}
+
+// One scale for every bar: the largest layer's held bytes fill at least half the bar area, so what
+// is used is always readable; reservations show up to twice that and are cut at the edge beyond
+// (hover tells their size).
+double MemoryBars::bytesPerPixel() const {
+    int64_t most_held = 1, most_reserved = 0;
+    for (const LayerTelemetry& l : telemetry_.layers) {
+        most_held = std::max(most_held, held(l));
+        most_reserved = std::max(most_reserved, l.bytes_reserved);
+    }
+    const int64_t most = std::max(most_held, std::min(most_reserved, 2 * most_held));
+    const double w = std::max(20.0, width() - kLabelWidth - kValueWidth - 6.0);
+    return static_cast<double>(most) / w;
+}
+
+std::vector<MemoryBars::Segment> MemoryBars::segments() const {
+    std::vector<Segment> out;
+    const double bpp = bytesPerPixel();
+    for (size_t i = 0; i < telemetry_.layers.size(); ++i) {
+        const LayerTelemetry& l = telemetry_.layers[i];
+        const QRectF area = barArea(static_cast<int>(i));
+        // Each tier's bytes split by precision; a layer lives in one tier today, but the split holds
+        // for any mix: the fast tier takes full-precision bytes first.
+        const int64_t fast_full = std::min(l.bytes_full_precision, l.bytes_fast);
+        const int64_t fast_quant = l.bytes_fast - fast_full;
+        const int64_t slow_full = std::max<int64_t>(0, std::min(l.bytes_slow, l.bytes_full_precision - fast_full));
+        const int64_t slow_quant = l.bytes_slow - slow_full;
+        double x = area.left();
+        const std::pair<Part, int64_t> parts[] = {{Part::FastFull, fast_full}, {Part::FastQuantized, fast_quant},
+                                                  {Part::SlowFull, slow_full}, {Part::SlowQuantized, slow_quant}};
+        for (const auto& [part, bytes] : parts) {
+            if (bytes <= 0) continue;
+            const double w = std::max(1.0, static_cast<double>(bytes) / bpp);
+            out.push_back({static_cast<int>(i), part, bytes, QRectF(x, area.top(), w, area.height())});
+            x += w;
+        }
+        const int64_t spare = l.bytes_reserved - held(l);
+        if (spare > 0) {
+            const double w = std::min(area.right() - x, static_cast<double>(spare) / bpp);
+            if (w > 0.5) out.push_back({static_cast<int>(i), Part::Reserved, spare, QRectF(x, area.top(), w, area.height())});
+        }
+    }
+    return out;
+}
+
+// What does not change from step to step (row tints, kind tags, layer numbers, bar backgrounds,
+// the legend) is drawn once into a pixmap; a redraw during generation then only fills the parts
+// and the figures that moved, which keeps the inspector's share of a decode step small.
+void MemoryBars::paintBackground(QPainter& p) const {
+    const QColor sliding(0xff, 0x98, 0x00), global(0x6a, 0x1b, 0x9a);
+    p.fillRect(rect(), palette().base());
+    for (size_t i = 0; i < telemetry_.layers.size(); ++i) {
+        const bool is_sliding = telemetry_.layers[i].kind == "sliding";
+        const QRectF row = rowRect(static_cast<int>(i));
+        if (is_sliding) p.fillRect(row.adjusted(0, -1, 0, 1), QColor(0xff, 0xf3, 0xe0));
+        // The kind tag: orange S for sliding, purple G for global.
+        const QRectF tag(2, row.top() + 1, 12, row.height() - 2);
+        p.fillRect(tag, is_sliding ? sliding : global);
+        p.setPen(Qt::white);
+        p.drawText(tag, Qt::AlignCenter, is_sliding ? "S" : "G");
+        p.setPen(palette().text().color());
+        p.drawText(QRectF(17, row.top(), kLabelWidth - 19, row.height()), Qt::AlignVCenter | Qt::AlignLeft, QString::number(i));
+        p.fillRect(barArea(static_cast<int>(i)), QColor(0xf2, 0xf2, 0xf2));
+    }
+    const int n = static_cast<int>(telemetry_.layers.size());
+    const double y = kTop + n * (kRowHeight + kRowGap) + 2;
+    double x = 4, ly = y + 18;
+    for (Part part : {Part::FastFull, Part::FastQuantized, Part::SlowFull, Part::SlowQuantized, Part::Reserved}) {
+        const double w = p.fontMetrics().horizontalAdvance(partName(part));
+        if (x > 4 && x + 13 + w > width()) x = 4, ly += 15;
+        const QRectF box(x, ly, 10, 10);
+        if (part == Part::Reserved) {
+            p.setPen(QPen(partColor(part), 1, Qt::DashLine));
+            p.drawRect(box);
+        } else {
+            p.fillRect(box, partColor(part));
+        }
+        p.setPen(palette().text().color());
+        p.drawText(QRectF(x + 13, ly - 2, w + 2, 14), Qt::AlignLeft | Qt::AlignVCenter, partName(part));
+        x += 13 + w + 10;
+    }
+}
+
+void MemoryBars::paintEvent(QPaintEvent*) {
+    QPainter p(this);
+    QFont small = font();
+    small.setPointSizeF(small.pointSizeF() * 0.85);
+    std::vector<bool> kinds;
+    for (const LayerTelemetry& l : telemetry_.layers) kinds.push_back(l.kind == "sliding");
+    const qreal dpr = devicePixelRatioF();
+    if (background_.size() != size() * dpr || backgroundKinds_ != kinds) {
+        background_ = QPixmap(size() * dpr);
+        background_.setDevicePixelRatio(dpr);
+        QPainter bp(&background_);
+        bp.setFont(small);
+        paintBackground(bp);
+        backgroundKinds_ = kinds;
+        values_.assign(telemetry_.layers.size(), {});
+    }
+    p.drawPixmap(0, 0, background_);
+    p.setFont(small);
+    for (const Segment& s : segments()) {
+        if (s.part == Part::Reserved) {
+            p.setPen(QPen(partColor(s.part), 1, Qt::DashLine));
+            p.setBrush(Qt::NoBrush);
+            p.drawRect(s.rect.adjusted(0.5, 0.5, -0.5, -0.5));
+        } else {
+            p.fillRect(s.rect, partColor(s.part));
+        }
+    }
+    // Per-layer figures: laid out again only when they change (a full sliding ring no longer does).
+    p.setPen(palette().text().color());
+    values_.resize(telemetry_.layers.size());
+    for (size_t i = 0; i < telemetry_.layers.size(); ++i) {
+        const LayerTelemetry& l = telemetry_.layers[i];
+        const QString text = byteSizeText(held(l)) + QString(" · %1 tok").arg(l.tokens_held);
+        if (values_[i].text() != text) {
+            values_[i].setText(text);
+            values_[i].setTextFormat(Qt::PlainText);
+            values_[i].prepare(QTransform(), small);
+        }
+        const QRectF row = rowRect(static_cast<int>(i));
+        const QSizeF sz = values_[i].size();
+        p.drawStaticText(QPointF(width() - 4 - sz.width(), row.top() + (row.height() - sz.height()) / 2), values_[i]);
+    }
+    const int n = static_cast<int>(telemetry_.layers.size());
+    const double y = kTop + n * (kRowHeight + kRowGap) + 2;
+    const QString totals = tr("%1 held (fast %2, slow %3) · %4 reserved · %5/token · %6 tokens")
+                               .arg(byteSizeText(telemetry_.total_bytes), byteSizeText(telemetry_.bytes_fast),
+                                    byteSizeText(telemetry_.bytes_slow), byteSizeText(telemetry_.bytes_reserved),
+                                    byteSizeText(static_cast<int64_t>(telemetry_.bytes_per_token)))
+                               .arg(telemetry_.tokens);
+    p.drawText(QRectF(4, y, width() - 8, 14), Qt::AlignLeft | Qt::AlignVCenter, totals);
+}
+
+QString MemoryBars::toolTipAt(const QPointF& pos) const {
+    for (const Segment& s : segments())
+        if (s.rect.contains(pos))
+            return tr("layer %1: %2 %3").arg(s.layer).arg(byteSizeText(s.bytes), partName(s.part)) +
+                   QString(" (%L1 bytes)").arg(s.bytes);
+    for (size_t i = 0; i < telemetry_.layers.size(); ++i) {
+        if (!rowRect(static_cast<int>(i)).contains(pos)) continue;
+        const LayerTelemetry& l = telemetry_.layers[i];
+        return tr("layer %1 (%2, %3): %L4 tokens held, capacity %L5; %L6 bytes held, %L7 reserved; "
+                  "%L8 full precision, %L9 quantized")
+            .arg(i)
+            .arg(QString::fromStdString(l.kind), QString::fromStdString(l.storage))
+            .arg(l.tokens_held)
+            .arg(l.capacity)
+            .arg(held(l))
+            .arg(l.bytes_reserved)
+            .arg(l.bytes_full_precision)
+            .arg(l.bytes_quantized);
+    }
+    return {};
+}
+
+bool MemoryBars::event(QEvent* e) {
+    if (e->type() == QEvent::ToolTip) {
+        auto* he = static_cast<QHelpEvent*>(e);
+        const QString text = toolTipAt(he->pos());
+        if (text.isEmpty())
+            QToolTip::hideText();
+        else
+            QToolTip::showText(he->globalPos(), text, this);
+        return true;
+    }
+    return QWidget::event(e);
+}
+
+}  // namespace kvchat

@@ -1,0 +1,54 @@
+#pragma once
+// Windows per layer: a strip over token positions 0..tokens showing the sink tokens, the tokens
+// evicted, what is held in full precision (a live window or everything), the quantized region
+// and the full-precision residual, drawn from the layer's own ranges (sink_begin/end,
+// window_begin/end, quantized and residual counts), so a sink cache, a sliding ring and Gemma's
+// hybrid layers look different and move as tokens arrive.
+#include "engine/cache/cache.h"
+
+#include <QPixmap>
+#include <QRectF>
+#include <QWidget>
+
+#include <vector>
+
+namespace kvchat {
+
+class WindowStrips : public QWidget {
+    Q_OBJECT
+public:
+    enum class Part { Sinks, Evicted, FullPrecision, Quantized, Residual };
+    struct Region {
+        int layer = 0;
+        Part part = Part::FullPrecision;
+        int64_t begin = 0, end = 0;  // positions [begin, end)
+        QRectF rect;
+    };
+
+    explicit WindowStrips(QWidget* parent = nullptr);
+    void setTelemetry(const CacheTelemetry& telemetry);
+
+    std::vector<Region> regions() const;
+    // The x coordinate of position p on layer strips (p = tokens: the right edge).
+    double xOf(int64_t position) const;
+    QString toolTipAt(const QPointF& pos) const;
+    static QString partName(Part part);
+    static QColor partColor(Part part);
+
+    QSize sizeHint() const override;
+    QSize minimumSizeHint() const override;
+
+protected:
+    void paintEvent(QPaintEvent*) override;
+    bool event(QEvent* e) override;
+
+private:
+    QRectF stripRect(int layer) const;
+    void paintBackground(QPainter& p) const;
+
+    CacheTelemetry telemetry_;
+    QPixmap background_;
+    std::vector<bool> backgroundKinds_;
+};
+
+}  // namespace kvchat

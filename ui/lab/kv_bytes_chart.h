@@ -1,0 +1,47 @@
+#pragma once
+// KV bytes against tokens in the cache, one line per strategy: a small QPainter chart (exact,
+// cheap, and renderable to a QImage in tests); hover names the nearest point.
+#include <QColor>
+#include <QPointF>
+#include <QRectF>
+#include <QString>
+#include <QWidget>
+
+#include <utility>
+#include <vector>
+
+namespace kvchat {
+
+class KvBytesChart : public QWidget {
+    Q_OBJECT
+public:
+    struct Line {
+        QString name;
+        QColor color;
+        std::vector<std::pair<int64_t, int64_t>> points;  // (tokens, bytes), tokens ascending
+    };
+
+    explicit KvBytesChart(QWidget* parent = nullptr);
+    void setLines(std::vector<Line> lines);
+    const std::vector<Line>& lines() const { return lines_; }
+
+    // Where a point is drawn, for hover and tests.
+    QPointF mapPoint(int64_t tokens, int64_t bytes) const;
+    QRectF plotArea() const;
+    QString toolTipAt(const QPointF& pos) const;
+
+    QSize sizeHint() const override { return {520, 220}; }
+    QSize minimumSizeHint() const override { return {260, 160}; }
+
+protected:
+    void paintEvent(QPaintEvent*) override;
+    bool event(QEvent* e) override;
+
+private:
+    int64_t maxTokens() const;
+    int64_t maxBytes() const;
+
+    std::vector<Line> lines_;
+};
+
+}  // namespace kvchat
