@@ -346,6 +346,77 @@ private Q_SLOTS:
         QTRY_VERIFY(panel->prefixes().front().useCount == 1);
     }
 
+    // A prefix from the open chat's first messages; rename and delete from the panel.
+    void prefixFromChatRenameDelete() {
+        const QString db = freshDb();
+        writeSettings(db, 6);
+        auto w = openWindow(db);
+        QVERIFY(w);
+        QVERIFY(typeAndSend(*w, "remember the word teapot"));
+        auto* panel = w->findChild<PrefixLibraryPanel*>("prefixLibrary");
+        whenModal([](QWidget* d) {
+            d->findChild<QLineEdit*>("prefixName")->setText("Teapot opening");
+            d->findChild<QSpinBox*>("prefixMessages")->setValue(2);
+            QMetaObject::invokeMethod(d, "accept", Qt::QueuedConnection);
+        });
+        QTest::mouseClick(w->findChild<QPushButton*>("prefixFromChatButton"), Qt::LeftButton);
+        QTRY_VERIFY_WITH_TIMEOUT(panel->prefixes().size() == 1, 60000);
+        QCOMPARE(panel->prefixes().front().messageCount, 2);
+        panel->select(panel->prefixes().front().id);
+        auto* edit = w->findChild<QPushButton*>("editPrefixButton");
+        QVERIFY(!edit->isEnabled());  // two messages: saved again from a chat, not edited as text
+
+        whenModal([](QWidget* d) {
+            auto* input = qobject_cast<QInputDialog*>(d);
+            input->setTextValue("Teapot");
+            input->accept();
+        });
+        QTest::mouseClick(w->findChild<QPushButton*>("renamePrefixButton"), Qt::LeftButton);
+        QTRY_VERIFY_WITH_TIMEOUT(panel->prefixes().front().name == "Teapot", 10000);
+
+        panel->select(panel->prefixes().front().id);
+        whenModal([](QWidget* d) {
+            auto* box = qobject_cast<QMessageBox*>(d);
+            box->button(QMessageBox::Yes)->click();
+        });
+        QTest::mouseClick(w->findChild<QPushButton*>("deletePrefixButton"), Qt::LeftButton);
+        QTRY_VERIFY_WITH_TIMEOUT(panel->prefixes().isEmpty(), 10000);
+        Store store(db.toStdString());
+        QVERIFY(store.list_prefixes().empty());
+    }
+
+    // The model file removed while it is open: the mapping keeps it usable; and a snapshot that
+    // cannot be written (here its folder is a file, as on a full or broken disk) is told, while
+    // the answer is kept.
+    void modelRemovedAndSnapshotUnwritable() {
+        const QString db = freshDb();
+        writeSettings(db, 6);
+        const QString copy = home_.path() + "/doomed-model.gguf";
+        QVERIFY(QFile::copy(model_, copy));
+        WindowOptions o;
+        o.databasePath = db;
+        o.modelPath = copy;
+        o.restoreState = false;
+        MainWindow w(o);
+        w.show();
+        QTRY_VERIFY_WITH_TIMEOUT(w.modelReady() && w.currentConversation() != 0, 60000);
+        QVERIFY(QFile::remove(copy));
+        const QString snapshots = QFileInfo(db).absolutePath() + "/snapshots";
+        QVERIFY(QDir(snapshots).removeRecursively());
+        {
+            QFile blocker(snapshots);
+            QVERIFY(blocker.open(QIODevice::WriteOnly));
+        }
+        QVERIFY(typeAndSend(w, "still answering?"));
+        QVERIFY(QFile::remove(snapshots));  // (a Store opened here would refuse the file)
+        const auto msgs = stored(db, w.currentConversation());
+        QCOMPARE(msgs.size(), size_t(2));
+        auto* notice = w.findChild<QLabel*>("noticeBanner");
+        QTRY_VERIFY(notice->isVisible());
+        QVERIFY2(notice->text().contains("not saved"), qPrintable(notice->text()));
+        QCOMPARE(transcript(w)->messageViews()[1]->content(), QString::fromStdString(msgs[1].content));
+    }
+
     void settingsPersistAcrossRestart() {
         const QString db = freshDb();
         writeSettings(db, 16);
