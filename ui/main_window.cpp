@@ -687,6 +687,10 @@ void MainWindow::editMessage(int ordinal, const QString& content) {
 
 void MainWindow::onTurnFinished(const TurnOutcome& outcome) {
     setAnswering(false);
+    if (outcome.conversationId == currentId_ && !transcript_->answering()) {
+        // The user came back to this chat while it was answering: show it as stored.
+        Q_EMIT requestOpen(currentId_);
+    }
     if (outcome.conversationId == currentId_) {
         transcript_->finishAnswer(outcome.answer);
         contextBar_->setValue(static_cast<int>(std::min<qint64>(outcome.contextTokens, contextBar_->maximum())));
