@@ -1,6 +1,7 @@
 // The transcript's pieces: Markdown cut into code blocks and prose so that a streaming answer
 // re-parses only its last piece; the cost of a token at message 200 against message 2; the
 // event-loop stall meter; and what Enter, Shift+Enter and Copy do.
+#include "ui/conversation_delegate.h"
 #include "ui/event_loop_stall.h"
 #include "ui/markdown_segments.h"
 #include "ui/message_box.h"
@@ -9,6 +10,7 @@
 
 #include <QApplication>
 #include <QClipboard>
+#include <QDateTime>
 #include <QFontDatabase>
 #include <QLabel>
 #include <QTextBlock>
@@ -180,6 +182,16 @@ private slots:
                     QVERIFY(!it.fragment().charFormat().fontFamilies().toStringList().contains(fixed));
                 }
         QVERIFY(found);
+    }
+
+    void lastActivityInWords() {
+        const qint64 now = 1'700'000'000'000;
+        QCOMPARE(ConversationDelegate::activity(now - 20'000, now), QString("just now"));
+        QCOMPARE(ConversationDelegate::activity(now - 5 * 60'000, now), QString("5 min ago"));
+        QCOMPARE(ConversationDelegate::activity(now - 3 * 3'600'000, now), QString("3 h ago"));
+        QCOMPARE(ConversationDelegate::activity(now - 30 * 3'600'000, now), QString("yesterday"));
+        QVERIFY(ConversationDelegate::activity(now - 10LL * 86'400'000, now).contains(QString::number(
+            QDateTime::fromMSecsSinceEpoch(now - 10LL * 86'400'000).date().day())));
     }
 
     void megabyteMessageIsShownCut() {

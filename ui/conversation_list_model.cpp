@@ -19,9 +19,10 @@ QVariant ConversationListModel::data(const QModelIndex& index, int role) const {
         case Qt::EditRole:
         case Qt::AccessibleTextRole: return c.title;
         case Qt::ToolTipRole:
-            return tr("%1\n%n message(s), last active %2\ncache: %3", nullptr, static_cast<int>(c.messageCount))
-                .arg(c.title, QLocale().toString(QDateTime::fromMSecsSinceEpoch(c.updatedMs), QLocale::ShortFormat),
-                     c.cacheSpec);
+            return tr("%1\n%2 messages, last active %3\ncache: %4")
+                .arg(c.title)
+                .arg(c.messageCount)
+                .arg(QLocale().toString(QDateTime::fromMSecsSinceEpoch(c.updatedMs), QLocale::ShortFormat), c.cacheSpec);
         case IdRole: return c.id;
         case UpdatedRole: return c.updatedMs;
         case MessageCountRole: return c.messageCount;

@@ -1,6 +1,7 @@
 #include "ui/main_window.h"
 
 #include "engine/store/store.h"
+#include "ui/conversation_delegate.h"
 #include "ui/conversation_list_model.h"
 #include "ui/engine_worker.h"
 #include "ui/message_box.h"
@@ -222,6 +223,7 @@ QWidget* MainWindow::createConversationPane() {
     list_->setHorizontalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
     list_->setTextElideMode(Qt::ElideRight);
     list_->setUniformItemSizes(true);
+    list_->setItemDelegate(new ConversationDelegate(list_));
     list_->setEditTriggers(QAbstractItemView::EditKeyPressed | QAbstractItemView::SelectedClicked);
     list_->setContextMenuPolicy(Qt::ActionsContextMenu);
     list_->addAction(renameAction_);
@@ -737,9 +739,9 @@ void MainWindow::deleteCurrent() {
     const auto c = conversations_->find(currentId_);
     if (!c) return;
     auto* box = new QMessageBox(QMessageBox::Question, tr("Delete conversation"),
-                                tr("Delete \u201c%1\u201d and its %n message(s)? This cannot be undone.", nullptr,
-                                   static_cast<int>(c->messageCount))
-                                    .arg(c->title),
+                                tr("Delete \u201c%1\u201d and its %2 messages? This cannot be undone.")
+                                    .arg(c->title)
+                                    .arg(c->messageCount),
                                 QMessageBox::Yes | QMessageBox::Cancel, this);
     box->setObjectName(QStringLiteral("deleteConfirmDialog"));
     box->setDefaultButton(QMessageBox::Cancel);

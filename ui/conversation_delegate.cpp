@@ -1,0 +1,63 @@
+#include "ui/conversation_delegate.h"
+
+#include "ui/conversation_list_model.h"
+
+#include <QApplication>
+#include <QDateTime>
+#include <QLocale>
+#include <QPainter>
+
+namespace kvchat {
+
+QString ConversationDelegate::activity(qint64 updatedMs, qint64 nowMs) {
+    const qint64 minutes = (nowMs - updatedMs) / 60000;
+    if (minutes < 1) return tr("just now");
+    if (minutes < 60) return tr("%1 min ago").arg(minutes);
+    if (minutes < 24 * 60) return tr("%1 h ago").arg(minutes / 60);
+    if (minutes < 48 * 60) return tr("yesterday");
+    return QLocale().toString(QDateTime::fromMSecsSinceEpoch(updatedMs).date(), QLocale::ShortFormat);
+}
+
+void ConversationDelegate::paint(QPainter* p, const QStyleOptionViewItem& option, const QModelIndex& index) const {
+    QStyleOptionViewItem opt = option;
+    initStyleOption(&opt, index);
+    const QString title = opt.text;
+    opt.text.clear();
+    const QWidget* w = opt.widget;
+    QStyle* style = w ? w->style() : QApplication::style();
+    style->drawControl(QStyle::CE_ItemViewItem, &opt, p, w);
+
+    const QRect r = opt.rect.adjusted(6, 3, -6, -3);
+    const bool selected = opt.state & QStyle::State_Selected;
+    const QPalette::ColorGroup group = opt.state & QStyle::State_Enabled ? QPalette::Normal : QPalette::Disabled;
+    p->save();
+    p->setPen(opt.palette.color(group, selected ? QPalette::HighlightedText : QPalette::Text));
+    QFont titleFont = opt.font;
+    p->setFont(titleFont);
+    const QFontMetrics fm(titleFont);
+    p->drawText(QRect(r.left(), r.top(), r.width(), fm.height()), Qt::AlignLeft | Qt::AlignVCenter,
+                fm.elidedText(title, Qt::ElideRight, r.width()));
+    QFont small = opt.font;
+    small.setPointSizeF(small.pointSizeF() * 0.85);
+    p->setFont(small);
+    const QFontMetrics sm(small);
+    QColor soft = opt.palette.color(group, selected ? QPalette::HighlightedText : QPalette::PlaceholderText);
+    p->setPen(soft);
+    const qint64 count = index.data(ConversationListModel::MessageCountRole).toLongLong();
+    const QString line = (count == 1 ? tr("1 message") : tr("%1 messages").arg(count)) + QStringLiteral(" · ") +
+                         activity(index.data(ConversationListModel::UpdatedRole).toLongLong(),
+                                  QDateTime::currentMSecsSinceEpoch());
+    p->drawText(QRect(r.left(), r.top() + fm.height() + 1, r.width(), sm.height()), Qt::AlignLeft | Qt::AlignVCenter,
+                sm.elidedText(line, Qt::ElideRight, r.width()));
+    p->restore();
+}
+
+QSize ConversationDelegate::sizeHint(const QStyleOptionViewItem& option, const QModelIndex& index) const {
+    QSize s = QStyledItemDelegate::sizeHint(option, index);
+    QFont small = option.font;
+    small.setPointSizeF(small.pointSizeF() * 0.85);
+    s.setHeight(QFontMetrics(option.font).height() + QFontMetrics(small).height() + 8);
+    return s;
+}
+
+}  // namespace kvchat
