@@ -185,6 +185,7 @@ void MainWindow::createMenus() {
 QWidget* MainWindow::createConversationPane() {
     auto* pane = new QWidget;
     pane->setObjectName(QStringLiteral("conversationPane"));
+    pane->setMinimumWidth(200);
     auto* v = new QVBoxLayout(pane);
     v->setContentsMargins(6, 6, 0, 6);
     auto* newChat = new QPushButton(tr("New chat"));
@@ -218,6 +219,9 @@ QWidget* MainWindow::createConversationPane() {
     list_->setObjectName(QStringLiteral("conversationList"));
     list_->setAccessibleName(tr("Conversations"));
     list_->setModel(conversations_);
+    list_->setHorizontalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
+    list_->setTextElideMode(Qt::ElideRight);
+    list_->setUniformItemSizes(true);
     list_->setEditTriggers(QAbstractItemView::EditKeyPressed | QAbstractItemView::SelectedClicked);
     list_->setContextMenuPolicy(Qt::ActionsContextMenu);
     list_->addAction(renameAction_);
@@ -430,6 +434,7 @@ void MainWindow::connectWorker() {
                            .arg(t.layers.size());
         cacheSummary_->setText(text);
         kvLabel_->setText(tr("KV %1").arg(bytesText(t.total_bytes)));
+        contextBar_->setValue(static_cast<int>(std::min<qint64>(t.tokens, contextBar_->maximum())));
     });
     connect(w, &EngineWorker::strategySwitched, this, [this](qint64 id, const QString& spec, const QString& summary) {
         if (id == currentId_) {
@@ -450,6 +455,13 @@ void MainWindow::restoreWindowState() {
     if (s.contains(QStringLiteral("window/geometry"))) restoreGeometry(s.value(QStringLiteral("window/geometry")).toByteArray());
     if (s.contains(QStringLiteral("window/state"))) restoreState(s.value(QStringLiteral("window/state")).toByteArray());
     restoreId_ = s.value(QStringLiteral("window/conversation")).toLongLong();
+}
+
+void MainWindow::showEvent(QShowEvent* e) {
+    QMainWindow::showEvent(e);
+    // The window takes the keyboard when it opens, so its shortcuts (Esc, Ctrl+N...) work at
+    // once, also where no window manager activates it.
+    activateWindow();
 }
 
 void MainWindow::closeEvent(QCloseEvent* e) {
@@ -675,6 +687,10 @@ void MainWindow::editMessage(int ordinal, const QString& content) {
 
 void MainWindow::onTurnFinished(const TurnOutcome& outcome) {
     setAnswering(false);
+    if (outcome.conversationId == currentId_ && !transcript_->answering()) {
+        // The user came back to this chat while it was answering: show it as stored.
+        Q_EMIT requestOpen(currentId_);
+    }
     if (outcome.conversationId == currentId_) {
         transcript_->finishAnswer(outcome.answer);
         contextBar_->setValue(static_cast<int>(std::min<qint64>(outcome.contextTokens, contextBar_->maximum())));
