@@ -38,7 +38,7 @@ public:
     bool exportCsv(const QString& path) const;
     bool exportJson(const QString& path) const;
 
-public slots:
+public Q_SLOTS:
     // After every decode step (or when the conversation changes): stores, never draws.
     void setTelemetry(const kvchat::CacheTelemetry& telemetry);
     void setReuse(const std::optional<kvchat::TurnReuse>& reuse);

@@ -120,7 +120,7 @@ ComparisonView::ComparisonView(QWidget* parent) : QWidget(parent) {
     connect(run_, &QPushButton::clicked, this, &ComparisonView::request);
     connect(cancel_, &QPushButton::clicked, this, [this] {
         status_->setText(tr("Cancelling…"));
-        emit cancelRequested();
+        Q_EMIT cancelRequested();
     });
     connect(export_, &QPushButton::clicked, this, [this] {
         const QString path = QFileDialog::getSaveFileName(this, tr("Export the comparison"), "comparison.csv", tr("CSV (*.csv)"));
@@ -189,7 +189,7 @@ void ComparisonView::request() {
     if (!error_.isEmpty() || busy_) return;
     setBusy(true);
     const qint64 id = fromConversation_->isChecked() ? conversation_->currentData().toLongLong() : -1;
-    emit compareRequested(strategies(), id, id >= 0 ? QString() : prompt_->text(), tokens_->value());
+    Q_EMIT compareRequested(strategies(), id, id >= 0 ? QString() : prompt_->text(), tokens_->value());
 }
 
 void ComparisonView::setBusy(bool busy) {

@@ -60,12 +60,12 @@ public:
     QString csv() const;
     bool exportCsv(const QString& path) const;
 
-public slots:
+public Q_SLOTS:
     void showRows(const std::vector<kvchat::ComparisonRow>& rows);
     void showProgress(const QString& task, qint64 done, qint64 total);
     void showError(const QString& message);
 
-signals:
+Q_SIGNALS:
     // conversationId >= 0: replay that conversation's transcript; else `prompt` as one message.
     void compareRequested(const QStringList& strategies, qint64 conversationId, const QString& prompt, int genTokens);
     void cancelRequested();

@@ -118,7 +118,7 @@ StrategyPanel::StrategyPanel(QWidget* parent) : QWidget(parent) {
     planTimer_->setSingleShot(true);
     planTimer_->setInterval(kPlanDelayMs);
     connect(planTimer_, &QTimer::timeout, this, [this] {
-        if (!chosen_.isEmpty()) emit planRequested(chosen_);
+        if (!chosen_.isEmpty()) Q_EMIT planRequested(chosen_);
     });
     connect(preset_, &QComboBox::activated, this, &StrategyPanel::presetChosen);
     connect(quantized_, &QCheckBox::toggled, this, [this] {
@@ -131,11 +131,11 @@ StrategyPanel::StrategyPanel(QWidget* parent) : QWidget(parent) {
     connect(apply_, &QPushButton::clicked, this, [this] {
         if (chosen_.isEmpty() || !planApplicable_) return;
         setBusy(true);
-        emit applyRequested(chosen_);
+        Q_EMIT applyRequested(chosen_);
     });
     connect(cancel_, &QPushButton::clicked, this, [this] {
         progressLabel_->setText(tr("Cancelling…"));
-        emit cancelRequested();
+        Q_EMIT cancelRequested();
     });
     setCurrentSpec("dynamic");
 }

@@ -42,7 +42,7 @@ public:
     QPushButton* cancelButton() const { return cancel_; }
     QLabel* planLabel() const { return planText_; }
 
-public slots:
+public Q_SLOTS:
     void showPlan(const kvchat::ConversionPlan& plan);
     void showError(const QString& message);
     void showProgress(const QString& task, qint64 done, qint64 total);
@@ -50,7 +50,7 @@ public slots:
     // cancel leaves the old cache in use).
     void applyFinished(bool ok, const QString& spec, const QString& message);
 
-signals:
+Q_SIGNALS:
     void planRequested(const QString& spec);
     void applyRequested(const QString& spec);
     void cancelRequested();
