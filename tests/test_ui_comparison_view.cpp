@@ -149,7 +149,7 @@ class TestComparisonView : public QObject {
         }
     }
 
-private slots:
+private Q_SLOTS:
     void handBuiltRows() {
         ComparisonView view;
         view.resize(900, 600);

@@ -87,7 +87,7 @@ class TestInspector : public QObject {
         return c->telemetry();
     }
 
-private slots:
+private Q_SLOTS:
     void initTestCase() {
         kvchat::test::TinyModelSpec s;
         const std::string path = (dir_.path() + "/tiny.gguf").toStdString();

@@ -48,7 +48,7 @@ class TestStrategyPanel : public QObject {
         return c;
     }
 
-private slots:
+private Q_SLOTS:
     void initTestCase() {
         kvchat::test::TinyModelSpec s;
         const std::string path = (dir_.path() + "/tiny.gguf").toStdString();
@@ -80,7 +80,7 @@ private slots:
         panel.presetBox()->setFocus();
         const int q = panel.presetBox()->findText("quantized");
         panel.presetBox()->setCurrentIndex(q);
-        emit panel.presetBox()->activated(q);
+        Q_EMIT panel.presetBox()->activated(q);
         retype(panel.field("nbits"), "5");
         QVERIFY2(panel.validationMessage().contains("nbits=5"), qPrintable(panel.validationMessage()));
         QVERIFY(panel.findChild<QLabel*>("strategyError")->text().contains("nbits=5"));

@@ -1,76 +1,801 @@
 #include "ui/main_window.h"
 
+#include "engine/store/store.h"
+#include "ui/conversation_list_model.h"
+#include "ui/engine_worker.h"
+#include "ui/message_box.h"
+#include "ui/message_view.h"
+#include "ui/prefix_library_panel.h"
+#include "ui/settings_dialog.h"
+#include "ui/transcript_view.h"
+
+#include <QAction>
+#include <QApplication>
+#include <QCloseEvent>
 #include <QComboBox>
+#include <QDateTime>
 #include <QDockWidget>
+#include <QDragEnterEvent>
+#include <QFileDialog>
 #include <QFileInfo>
 #include <QHBoxLayout>
+#include <QInputDialog>
+#include <QKeySequence>
 #include <QLabel>
+#include <QLineEdit>
 #include <QListView>
-#include <QPlainTextEdit>
+#include <QLocale>
+#include <QMenuBar>
+#include <QMessageBox>
+#include <QMimeData>
+#include <QProgressBar>
 #include <QPushButton>
+#include <QSettings>
 #include <QSplitter>
 #include <QStatusBar>
-#include <QTextBrowser>
+#include <QToolButton>
 #include <QVBoxLayout>
+
+#include <algorithm>
+#include <utility>
 
 namespace kvchat {
 
-MainWindow::MainWindow(const QString& modelPath, QWidget* parent) : QMainWindow(parent) {
-    setWindowTitle(QStringLiteral("kvchat — %1").arg(QFileInfo(modelPath).fileName()));
-    resize(1200, 760);
+namespace {
 
-    auto* left = new QWidget;
-    left->setObjectName("conversationPane");
-    auto* leftLayout = new QVBoxLayout(left);
-    auto* newChat = new QPushButton(tr("New chat"));
-    newChat->setObjectName("newChatButton");
-    conversations_ = new QListView;
-    conversations_->setObjectName("conversationList");
-    leftLayout->addWidget(newChat);
-    leftLayout->addWidget(conversations_);
+constexpr int kRecentModels = 8;
 
-    auto* center = new QWidget;
-    center->setObjectName("chatPane");
-    auto* centerLayout = new QVBoxLayout(center);
-    transcript_ = new QTextBrowser;
-    transcript_->setObjectName("transcriptView");
-    transcript_->setPlaceholderText(tr("Start a conversation below."));
-    input_ = new QPlainTextEdit;
-    input_->setObjectName("messageInput");
-    input_->setPlaceholderText(tr("Type a message…"));
-    input_->setMaximumHeight(120);
-    auto* row = new QHBoxLayout;
-    strategy_ = new QComboBox;
-    strategy_->setObjectName("cacheStrategy");
-    strategy_->setToolTip(tr("KV cache strategy for this conversation"));
-    send_ = new QPushButton(tr("Send"));
-    send_->setObjectName("sendButton");
-    row->addWidget(new QLabel(tr("Cache:")));
-    row->addWidget(strategy_, 1);
-    row->addStretch(2);
-    row->addWidget(send_);
-    centerLayout->addWidget(transcript_, 1);
-    centerLayout->addWidget(input_);
-    centerLayout->addLayout(row);
+QString bytesText(qint64 bytes) { return QLocale().formattedDataSize(bytes, 1, QLocale::DataSizeTraditionalFormat); }
 
+// The strategies offered beside the Send button; any other spec can be typed in.
+const char* const kStrategies[] = {"dynamic",   "static:max_len=4096", "offloaded", "quantized:nbits=4",
+                                   "quantized:nbits=2", "sliding_window:window=1024", "sink:window=1024,sinks=4",
+                                   "hybrid"};
+
+bool isModelPath(const QString& path) {
+    const QFileInfo f(path);
+    return (f.isFile() && path.endsWith(QStringLiteral(".gguf"), Qt::CaseInsensitive)) ||
+           (f.isDir() && QFileInfo::exists(path + QStringLiteral("/config.json")));
+}
+
+}  // namespace
+
+MainWindow::MainWindow(const WindowOptions& options, QWidget* parent)
+    : QMainWindow(parent), options_(options), settings_(std::make_unique<ChatSettings>()) {
+    registerEngineValues();
+    setObjectName(QStringLiteral("mainWindow"));
+    setWindowTitle(QStringLiteral("kvchat"));
+    setAcceptDrops(true);
+    resize(1200, 780);
+
+    conversations_ = new ConversationListModel(this);
+    createActions();
+    createMenus();
     auto* splitter = new QSplitter;
-    splitter->addWidget(left);
-    splitter->addWidget(center);
+    splitter->setObjectName(QStringLiteral("mainSplitter"));
+    splitter->addWidget(createConversationPane());
+    splitter->addWidget(createChatPane());
     splitter->setStretchFactor(0, 1);
-    splitter->setStretchFactor(1, 3);
+    splitter->setStretchFactor(1, 4);
+    splitter->setSizes({260, 900});
     setCentralWidget(splitter);
+    createDocks();
+    createStatusBar();
 
-    auto* dock = new QDockWidget(tr("Cache inspector"));
-    dock->setObjectName("cacheInspectorDock");
-    auto* inspector = new QWidget;
-    inspector->setObjectName("cacheInspector");
-    inspector->setMinimumWidth(260);
-    dock->setWidget(inspector);
-    addDockWidget(Qt::RightDockWidgetArea, dock);
+    worker_ = new EngineWorker;
+    worker_->moveToThread(&thread_);
+    thread_.setObjectName(QStringLiteral("engine"));
+    connectWorker();
+    thread_.start();
 
-    modelLabel_ = new QLabel(QFileInfo(modelPath).fileName());
-    modelLabel_->setObjectName("modelLabel");
-    statusBar()->addPermanentWidget(modelLabel_);
+    if (options_.restoreState) restoreWindowState();
+    storePath_ = options_.databasePath.isEmpty() ? QString::fromStdString(Store::default_path()) : options_.databasePath;
+    // The model asked for (even one that is missing: the user is told), else the last one used
+    // while it still exists, else the default model.
+    QString model = options_.modelPath;
+    if (model.isEmpty()) {
+        model = QSettings().value(QStringLiteral("models/last")).toString();
+        // Empty: the worker looks for the default model (and says how to install it when missing).
+        if (!model.isEmpty() && !QFileInfo::exists(model)) model.clear();
+    }
+    Q_EMIT requestOpenStore(storePath_);
+    loadModel(model);
+    updateRecentModels();
+    updateSendState();
+    input_->setFocus();
+}
+
+MainWindow::~MainWindow() {
+    worker_->stop();
+    worker_->cancelLoad();
+    // The worker saves changed caches on its own thread, then the thread ends.
+    QMetaObject::invokeMethod(worker_, &EngineWorker::shutdown, Qt::QueuedConnection);
+    thread_.quit();
+    thread_.wait();
+    delete worker_;
+}
+
+// ---- construction ----
+
+void MainWindow::createActions() {
+    auto make = [this](const QString& text, const QString& name, const QKeySequence& key = {}) {
+        auto* a = new QAction(text, this);
+        a->setObjectName(name);
+        if (!key.isEmpty()) a->setShortcut(key);
+        addAction(a);
+        return a;
+    };
+    newChatAction_ = make(tr("&New chat"), QStringLiteral("newChatAction"), QKeySequence::New);
+    connect(newChatAction_, &QAction::triggered, this, [this] { newChat(); });
+    openModelAction_ = make(tr("&Open model file…"), QStringLiteral("openModelAction"), QKeySequence::Open);
+    connect(openModelAction_, &QAction::triggered, this, [this] {
+        const QString path = QFileDialog::getOpenFileName(this, tr("Open a model"), QFileInfo(model_.path).absolutePath(),
+                                                          tr("GGUF models (*.gguf);;All files (*)"));
+        if (!path.isEmpty()) loadModel(path);
+    });
+    openFolderAction_ = make(tr("Open model &folder…"), QStringLiteral("openModelFolderAction"));
+    connect(openFolderAction_, &QAction::triggered, this, [this] {
+        const QString dir = QFileDialog::getExistingDirectory(this, tr("Open a Hugging Face model folder"));
+        if (!dir.isEmpty()) loadModel(dir);
+    });
+    findAction_ = make(tr("&Search conversations"), QStringLiteral("findAction"), QKeySequence(Qt::CTRL | Qt::Key_K));
+    connect(findAction_, &QAction::triggered, this, [this] {
+        search_->setFocus();
+        search_->selectAll();
+    });
+    renameAction_ = make(tr("&Rename conversation"), QStringLiteral("renameAction"), QKeySequence(Qt::Key_F2));
+    connect(renameAction_, &QAction::triggered, this, &MainWindow::renameCurrent);
+    deleteAction_ = make(tr("&Delete conversation…"), QStringLiteral("deleteAction"), QKeySequence(Qt::CTRL | Qt::Key_Delete));
+    connect(deleteAction_, &QAction::triggered, this, &MainWindow::deleteCurrent);
+    regenerateAction_ = make(tr("Re&generate answer"), QStringLiteral("regenerateAction"), QKeySequence(Qt::CTRL | Qt::Key_R));
+    connect(regenerateAction_, &QAction::triggered, this, &MainWindow::regenerate);
+    stopAction_ = make(tr("&Stop answer"), QStringLiteral("stopAction"), QKeySequence(Qt::Key_Escape));
+    connect(stopAction_, &QAction::triggered, this, [this] {
+        if (answering_) worker_->stop();
+    });
+    settingsAction_ = make(tr("&Settings…"), QStringLiteral("settingsAction"), QKeySequence(Qt::CTRL | Qt::Key_Comma));
+    connect(settingsAction_, &QAction::triggered, this, &MainWindow::openSettings);
+    quitAction_ = make(tr("&Quit"), QStringLiteral("quitAction"), QKeySequence::Quit);
+    connect(quitAction_, &QAction::triggered, this, &QWidget::close);
+}
+
+void MainWindow::createMenus() {
+    QMenu* file = menuBar()->addMenu(tr("&File"));
+    file->addAction(newChatAction_);
+    file->addSeparator();
+    file->addAction(openModelAction_);
+    file->addAction(openFolderAction_);
+    recentMenu_ = file->addMenu(tr("&Recent models"));
+    recentMenu_->setObjectName(QStringLiteral("recentModelsMenu"));
+    file->addSeparator();
+    file->addAction(settingsAction_);
+    file->addSeparator();
+    file->addAction(quitAction_);
+    QMenu* chat = menuBar()->addMenu(tr("&Conversation"));
+    chat->addAction(findAction_);
+    chat->addAction(renameAction_);
+    chat->addAction(deleteAction_);
+    chat->addSeparator();
+    chat->addAction(regenerateAction_);
+    chat->addAction(stopAction_);
+    viewMenu_ = menuBar()->addMenu(tr("&View"));
+    viewMenu_->setObjectName(QStringLiteral("viewMenu"));
+}
+
+QWidget* MainWindow::createConversationPane() {
+    auto* pane = new QWidget;
+    pane->setObjectName(QStringLiteral("conversationPane"));
+    auto* v = new QVBoxLayout(pane);
+    v->setContentsMargins(6, 6, 0, 6);
+    auto* newChat = new QPushButton(tr("New chat"));
+    newChat->setObjectName(QStringLiteral("newChatButton"));
+    newChat->setAccessibleName(tr("New chat"));
+    newChat->setToolTip(tr("New chat (%1)").arg(newChatAction_->shortcut().toString(QKeySequence::NativeText)));
+    connect(newChat, &QPushButton::clicked, newChatAction_, &QAction::trigger);
+    search_ = new QLineEdit;
+    search_->setObjectName(QStringLiteral("conversationSearch"));
+    search_->setAccessibleName(tr("Search conversations"));
+    search_->setPlaceholderText(tr("Search (Ctrl+K)"));
+    search_->setClearButtonEnabled(true);
+    searchDelay_.setSingleShot(true);
+    searchDelay_.setInterval(150);
+    connect(search_, &QLineEdit::textChanged, this, [this] { searchDelay_.start(); });
+    connect(&searchDelay_, &QTimer::timeout, this, [this] {
+        if (search_->text().trimmed().isEmpty())
+            conversations_->setFilter(std::nullopt);
+        else
+            Q_EMIT requestSearch(search_->text());
+        if (const int row = conversations_->rowOf(currentId_); row >= 0)
+            list_->setCurrentIndex(conversations_->index(row));
+    });
+    connect(search_, &QLineEdit::returnPressed, this, [this] {
+        if (conversations_->rowCount() > 0) {
+            list_->setFocus();
+            list_->setCurrentIndex(conversations_->index(0));
+        }
+    });
+    list_ = new QListView;
+    list_->setObjectName(QStringLiteral("conversationList"));
+    list_->setAccessibleName(tr("Conversations"));
+    list_->setModel(conversations_);
+    list_->setEditTriggers(QAbstractItemView::EditKeyPressed | QAbstractItemView::SelectedClicked);
+    list_->setContextMenuPolicy(Qt::ActionsContextMenu);
+    list_->addAction(renameAction_);
+    list_->addAction(deleteAction_);
+    connect(list_->selectionModel(), &QItemSelectionModel::currentChanged, this, [this](const QModelIndex& index) {
+        const qint64 id = conversations_->idAt(index.row());
+        if (id != 0 && id != currentId_) selectConversation(id);
+    });
+    connect(conversations_, &ConversationListModel::renameRequested, this, &MainWindow::requestRename);
+    v->addWidget(newChat);
+    v->addWidget(search_);
+    v->addWidget(list_, 1);
+    return pane;
+}
+
+QWidget* MainWindow::createChatPane() {
+    auto* pane = new QWidget;
+    pane->setObjectName(QStringLiteral("chatPane"));
+    auto* v = new QVBoxLayout(pane);
+    v->setContentsMargins(0, 6, 6, 6);
+    transcript_ = new TranscriptView;
+    connect(transcript_, &TranscriptView::editRequested, this, &MainWindow::editMessage);
+    connect(transcript_, &TranscriptView::regenerateRequested, this, &MainWindow::regenerate);
+    notice_ = new QLabel;
+    notice_->setObjectName(QStringLiteral("noticeBanner"));
+    notice_->setAccessibleName(tr("Notice"));
+    notice_->setWordWrap(true);
+    notice_->setFrameShape(QFrame::StyledPanel);
+    notice_->setTextInteractionFlags(Qt::TextSelectableByMouse);
+    notice_->setVisible(false);
+    input_ = new MessageBox;
+    connect(input_, &MessageBox::submitted, this, &MainWindow::send);
+    connect(input_, &QPlainTextEdit::textChanged, this, &MainWindow::updateSendState);
+
+    auto* row = new QHBoxLayout;
+    auto* strategyLabel = new QLabel(tr("&Cache:"));
+    strategy_ = new QComboBox;
+    strategy_->setObjectName(QStringLiteral("cacheStrategy"));
+    strategy_->setAccessibleName(tr("Cache strategy"));
+    strategy_->setToolTip(tr("The KV cache strategy of this conversation (changing it converts the cache)"));
+    strategy_->setEditable(true);
+    strategy_->setInsertPolicy(QComboBox::NoInsert);
+    for (const char* s : kStrategies) strategy_->addItem(QString::fromLatin1(s));
+    strategy_->setMinimumContentsLength(18);
+    strategyLabel->setBuddy(strategy_);
+    connect(strategy_, &QComboBox::activated, this, [this] {
+        if (currentId_ != 0 && !answering_) Q_EMIT requestSwitchStrategy(currentId_, strategy_->currentText().trimmed());
+    });
+    stop_ = new QPushButton(tr("Stop"));
+    stop_->setObjectName(QStringLiteral("stopButton"));
+    stop_->setAccessibleName(tr("Stop the answer"));
+    stop_->setToolTip(tr("Stop the answer (Esc); what was written is kept"));
+    connect(stop_, &QPushButton::clicked, stopAction_, &QAction::trigger);
+    send_ = new QPushButton(tr("Send"));
+    send_->setObjectName(QStringLiteral("sendButton"));
+    send_->setAccessibleName(tr("Send"));
+    send_->setDefault(true);
+    send_->setToolTip(tr("Send (Enter)"));
+    connect(send_, &QPushButton::clicked, this, &MainWindow::send);
+    row->addWidget(strategyLabel);
+    row->addWidget(strategy_);
+    row->addStretch(1);
+    row->addWidget(stop_);
+    row->addWidget(send_);
+
+    v->addWidget(transcript_, 1);
+    v->addWidget(notice_);
+    v->addWidget(input_);
+    v->addLayout(row);
+    return pane;
+}
+
+void MainWindow::createDocks() {
+    prefixDock_ = new QDockWidget(tr("Prefix library"), this);
+    prefixDock_->setObjectName(QStringLiteral("prefixLibraryDock"));
+    prefixes_ = new PrefixLibraryPanel;
+    prefixDock_->setWidget(prefixes_);
+    addDockWidget(Qt::RightDockWidgetArea, prefixDock_);
+    viewMenu_->addAction(prefixDock_->toggleViewAction());
+    connect(prefixes_, &PrefixLibraryPanel::newChatRequested, this, [this](qint64 id) { newChat(id); });
+
+    // The cache of the open conversation; the cache inspector takes this dock's place.
+    inspectorDock_ = new QDockWidget(tr("Cache"), this);
+    inspectorDock_->setObjectName(QStringLiteral("cacheInspectorDock"));
+    cacheSummary_ = new QLabel(tr("No cache in memory yet."));
+    cacheSummary_->setObjectName(QStringLiteral("cacheInspector"));
+    cacheSummary_->setAlignment(Qt::AlignTop | Qt::AlignLeft);
+    cacheSummary_->setWordWrap(true);
+    cacheSummary_->setMargin(8);
+    cacheSummary_->setMinimumWidth(240);
+    cacheSummary_->setTextInteractionFlags(Qt::TextSelectableByMouse);
+    inspectorDock_->setWidget(cacheSummary_);
+    addDockWidget(Qt::RightDockWidgetArea, inspectorDock_);
+    tabifyDockWidget(inspectorDock_, prefixDock_);
+    viewMenu_->addAction(inspectorDock_->toggleViewAction());
+}
+
+void MainWindow::createStatusBar() {
+    auto label = [this](const QString& name, const QString& accessible) {
+        auto* l = new QLabel;
+        l->setObjectName(name);
+        l->setAccessibleName(accessible);
+        statusBar()->addPermanentWidget(l);
+        return l;
+    };
+    loadBar_ = new QProgressBar;
+    loadBar_->setObjectName(QStringLiteral("modelLoadProgress"));
+    loadBar_->setAccessibleName(tr("Model loading"));
+    loadBar_->setMaximumWidth(160);
+    loadBar_->setVisible(false);
+    statusBar()->addWidget(loadBar_);
+    cancelLoad_ = new QToolButton;
+    cancelLoad_->setObjectName(QStringLiteral("cancelModelLoad"));
+    cancelLoad_->setText(tr("Cancel"));
+    cancelLoad_->setAccessibleName(tr("Cancel loading the model"));
+    cancelLoad_->setVisible(false);
+    connect(cancelLoad_, &QToolButton::clicked, this, [this] { worker_->cancelLoad(); });
+    statusBar()->addWidget(cancelLoad_);
+    modelLabel_ = label(QStringLiteral("modelLabel"), tr("Model"));
+    strategyLabel_ = label(QStringLiteral("strategyLabel"), tr("Cache strategy"));
+    contextBar_ = new QProgressBar;
+    contextBar_->setObjectName(QStringLiteral("contextBar"));
+    contextBar_->setAccessibleName(tr("Tokens in context"));
+    contextBar_->setMaximumWidth(200);
+    contextBar_->setTextVisible(true);
+    contextBar_->setFormat(tr("%v / %m tokens"));
+    contextBar_->setRange(0, 1);
+    contextBar_->setValue(0);
+    statusBar()->addPermanentWidget(contextBar_);
+    kvLabel_ = label(QStringLiteral("kvBytesLabel"), tr("KV cache size"));
+    lastAnswerLabel_ = label(QStringLiteral("lastAnswerLabel"), tr("Last answer"));
+}
+
+void MainWindow::connectWorker() {
+    EngineWorker* w = worker_;
+    connect(this, &MainWindow::requestOpenStore, w, &EngineWorker::openStore);
+    connect(this, &MainWindow::requestLoadModel, w, &EngineWorker::loadModel);
+    connect(this, &MainWindow::requestCreate, w, &EngineWorker::createConversation);
+    connect(this, &MainWindow::requestOpen, w, &EngineWorker::openConversation);
+    connect(this, &MainWindow::requestRename, w, &EngineWorker::renameConversation);
+    connect(this, &MainWindow::requestRemove, w, &EngineWorker::removeConversation);
+    connect(this, &MainWindow::requestSearch, w, &EngineWorker::search);
+    connect(this, &MainWindow::requestSend, w, &EngineWorker::send);
+    connect(this, &MainWindow::requestRegenerate, w, &EngineWorker::regenerate);
+    connect(this, &MainWindow::requestEdit, w, &EngineWorker::edit);
+    connect(this, &MainWindow::requestSwitchStrategy, w, &EngineWorker::switchStrategy);
+    connect(this, &MainWindow::requestSaveSettings, w, &EngineWorker::saveSettings);
+    connect(w, &EngineWorker::settingsLoaded, this, [this](const ChatSettings& s) { *settings_ = s; });
+    connect(w, &EngineWorker::turnProgress, this, [this](qint64, const QString& task, qint64 done, qint64 total) {
+        statusBar()->showMessage(total > 0 ? tr("%1: %2 of %3").arg(task).arg(done).arg(total) : task, 2000);
+    });
+    connect(prefixes_, &PrefixLibraryPanel::saveFromTextRequested, w, &EngineWorker::savePrefixFromText);
+    connect(prefixes_, &PrefixLibraryPanel::saveFromConversationRequested, this, [this](const QString& name, int n) {
+        if (currentId_ == 0) return showNotice(tr("Open a conversation first."), true);
+        QMetaObject::invokeMethod(worker_, [w = worker_, name, id = currentId_, n] { w->savePrefixFromConversation(name, id, n); },
+                                  Qt::QueuedConnection);
+    });
+    connect(prefixes_, &PrefixLibraryPanel::editRequested, w, &EngineWorker::editPrefix);
+    connect(prefixes_, &PrefixLibraryPanel::renameRequested, w, &EngineWorker::renamePrefix);
+    connect(prefixes_, &PrefixLibraryPanel::removeRequested, w, &EngineWorker::removePrefix);
+
+    connect(w, &EngineWorker::storeOpened, this, &MainWindow::onStoreOpened);
+    connect(w, &EngineWorker::storeFailed, this, &MainWindow::onStoreFailed);
+    connect(w, &EngineWorker::modelLoading, this, [this](const QString& path) {
+        modelReady_ = false;
+        Q_EMIT modelReadyChanged(false);
+        modelLabel_->setText(tr("Loading %1…").arg(QFileInfo(path).fileName()));
+        loadBar_->setVisible(true);
+        cancelLoad_->setVisible(true);
+        updateSendState();
+    });
+    connect(w, &EngineWorker::modelProgress, this, [this](const QString& task, qint64 done, qint64 total) {
+        loadBar_->setRange(0, total > 0 ? 1000 : 0);  // no total: a busy indicator
+        if (total > 0) loadBar_->setValue(static_cast<int>(done * 1000 / total));
+        loadBar_->setFormat(task);
+    });
+    connect(w, &EngineWorker::modelLoaded, this, &MainWindow::onModelLoaded);
+    connect(w, &EngineWorker::modelFailed, this, &MainWindow::onModelFailed);
+    connect(w, &EngineWorker::conversationsChanged, this, &MainWindow::onConversations);
+    connect(w, &EngineWorker::conversationCreated, this, [this](const ConversationItem& c) {
+        onConversations(conversations_->all());
+        selectConversation(c.id);
+        if (!sendWhenCreated_.isEmpty()) {
+            input_->setPlainText(std::exchange(sendWhenCreated_, QString()));
+            send();
+        }
+        input_->setFocus();
+    });
+    connect(w, &EngineWorker::transcriptLoaded, this, &MainWindow::onTranscript);
+    connect(w, &EngineWorker::searchResults, this, [this](const QString& query, const QList<qint64>& ids) {
+        if (query == search_->text()) conversations_->setFilter(ids);
+    });
+    connect(w, &EngineWorker::answerText, this, [this](qint64 id, const QString& piece) {
+        if (id != currentId_) return;
+        if (!answerHasText_) {
+            answerHasText_ = true;
+            Q_EMIT answerStarted(id);
+        }
+        transcript_->appendAnswerText(piece);
+    });
+    connect(w, &EngineWorker::turnFinished, this, &MainWindow::onTurnFinished);
+    connect(w, &EngineWorker::turnFailed, this, &MainWindow::onTurnFailed);
+    connect(w, &EngineWorker::cacheTelemetry, this, [this](qint64 id, const CacheTelemetry& t) {
+        if (id != currentId_) return;
+        QString text = tr("<b>%1</b><br>%2 tokens held<br>%3 in memory, %4 offloaded<br>%5 per token<br>%6 layers")
+                           .arg(QString::fromStdString(t.spec).toHtmlEscaped())
+                           .arg(QLocale().toString(t.tokens))
+                           .arg(bytesText(t.bytes_fast), bytesText(t.bytes_slow))
+                           .arg(bytesText(static_cast<qint64>(t.bytes_per_token)))
+                           .arg(t.layers.size());
+        cacheSummary_->setText(text);
+        kvLabel_->setText(tr("KV %1").arg(bytesText(t.total_bytes)));
+    });
+    connect(w, &EngineWorker::strategySwitched, this, [this](qint64 id, const QString& spec, const QString& summary) {
+        if (id == currentId_) {
+            strategyLabel_->setText(spec);
+            strategy_->setCurrentText(spec);
+        }
+        showNotice(summary.isEmpty() ? tr("The cache strategy is now %1.").arg(spec) : summary);
+    });
+    connect(w, &EngineWorker::prefixesChanged, prefixes_, &PrefixLibraryPanel::setPrefixes);
+    connect(w, &EngineWorker::notice, this, [this](const QString& text) { showNotice(text); });
+    connect(w, &EngineWorker::failed, this, [this](const QString& what, const QString& problem) {
+        showNotice(tr("%1 failed: %2").arg(what, problem), true);
+    });
+}
+
+void MainWindow::restoreWindowState() {
+    QSettings s;
+    if (s.contains(QStringLiteral("window/geometry"))) restoreGeometry(s.value(QStringLiteral("window/geometry")).toByteArray());
+    if (s.contains(QStringLiteral("window/state"))) restoreState(s.value(QStringLiteral("window/state")).toByteArray());
+    restoreId_ = s.value(QStringLiteral("window/conversation")).toLongLong();
+}
+
+void MainWindow::closeEvent(QCloseEvent* e) {
+    QSettings s;
+    s.setValue(QStringLiteral("window/geometry"), saveGeometry());
+    s.setValue(QStringLiteral("window/state"), saveState());
+    if (currentId_ != 0) s.setValue(QStringLiteral("window/conversation"), currentId_);
+    worker_->stop();
+    QMainWindow::closeEvent(e);
+}
+
+void MainWindow::dragEnterEvent(QDragEnterEvent* e) {
+    if (e->mimeData()->hasUrls())
+        for (const QUrl& u : e->mimeData()->urls())
+            if (u.isLocalFile() && isModelPath(u.toLocalFile())) return e->acceptProposedAction();
+}
+
+void MainWindow::dropEvent(QDropEvent* e) {
+    for (const QUrl& u : e->mimeData()->urls())
+        if (u.isLocalFile() && isModelPath(u.toLocalFile())) {
+            loadModel(u.toLocalFile());
+            e->acceptProposedAction();
+            return;
+        }
+}
+
+// ---- reactions ----
+
+void MainWindow::onStoreOpened(const QString& path, const QList<ConversationItem>& conversations,
+                               const QList<PrefixItem>& prefixes) {
+    storeReady_ = true;
+    storePath_ = path;
+    setWindowFilePath(path);
+    conversations_->setConversations(conversations);
+    prefixes_->setPrefixes(prefixes);
+    qint64 open = 0;
+    if (restoreId_ != 0 && conversations_->rowOf(restoreId_) >= 0) open = restoreId_;
+    else if (!conversations.isEmpty()) open = conversations_->idAt(0);
+    if (open != 0) selectConversation(open);
+    else newChatWhenReady_ = true;  // first start: a new chat as soon as the model is there
+    if (modelReady_ && newChatWhenReady_) newChat();
+    updateSendState();
+}
+
+void MainWindow::onStoreFailed(const QString& path, const QString& problem) {
+    storeReady_ = false;
+    auto* box = new QMessageBox(QMessageBox::Critical, tr("The database cannot be opened"),
+                                tr("kvchat cannot use the database\n%1\n\n%2\n\nThe file was not changed. You can start "
+                                   "a fresh database elsewhere and keep this one as it is.")
+                                    .arg(path, problem),
+                                QMessageBox::NoButton, this);
+    box->setObjectName(QStringLiteral("databaseErrorDialog"));
+    QPushButton* fresh = box->addButton(tr("Use a fresh database…"), QMessageBox::AcceptRole);
+    box->addButton(tr("Quit"), QMessageBox::RejectRole);
+    box->setAttribute(Qt::WA_DeleteOnClose);
+    connect(box, &QMessageBox::finished, this, [this, box, fresh, path] {
+        if (box->clickedButton() != fresh) {
+            close();
+            return;
+        }
+        const QString suggested = QFileInfo(path).absolutePath() + QStringLiteral("/kvchat-") +
+                                  QDateTime::currentDateTime().toString(QStringLiteral("yyyyMMdd-HHmmss")) +
+                                  QStringLiteral(".db");
+        const QString chosen = QFileDialog::getSaveFileName(this, tr("A fresh database"), suggested,
+                                                            tr("kvchat databases (*.db)"), nullptr,
+                                                            QFileDialog::DontConfirmOverwrite);
+        if (chosen.isEmpty()) {
+            close();
+            return;
+        }
+        Q_EMIT requestOpenStore(chosen);
+    });
+    errorDialog_ = box;
+    box->open();
+}
+
+void MainWindow::onModelLoaded(const ModelInfo& model) {
+    model_ = model;
+    modelReady_ = true;
+    loadBar_->setVisible(false);
+    cancelLoad_->setVisible(false);
+    modelLabel_->setText(model.name);
+    modelLabel_->setToolTip(tr("%1\n%2, %3 layers, context %4 tokens, %5")
+                                .arg(model.path, model.architecture)
+                                .arg(model.layers)
+                                .arg(QLocale().toString(model.contextLimit))
+                                .arg(bytesText(model.fileBytes)));
+    contextBar_->setRange(0, static_cast<int>(std::max<qint64>(1, model.contextLimit)));
+    setWindowTitle(tr("kvchat — %1").arg(model.name));
+    rememberModel(model.path);
+    Q_EMIT modelReadyChanged(true);
+    if (storeReady_ && newChatWhenReady_) newChat();
+    else if (currentId_ != 0) Q_EMIT requestOpen(currentId_);
+    updateSendState();
+}
+
+void MainWindow::onModelFailed(const QString& path, const QString& problem) {
+    Q_EMIT modelLoadFailed(path, problem);
+    loadBar_->setVisible(false);
+    cancelLoad_->setVisible(false);
+    modelLabel_->setText(model_.name.isEmpty() ? tr("No model") : model_.name);
+    modelReady_ = !model_.path.isEmpty();
+    Q_EMIT modelReadyChanged(modelReady_);
+    updateSendState();
+    if (problem.isEmpty()) {
+        showNotice(tr("Loading %1 was cancelled.").arg(QFileInfo(path).fileName()));
+        return;
+    }
+    auto* box = new QMessageBox(QMessageBox::Critical, tr("The model cannot be loaded"),
+                                tr("kvchat cannot load the model\n%1\n\n%2").arg(path, problem), QMessageBox::Ok, this);
+    box->setObjectName(QStringLiteral("modelErrorDialog"));
+    box->setAttribute(Qt::WA_DeleteOnClose);
+    errorDialog_ = box;
+    box->open();
+}
+
+void MainWindow::onConversations(const QList<ConversationItem>& conversations) {
+    conversations_->setConversations(conversations);
+    if (!search_->text().trimmed().isEmpty()) Q_EMIT requestSearch(search_->text());
+    if (const int row = conversations_->rowOf(currentId_); row >= 0) {
+        QSignalBlocker block(list_->selectionModel());
+        list_->setCurrentIndex(conversations_->index(row));
+    } else if (currentId_ != 0 && !conversations_->find(currentId_)) {
+        // The open conversation was deleted: open the most recent one left, or none.
+        currentId_ = 0;
+        transcript_->clear();
+        if (conversations_->rowCount() > 0) selectConversation(conversations_->idAt(0));
+        else Q_EMIT currentConversationChanged(0);
+    }
+    if (auto c = conversations_->find(currentId_)) updateStatus(&*c);
+    updateSendState();
+}
+
+void MainWindow::selectConversation(qint64 id) {
+    if (id != currentId_) {
+        currentId_ = id;
+        answerHasText_ = false;
+        transcript_->clear();
+        QSettings().setValue(QStringLiteral("window/conversation"), id);
+        Q_EMIT currentConversationChanged(id);
+    }
+    if (const int row = conversations_->rowOf(id); row >= 0) {
+        QSignalBlocker block(list_->selectionModel());
+        list_->setCurrentIndex(conversations_->index(row));
+    }
+    Q_EMIT requestOpen(id);
+    updateSendState();
+}
+
+void MainWindow::onTranscript(const ConversationItem& conversation, const QList<MessageItem>& messages) {
+    if (conversation.id != currentId_ || (answering_ && transcript_->answering())) return;
+    transcript_->setMessages(messages);
+    updateStatus(&conversation);
+    strategy_->setCurrentText(conversation.cacheSpec);
+    // The last answer's figures, as stored with it.
+    for (auto it = messages.crbegin(); it != messages.crend(); ++it)
+        if (it->role == MessageRole::Assistant) {
+            lastAnswerLabel_->setText(MessageView::figuresText(it->figures).section(QStringLiteral(" · "), 0, 3));
+            break;
+        }
+}
+
+void MainWindow::newChat(qint64 prefixId) {
+    newChatWhenReady_ = false;
+    if (!modelReady_ || !storeReady_) {
+        newChatWhenReady_ = prefixId == 0;
+        if (prefixId != 0) showNotice(tr("The model is still loading; try again when it is ready."), true);
+        return;
+    }
+    Q_EMIT requestCreate(QString(), prefixId);
+}
+
+void MainWindow::sendMessage(const QString& text) {
+    input_->setPlainText(text);
+    send();
+}
+
+void MainWindow::send() {
+    if (input_->isBlank() || answering_ || !modelReady_) return;
+    const QString text = input_->toPlainText();
+    if (currentId_ == 0) {
+        sendWhenCreated_ = text;
+        input_->clear();
+        newChat();
+        return;
+    }
+    MessageItem user;
+    user.role = MessageRole::User;
+    user.content = text;
+    const auto views = transcript_->messageViews();
+    user.ordinal = transcript_->messageCount();
+    user.createdMs = QDateTime::currentMSecsSinceEpoch();
+    transcript_->appendMessage(user);
+    input_->clear();
+    notice_->setVisible(false);
+    setAnswering(true);
+    transcript_->startAnswer();
+    Q_EMIT requestSend(currentId_, text);
+}
+
+void MainWindow::regenerate() {
+    if (answering_ || !modelReady_ || currentId_ == 0 || transcript_->messageCount() == 0) return;
+    transcript_->removeLastAnswer();
+    if (transcript_->messageViews().isEmpty() || transcript_->messageViews().last()->message().role != MessageRole::User)
+        return showNotice(tr("There is no question to answer again."), true);
+    setAnswering(true);
+    transcript_->startAnswer();
+    Q_EMIT requestRegenerate(currentId_);
+}
+
+void MainWindow::editMessage(int ordinal, const QString& content) {
+    if (answering_ || !modelReady_) return;
+    bool ok = false;
+    const QString text = QInputDialog::getMultiLineText(this, tr("Edit message"),
+                                                        tr("The answers after this message are replaced."), content, &ok);
+    if (!ok || text.trimmed().isEmpty() || text == content) return;
+    transcript_->truncateAfter(ordinal);
+    transcript_->replaceContent(ordinal, text);
+    setAnswering(true);
+    transcript_->startAnswer();
+    Q_EMIT requestEdit(currentId_, ordinal, text);
+}
+
+void MainWindow::onTurnFinished(const TurnOutcome& outcome) {
+    setAnswering(false);
+    if (outcome.conversationId == currentId_) {
+        transcript_->finishAnswer(outcome.answer);
+        contextBar_->setValue(static_cast<int>(std::min<qint64>(outcome.contextTokens, contextBar_->maximum())));
+        kvLabel_->setText(tr("KV %1").arg(bytesText(outcome.kvBytes)));
+        strategyLabel_->setText(outcome.cacheSpec);
+        const AnswerFigures& f = outcome.answer.figures;
+        lastAnswerLabel_->setText(tr("last answer: %1 cached / %2 computed · first token %3 ms · %4 tok/s")
+                                      .arg(QLocale().toString(f.cachedTokens), QLocale().toString(f.computedTokens))
+                                      .arg(f.ttftMs, 0, 'f', 0)
+                                      .arg(f.tokensPerSecond, 0, 'f', 1));
+        if (!outcome.notices.isEmpty()) showNotice(outcome.notices.join(QLatin1Char('\n')));
+    }
+    Q_EMIT answerFinished(outcome);
+    answerHasText_ = false;
+}
+
+void MainWindow::onTurnFailed(qint64 id, const QString& problem, bool messageStored) {
+    setAnswering(false);
+    answerHasText_ = false;
+    if (id != currentId_) return showNotice(problem, true);
+    transcript_->finishAnswer({});
+    if (!messageStored) {
+        // Nothing was stored: the message goes back into the box so it is not lost.
+        const auto views = transcript_->messageViews();
+        if (!views.isEmpty() && views.last()->message().role == MessageRole::User && views.last()->message().id == 0) {
+            const QString text = views.last()->content();
+            transcript_->truncateAfter(views.last()->message().ordinal - 1);
+            if (input_->isBlank()) input_->setPlainText(text);
+        }
+        Q_EMIT requestOpen(currentId_);
+    }
+    showNotice(problem, true);
+}
+
+void MainWindow::renameCurrent() {
+    const int row = conversations_->rowOf(currentId_);
+    if (row < 0) return;
+    list_->setFocus();
+    list_->setCurrentIndex(conversations_->index(row));
+    list_->edit(conversations_->index(row));
+}
+
+void MainWindow::deleteCurrent() {
+    const auto c = conversations_->find(currentId_);
+    if (!c) return;
+    auto* box = new QMessageBox(QMessageBox::Question, tr("Delete conversation"),
+                                tr("Delete \u201c%1\u201d and its %n message(s)? This cannot be undone.", nullptr,
+                                   static_cast<int>(c->messageCount))
+                                    .arg(c->title),
+                                QMessageBox::Yes | QMessageBox::Cancel, this);
+    box->setObjectName(QStringLiteral("deleteConfirmDialog"));
+    box->setDefaultButton(QMessageBox::Cancel);
+    box->setAttribute(Qt::WA_DeleteOnClose);
+    const qint64 id = c->id;
+    connect(box, &QMessageBox::finished, this, [this, id](int result) {
+        if (result == QMessageBox::Yes) Q_EMIT requestRemove(id);
+    });
+    box->open();
+}
+
+void MainWindow::showNotice(const QString& text, bool problem) {
+    notice_->setText((problem ? QStringLiteral("⚠ ") : QString()) + text);
+    notice_->setForegroundRole(problem ? QPalette::Text : QPalette::WindowText);
+    notice_->setVisible(!text.isEmpty());
+    statusBar()->showMessage(text.section(QLatin1Char('\n'), 0, 0), 8000);
+}
+
+void MainWindow::setAnswering(bool answering) {
+    answering_ = answering;
+    if (answering) answerHasText_ = false;
+    updateSendState();
+}
+
+void MainWindow::updateSendState() {
+    send_->setEnabled(!answering_ && modelReady_ && storeReady_ && !input_->isBlank());
+    stop_->setEnabled(answering_);
+    stop_->setVisible(answering_);
+    regenerateAction_->setEnabled(!answering_ && modelReady_ && currentId_ != 0);
+    strategy_->setEnabled(!answering_ && currentId_ != 0);
+    renameAction_->setEnabled(currentId_ != 0);
+    deleteAction_->setEnabled(currentId_ != 0 && !answering_);
+    send_->setToolTip(!modelReady_ ? tr("The model is loading…") : answering_ ? tr("Answering…") : tr("Send (Enter)"));
+}
+
+void MainWindow::updateStatus(const ConversationItem* c) {
+    if (!c) return;
+    strategyLabel_->setText(c->cacheSpec);
+    if (c->tokens > 0) contextBar_->setValue(static_cast<int>(std::min<qint64>(c->tokens, contextBar_->maximum())));
+}
+
+void MainWindow::openSettings() {
+    auto* d = new SettingsDialog(*settings_, this);
+    d->setAttribute(Qt::WA_DeleteOnClose);
+    connect(d, &QDialog::accepted, this, [this, d] { Q_EMIT requestSaveSettings(d->settings()); });
+    d->open();
+}
+
+void MainWindow::loadModel(const QString& path) {
+    Q_EMIT requestLoadModel(path);
+}
+
+void MainWindow::rememberModel(const QString& path) {
+    QSettings s;
+    QStringList recent = s.value(QStringLiteral("models/recent")).toStringList();
+    recent.removeAll(path);
+    recent.prepend(path);
+    while (recent.size() > kRecentModels) recent.removeLast();
+    s.setValue(QStringLiteral("models/recent"), recent);
+    s.setValue(QStringLiteral("models/last"), path);
+    updateRecentModels();
+}
+
+void MainWindow::updateRecentModels() {
+    recentMenu_->clear();
+    const QStringList recent = QSettings().value(QStringLiteral("models/recent")).toStringList();
+    for (const QString& path : recent) {
+        QAction* a = recentMenu_->addAction(QFileInfo(path).fileName());
+        a->setToolTip(path);
+        connect(a, &QAction::triggered, this, [this, path] { loadModel(path); });
+    }
+    recentMenu_->setEnabled(!recent.isEmpty());
 }
 
 }  // namespace kvchat

@@ -1,29 +1,178 @@
 #pragma once
-#include <QMainWindow>
+// The chat window: conversations on the left, the transcript and the message box in the middle,
+// docks on the right (the prefix library, the cache), the status bar below. Everything the
+// engine does happens on the EngineWorker's thread; this class only sends it requests and shows
+// the values it sends back.
+#include "ui/engine_values.h"
 
-class QListView;
-class QTextBrowser;
-class QPlainTextEdit;
-class QPushButton;
+#include <QMainWindow>
+#include <QPointer>
+#include <QThread>
+#include <QTimer>
+
+#include <memory>
+
+class QAction;
 class QComboBox;
+class QDockWidget;
 class QLabel;
+class QLineEdit;
+class QListView;
+class QMenu;
+class QProgressBar;
+class QPushButton;
+class QToolButton;
 
 namespace kvchat {
 
-// The chat layout: conversations on the left, the transcript and the message box in the
-// middle, the cache inspector docked on the right.
+class ConversationListModel;
+class EngineWorker;
+class MessageBox;
+class PrefixLibraryPanel;
+class TranscriptView;
+struct ChatSettings;
+
+struct WindowOptions {
+    QString databasePath;  // empty: the default database in the data folder
+    QString modelPath;     // empty: the last model used, else the default model
+    bool restoreState = true;  // geometry, docks and the open conversation from the last run
+};
+
 class MainWindow : public QMainWindow {
     Q_OBJECT
 public:
-    explicit MainWindow(const QString& modelPath, QWidget* parent = nullptr);
+    explicit MainWindow(const WindowOptions& options = {}, QWidget* parent = nullptr);
+    ~MainWindow() override;
+
+    // For the docks and actions other parts add (the cache inspector connects to
+    // worker()->cacheTelemetry; the strategy control sits beside the Send button).
+    EngineWorker* worker() const { return worker_; }
+    QComboBox* strategyControl() const { return strategy_; }
+    QMenu* viewMenu() const { return viewMenu_; }
+    qint64 currentConversation() const { return currentId_; }
+    bool modelReady() const { return modelReady_; }
+    bool answering() const { return answering_; }
+    const ModelInfo& model() const { return model_; }
+
+    // Types `text` into the message box and sends it (what the user does; used by --startup-report).
+    void sendMessage(const QString& text);
+    void loadModel(const QString& path);
+
+Q_SIGNALS:
+    void currentConversationChanged(qint64 id);
+    void modelReadyChanged(bool ready);
+    void answerStarted(qint64 conversationId);   // the first text of an answer arrived
+    void answerFinished(const kvchat::TurnOutcome& outcome);
+
+    // Requests to the worker (queued: the worker lives on its own thread).
+    void requestOpenStore(const QString& path);
+    void requestLoadModel(const QString& path);
+    void requestCreate(const QString& system, qint64 prefixId);
+    void requestOpen(qint64 id);
+    void requestRename(qint64 id, const QString& title);
+    void requestRemove(qint64 id);
+    void requestSearch(const QString& query);
+    void requestSend(qint64 id, const QString& text);
+    void requestRegenerate(qint64 id);
+    void requestEdit(qint64 id, int ordinal, const QString& text);
+    void requestSwitchStrategy(qint64 id, const QString& spec);
+    void requestSaveSettings(const kvchat::ChatSettings& settings);
+    // The model could not be loaded (problem empty: the load was cancelled).
+    void modelLoadFailed(const QString& path, const QString& problem);
+
+protected:
+    void closeEvent(QCloseEvent* e) override;
+    void dragEnterEvent(QDragEnterEvent* e) override;
+    void dropEvent(QDropEvent* e) override;
 
 private:
-    QListView* conversations_ = nullptr;
-    QTextBrowser* transcript_ = nullptr;
-    QPlainTextEdit* input_ = nullptr;
+    // Construction, one part each.
+    void createActions();
+    void createMenus();
+    QWidget* createConversationPane();
+    QWidget* createChatPane();
+    void createDocks();
+    void createStatusBar();
+    void connectWorker();
+    void restoreWindowState();
+
+    // Reactions.
+    void onStoreOpened(const QString& path, const QList<ConversationItem>& conversations, const QList<PrefixItem>& prefixes);
+    void onStoreFailed(const QString& path, const QString& problem);
+    void onModelLoaded(const ModelInfo& model);
+    void onModelFailed(const QString& path, const QString& problem);
+    void onConversations(const QList<ConversationItem>& conversations);
+    void onTranscript(const ConversationItem& conversation, const QList<MessageItem>& messages);
+    void onTurnFinished(const TurnOutcome& outcome);
+    void onTurnFailed(qint64 id, const QString& problem, bool messageStored);
+    void selectConversation(qint64 id);
+    void newChat(qint64 prefixId = 0);
+    void send();
+    void regenerate();
+    void editMessage(int ordinal, const QString& content);
+    void renameCurrent();
+    void deleteCurrent();
+    void showNotice(const QString& text, bool problem = false);
+    void updateSendState();
+    void updateStatus(const ConversationItem* conversation);
+    void rememberModel(const QString& path);
+    void updateRecentModels();
+    void setAnswering(bool answering);
+    void openSettings();
+
+    WindowOptions options_;
+    QThread thread_;
+    EngineWorker* worker_ = nullptr;
+    ConversationListModel* conversations_ = nullptr;
+
+    QListView* list_ = nullptr;
+    QLineEdit* search_ = nullptr;
+    TranscriptView* transcript_ = nullptr;
+    MessageBox* input_ = nullptr;
     QPushButton* send_ = nullptr;
+    QPushButton* stop_ = nullptr;
     QComboBox* strategy_ = nullptr;
+    QLabel* notice_ = nullptr;
+    QTimer searchDelay_;
+
+    QDockWidget* inspectorDock_ = nullptr;
+    QLabel* cacheSummary_ = nullptr;
+    QDockWidget* prefixDock_ = nullptr;
+    PrefixLibraryPanel* prefixes_ = nullptr;
+
     QLabel* modelLabel_ = nullptr;
+    QLabel* strategyLabel_ = nullptr;
+    QProgressBar* contextBar_ = nullptr;
+    QLabel* kvLabel_ = nullptr;
+    QLabel* lastAnswerLabel_ = nullptr;
+    QProgressBar* loadBar_ = nullptr;
+    QToolButton* cancelLoad_ = nullptr;
+
+    QMenu* viewMenu_ = nullptr;
+    QMenu* recentMenu_ = nullptr;
+    QAction* newChatAction_ = nullptr;
+    QAction* openModelAction_ = nullptr;
+    QAction* openFolderAction_ = nullptr;
+    QAction* findAction_ = nullptr;
+    QAction* renameAction_ = nullptr;
+    QAction* deleteAction_ = nullptr;
+    QAction* regenerateAction_ = nullptr;
+    QAction* stopAction_ = nullptr;
+    QAction* quitAction_ = nullptr;
+    QAction* settingsAction_ = nullptr;
+
+    ModelInfo model_;
+    std::unique_ptr<ChatSettings> settings_;
+    QString storePath_;
+    qint64 currentId_ = 0;
+    qint64 restoreId_ = 0;
+    bool storeReady_ = false;
+    bool modelReady_ = false;
+    bool answering_ = false;
+    bool newChatWhenReady_ = false;
+    bool answerHasText_ = false;
+    QString sendWhenCreated_;
+    QPointer<QWidget> errorDialog_;
 };
 
 }  // namespace kvchat

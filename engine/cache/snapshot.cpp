@@ -92,7 +92,8 @@ struct ZeroShift {
 class SnapshotBytes {
 public:
     SnapshotBytes(const std::string& path, size_t max_bytes) {
-        const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+        // O_NONBLOCK: a FIFO under the snapshot's name must not block the open (it is then refused below).
+        const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
         struct stat st {};
         if (fd >= 0 && ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0 &&
             static_cast<unsigned long long>(st.st_size) <= max_bytes) {

@@ -62,6 +62,12 @@ void Conversation::settle() {
     for (std::string& n : l.notices) load_notices_.push_back(std::move(n));
 }
 
+void Conversation::finish_loading(const Progress& progress) {
+    if (!loading_.valid()) return;
+    settle();
+    progress.tell("Loading cache", 1, 1);
+}
+
 const std::vector<CacheCheckpoint>& Conversation::checkpoints() {
     settle();
     return checkpoints_;
@@ -163,22 +169,41 @@ int64_t Conversation::align_cache(const std::vector<int32_t>& tokens, std::vecto
     return 0;
 }
 
-void Conversation::prefill(const RenderedChat& rendered, int64_t end) {
+void Conversation::prefill(const RenderedChat& rendered, int64_t end, const Progress& progress) {
+    constexpr std::string_view kTask = "Prefilling";
     Cache& c = cache();
+    const int64_t start = c.seq_length();
     std::vector<int64_t> stops(rendered.message_starts.begin(), rendered.message_starts.end());
     stops.push_back(rendered.prompt_start);
     stops.push_back(end);
     std::sort(stops.begin(), stops.end());
-    std::vector<float> logits;
-    for (int64_t stop : stops) {
-        if (stop <= c.seq_length() || stop > end) continue;
-        model_.forward(backend_, c, rendered.tokens.data() + c.seq_length(), stop - c.seq_length(), Logits::None,
-                       logits);
-        // A checkpoint at each message start lets an edit or a regeneration crop back here even
-        // when the sliding layers have moved on. Only the latest few are kept (each holds the
-        // sliding windows); older turns are rarely edited.
-        keep_checkpoint();
+    try {
+        for (int64_t stop : stops) {
+            if (stop <= c.seq_length() || stop > end) continue;
+            prefill_in_chunks(model_, backend_, c, rendered.tokens.data() + c.seq_length(), stop - c.seq_length(),
+                              progress, kTask, c.seq_length() - start, end - start);
+            // A checkpoint at each message start lets an edit or a regeneration crop back here even
+            // when the sliding layers have moved on. Only the latest few are kept (each holds the
+            // sliding windows); older turns are rarely edited.
+            keep_checkpoint();
+        }
+    } catch (const Cancelled&) {
+        crop_back(start);
+        throw;
     }
+}
+
+void Conversation::crop_back(int64_t n) {
+    Cache& c = cache();
+    if (c.seq_length() <= n) return;
+    if (c.can_crop_to(n)) {
+        c.crop(n);
+    } else {
+        for (auto it = checkpoints_.rbegin(); it != checkpoints_.rend(); ++it)
+            if (it->length == n && c.restore(*it)) break;
+    }
+    const int64_t held = c.seq_length();
+    std::erase_if(checkpoints_, [&](const CacheCheckpoint& cp) { return cp.length > held; });
 }
 
 TurnResult Conversation::respond(const TurnOptions& options, const std::function<void(std::string_view)>& on_text,
@@ -196,7 +221,7 @@ TurnResult Conversation::respond(const TurnOptions& options, const TurnCallbacks
     const auto t0 = clock::now();
     TurnResult out;
     const RenderedChat rendered = render_for_reply();
-    settle();  // a cache loading in the background was read while the transcript rendered
+    finish_loading(callbacks.progress);  // it was read while the transcript rendered
     check_fits(rendered, options);
     if (options.policy != ContextPolicy::Refuse) switch_retention(rendered, options, out.notices);
 
@@ -256,7 +281,7 @@ TurnResult Conversation::respond(const TurnOptions& options, const TurnCallbacks
     for (int attempt = 0;; ++attempt) {
         try {
             const auto prefill_start = clock::now();
-            prefill(rendered, last_boundary);
+            prefill(rendered, last_boundary, callbacks.progress);
             gen_start = clock::now();
             checkpointed_prefill_ms = ms_between(prefill_start, gen_start);
             const std::vector<int32_t> input(rendered.tokens.begin() + cache().seq_length(), rendered.tokens.end());
@@ -268,6 +293,8 @@ TurnResult Conversation::respond(const TurnOptions& options, const TurnCallbacks
                 cache().roll_back();
                 throw;
             }
+        } catch (const Cancelled&) {
+            throw;  // prefill() put the cache back already
         } catch (...) {
             // Whatever failed half-way, the cache stays consistent with its token list.
             if (cache_) cache_->roll_back();

@@ -97,6 +97,9 @@ public:
     // the backend's threads after that first use (it is over by then).
     void set_cache_loading(std::future<LoadedCache> loading);
     std::unique_ptr<Cache> release_cache();
+    // Waits for a cache being read and takes it, reporting "Loading cache" done; nothing when
+    // none is loading.
+    void finish_loading(const Progress& progress);
     // The cache when it is in memory now (null when there is none or it is still loading);
     // looking changes nothing.
     const Cache* resident_cache() const { return cache_.get(); }
@@ -126,12 +129,18 @@ public:
     // restoring a checkpoint of the sliding layers); returns how many tokens it kept. Adds a
     // notice when it had to start over.
     int64_t align_cache(const std::vector<int32_t>& tokens, std::vector<std::string>& notices);
-    // Prefills tokens[cache length, end) without generating, checkpointing at message starts.
-    void prefill(const RenderedChat& rendered, int64_t end);
+    // Prefills tokens[cache length, end) without generating, checkpointing at message starts;
+    // reports "Prefilling" per chunk. Cancelled (kvchat::Cancelled), the cache goes back to the
+    // length it had.
+    void prefill(const RenderedChat& rendered, int64_t end, const Progress& progress = {});
 
 private:
     // Waits for a loading cache and takes it (its notices go to the next turn's result).
     void settle();
+    // Brings the cache back to `n` tokens after a cancelled prefill: cropped, or restored from the
+    // checkpoint at n (the sliding layers may have moved on); otherwise left where it is (it
+    // still holds a prefix of the transcript).
+    void crop_back(int64_t n);
     // Checkpoints the cache as it stands, keeping the latest few.
     void keep_checkpoint();
     int64_t context_limit() const;

@@ -4,6 +4,8 @@
 #include "engine/cache/snapshot.h"
 #include "engine/error.h"
 
+#include <algorithm>
+
 namespace kvchat {
 
 std::string default_cache_spec() { return canonical_cache_spec("dynamic"); }
@@ -19,6 +21,20 @@ std::unique_ptr<Cache> make_conversation_cache(const Model& model, Backend& back
 int64_t cache_capacity(const Cache& cache) {
     const CacheSpec s = parse_cache_spec(cache.spec());
     return s.fixed ? s.max_len : 0;
+}
+
+void prefill_in_chunks(const Model& model, Backend& backend, Cache& cache, const int32_t* tokens, int64_t n,
+                       const Progress& progress, std::string_view task, int64_t done_before, int64_t total) {
+    // The forward pass's own chunk: the same arithmetic as one call over all n tokens.
+    constexpr int64_t kChunk = 512;
+    if (total < 0) total = n;
+    std::vector<float> none;
+    for (int64_t at = 0; at < n; at += kChunk) {
+        progress.check(task);
+        const int64_t m = std::min(kChunk, n - at);
+        model.forward(backend, cache, tokens + at, m, Logits::None, none, kChunk);
+        progress.tell(task, done_before + at + m, total);
+    }
 }
 
 ConvertResult convert_conversation_cache(Cache& cache, const Model& model, Backend& backend, const std::string& spec,

@@ -33,6 +33,12 @@ int64_t cache_capacity(const Cache& cache);
 ConvertResult convert_conversation_cache(Cache& cache, const Model& model, Backend& backend, const std::string& spec,
                                          const Progress& progress = {});
 
+// Runs `n` tokens through the model into `cache` in chunks, reporting `task` after each chunk as
+// (done_before + tokens done, total; total < 0: n) and checking the cancel flag before each.
+// Cancelled, it throws kvchat::Cancelled with the chunks done so far in the cache.
+void prefill_in_chunks(const Model& model, Backend& backend, Cache& cache, const int32_t* tokens, int64_t n,
+                       const Progress& progress, std::string_view task, int64_t done_before = 0, int64_t total = -1);
+
 // A cache and the checkpoints of its sliding layers, as a snapshot holds them.
 struct SavedCache {
     std::unique_ptr<Cache> cache;

@@ -90,7 +90,8 @@ ConversationRegistry::Entry& ConversationRegistry::entry(int64_t id) {
     return entries_.front();
 }
 
-Conversation& ConversationRegistry::open(std::string_view title_in, const OpenOptions& options) {
+Conversation& ConversationRegistry::open(std::string_view title_in, const OpenOptions& options,
+                                         const Progress& progress) {
     const RepairedUtf8 title = repair_utf8(title_in);
     if (title.text.empty()) throw Error("a conversation needs a name");
     for (auto it = entries_.begin(); it != entries_.end(); ++it)
@@ -135,7 +136,7 @@ Conversation& ConversationRegistry::open(std::string_view title_in, const OpenOp
         std::unique_ptr<Cache> cache;
         if (!options.prefix.empty()) {
             prefix = prefixes_.find(options.prefix);
-            cache = prefixes_.load_cache(*prefix, spec, notices_);
+            cache = prefixes_.load_cache(*prefix, spec, notices_, progress);
         } else {
             cache = make_conversation_cache(model_, backend_, spec);
         }
@@ -167,11 +168,18 @@ Conversation& ConversationRegistry::open(std::string_view title_in, const OpenOp
     return *entries_.front().conversation;
 }
 
-void ConversationRegistry::make_ready(Entry& e, std::vector<std::string>&) {
+void ConversationRegistry::make_ready(Entry& e, std::vector<std::string>&, const Progress& progress) {
+    constexpr std::string_view kTask = "Loading cache";
     if (e.cache_ready) return;
-    e.cache_ready = true;
     const auto rec = store_.find_conversation_by_id(e.id);
     if (!rec) throw Error("conversation " + in_quotes(e.title) + " was deleted");
+    if (!rec->snapshot.empty()) {
+        // The snapshot is read in one piece on another thread: the step can be cancelled before
+        // it starts, and its end is reported when the turn takes the cache.
+        progress.tell(kTask, 0, 1);
+        progress.check(kTask);
+    }
+    e.cache_ready = true;
     if (rec->model_fingerprint != model_.fingerprint()) store_.set_conversation_model(e.id, model_.fingerprint());
     if (rec->snapshot.empty()) return;
     // The snapshot is read on another thread while the turn renders the transcript; the
@@ -272,11 +280,22 @@ void ConversationRegistry::finish_turn(Entry& e, const TurnResult& r, size_t mes
     enforce_budget(e);
 }
 
-ConversationRegistry::Entry& ConversationRegistry::prepare(int64_t id, std::vector<std::string>& notices) {
+ConversationRegistry::Entry& ConversationRegistry::prepare(int64_t id, std::vector<std::string>& notices,
+                                                          const Progress& progress) {
     Entry& e = entry(id);
     notices = take_notices();
-    make_ready(e, notices);
+    make_ready(e, notices, progress);
     return e;
+}
+
+void ConversationRegistry::restore_messages(Entry& e, const std::vector<MessageRecord>& before, size_t keep) {
+    Conversation& c = *e.conversation;
+    c.truncate(keep);
+    store_.delete_messages_after(e.id, static_cast<int64_t>(keep) - 1);
+    for (size_t i = keep; i < before.size(); ++i) {
+        store_.append_message(e.id, before[i].role, before[i].content, before[i].stats);
+        c.append(before[i].role, before[i].content);
+    }
 }
 
 TurnCallbacks ConversationRegistry::callbacks_of(const std::function<void(std::string_view)>& on_text,
@@ -334,19 +353,21 @@ TurnResult ConversationRegistry::send(int64_t id, std::string_view text, const T
                                       const TurnCallbacks& callbacks) {
     const auto t0 = std::chrono::steady_clock::now();
     std::vector<std::string> notices;
-    Entry& e = prepare(id, notices);
+    Entry& e = prepare(id, notices, callbacks.progress);
     Conversation& c = *e.conversation;
     const RepairedUtf8 fixed = repair_utf8(text);
     if (fixed.replaced) notices.push_back("your message had invalid UTF-8; it was replaced by U+FFFD");
+    const std::vector<MessageRecord> before = store_.list_messages(e.id);
 
     c.append(Role::User, fixed.text);
     try {
         const RenderedChat rendered = c.render_for_reply();
         c.check_fits(rendered, options);
+        c.finish_loading(callbacks.progress);
         // A conversation with nothing cached may start with a saved prefix.
         if (!c.has_cache() || c.cache().seq_length() == 0)
             if (auto p = prefixes_.longest_match(rendered.tokens)) {
-                c.set_cache(prefixes_.load_cache(*p, c.cache_spec(), notices));
+                c.set_cache(prefixes_.load_cache(*p, c.cache_spec(), notices, callbacks.progress));
                 e.prefix_tokens = static_cast<int64_t>(p->tokens.size());
                 notices.push_back("reused the cache of prefix " + in_quotes(p->name) + " (" +
                                   std::to_string(p->tokens.size()) + " tokens)");
@@ -357,30 +378,42 @@ TurnResult ConversationRegistry::send(int64_t id, std::string_view text, const T
         c.truncate(c.messages().size() - 1);
         throw;
     }
-    return answer(e, t0, options, callbacks, notices);
+    try {
+        return answer(e, t0, options, callbacks, notices);
+    } catch (const Cancelled&) {
+        restore_messages(e, before, before.size());
+        throw;
+    }
 }
 
 TurnResult ConversationRegistry::regenerate(int64_t id, const TurnOptions& options, const TurnCallbacks& callbacks) {
     const auto t0 = std::chrono::steady_clock::now();
     std::vector<std::string> notices;
-    Entry& e = prepare(id, notices);
+    Entry& e = prepare(id, notices, callbacks.progress);
     Conversation& c = *e.conversation;
     const auto& msgs = c.messages();
     if (msgs.empty() || (msgs.back().role != Role::Assistant && msgs.back().role != Role::User))
         throw Error("conversation " + in_quotes(e.title) + " has no answer to regenerate");
+    const std::vector<MessageRecord> before = store_.list_messages(e.id);
+    const size_t keep = msgs.back().role == Role::Assistant ? msgs.size() - 1 : msgs.size();
     if (msgs.back().role == Role::Assistant) {
         c.check_fits(c.chat_template().render({msgs.begin(), msgs.end() - 1}, true), options);
         store_.delete_messages_after(e.id, static_cast<int64_t>(msgs.size()) - 2);
         c.truncate(msgs.size() - 1);
     }
-    return answer(e, t0, options, callbacks, notices);
+    try {
+        return answer(e, t0, options, callbacks, notices);
+    } catch (const Cancelled&) {
+        restore_messages(e, before, keep);
+        throw;
+    }
 }
 
 TurnResult ConversationRegistry::edit(int64_t id, size_t ordinal, std::string_view text, const TurnOptions& options,
                                       const TurnCallbacks& callbacks) {
     const auto t0 = std::chrono::steady_clock::now();
     std::vector<std::string> notices;
-    Entry& e = prepare(id, notices);
+    Entry& e = prepare(id, notices, callbacks.progress);
     Conversation& c = *e.conversation;
     if (ordinal >= c.messages().size() || c.messages()[ordinal].role != Role::User)
         throw Error("message " + std::to_string(ordinal) + " of conversation " + in_quotes(e.title) +
@@ -395,17 +428,23 @@ TurnResult ConversationRegistry::edit(int64_t id, size_t ordinal, std::string_vi
     store_.update_message_content(stored[ordinal].id, text);
     store_.delete_messages_after(e.id, static_cast<int64_t>(ordinal));
     c.edit(ordinal, fixed.text);
-    return answer(e, t0, options, callbacks, notices);
+    try {
+        return answer(e, t0, options, callbacks, notices);
+    } catch (const Cancelled&) {
+        // The edited message goes back to its old text and what followed it comes back.
+        restore_messages(e, stored, ordinal);
+        throw;
+    }
 }
 
 // ---- by id ----
 
-int64_t ConversationRegistry::create(std::string_view title_in, const OpenOptions& options) {
+int64_t ConversationRegistry::create(std::string_view title_in, const OpenOptions& options, const Progress& progress) {
     std::string base = repair_utf8(title_in).text;
     if (base.empty()) base = "Chat";
     std::string title = base;
     for (int n = 2; store_.find_conversation(title); ++n) title = base + " " + std::to_string(n);
-    open(title, options);
+    open(title, options, progress);
     return entries_.front().id;
 }
 

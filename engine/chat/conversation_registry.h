@@ -50,7 +50,9 @@ public:
     PrefixLibrary& prefixes() { return prefixes_; }
 
     // The conversation titled `title`, created when new. Nothing is loaded into the cache yet.
-    Conversation& open(std::string_view title, const OpenOptions& options = {});
+    // Starting from a prefix whose cache must be rebuilt reports "Prefilling" (cancel: nothing
+    // is created).
+    Conversation& open(std::string_view title, const OpenOptions& options = {}, const Progress& progress = {});
     int64_t id_of(std::string_view title);
 
     // One turn: the user's message, then the reply. Refuses (kvchat::Error) before storing
@@ -70,7 +72,7 @@ public:
     // ---- by id (the window's verbs) ----
     // A new conversation titled `title` (empty: "Chat"); when that title is taken, the first free
     // of "title 2", "title 3", ... Returns its id.
-    int64_t create(std::string_view title, const OpenOptions& options = {});
+    int64_t create(std::string_view title, const OpenOptions& options = {}, const Progress& progress = {});
     std::vector<ConversationSummary> list() const;  // most recent first
     // Conversations whose title or message text holds every word of `query` (plain text; a word
     // matches the start of a word), most recent first.
@@ -81,6 +83,10 @@ public:
     void remove(int64_t id);
     // Saves a changed cache, then frees it (the conversation is reopened by its next use).
     void close(int64_t id);
+    // A turn whose prefill or cache load is cancelled (callbacks.progress.cancel set before the
+    // first token) throws kvchat::Cancelled and leaves the transcript and the stored messages as
+    // they were (send: the user's message is taken back out); the cache holds a prefix of them.
+    // Set while the answer streams, the flag stops it instead and the partial answer is kept.
     TurnResult send(int64_t id, std::string_view text, const TurnOptions& options, const TurnCallbacks& callbacks = {});
     TurnResult regenerate(int64_t id, const TurnOptions& options, const TurnCallbacks& callbacks = {});
     TurnResult edit(int64_t id, size_t ordinal, std::string_view text, const TurnOptions& options,
@@ -115,9 +121,14 @@ private:
     // The conversation `id`, opened (its transcript read) when it was not.
     Entry& entry(int64_t id);
     const Entry* find_entry(int64_t id) const;
-    void make_ready(Entry& e, std::vector<std::string>& notices);
+    // Starts reading the conversation's snapshot ("Loading cache"; a set cancel flag throws
+    // kvchat::Cancelled before anything is read).
+    void make_ready(Entry& e, std::vector<std::string>& notices, const Progress& progress = {});
     // The conversation opened and its cache ready for a turn; notices get what that said.
-    Entry& prepare(int64_t id, std::vector<std::string>& notices);
+    Entry& prepare(int64_t id, std::vector<std::string>& notices, const Progress& progress = {});
+    // After a cancelled turn: the transcript and the stored messages become `before` again from
+    // message `keep` on (the messages the turn removed come back, those it added go).
+    void restore_messages(Entry& e, const std::vector<MessageRecord>& before, size_t keep);
     // Answers the last message and records the turn; t0 is when the call began.
     TurnResult answer(Entry& e, std::chrono::steady_clock::time_point t0, const TurnOptions& options,
                       const TurnCallbacks& callbacks, std::vector<std::string>& notices);

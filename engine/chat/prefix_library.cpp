@@ -62,11 +62,10 @@ std::vector<PrefixMessage> PrefixLibrary::checked_messages(std::string_view name
     return fixed;
 }
 
-std::unique_ptr<Cache> PrefixLibrary::prefill(const std::vector<int32_t>& tokens, const std::string& cache_spec) const {
+std::unique_ptr<Cache> PrefixLibrary::prefill(const std::vector<int32_t>& tokens, const std::string& cache_spec,
+                                              const Progress& progress, std::string_view task) const {
     auto cache = make_conversation_cache(model_, backend_, cache_spec.empty() ? default_cache_spec() : cache_spec);
-    std::vector<float> logits;
-    if (!tokens.empty())
-        model_.forward(backend_, *cache, tokens.data(), static_cast<int64_t>(tokens.size()), Logits::None, logits);
+    prefill_in_chunks(model_, backend_, *cache, tokens.data(), static_cast<int64_t>(tokens.size()), progress, task);
     return cache;
 }
 
@@ -84,12 +83,13 @@ void PrefixLibrary::write_snapshot(const PrefixRecord& prefix, const Cache& cach
 }
 
 PrefixRecord PrefixLibrary::save(std::string_view name, std::string_view text, const std::string& cache_spec,
-                                 std::vector<std::string>& notices) {
-    return save_messages(name, {ChatMessage{Role::System, std::string(text)}}, cache_spec, notices);
+                                 std::vector<std::string>& notices, const Progress& progress) {
+    return save_messages(name, {ChatMessage{Role::System, std::string(text)}}, cache_spec, notices, progress);
 }
 
 PrefixRecord PrefixLibrary::save_messages(std::string_view name, const std::vector<ChatMessage>& messages,
-                                          const std::string& cache_spec, std::vector<std::string>& notices) {
+                                          const std::string& cache_spec, std::vector<std::string>& notices,
+                                          const Progress& progress) {
     if (name.empty()) throw Error("a prefix needs a name");
     if (store_.find_prefix(name)) throw Error("a prefix named " + in_quotes(name) + " already exists");
     const std::string spec = canonical_cache_spec(cache_spec);
@@ -98,7 +98,8 @@ PrefixRecord PrefixLibrary::save_messages(std::string_view name, const std::vect
     rec.messages = checked_messages(name, messages, rec.tokens, notices);
     rec.model_fingerprint = model_.fingerprint();
     rec.cache_spec = spec;
-    auto cache = prefill(rec.tokens, spec);  // before the row: a refused spec saves nothing
+    // Before the row: a refused spec or a cancel saves nothing.
+    auto cache = prefill(rec.tokens, spec, progress, "Saving prefix");
     // The record first: a crash before the snapshot costs the cache, never the prefix.
     rec = store_.save_prefix(rec);
     write_snapshot(rec, *cache, notices);
@@ -118,26 +119,28 @@ void PrefixLibrary::rename(std::string_view old_name, std::string_view new_name)
     store_.rename_prefix(p.id, new_name);
 }
 
-PrefixRecord PrefixLibrary::edit(std::string_view name, std::string_view text, std::vector<std::string>& notices) {
+PrefixRecord PrefixLibrary::edit(std::string_view name, std::string_view text, std::vector<std::string>& notices,
+                                 const Progress& progress) {
     const PrefixRecord p = find(name);
     if (p.messages.size() != 1 || p.messages.front().role != Role::System)
         throw Error("prefix " + in_quotes(p.name) + " holds " + messages_count(p.messages.size()) +
                     ", not one system prompt; new text would drop them: replace them from a conversation "
                     "(prefix edit NAME --conversation CONV [--messages N]) or save the text under another name");
-    return edit_messages(name, {ChatMessage{Role::System, std::string(text)}}, notices);
+    return edit_messages(name, {ChatMessage{Role::System, std::string(text)}}, notices, progress);
 }
 
 PrefixRecord PrefixLibrary::edit_messages(std::string_view name, const std::vector<ChatMessage>& messages,
-                                          std::vector<std::string>& notices) {
+                                          std::vector<std::string>& notices, const Progress& progress) {
     PrefixRecord p = find(name);
     const std::string spec = canonical_cache_spec(p.cache_spec);
     std::vector<int32_t> tokens;
     const std::vector<PrefixMessage> fixed = checked_messages(p.name, messages, tokens, notices);
+    // The new cache first: a cancel leaves the prefix as it was.
+    auto cache = prefill(tokens, spec, progress, "Saving prefix");
     const PrefixTextUpdate u = store_.update_prefix_messages(p.id, fixed, tokens);
     if (!u.dropped_snapshot.empty()) std::remove(store_.snapshot_path(u.dropped_snapshot).c_str());
     p = *store_.find_prefix_by_id(p.id);
     p.cache_spec = spec;
-    auto cache = prefill(tokens, spec);
     write_snapshot(p, *cache, notices);
     return *store_.find_prefix_by_id(p.id);
 }
@@ -149,7 +152,7 @@ void PrefixLibrary::remove(std::string_view name) {
 }
 
 std::unique_ptr<Cache> PrefixLibrary::load_cache(const PrefixRecord& prefix, const std::string& cache_spec,
-                                                 std::vector<std::string>& notices) {
+                                                 std::vector<std::string>& notices, const Progress& progress) {
     if (prefix.model_fingerprint != model_.fingerprint())
         throw Error("prefix " + in_quotes(prefix.name) +
                     " was saved with another model; its cache cannot be used with this one (save it again under "
@@ -173,16 +176,18 @@ std::unique_ptr<Cache> PrefixLibrary::load_cache(const PrefixRecord& prefix, con
         }
     }
     if (!cache) {
-        cache = prefill(prefix.tokens, saved);
+        cache = prefill(prefix.tokens, saved, progress);
         write_snapshot(prefix, *cache, notices);
     }
     if (cache->spec() != want) {
         try {
-            convert_conversation_cache(*cache, model_, backend_, want);
+            convert_conversation_cache(*cache, model_, backend_, want, progress);
             notices.push_back("prefix " + in_quotes(prefix.name) + " was saved under " + saved +
                               "; its cache was converted to " + want);
+        } catch (const Cancelled&) {
+            throw;
         } catch (const Error& e) {
-            cache = prefill(prefix.tokens, want);
+            cache = prefill(prefix.tokens, want, progress);
             notices.push_back("prefix " + in_quotes(prefix.name) + " was saved under " + saved +
                               " and could not be converted to " + want + " (" + e.what() + "); it was prefilled again");
         }

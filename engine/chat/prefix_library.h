@@ -10,6 +10,7 @@
 // The store holds the record, the snapshot file beside it holds the cache. A missing or damaged
 // snapshot is rebuilt from its stored tokens; a prefix saved for another model is refused.
 #include "engine/chat/chat_template.h"
+#include "engine/common/progress.h"
 #include "engine/store/store.h"
 
 #include <memory>
@@ -34,11 +35,14 @@ public:
     // Saves a new prefix of one system message and its prefilled cache (under `cache_spec`,
     // empty: the default). Refuses a name in use. `notices` gets what the user should know
     // (repaired text).
+    // The prefill reports "Saving prefix" per chunk; cancelled (kvchat::Cancelled), nothing is
+    // saved.
     PrefixRecord save(std::string_view name, std::string_view text, const std::string& cache_spec,
-                      std::vector<std::string>& notices);
+                      std::vector<std::string>& notices, const Progress& progress = {});
     // The same for the opening messages of a conversation (at least one).
     PrefixRecord save_messages(std::string_view name, const std::vector<ChatMessage>& messages,
-                               const std::string& cache_spec, std::vector<std::string>& notices);
+                               const std::string& cache_spec, std::vector<std::string>& notices,
+                               const Progress& progress = {});
     std::vector<PrefixRecord> list() const { return store_.list_prefixes(); }
     PrefixRecord find(std::string_view name) const;  // throws kvchat::Error when there is none
     void rename(std::string_view old_name, std::string_view new_name);
@@ -46,18 +50,22 @@ public:
     // prefilled again. A prefix of several messages is refused (kvchat::Error): replacing them
     // by one system message would silently drop the exchange it holds; edit_messages replaces
     // them explicitly.
-    PrefixRecord edit(std::string_view name, std::string_view text, std::vector<std::string>& notices);
+    // The new cache is prefilled before anything is stored: cancelled (kvchat::Cancelled), the
+    // prefix keeps its messages and its cache.
+    PrefixRecord edit(std::string_view name, std::string_view text, std::vector<std::string>& notices,
+                      const Progress& progress = {});
     // Replaces every message of the prefix (at least one), then as edit().
     PrefixRecord edit_messages(std::string_view name, const std::vector<ChatMessage>& messages,
-                               std::vector<std::string>& notices);
+                               std::vector<std::string>& notices, const Progress& progress = {});
     // Deletes the record, then its snapshot file.
     void remove(std::string_view name);
 
     // A copy of the prefix's cache under `cache_spec` (converted when it was saved under another
     // strategy). Refuses (kvchat::Error) a prefix of another model. A missing or damaged snapshot
     // is rebuilt from the stored tokens and saved again, with a notice.
+    // A rebuild reports "Prefilling" per chunk; cancelled (kvchat::Cancelled), nothing is recorded.
     std::unique_ptr<Cache> load_cache(const PrefixRecord& prefix, const std::string& cache_spec,
-                                      std::vector<std::string>& notices);
+                                      std::vector<std::string>& notices, const Progress& progress = {});
 
     // The longest saved prefix of this model whose tokens start `tokens` (at least one token
     // must be left after it).
@@ -68,7 +76,8 @@ private:
     // would not fit the model's context.
     std::vector<PrefixMessage> checked_messages(std::string_view name, const std::vector<ChatMessage>& messages,
                                                 std::vector<int32_t>& tokens, std::vector<std::string>& notices) const;
-    std::unique_ptr<Cache> prefill(const std::vector<int32_t>& tokens, const std::string& cache_spec) const;
+    std::unique_ptr<Cache> prefill(const std::vector<int32_t>& tokens, const std::string& cache_spec,
+                                   const Progress& progress = {}, std::string_view task = "Prefilling") const;
     void write_snapshot(const PrefixRecord& prefix, const Cache& cache, std::vector<std::string>& notices);
 
     Store& store_;

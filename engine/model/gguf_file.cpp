@@ -1,38 +1,31 @@
 #include "engine/model/gguf_file.h"
 
 #include "engine/common/mapped_file.h"
+#include "engine/common/regular_file.h"
 #include "engine/common/sha256.h"
 #include "engine/error.h"
 
 #include <algorithm>
 #include <bit>
-#include <cerrno>
-#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <sys/mman.h>
-#include <sys/stat.h>
 
 namespace kvchat {
 
 namespace {
 constexpr uint32_t kGgufMagic = 0x46554747;  // "GGUF" read as little-endian uint32
-
-struct FileCloser {
-    void operator()(std::FILE* f) const { std::fclose(f); }
-};
 }  // namespace
 
 GgufHeader read_gguf_header(const std::string& path) {
-    struct stat st {};
-    if (::stat(path.c_str(), &st) != 0)
-        throw Error("model file '" + path + "': " + std::strerror(errno));
-    if (!S_ISREG(st.st_mode)) throw Error("model file '" + path + "': not a regular file");
-    std::unique_ptr<std::FILE, FileCloser> f(std::fopen(path.c_str(), "rb"));
-    if (!f) throw Error("model file '" + path + "': " + std::strerror(errno));
-
+    RegularFile f;
+    try {
+        f = RegularFile::open(path);
+    } catch (const Error& e) {
+        throw Error(std::string("model file ") + e.what());
+    }
     unsigned char buf[24];
-    const size_t got = std::fread(buf, 1, sizeof buf, f.get());
+    const size_t got = f.read_at(0, buf, sizeof buf);
     uint32_t magic = 0;
     if (got >= 4) std::memcpy(&magic, buf, 4);
     if (got < 4 || magic != kGgufMagic)
@@ -40,7 +33,7 @@ GgufHeader read_gguf_header(const std::string& path) {
     if (got < sizeof buf) throw Error("model file '" + path + "': truncated GGUF header");
 
     GgufHeader h;
-    h.file_size = static_cast<uint64_t>(st.st_size);
+    h.file_size = f.size();
     std::memcpy(&h.version, buf + 4, 4);
     if (h.version != 2 && h.version != 3)
         throw Error("model file '" + path + "': unsupported GGUF version " + std::to_string(h.version));

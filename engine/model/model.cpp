@@ -1,6 +1,7 @@
 #include "engine/model/model.h"
 
 #include "engine/cache/cache_factory.h"
+#include "engine/common/regular_file.h"
 #include "engine/error.h"
 #include "engine/model/architectures.h"
 #include "engine/model/gguf_file.h"
@@ -8,8 +9,9 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cmath>
-#include <fstream>
+#include <cstdio>
 
 namespace kvchat {
 
@@ -25,18 +27,25 @@ void check_range(const std::string& path, const char* what, int64_t v, int64_t l
 }
 
 // tokenizer_config.json's "chat_template": a string, or a list of named templates of which the
-// "default" one is the chat format. A missing or unreadable file only means "no template".
+// "default" one is the chat format. A missing or unparsable file only means "no template"; one
+// that is not a regular file (a FIFO, a device) is refused like any other file of the model.
 std::string read_hf_chat_template(const std::string& dir) {
-    std::ifstream in(dir + "/tokenizer_config.json", std::ios::binary);
-    if (!in) return {};
-    const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+    const std::string path = dir + "/tokenizer_config.json";
+    std::string text;
+    try {
+        if (!regular_file_exists(path)) return {};
+        text = RegularFile::open(path).read_all(size_t(64) << 20);
+    } catch (const Error& e) {
+        throw Error(std::string("model file ") + e.what());
+    }
+    const nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
     if (j.is_discarded() || !j.is_object() || !j.contains("chat_template")) return {};
     const nlohmann::json& t = j["chat_template"];
     if (t.is_string()) return t.get<std::string>();
     if (t.is_array())
         for (const auto& e : t)
-            if (e.is_object() && e.value("name", std::string()) == "default" && e.contains("template") &&
-                e["template"].is_string())
+            if (e.is_object() && e.contains("name") && e["name"].is_string() && e["name"].get<std::string>() == "default" &&
+                e.contains("template") && e["template"].is_string())
                 return e["template"].get<std::string>();
     return {};
 }
@@ -82,6 +91,30 @@ LayerTensorNames hf_layer_names(const std::string& prefix, int i, bool gemma) {
     return n;
 }
 
+// A real-valued hyper-parameter: finite and strictly between lo and hi. (A NaN epsilon would make
+// every norm NaN and the model print padding; a zero one divides by zero on a zero row.)
+std::string shown(double v) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%g", v);  // 1e-06, not std::to_string's 0.000001
+    return buf;
+}
+
+double check_real(const std::string& path, const std::string& key, double v, double lo, double hi) {
+    if (!(std::isfinite(v) && v > lo && v < hi))
+        throw Error("model '" + path + "': " + key + " = " + shown(v) + " is out of range (" + shown(lo) + ", " +
+                    shown(hi) + ")");
+    return v;
+}
+
+// A logit soft-capping value: 0 turns it off; otherwise a positive finite cap.
+double check_softcap(const std::string& path, const std::string& key, double v) {
+    return v == 0.0 ? 0.0 : check_real(path, key, v, 0.0, 1e6);
+}
+
+// llama.cpp's llama_ftype values that files carry (4 and 33-35 in older files; 5 and 6 were
+// dropped before GGUF existed; 1024 marks a guessed type).
+bool known_file_type(uint64_t t) { return t <= 4 || (t >= 7 && t <= 38) || t == 1024; }
+
 bool is_directory(const std::string& path) {
     struct stat st {};
     return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
@@ -100,6 +133,14 @@ std::unique_ptr<Model> Model::load(const std::string& path) {
         m->load_gguf(path);
     m->check_shapes();
     return m;
+}
+
+std::vector<std::span<const std::byte>> Model::mapped_tensors() const {
+    const std::vector<TensorView>& all = gguf_ ? gguf_->tensors() : hf_->tensors();
+    std::vector<std::span<const std::byte>> out;
+    out.reserve(all.size());
+    for (const TensorView& t : all) out.emplace_back(static_cast<const std::byte*>(t.data), t.nbytes);
+    return out;
 }
 
 // A norm weight vector as f32 owned by the model, optionally with 1 added (Gemma's HF checkpoints
@@ -177,8 +218,17 @@ void Model::load_gguf(const std::string& path) {
         throw Error("model '" + path + "': attention.value_length " + std::to_string(v_len) +
                     " differs from key_length " + std::to_string(c.head_dim) + " (not supported)");
     c.n_ctx_train = static_cast<int>(std::min<uint64_t>(f.get_uint(a + "context_length", 4096), 1u << 24));
-    c.rms_eps = static_cast<float>(f.get_float(a + "attention.layer_norm_rms_epsilon", 1e-6));
-    c.sliding_window = static_cast<int>(f.get_uint(a + "attention.sliding_window", 0));
+    check_range(path, (a + "context_length").c_str(), c.n_ctx_train, 1, 1 << 24);
+    c.rms_eps = static_cast<float>(
+        check_real(path, a + "attention.layer_norm_rms_epsilon", f.get_float(a + "attention.layer_norm_rms_epsilon", 1e-6),
+                   0.0, 1.0));
+    // Absent: no sliding layers. Present, a window of no tokens cannot be meant.
+    c.sliding_window = static_cast<int>(std::min<uint64_t>(f.get_uint(a + "attention.sliding_window", 0), 1u << 24));
+    if (f.find(a + "attention.sliding_window"))
+        check_range(path, (a + "attention.sliding_window").c_str(), c.sliding_window, 1, 1 << 24);
+    if (f.find("general.file_type") && !known_file_type(f.get_uint("general.file_type")))
+        throw Error("model '" + path + "': general.file_type = " + std::to_string(f.get_uint("general.file_type")) +
+                    " is not a GGUF file type");
     const int rope_dims = static_cast<int>(f.get_uint(a + "rope.dimension_count", static_cast<uint64_t>(c.head_dim)));
     if (rope_dims != c.head_dim)
         throw Error("model '" + path + "': partial rotary embeddings (rope.dimension_count " +
@@ -189,12 +239,16 @@ void Model::load_gguf(const std::string& path) {
         scale = f.get_float(a + "rope.scaling.factor", 1.0);
     else if (scaling != "none")
         throw Error("model '" + path + "': RoPE scaling '" + scaling + "' is not supported (none or linear)");
-    if (!(scale >= 1.0 && scale < 1e6)) throw Error("model '" + path + "': bad rope.scaling.factor");
+    if (!(scale >= 1.0 && scale < 1e6))
+        throw Error("model '" + path + "': " + a + "rope.scaling.factor = " + shown(scale) +
+                    " is out of range [1, 1e6)");
     const double base = f.get_float(a + "rope.freq_base", 10000.0);
-    if (!(base > 1.0 && base < 1e12)) throw Error("model '" + path + "': bad rope.freq_base");
+    check_real(path, a + "rope.freq_base", base, 1.0, 1e12);
 
-    c.final_softcap = static_cast<float>(f.get_float(a + "final_logit_softcapping", 0.0));
-    c.attn_softcap = static_cast<float>(f.get_float(a + "attn_logit_softcapping", 0.0));
+    c.final_softcap = static_cast<float>(
+        check_softcap(path, a + "final_logit_softcapping", f.get_float(a + "final_logit_softcapping", 0.0)));
+    c.attn_softcap = static_cast<float>(
+        check_softcap(path, a + "attn_logit_softcapping", f.get_float(a + "attn_logit_softcapping", 0.0)));
     c.query_scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
     // GGUF models are held to llama.cpp, whose default KV cache is f16.
     c.f16_attention = true;
@@ -238,8 +292,20 @@ void Model::load_hf(const std::string& dir) {
     hf_ = SafetensorsDir::open(dir);
     const SafetensorsDir& f = *hf_;
     nlohmann::json cfg = f.config();
-    const std::string type = cfg.value("model_type", std::string());
-    if (type == "gemma3" && cfg.contains("text_config")) cfg = cfg["text_config"];  // multimodal wrapper
+    // config.json is user data: every value is checked for its type before use, and a wrong one
+    // is reported with its key (nlohmann's own exceptions would name neither file nor key).
+    auto text = [&](const nlohmann::json& obj, const std::string& key, const std::string& shown,
+                    const std::string& fallback) -> std::string {
+        if (!obj.contains(key) || obj[key].is_null()) return fallback;
+        if (!obj[key].is_string()) throw Error("model '" + dir + "': config.json '" + shown + "' is not a string");
+        return obj[key].get<std::string>();
+    };
+    const std::string type = text(cfg, "model_type", "model_type", "");
+    if (type == "gemma3" && cfg.contains("text_config")) {  // multimodal wrapper
+        if (!cfg["text_config"].is_object()) throw Error("model '" + dir + "': config.json 'text_config' is not an object");
+        const nlohmann::json inner = cfg["text_config"];
+        cfg = inner;
+    }
     ModelConfig& c = config_;
     c.source = "safetensors";
     c.arch_name = type;
@@ -262,7 +328,7 @@ void Model::load_hf(const std::string& dir) {
     auto count = [&](const char* key, double fallback, bool required, int64_t lo, int64_t hi) {
         const double v = num(key, fallback, required);
         if (!(v >= static_cast<double>(lo) && v <= static_cast<double>(hi)) || v != std::floor(v))
-            throw Error("model '" + dir + "': config.json '" + key + "' = " + std::to_string(v) + " is out of range");
+            throw Error("model '" + dir + "': config.json '" + key + "' = " + shown(v) + " is out of range");
         return static_cast<int>(v);
     };
     c.n_layer = count("num_hidden_layers", 0, true, 1, kMaxLayers);
@@ -272,26 +338,38 @@ void Model::load_hf(const std::string& dir) {
     c.n_head_kv = count("num_key_value_heads", c.n_head, false, 1, c.n_head);
     c.head_dim = count("head_dim", c.n_embd / c.n_head, false, 2, 4096);
     c.n_ctx_train = count("max_position_embeddings", 4096, false, 1, 1 << 24);
-    c.rms_eps = static_cast<float>(num("rms_norm_eps", 1e-6, false));
+    c.rms_eps = static_cast<float>(check_real(dir, "config.json 'rms_norm_eps'", num("rms_norm_eps", 1e-6, false), 0.0, 1.0));
     const double base = num("rope_theta", 10000.0, false);
     double scale = 1.0;
-    if (cfg.contains("rope_scaling") && cfg["rope_scaling"].is_object()) {
+    if (cfg.contains("rope_scaling") && !cfg["rope_scaling"].is_null()) {
         const auto& rs = cfg["rope_scaling"];
-        const std::string kind = rs.value("rope_type", rs.value("type", std::string("default")));
-        if (kind == "linear")
-            scale = rs.value("factor", 1.0);
-        else if (kind != "default")
+        if (!rs.is_object()) throw Error("model '" + dir + "': config.json 'rope_scaling' is not an object");
+        const std::string kind =
+            text(rs, "rope_type", "rope_scaling.rope_type", text(rs, "type", "rope_scaling.type", "default"));
+        if (kind == "linear") {
+            if (!rs.contains("factor") || !rs["factor"].is_number())
+                throw Error("model '" + dir + "': config.json 'rope_scaling.factor' is missing or not a number");
+            scale = rs["factor"].get<double>();
+        } else if (kind != "default") {
             throw Error("model '" + dir + "': RoPE scaling '" + kind + "' is not supported (none or linear)");
+        }
     }
-    c.sliding_window = count("sliding_window", 0, false, 0, 1 << 24);
-    c.final_softcap = static_cast<float>(num("final_logit_softcapping", 0.0, false));
-    c.attn_softcap = static_cast<float>(num("attn_logit_softcapping", 0.0, false));
+    // Absent or null: no sliding layers. Present, a window of no tokens cannot be meant.
+    const bool has_window = cfg.contains("sliding_window") && !cfg["sliding_window"].is_null();
+    c.sliding_window = has_window ? count("sliding_window", 0, true, 1, 1 << 24) : 0;
+    c.final_softcap =
+        static_cast<float>(check_softcap(dir, "config.json 'final_logit_softcapping'", num("final_logit_softcapping", 0.0, false)));
+    c.attn_softcap =
+        static_cast<float>(check_softcap(dir, "config.json 'attn_logit_softcapping'", num("attn_logit_softcapping", 0.0, false)));
     c.layer_sliding.assign(static_cast<size_t>(c.n_layer), false);
     if (gemma) {
-        c.query_scale = static_cast<float>(1.0 / std::sqrt(num("query_pre_attn_scalar", c.head_dim, false)));
+        c.query_scale = static_cast<float>(1.0 / std::sqrt(check_real(dir, "config.json 'query_pre_attn_scalar'",
+                                                                      num("query_pre_attn_scalar", c.head_dim, false), 0.0, 1e9)));
         c.embed_scale = std::sqrt(static_cast<float>(c.n_embd));
         c.rope_global = RopeSpec{RopeStyle::HalfSplit, c.head_dim, base, scale};
-        c.rope_sliding = RopeSpec{RopeStyle::HalfSplit, c.head_dim, num("rope_local_base_freq", 10000.0, false), 1.0};
+        c.rope_sliding = RopeSpec{RopeStyle::HalfSplit, c.head_dim,
+                                  check_real(dir, "config.json 'rope_local_base_freq'", num("rope_local_base_freq", 10000.0, false), 1.0, 1e12),
+                                  1.0};
         const int pattern = count("sliding_window_pattern", 6, false, 1, 1 << 20);
         for (int i = 0; i < c.n_layer; ++i) c.layer_sliding[static_cast<size_t>(i)] = c.sliding_window > 0 && (i + 1) % pattern != 0;
     } else {
@@ -300,16 +378,26 @@ void Model::load_hf(const std::string& dir) {
         c.rope_sliding = c.rope_global;
         for (int i = 0; i < c.n_layer; ++i) c.layer_sliding[static_cast<size_t>(i)] = c.sliding_window > 0;
     }
-    if (cfg.contains("layer_types") && cfg["layer_types"].is_array()) {
+    if (cfg.contains("layer_types") && !cfg["layer_types"].is_null()) {
         const auto& lt = cfg["layer_types"];
+        if (!lt.is_array()) throw Error("model '" + dir + "': config.json 'layer_types' is not a list");
         if (lt.size() != static_cast<size_t>(c.n_layer))
             throw Error("model '" + dir + "': config.json 'layer_types' has " + std::to_string(lt.size()) +
                         " entries for " + std::to_string(c.n_layer) + " layers");
-        for (size_t i = 0; i < lt.size(); ++i)
-            c.layer_sliding[i] = lt[i].is_string() && lt[i].get<std::string>() == "sliding_attention";
+        for (size_t i = 0; i < lt.size(); ++i) {
+            const std::string kind = lt[i].is_string() ? lt[i].get<std::string>() : std::string();
+            if (kind != "sliding_attention" && kind != "full_attention")
+                throw Error("model '" + dir + "': config.json 'layer_types[" + std::to_string(i) +
+                            "]' is not \"sliding_attention\" or \"full_attention\"");
+            c.layer_sliding[i] = kind == "sliding_attention";
+        }
+        if (c.sliding_window == 0 && std::count(c.layer_sliding.begin(), c.layer_sliding.end(), true) > 0)
+            throw Error("model '" + dir + "': config.json 'layer_types' has sliding layers but 'sliding_window' is not set");
     }
-    if (!(base > 1.0 && base < 1e12) || !(scale >= 1.0 && scale < 1e6))
-        throw Error("model '" + dir + "': bad rope_theta or rope_scaling factor");
+    check_real(dir, "config.json 'rope_theta'", base, 1.0, 1e12);
+    if (!(scale >= 1.0 && scale < 1e6))
+        throw Error("model '" + dir + "': config.json 'rope_scaling.factor' = " + shown(scale) +
+                    " is out of range [1, 1e6)");
 
     if (f.tokenizer_model_path().empty())
         throw Error("model '" + dir + "': tokenizer.model is missing (kvchat reads SentencePiece tokenizers)");
@@ -332,7 +420,12 @@ void Model::load_hf(const std::string& dir) {
     };
     tok_embd_ = as_matrix(need(prefix + "embed_tokens.weight"));
     const TensorView* head = f.tensor("lm_head.weight");
-    const bool tied = cfg.value("tie_word_embeddings", gemma);
+    if (cfg.contains("tie_word_embeddings") && !cfg["tie_word_embeddings"].is_null() &&
+        !cfg["tie_word_embeddings"].is_boolean())
+        throw Error("model '" + dir + "': config.json 'tie_word_embeddings' is not true or false");
+    const bool tied = cfg.contains("tie_word_embeddings") && cfg["tie_word_embeddings"].is_boolean()
+                          ? cfg["tie_word_embeddings"].get<bool>()
+                          : gemma;
     output_ = head && !tied ? as_matrix(*head) : tok_embd_;
     output_norm_ = own_norm(norm_store_, need(prefix + "norm.weight"), gemma);
     c.n_vocab = static_cast<int>(tok_embd_.rows);

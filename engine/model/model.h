@@ -7,6 +7,7 @@
 #include "engine/tokenizer/tokenizer.h"
 
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -67,6 +68,8 @@ public:
     // The Jinja chat template the model ships (GGUF tokenizer.chat_template, or the folder's
     // tokenizer_config.json); empty when it has none. Only recognised, never executed.
     const std::string& chat_template() const { return chat_template_; }
+    // The file bytes of every tensor as mapped, in file order (to read them in ahead of use).
+    std::vector<std::span<const std::byte>> mapped_tensors() const;
 
     // The attention layout of every layer, from which caches are built.
     std::vector<LayerSpec> layer_specs() const;

@@ -1,12 +1,12 @@
 #include "engine/model/safetensors_dir.h"
 
+#include "engine/common/regular_file.h"
 #include "engine/common/sha256.h"
 #include "engine/error.h"
 
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <limits>
 #include <map>
 #include <optional>
@@ -75,15 +75,23 @@ json parse_json(std::string_view text, int max_depth, const std::string& what) {
     return j;
 }
 
-std::string read_small_file(const fs::path& p, const std::string& what) {
-    std::error_code ec;
-    const uintmax_t size = fs::file_size(p, ec);
-    if (ec) fail(what, ec.message());
-    if (size > kMaxJsonFileBytes) fail(what, "larger than " + std::to_string(kMaxJsonFileBytes) + " bytes");
-    std::ifstream f(p, std::ios::binary);
-    std::string text(static_cast<size_t>(size), '\0');
-    if (!f.read(text.data(), std::streamsize(text.size()))) fail(what, "cannot be read");
-    return text;
+// Reading goes through RegularFile: a FIFO or a device named config.json is refused, not read forever.
+std::string read_small_file(const fs::path& p) {
+    try {
+        return RegularFile::open(p.string()).read_all(kMaxJsonFileBytes);
+    } catch (const Error& e) {
+        throw Error(std::string("model file ") + e.what());
+    }
+}
+
+// Whether an optional file of the folder is there; something that is not a regular file under its
+// name is an error, not an absence.
+bool present(const fs::path& p) {
+    try {
+        return regular_file_exists(p.string());
+    } catch (const Error& e) {
+        throw Error(std::string("model file ") + e.what());
+    }
 }
 
 std::optional<TensorType> dtype_type(const std::string& dtype) {
@@ -197,9 +205,9 @@ std::unique_ptr<SafetensorsDir> SafetensorsDir::open(const std::string& folder) 
     d->path_ = folder;
 
     const fs::path config_path = dir / "config.json";
-    if (!fs::is_regular_file(config_path, ec)) fail(where, "config.json is missing");
+    if (!present(config_path)) fail(where, "config.json is missing");
     const std::string config_what = "model file '" + config_path.string() + "'";
-    const std::string config_text = read_small_file(config_path, config_what);
+    const std::string config_text = read_small_file(config_path);
     d->config_ = parse_json(config_text, 64, config_what);
     if (!d->config_.is_object()) fail(config_what, "not a JSON object");
 
@@ -207,9 +215,9 @@ std::unique_ptr<SafetensorsDir> SafetensorsDir::open(const std::string& folder) 
     std::map<std::string, std::set<std::string>> shards;
     std::unordered_map<std::string, std::string> placed;  // tensor name -> shard file name
     const fs::path index_path = dir / "model.safetensors.index.json";
-    if (fs::is_regular_file(index_path, ec)) {
+    if (present(index_path)) {
         const std::string index_what = "model file '" + index_path.string() + "'";
-        const json index = parse_json(read_small_file(index_path, index_what), 64, index_what);
+        const json index = parse_json(read_small_file(index_path), 64, index_what);
         const auto map = index.is_object() ? index.find("weight_map") : index.end();
         if (map == index.end() || !map->is_object()) fail(index_what, "weight_map missing or not an object");
         for (const auto& [name, file] : map->items()) {
@@ -223,7 +231,7 @@ std::unique_ptr<SafetensorsDir> SafetensorsDir::open(const std::string& folder) 
             placed[name] = f;
         }
         if (shards.empty()) fail(index_what, "weight_map lists no tensors");
-    } else if (fs::is_regular_file(dir / "model.safetensors", ec)) {
+    } else if (present(dir / "model.safetensors")) {
         shards["model.safetensors"];
     } else {
         fail(where, "has neither model.safetensors nor model.safetensors.index.json");
@@ -269,8 +277,8 @@ std::unique_ptr<SafetensorsDir> SafetensorsDir::open(const std::string& folder) 
     }
     d->fingerprint_ = sha.hex_digest();
 
-    if (fs::is_regular_file(dir / "tokenizer.model", ec)) d->tokenizer_model_path_ = (dir / "tokenizer.model").string();
-    if (fs::is_regular_file(dir / "tokenizer_config.json", ec))
+    if (present(dir / "tokenizer.model")) d->tokenizer_model_path_ = (dir / "tokenizer.model").string();
+    if (present(dir / "tokenizer_config.json"))
         d->tokenizer_config_path_ = (dir / "tokenizer_config.json").string();
     return d;
 }

@@ -1,5 +1,6 @@
 #include "engine/store/atomic_file.h"
 
+#include "engine/common/regular_file.h"
 #include "engine/error.h"
 
 #include <cerrno>
@@ -103,43 +104,14 @@ void write_file_atomically(const std::string& path, std::string_view bytes) {
 }
 
 std::string read_whole_file(const std::string& path, size_t max_bytes) {
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        const int err = errno;
-        throw Error("cannot read '" + path + "': " + std::strerror(err));
+    // RegularFile refuses FIFOs and devices without blocking and reads no more than the size the
+    // file had when opened, so neither a FIFO nor /dev/zero under a snapshot's name can hang or
+    // fill memory.
+    try {
+        return RegularFile::open(path).read_all(max_bytes);
+    } catch (const Error& e) {
+        throw Error(std::string("cannot read ") + e.what());
     }
-    struct Closer {
-        int fd;
-        ~Closer() { ::close(fd); }
-    } closer{fd};
-    struct stat st {};
-    if (::fstat(fd, &st) != 0) {
-        const int err = errno;
-        throw Error("cannot read '" + path + "': " + std::strerror(err));
-    }
-    if (S_ISDIR(st.st_mode)) throw Error("cannot read '" + path + "': it is a directory");
-    const std::string limit = std::to_string(max_bytes) + " bytes";
-    if (S_ISREG(st.st_mode) && static_cast<unsigned long long>(st.st_size) > max_bytes)
-        throw Error("cannot read '" + path + "': it is " + std::to_string(st.st_size) + " bytes, more than the limit of " +
-                    limit);
-    std::string out;
-    if (S_ISREG(st.st_mode)) out.reserve(static_cast<size_t>(st.st_size));
-    // The size from fstat is only a hint: the file may grow while it is read, and special files
-    // report 0, so the limit is enforced on what is actually read.
-    char buf[1 << 16];
-    for (;;) {
-        const ssize_t n = ::read(fd, buf, sizeof buf);
-        if (n < 0) {
-            if (errno == EINTR) continue;
-            const int err = errno;
-            throw Error("cannot read '" + path + "': " + std::strerror(err));
-        }
-        if (n == 0) break;
-        if (out.size() + static_cast<size_t>(n) > max_bytes)
-            throw Error("cannot read '" + path + "': it holds more than the limit of " + limit);
-        out.append(buf, static_cast<size_t>(n));
-    }
-    return out;
 }
 
 }  // namespace kvchat

@@ -1,6 +1,7 @@
 #include "engine/store/store.h"
 
 #include "engine/common/quoted.h"
+#include "engine/common/regular_file.h"
 #include "engine/common/utf8.h"
 #include "engine/error.h"
 #include "engine/model/model_path.h"
@@ -392,6 +393,13 @@ const char* Store::migration_sql(int version) {
 Store::Store(const std::string& path) : path_(path) {
     namespace fs = std::filesystem;
     if (path_.empty()) throw Error("the database path is empty");
+    // Only a regular file (or nothing yet) is a database: SQLite would open /dev/null or a FIFO and
+    // create a "-journal" file beside it.
+    try {
+        regular_file_exists(path_);
+    } catch (const Error& e) {
+        throw Error(std::string("database ") + e.what());
+    }
     fs::path folder = fs::path(path_).parent_path();
     if (folder.empty()) folder = ".";
     std::error_code ec;

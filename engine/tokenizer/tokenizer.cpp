@@ -2,12 +2,11 @@
 
 #include "engine/error.h"
 #include "engine/tokenizer/protobuf_wire.h"
+#include "engine/common/regular_file.h"
 #include "engine/common/utf8.h"
 
 #include <sentencepiece_processor.h>
 
-#include <fstream>
-#include <sstream>
 
 namespace kvchat {
 
@@ -136,11 +135,14 @@ struct ModelFile {
 };
 
 ModelFile read_model_file(const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) throw Error("tokenizer model '" + path + "': cannot open");
-    std::ostringstream content;
-    content << in.rdbuf();
-    const std::string bytes = content.str();
+    // Real tokenizer.model files are a few MB; the limit keeps a hostile one from taking memory.
+    constexpr size_t kMaxTokenizerBytes = size_t(256) << 20;
+    std::string bytes;
+    try {
+        bytes = RegularFile::open(path).read_all(kMaxTokenizerBytes);
+    } catch (const Error& e) {
+        throw Error(std::string("tokenizer model ") + e.what());
+    }
     const auto bad = [&path] { return Error("tokenizer model '" + path + "': not a SentencePiece model"); };
 
     ModelFile m;

@@ -1,5 +1,6 @@
 #include "support/gguf_writer.h"
 
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <stdexcept>
@@ -85,6 +86,25 @@ GgufWriter& GgufWriter::add_int32_array(const std::string& key, const std::vecto
 GgufWriter& GgufWriter::add_raw(const std::string& key, uint32_t type, const std::string& value_bytes) {
     if (key == "general.alignment") has_alignment_key_ = true;
     pairs_.push_back(encode_string(key) + le32(type) + value_bytes);
+    return *this;
+}
+
+GgufWriter& GgufWriter::set(const std::string& key, const GgufValue& value) {
+    const std::string prefix = encode_string(key);
+    const std::string pair = prefix + le32(uint32_t(value.type)) + encode_value(value);
+    for (std::string& p : pairs_)
+        if (p.compare(0, prefix.size(), prefix) == 0) {
+            p = pair;
+            return *this;
+        }
+    return add(key, value);
+}
+
+GgufWriter& GgufWriter::remove(const std::string& key) {
+    const std::string prefix = encode_string(key);
+    pairs_.erase(std::remove_if(pairs_.begin(), pairs_.end(),
+                                [&](const std::string& p) { return p.compare(0, prefix.size(), prefix) == 0; }),
+                 pairs_.end());
     return *this;
 }
 

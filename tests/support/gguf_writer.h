@@ -48,6 +48,11 @@ public:
     // A pair written exactly as given: the key, then `type` as a uint32, then `value_bytes`.
     GgufWriter& add_raw(const std::string& key, uint32_t type, const std::string& value_bytes);
 
+    // Replaces the value of `key` where it was added (or adds it), and removes a key: for tests that
+    // take a complete file and change one thing.
+    GgufWriter& set(const std::string& key, const GgufValue& value);
+    GgufWriter& remove(const std::string& key);
+
     GgufWriter& add_tensor(GgufTensorSpec tensor);
 
     // The whole file. Tensors follow each other in the order added, each at an aligned offset;

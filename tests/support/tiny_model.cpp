@@ -173,6 +173,7 @@ ReferenceModel write_tiny_gguf(const TinyModelSpec& s, const std::string& path) 
             norm(p + "post_ffw_norm.weight", s.n_embd, L.post_ffn_norm);
         }
     }
+    if (s.edit_gguf) s.edit_gguf(w);
     w.write(path);
     return m;
 }

@@ -11,6 +11,8 @@
 
 namespace kvchat::test {
 
+class GgufWriter;
+
 struct TinyModelSpec {
     std::string arch = "gemma3";  // "gemma3" or "llama"
     int n_layer = 6;
@@ -26,6 +28,9 @@ struct TinyModelSpec {
     double rope_base = 1000000.0;  // global layers; Gemma's sliding layers use 10,000
     int n_ctx = 2048;              // the context length the metadata states
     std::string chat_template;     // tokenizer.chat_template; empty: the key is left out
+    // Applied to the complete GGUF metadata just before the file is written (write_tiny_gguf), so a
+    // test can change one key of an otherwise valid model.
+    std::function<void(GgufWriter&)> edit_gguf;
 };
 
 // Weights as the reference uses them: matrices row-major rows x cols in double.

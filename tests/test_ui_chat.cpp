@@ -1,0 +1,473 @@
+// The chat window driven as a user drives it (key clicks, button clicks, offscreen) on a tiny
+// model: a streamed answer that lands in the database, Stop, Regenerate, Edit, rename, delete,
+// search, a prefix and a chat started from it, settings across a restart, the first start on an
+// empty data folder, and the bad inputs (a megabyte paste, invalid UTF-8, a database that is not
+// one, a second window on the same database).
+#define QT_NO_KEYWORDS  // the engine's chat headers use the word "emit"
+#include "engine/chat/chat_settings.h"
+#include "engine/store/store.h"
+#include "support/tiny_model.h"
+#include "ui/engine_worker.h"
+#include "ui/main_window.h"
+#include "ui/message_box.h"
+#include "ui/message_view.h"
+#include "ui/prefix_library_panel.h"
+#include "ui/settings_dialog.h"
+#include "ui/transcript_view.h"
+
+#include <QAbstractItemView>
+#include <QApplication>
+#include <QClipboard>
+#include <QToolButton>
+#include <QComboBox>
+#include <QFile>
+#include <QInputDialog>
+#include <QLabel>
+#include <QLineEdit>
+#include <QListView>
+#include <QMessageBox>
+#include <QMimeData>
+#include <QPushButton>
+#include <QSignalSpy>
+#include <QSpinBox>
+#include <QDoubleSpinBox>
+#include <QPlainTextEdit>
+#include <QTemporaryDir>
+#include <QTreeWidget>
+#include <QtTest>
+
+#include <functional>
+#include <memory>
+
+using namespace kvchat;
+
+namespace {
+
+constexpr int kTurnTimeoutMs = 120000;
+
+// Answers the next modal dialog (an exec()'d input or prefix form) from inside its event loop.
+void whenModal(std::function<void(QWidget*)> act) {
+    auto* timer = new QTimer;
+    timer->setInterval(20);
+    QObject::connect(timer, &QTimer::timeout, [timer, act] {
+        if (QWidget* w = QApplication::activeModalWidget()) {
+            timer->stop();
+            timer->deleteLater();
+            act(w);
+        }
+    });
+    timer->start();
+}
+
+}  // namespace
+
+class TestUiChat : public QObject {
+    Q_OBJECT
+    QTemporaryDir home_;
+    QString model_;
+    int dbCount_ = 0;
+
+    QString freshDb() { return home_.path() + QStringLiteral("/db%1/kvchat.db").arg(++dbCount_); }
+
+    // Settings written before the window opens: greedy answers of a chosen length.
+    void writeSettings(const QString& db, int maxNew) {
+        QDir().mkpath(QFileInfo(db).absolutePath());
+        Store store(db.toStdString());
+        ChatSettings s;
+        s.sampling.greedy = true;
+        s.random_seed = false;
+        s.max_new_tokens = maxNew;
+        s.threads = 2;
+        s.save(store);
+    }
+
+    std::unique_ptr<MainWindow> openWindow(const QString& db) {
+        WindowOptions o;
+        o.databasePath = db;
+        o.modelPath = model_;
+        o.restoreState = false;
+        auto w = std::make_unique<MainWindow>(o);
+        w->show();
+        if (!QTest::qWaitForWindowExposed(w.get())) return nullptr;
+        if (!QTest::qWaitFor([&] { return w->modelReady() && w->currentConversation() != 0; }, 60000)) return nullptr;
+        return w;
+    }
+
+    static MessageBox* input(MainWindow& w) { return w.findChild<MessageBox*>("messageInput"); }
+    static QPushButton* sendButton(MainWindow& w) { return w.findChild<QPushButton*>("sendButton"); }
+    static TranscriptView* transcript(MainWindow& w) { return w.findChild<TranscriptView*>("transcriptView"); }
+
+    // Types a message and presses Enter; waits for the answer to finish.
+    static bool typeAndSend(MainWindow& w, const QString& text) {
+        QSignalSpy done(&w, &MainWindow::answerFinished);
+        input(w)->setFocus();
+        QTest::keyClicks(input(w), text);
+        QTest::keyClick(input(w), Qt::Key_Return);
+        return done.wait(kTurnTimeoutMs) || done.count() > 0;
+    }
+
+    static std::vector<MessageRecord> stored(const QString& db, qint64 id) {
+        Store store(db.toStdString());
+        return store.list_messages(id);
+    }
+
+private Q_SLOTS:
+    void initTestCase() {
+        QVERIFY(home_.isValid());
+        qputenv("XDG_DATA_HOME", (home_.path() + "/data").toUtf8());
+        qputenv("XDG_CONFIG_HOME", (home_.path() + "/config").toUtf8());
+        test::TinyModelSpec spec;
+        spec.n_layer = 4;
+        spec.n_embd = 64;
+        spec.n_head = 2;
+        spec.n_head_kv = 1;
+        spec.head_dim = 32;
+        spec.n_ff = 128;
+        spec.sliding_window = 8;
+        model_ = home_.path() + "/tiny.gguf";
+        test::write_tiny_gguf(spec, model_.toStdString());
+    }
+
+    void sendStreamsAndStores() {
+        const QString db = freshDb();
+        writeSettings(db, 48);
+        auto w = openWindow(db);
+        QVERIFY(w);
+        QVERIFY(!sendButton(*w)->isEnabled());  // empty message
+        QSignalSpy telemetry(w->worker(), &EngineWorker::cacheTelemetry);
+        QSignalSpy pieces(w->worker(), &EngineWorker::answerText);
+        QSignalSpy started(w.get(), &MainWindow::answerStarted);
+        input(*w)->setFocus();
+        QTest::keyClicks(input(*w), "hello there");
+        QVERIFY(sendButton(*w)->isEnabled());
+        QSignalSpy done(w.get(), &MainWindow::answerFinished);
+        QTest::keyClick(input(*w), Qt::Key_Return);
+        QVERIFY(input(*w)->toPlainText().isEmpty());
+        QVERIFY(!sendButton(*w)->isEnabled());  // answering
+        QTest::keyClicks(input(*w), "next");
+        QVERIFY(!sendButton(*w)->isEnabled());  // still answering, though there is text
+        QVERIFY(done.wait(kTurnTimeoutMs));
+        QCOMPARE(started.count(), 1);
+        QVERIFY(pieces.count() >= 1);
+        QVERIFY(telemetry.count() >= 1);
+        QVERIFY(sendButton(*w)->isEnabled());
+
+        const TurnOutcome out = done.at(0).at(0).value<TurnOutcome>();
+        const auto msgs = stored(db, w->currentConversation());
+        QCOMPARE(msgs.size(), size_t(2));
+        QCOMPARE(QString::fromStdString(msgs[0].content), QString("hello there"));
+        QCOMPARE(msgs[1].role, Role::Assistant);
+        // What streamed on screen is what was stored, and its figures are shown under it.
+        auto views = transcript(*w)->messageViews();
+        QCOMPARE(views.size(), 2);
+        QString streamed;
+        for (const QList<QVariant>& args : pieces) streamed += args.at(1).toString();
+        QCOMPARE(streamed, QString::fromStdString(msgs[1].content));
+        QCOMPARE(views[1]->content(), streamed);
+        QCOMPARE(out.answer.id, msgs[1].id);
+        QCOMPARE(msgs[1].stats.generated_tokens, out.answer.figures.generatedTokens);
+        auto* figures = views[1]->findChild<QLabel*>("answerFigures");
+        QVERIFY(figures && figures->isVisible());
+        QVERIFY(figures->text().contains(QString::number(msgs[1].stats.prompt_tokens)));
+        auto* last = w->findChild<QLabel*>("lastAnswerLabel");
+        QVERIFY(last->text().contains("computed"));
+        // The chat is titled after its first message.
+        QTRY_VERIFY(w->findChild<QListView*>("conversationList")->model()->index(0, 0).data().toString() == "hello there");
+
+        // A second turn reuses the cache: its figures say so and survive a restart.
+        input(*w)->clear();
+        QVERIFY(typeAndSend(*w, "and again"));
+        const auto after = stored(db, w->currentConversation());
+        QCOMPARE(after.size(), size_t(4));
+        QVERIFY(after[3].stats.cached_tokens > 0);
+        const qint64 id = w->currentConversation();
+        w.reset();
+        WindowOptions o;
+        o.databasePath = db;
+        o.modelPath = model_;
+        MainWindow again(o);
+        again.show();
+        QTRY_VERIFY_WITH_TIMEOUT(again.currentConversation() == id && transcript(again)->messageViews().size() == 4, 60000);
+        for (int i = 0; i < 4; ++i) QCOMPARE(transcript(again)->messageViews()[i]->message().ordinal, i);
+        auto* f = transcript(again)->messageViews()[3]->findChild<QLabel*>("answerFigures");
+        QVERIFY2(f->text().contains(QStringLiteral("%1 cached").arg(QLocale().toString(after[3].stats.cached_tokens))),
+                 qPrintable(f->text()));
+    }
+
+    void stopKeepsThePartialAnswer() {
+        const QString db = freshDb();
+        writeSettings(db, 1500);
+        auto w = openWindow(db);
+        QVERIFY(w);
+        QSignalSpy started(w.get(), &MainWindow::answerStarted);
+        QSignalSpy done(w.get(), &MainWindow::answerFinished);
+        QTest::keyClicks(input(*w), "count");
+        QTest::keyClick(input(*w), Qt::Key_Return);
+        QVERIFY(started.wait(kTurnTimeoutMs));
+        QVERIFY(w->findChild<QPushButton*>("stopButton")->isVisible());
+        QTest::keyClick(w.get(), Qt::Key_Escape);
+        QVERIFY(done.wait(kTurnTimeoutMs));
+        const TurnOutcome out = done.at(0).at(0).value<TurnOutcome>();
+        QCOMPARE(out.stopReason, QString("cancelled"));
+        const auto msgs = stored(db, w->currentConversation());
+        QCOMPARE(msgs.size(), size_t(2));
+        QVERIFY(msgs[1].stats.generated_tokens > 0);
+        QVERIFY(msgs[1].stats.generated_tokens < 1500);
+        QCOMPARE(transcript(*w)->messageViews()[1]->content(), QString::fromStdString(msgs[1].content));
+    }
+
+    void regenerateAndEdit() {
+        const QString db = freshDb();
+        writeSettings(db, 24);
+        auto w = openWindow(db);
+        QVERIFY(w);
+        QVERIFY(typeAndSend(*w, "first question"));
+        const auto before = stored(db, w->currentConversation());
+        QCOMPARE(before.size(), size_t(2));
+
+        // Ctrl+R answers the last question again: the old answer's row is replaced.
+        QSignalSpy done(w.get(), &MainWindow::answerFinished);
+        QTest::keyClick(w.get(), Qt::Key_R, Qt::ControlModifier);
+        QVERIFY(done.wait(kTurnTimeoutMs));
+        const auto regenerated = stored(db, w->currentConversation());
+        QCOMPARE(regenerated.size(), size_t(2));
+        QVERIFY(regenerated[1].id != before[1].id);
+        QCOMPARE(transcript(*w)->messageViews().size(), 2);
+
+        // Edit the question: the dialog's text replaces it and a new answer follows.
+        auto* edit = transcript(*w)->messageViews()[0]->findChild<QToolButton*>("editMessageButton");
+        QVERIFY(edit && edit->isEnabled());
+        whenModal([](QWidget* d) {
+            auto* input = qobject_cast<QInputDialog*>(d);
+            QVERIFY(input);
+            input->setTextValue("an edited question");
+            input->accept();
+        });
+        QTest::mouseClick(edit, Qt::LeftButton);
+        QVERIFY(done.wait(kTurnTimeoutMs));
+        const auto edited = stored(db, w->currentConversation());
+        QCOMPARE(edited.size(), size_t(2));
+        QCOMPARE(QString::fromStdString(edited[0].content), QString("an edited question"));
+        QVERIFY(edited[1].id != regenerated[1].id);
+        QCOMPARE(transcript(*w)->messageViews()[0]->content(), QString("an edited question"));
+    }
+
+    void renameDeleteSearch() {
+        const QString db = freshDb();
+        writeSettings(db, 8);
+        auto w = openWindow(db);
+        QVERIFY(w);
+        auto* list = w->findChild<QListView*>("conversationList");
+        QVERIFY(typeAndSend(*w, "apples are red"));
+        const qint64 first = w->currentConversation();
+        QTest::keyClick(w.get(), Qt::Key_N, Qt::ControlModifier);
+        QTRY_VERIFY_WITH_TIMEOUT(w->currentConversation() != first && w->currentConversation() != 0, 30000);
+        QVERIFY(input(*w)->hasFocus());
+        QVERIFY(typeAndSend(*w, "bananas are yellow"));
+        QTRY_COMPARE(list->model()->rowCount(), 2);
+        // Most recent activity first.
+        QTRY_COMPARE(list->model()->index(0, 0).data().toString(), QString("bananas are yellow"));
+
+        // Ctrl+K searches titles and message text.
+        QTest::keyClick(w.get(), Qt::Key_K, Qt::ControlModifier);
+        auto* search = w->findChild<QLineEdit*>("conversationSearch");
+        QVERIFY(search->hasFocus());
+        QTest::keyClicks(search, "apples");
+        QTRY_COMPARE(list->model()->rowCount(), 1);
+        QCOMPARE(list->model()->index(0, 0).data(Qt::UserRole + 1).toLongLong(), first);
+        search->clear();
+        QTRY_COMPARE(list->model()->rowCount(), 2);
+
+        // F2 renames the open conversation in place.
+        QTest::keyClick(w.get(), Qt::Key_F2);
+        QTRY_VERIFY(qobject_cast<QLineEdit*>(QApplication::focusWidget()) != nullptr &&
+                    QApplication::focusWidget() != search);
+        auto* editor = qobject_cast<QLineEdit*>(QApplication::focusWidget());
+        editor->selectAll();
+        QTest::keyClicks(editor, "Fruit notes");
+        QTest::keyClick(editor, Qt::Key_Return);
+        QTRY_VERIFY_WITH_TIMEOUT(list->model()->index(0, 0).data().toString() == "Fruit notes", 10000);
+        {
+            Store store(db.toStdString());
+            QVERIFY(store.find_conversation("Fruit notes").has_value());
+        }
+
+        // Ctrl+Delete asks first; Yes deletes rows and snapshot.
+        const qint64 doomed = w->currentConversation();
+        QTest::keyClick(w.get(), Qt::Key_Delete, Qt::ControlModifier);
+        QMessageBox* box = nullptr;
+        QTRY_VERIFY((box = w->findChild<QMessageBox*>("deleteConfirmDialog")) != nullptr);
+        box->button(QMessageBox::Yes)->click();
+        QTRY_COMPARE(list->model()->rowCount(), 1);
+        QTRY_COMPARE(w->currentConversation(), first);
+        Store store(db.toStdString());
+        QVERIFY(!store.find_conversation_by_id(doomed).has_value());
+    }
+
+    void prefixAndChatFromIt() {
+        const QString db = freshDb();
+        writeSettings(db, 8);
+        auto w = openWindow(db);
+        QVERIFY(w);
+        auto* panel = w->findChild<PrefixLibraryPanel*>("prefixLibrary");
+        QSignalSpy changed(w->worker(), &EngineWorker::prefixesChanged);
+        whenModal([](QWidget* d) {
+            d->findChild<QLineEdit*>("prefixName")->setText("Pirate");
+            d->findChild<QPlainTextEdit*>("prefixText")->setPlainText("You are a pirate. Answer like one, always.");
+            QMetaObject::invokeMethod(d, "accept", Qt::QueuedConnection);
+        });
+        QTest::mouseClick(w->findChild<QPushButton*>("prefixFromTextButton"), Qt::LeftButton);
+        QTRY_VERIFY_WITH_TIMEOUT(panel->prefixes().size() == 1, 60000);
+        const PrefixItem p = panel->prefixes().front();
+        QCOMPARE(p.name, QString("Pirate"));
+        QVERIFY(p.tokens > 0);
+        QVERIFY(p.cacheBytes > 0);
+        auto* table = panel->findChild<QTreeWidget*>("prefixTable");
+        QCOMPARE(table->topLevelItem(0)->text(0), QString("Pirate"));
+        QCOMPARE(table->topLevelItem(0)->text(4), QString("never"));
+
+        const qint64 before = w->currentConversation();
+        panel->select(p.id);
+        QTest::mouseClick(w->findChild<QPushButton*>("newChatFromPrefixButton"), Qt::LeftButton);
+        QTRY_VERIFY_WITH_TIMEOUT(w->currentConversation() != before, 30000);
+        QTRY_COMPARE(transcript(*w)->messageViews().size(), 1);  // the prefix's system message
+        QVERIFY(typeAndSend(*w, "ahoy"));
+        const auto msgs = stored(db, w->currentConversation());
+        QCOMPARE(msgs.size(), size_t(3));
+        QCOMPARE(msgs[2].stats.prefix_tokens, p.tokens);
+        // The status bar shows the cached tokens of the chat's first answer.
+        auto* last = w->findChild<QLabel*>("lastAnswerLabel");
+        QVERIFY2(last->text().contains(QLocale().toString(msgs[2].stats.cached_tokens) + " cached"), qPrintable(last->text()));
+        QVERIFY(msgs[2].stats.cached_tokens >= p.tokens);
+        QTRY_VERIFY(panel->prefixes().front().useCount == 1);
+    }
+
+    void settingsPersistAcrossRestart() {
+        const QString db = freshDb();
+        writeSettings(db, 16);
+        {
+            auto w = openWindow(db);
+            QVERIFY(w);
+            QTest::keyClick(w.get(), Qt::Key_Comma, Qt::ControlModifier);
+            SettingsDialog* d = nullptr;
+            QTRY_VERIFY((d = w->findChild<SettingsDialog*>("settingsDialog")) != nullptr);
+            QCOMPARE(d->findChild<QSpinBox*>("maxNewTokensSetting")->value(), 16);
+            d->findChild<QSpinBox*>("maxNewTokensSetting")->setValue(77);
+            d->findChild<QDoubleSpinBox*>("temperatureSetting")->setValue(0.35);
+            d->findChild<QComboBox*>("contextPolicySetting")->setCurrentIndex(2);
+            d->findChild<QPlainTextEdit*>("systemPromptSetting")->setPlainText("Be brief.");
+            QSignalSpy saved(w->worker(), &EngineWorker::settingsLoaded);
+            d->accept();
+            QVERIFY(saved.wait(10000));
+        }
+        auto w = openWindow(db);
+        QVERIFY(w);
+        QTest::keyClick(w.get(), Qt::Key_Comma, Qt::ControlModifier);
+        SettingsDialog* d = nullptr;
+        QTRY_VERIFY((d = w->findChild<SettingsDialog*>("settingsDialog")) != nullptr);
+        QCOMPARE(d->findChild<QSpinBox*>("maxNewTokensSetting")->value(), 77);
+        QCOMPARE(d->findChild<QDoubleSpinBox*>("temperatureSetting")->value(), 0.35);
+        QCOMPARE(d->findChild<QComboBox*>("contextPolicySetting")->currentData().toString(), QString("sliding"));
+        QCOMPARE(d->findChild<QPlainTextEdit*>("systemPromptSetting")->toPlainText(), QString("Be brief."));
+        d->reject();
+        Store store(db.toStdString());
+        const ChatSettings s = ChatSettings::load(store);
+        QCOMPARE(s.max_new_tokens, 77);
+        QCOMPARE(s.system_prompt, std::string("Be brief."));
+    }
+
+    void firstStartOnEmptyDataFolder() {
+        const QString db = home_.path() + "/empty-start/nested/kvchat.db";
+        QVERIFY(!QFile::exists(db));
+        auto w = openWindow(db);
+        QVERIFY(w);
+        QVERIFY(QFile::exists(db));
+        Store store(db.toStdString());
+        QCOMPARE(store.list_conversations().size(), size_t(1));
+        QCOMPARE(store.list_conversations().front().id, w->currentConversation());
+        QTRY_VERIFY(input(*w)->hasFocus());
+    }
+
+    void megabytePasteAndInvalidUtf8() {
+        const QString db = freshDb();
+        writeSettings(db, 8);
+        auto w = openWindow(db);
+        QVERIFY(w);
+        // Invalid UTF-8 on the clipboard becomes U+FFFD; NUL characters are dropped.
+        input(*w)->clear();
+        QClipboard* cb = QApplication::clipboard();
+        auto* m = new QMimeData;
+        m->setData("text/plain", QByteArray("caf\xc3(\x00x", 7));
+        cb->setMimeData(m);
+        input(*w)->setFocus();
+        QTest::keyClick(input(*w), Qt::Key_V, Qt::ControlModifier);
+        const QString pasted = input(*w)->toPlainText();
+        QVERIFY2(pasted.contains(QChar(0xFFFD)), qPrintable(pasted));
+        QVERIFY(!pasted.contains(QChar(0)));
+
+        // A megabyte: accepted, and the context policy (refuse) answers it without losing it.
+        input(*w)->clear();
+        const QString big = QString("lorem ipsum dolor sit amet ").repeated(1024 * 1024 / 27);
+        cb->setText(big);
+        QTest::keyClick(input(*w), Qt::Key_V, Qt::ControlModifier);
+        QCOMPARE(input(*w)->toPlainText().size(), big.size());
+        QSignalSpy failed(w->worker(), &EngineWorker::turnFailed);
+        QTest::keyClick(input(*w), Qt::Key_Return);
+        QVERIFY(failed.wait(kTurnTimeoutMs));
+        QCOMPARE(failed.at(0).at(2).toBool(), false);  // refused before anything was stored
+        QTRY_COMPARE(input(*w)->toPlainText().size(), big.size());  // the draft is back
+        auto* notice = w->findChild<QLabel*>("noticeBanner");
+        QVERIFY(notice->isVisible());
+        QVERIFY(stored(db, w->currentConversation()).empty());
+    }
+
+    void databaseThatIsNotOne() {
+        const QString db = home_.path() + "/notadb/kvchat.db";
+        QDir().mkpath(QFileInfo(db).absolutePath());
+        {
+            QFile f(db);
+            QVERIFY(f.open(QIODevice::WriteOnly));
+            f.write(QByteArray("this is a shopping list, not a database\n").repeated(100));
+        }
+        const QByteArray original = [&] {
+            QFile f(db);
+            f.open(QIODevice::ReadOnly);
+            return f.readAll();
+        }();
+        WindowOptions o;
+        o.databasePath = db;
+        o.modelPath = model_;
+        o.restoreState = false;
+        MainWindow w(o);
+        w.show();
+        QMessageBox* box = nullptr;
+        QTRY_VERIFY_WITH_TIMEOUT((box = w.findChild<QMessageBox*>("databaseErrorDialog")) != nullptr, 20000);
+        QVERIFY(box->text().contains(db));
+        QFile f(db);
+        QVERIFY(f.open(QIODevice::ReadOnly));
+        QCOMPARE(f.readAll(), original);  // nothing lost
+        box->hide();
+    }
+
+    void secondWindowOnTheSameDatabase() {
+        const QString db = freshDb();
+        writeSettings(db, 8);
+        auto first = openWindow(db);
+        QVERIFY(first);
+        WindowOptions o;
+        o.databasePath = db;
+        o.modelPath = model_;
+        o.restoreState = false;
+        MainWindow second(o);
+        second.show();
+        QMessageBox* box = nullptr;
+        QTRY_VERIFY_WITH_TIMEOUT((box = second.findChild<QMessageBox*>("databaseErrorDialog")) != nullptr, 20000);
+        QVERIFY2(box->text().contains("Another kvchat"), qPrintable(box->text()));
+        box->hide();
+        // The first window goes on working.
+        QVERIFY(typeAndSend(*first, "still here"));
+    }
+};
+
+QTEST_MAIN(TestUiChat)
+#include "test_ui_chat.moc"

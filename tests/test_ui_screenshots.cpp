@@ -1,0 +1,177 @@
+// Screenshots of the window for a person to look at: a multi-turn conversation with a code
+// block (its last answer generated here, the earlier turns stored as a user would have had them),
+// the prefix library, the settings dialog and a model-load error. PNGs go to
+// $KVCHAT_SCREENSHOT_DIR (default: build/screenshots). Runs on $KVCHAT_MODEL when it is set (the
+// default model), else on a tiny generated model.
+#define QT_NO_KEYWORDS  // the engine's chat headers use the word "emit"
+#include "engine/chat/chat_settings.h"
+#include "engine/store/store.h"
+#include "support/tiny_model.h"
+#include "ui/engine_worker.h"
+#include "ui/main_window.h"
+#include "ui/message_view.h"
+#include "ui/prefix_library_panel.h"
+#include "ui/settings_dialog.h"
+#include "ui/transcript_view.h"
+
+#include <QAbstractItemView>
+#include <QDockWidget>
+#include <QMessageBox>
+#include <QPlainTextEdit>
+#include <QSignalSpy>
+#include <QTemporaryDir>
+#include <QtTest>
+
+using namespace kvchat;
+
+namespace {
+
+const char* kTurns[][2] = {
+    {"What does a KV cache keep between turns of a chat?",
+     "It keeps the **keys and values** that attention computed for every token so far, layer by layer. "
+     "The next turn only has to compute the tokens you added:\n\n"
+     "1. the chat template renders the whole conversation,\n"
+     "2. the longest prefix the cache already holds is kept,\n"
+     "3. only the rest is prefilled.\n"},
+    {"Write a Python function that reverses a string.",
+     "Here is a short one using slicing:\n\n"
+     "```python\n"
+     "def reverse(text: str) -> str:\n"
+     "    \"\"\"Return text with its characters in reverse order.\"\"\"\n"
+     "    return text[::-1]\n"
+     "\n"
+     "print(reverse(\"kvchat\"))  # tahcvk\n"
+     "```\n\n"
+     "Slicing with a step of `-1` walks the string from the end to the start."},
+};
+
+}  // namespace
+
+class TestUiScreenshots : public QObject {
+    Q_OBJECT
+    QTemporaryDir home_;
+    QString model_;
+    QString out_;
+
+    void save(QWidget* w, const QString& name) {
+        const QString path = out_ + "/" + name;
+        QVERIFY2(w->grab().save(path), qPrintable(path));
+        QVERIFY(QFileInfo(path).size() > 1000);
+    }
+
+private Q_SLOTS:
+    void initTestCase() {
+        QVERIFY(home_.isValid());
+        qputenv("XDG_DATA_HOME", (home_.path() + "/data").toUtf8());
+        qputenv("XDG_CONFIG_HOME", (home_.path() + "/config").toUtf8());
+        out_ = qEnvironmentVariable("KVCHAT_SCREENSHOT_DIR");
+        if (out_.isEmpty()) out_ = QCoreApplication::applicationDirPath() + "/../screenshots";
+        QVERIFY(QDir().mkpath(out_));
+        model_ = qEnvironmentVariable("KVCHAT_MODEL");
+        if (model_.isEmpty() || !QFileInfo::exists(model_)) {
+            test::TinyModelSpec spec;
+            spec.n_layer = 4;
+            spec.n_embd = 64;
+            spec.n_head = 2;
+            spec.n_head_kv = 1;
+            spec.head_dim = 32;
+            spec.n_ff = 128;
+            spec.sliding_window = 8;
+            model_ = home_.path() + "/tiny.gguf";
+            test::write_tiny_gguf(spec, model_.toStdString());
+        }
+    }
+
+    void conversationPrefixesAndSettings() {
+        const QString db = home_.path() + "/shots/kvchat.db";
+        QDir().mkpath(QFileInfo(db).absolutePath());
+        {
+            Store store(db.toStdString());
+            ChatSettings s;
+            s.sampling.greedy = true;
+            s.random_seed = false;
+            s.max_new_tokens = 60;
+            s.save(store);
+            const auto c = store.create_conversation("Caches and strings", "", "dynamic");
+            for (const auto& turn : kTurns) {
+                store.append_message(c.id, Role::User, turn[0]);
+                store.append_message(c.id, Role::Assistant, turn[1]);
+            }
+            store.create_conversation("Trip to Lisbon", "", "dynamic");
+            store.create_conversation("Sourdough notes", "", "quantized:nbits=4");
+        }
+        WindowOptions o;
+        o.databasePath = db;
+        o.modelPath = model_;
+        o.restoreState = false;
+        MainWindow w(o);
+        w.resize(1280, 820);
+        w.show();
+        QVERIFY(QTest::qWaitForWindowExposed(&w));
+        QTRY_VERIFY_WITH_TIMEOUT(w.modelReady() && w.currentConversation() != 0, 60000);
+        auto* transcript = w.findChild<TranscriptView*>("transcriptView");
+        // The most recent conversation opens; pick the one with the code.
+        QTRY_VERIFY(transcript->messageViews().size() >= 1 || w.currentConversation() != 0);
+        QSignalSpy done(&w, &MainWindow::answerFinished);
+        {
+            Store store(db.toStdString());
+            const qint64 id = store.find_conversation("Caches and strings")->id;
+            auto* list = w.findChild<QAbstractItemView*>("conversationList");
+            for (int r = 0; r < list->model()->rowCount(); ++r)
+                if (list->model()->index(r, 0).data(Qt::UserRole + 1).toLongLong() == id)
+                    list->setCurrentIndex(list->model()->index(r, 0));
+            QTRY_COMPARE(w.currentConversation(), id);
+        }
+        QTRY_COMPARE(transcript->messageViews().size(), 4);
+        w.sendMessage("Thanks! Can you make it handle None too?");
+        QVERIFY(done.wait(180000));
+        QTest::qWait(200);
+        save(&w, "conversation.png");
+
+        // The prefix library with one prefix, docked on the right.
+        QSignalSpy prefixes(w.worker(), &EngineWorker::prefixesChanged);
+        QMetaObject::invokeMethod(w.worker(), [worker = w.worker()] {
+            worker->savePrefixFromText("Code reviewer", "You review code. Point out bugs first, then style, briefly.");
+        });
+        QVERIFY(prefixes.wait(120000));
+        auto* dock = w.findChild<QDockWidget*>("prefixLibraryDock");
+        dock->raise();
+        auto* panel = w.findChild<PrefixLibraryPanel*>("prefixLibrary");
+        QTRY_COMPARE(panel->prefixes().size(), qsizetype(1));
+        panel->select(panel->prefixes().front().id);
+        QTest::qWait(100);
+        save(&w, "prefix-panel.png");
+
+        QTest::keyClick(&w, Qt::Key_Comma, Qt::ControlModifier);
+        SettingsDialog* d = nullptr;
+        QTRY_VERIFY((d = w.findChild<SettingsDialog*>("settingsDialog")) != nullptr);
+        QTest::qWait(100);
+        save(d, "settings.png");
+        d->reject();
+    }
+
+    void loadError() {
+        const QString bad = home_.path() + "/broken-model.gguf";
+        QFile f(bad);
+        QVERIFY(f.open(QIODevice::WriteOnly));
+        f.write("GGUF\x03\x00\x00\x00 this file was cut short", 32);
+        f.close();
+        WindowOptions o;
+        o.databasePath = home_.path() + "/shots-error/kvchat.db";
+        o.modelPath = bad;
+        o.restoreState = false;
+        MainWindow w(o);
+        w.resize(1100, 700);
+        w.show();
+        QVERIFY(QTest::qWaitForWindowExposed(&w));
+        QMessageBox* box = nullptr;
+        QTRY_VERIFY_WITH_TIMEOUT((box = w.findChild<QMessageBox*>("modelErrorDialog")) != nullptr, 30000);
+        QTest::qWait(100);
+        save(&w, "load-error-window.png");
+        save(box, "load-error.png");
+        box->accept();
+    }
+};
+
+QTEST_MAIN(TestUiScreenshots)
+#include "test_ui_screenshots.moc"

@@ -1,0 +1,94 @@
+#pragma once
+// The values that cross between the engine worker's thread and the GUI thread. Every signal of
+// EngineWorker carries only these (copies, never pointers into the engine), so widgets and item
+// models never see an engine object that another thread could change under them.
+#include "engine/cache/cache.h"
+
+#include <QList>
+#include <QMetaType>
+#include <QString>
+#include <QStringList>
+
+namespace kvchat {
+
+// The figures of one generated answer, as stored with it (GenerationStats). -1: not measured.
+struct AnswerFigures {
+    qint64 promptTokens = 0;
+    qint64 generatedTokens = 0;
+    qint64 cachedTokens = 0;    // prompt tokens reused from the conversation's cache
+    qint64 prefixTokens = 0;    // of those, from a saved prefix
+    qint64 computedTokens = 0;  // prompt tokens prefilled for this answer
+    double ttftMs = -1;
+    double tokensPerSecond = -1;
+    double prefillSavedMs = -1;
+    bool present() const { return promptTokens > 0 || generatedTokens > 0; }
+};
+
+enum class MessageRole { System, User, Assistant };
+
+struct MessageItem {
+    qint64 id = 0;
+    int ordinal = 0;
+    MessageRole role = MessageRole::User;
+    QString content;
+    bool repaired = false;  // invalid UTF-8 was replaced when it was stored
+    AnswerFigures figures;
+    qint64 createdMs = 0;
+};
+
+struct ConversationItem {
+    qint64 id = 0;
+    QString title;
+    qint64 updatedMs = 0;
+    qint64 messageCount = 0;
+    qint64 tokens = 0;
+    QString cacheSpec;
+    bool cacheResident = false;
+    bool lastUnanswered = false;
+};
+
+struct PrefixItem {
+    qint64 id = 0;
+    QString name;
+    QString text;  // the first message (all of a prefix saved from text)
+    int messageCount = 0;
+    qint64 tokens = 0;
+    qint64 cacheBytes = 0;   // its snapshot on disk (0: none saved)
+    qint64 lastUsedMs = -1;  // -1: never used
+    qint64 useCount = 0;
+    QString cacheSpec;
+};
+
+struct ModelInfo {
+    QString path;
+    QString name;          // file or folder name
+    QString architecture;  // as the file names it
+    qint64 contextLimit = 0;
+    qint64 fileBytes = 0;
+    int layers = 0;
+};
+
+// What one finished (or stopped) turn left: the stored answer and the cache after it.
+struct TurnOutcome {
+    qint64 conversationId = 0;
+    MessageItem answer;
+    QString stopReason;
+    QStringList notices;
+    qint64 contextTokens = 0;  // tokens the conversation's cache holds now
+    qint64 kvBytes = 0;
+    QString cacheSpec;
+};
+
+// Registers every value above (and the engine's CacheTelemetry and ChatSettings) with Qt's
+// meta-type system so queued connections can copy them. Called once before the worker starts.
+void registerEngineValues();
+
+}  // namespace kvchat
+
+Q_DECLARE_METATYPE(kvchat::AnswerFigures)
+Q_DECLARE_METATYPE(kvchat::MessageItem)
+Q_DECLARE_METATYPE(kvchat::ConversationItem)
+Q_DECLARE_METATYPE(kvchat::PrefixItem)
+Q_DECLARE_METATYPE(kvchat::ModelInfo)
+Q_DECLARE_METATYPE(kvchat::TurnOutcome)
+Q_DECLARE_METATYPE(kvchat::CacheTelemetry)

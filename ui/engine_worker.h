@@ -1,0 +1,127 @@
+#pragma once
+// The one object that touches the engine. It lives on its own QThread and owns the store, the
+// model, the backend and the conversation registry; the window talks to it only through queued
+// signals and slots that carry values (ui/engine_values.h). Long steps (a model load, a turn)
+// run inside one slot; stop() and cancelLoad() are the only calls meant for another thread, and
+// they only set flags the running step checks.
+//
+// Streaming: answer text is batched (a signal at most every ~30 ms) and per-step cache telemetry
+// is coalesced (at most ~30 signals a second), so the GUI thread never floods.
+#include "ui/chat_settings_value.h"
+#include "ui/engine_values.h"
+
+#include <QElapsedTimer>
+#include <QLockFile>
+#include <QObject>
+
+#include <atomic>
+#include <memory>
+#include <string>
+
+namespace kvchat {
+
+class Store;
+class Model;
+class Backend;
+class ConversationRegistry;
+struct TurnOptions;
+
+class EngineWorker : public QObject {
+    Q_OBJECT
+public:
+    explicit EngineWorker(QObject* parent = nullptr);
+    ~EngineWorker() override;
+
+    // Thread-safe: stop the answer being generated (the partial answer is kept) / the model load.
+    void stop() { stop_.store(true); }
+    void cancelLoad() { cancelLoad_.store(true); }
+
+    // How often streamed text and telemetry may be signalled.
+    static constexpr int kTextBatchMs = 30;
+    static constexpr int kTelemetryMs = 33;
+
+public Q_SLOTS:
+    // Opens (creating when missing) the database, refusing one another kvchat holds open.
+    void openStore(const QString& path);
+    void loadModel(const QString& path);
+
+    void createConversation(const QString& system, qint64 prefixId);
+    void openConversation(qint64 id);
+    void renameConversation(qint64 id, const QString& title);
+    void removeConversation(qint64 id);
+    void search(const QString& query);
+
+    void send(qint64 id, const QString& text);
+    void regenerate(qint64 id);
+    void edit(qint64 id, int ordinal, const QString& text);
+    void switchStrategy(qint64 id, const QString& spec);
+    // Validated, written to the database's settings and used from the next turn on.
+    void saveSettings(const kvchat::ChatSettings& settings);
+
+    void savePrefixFromText(const QString& name, const QString& text);
+    void savePrefixFromConversation(const QString& name, qint64 conversationId, int messages);
+    void editPrefix(qint64 id, const QString& text);
+    void renamePrefix(qint64 id, const QString& name);
+    void removePrefix(qint64 id);
+
+    // Writes the caches changed since their last save (before the application quits).
+    void shutdown();
+
+Q_SIGNALS:
+    void storeOpened(const QString& path, const QList<kvchat::ConversationItem>& conversations,
+                     const QList<kvchat::PrefixItem>& prefixes);
+    void storeFailed(const QString& path, const QString& problem);
+
+    void modelLoading(const QString& path);
+    void modelProgress(const QString& task, qint64 done, qint64 total);
+    void modelLoaded(const kvchat::ModelInfo& model);
+    void modelFailed(const QString& path, const QString& problem);  // problem empty: cancelled
+
+    void conversationsChanged(const QList<kvchat::ConversationItem>& conversations);
+    void conversationCreated(const kvchat::ConversationItem& conversation);
+    void transcriptLoaded(const kvchat::ConversationItem& conversation, const QList<kvchat::MessageItem>& messages);
+    void searchResults(const QString& query, const QList<qint64>& ids);
+
+    void turnStarted(qint64 conversationId);
+    void answerText(qint64 conversationId, const QString& piece);
+    void turnFinished(const kvchat::TurnOutcome& outcome);
+    // The turn did not happen (the request was refused before anything was stored: draft kept).
+    void turnFailed(qint64 conversationId, const QString& problem, bool messageStored);
+    void cacheTelemetry(qint64 conversationId, const kvchat::CacheTelemetry& telemetry);
+    // A long step of a turn or a switch (loading a cache, prefilling, converting).
+    void turnProgress(qint64 conversationId, const QString& task, qint64 done, qint64 total);
+    void settingsLoaded(const kvchat::ChatSettings& settings);
+    void strategySwitched(qint64 conversationId, const QString& spec, const QString& summary);
+
+    void prefixesChanged(const QList<kvchat::PrefixItem>& prefixes);
+    // Something the user should know that is not a failure of what they asked (a rebuilt
+    // snapshot, a snapshot that could not be written).
+    void notice(const QString& text);
+    // A request failed; nothing was changed. `what` names the request ("Rename", "Save prefix").
+    void failed(const QString& what, const QString& problem);
+    void busyChanged(bool busy);
+
+private:
+    QList<ConversationItem> conversationItems() const;
+    QList<PrefixItem> prefixItems() const;
+    ConversationItem conversationItem(qint64 id) const;
+    // Runs one turn (send, regenerate or edit) with streaming and telemetry.
+    template <class Turn>
+    void runTurn(qint64 id, Turn&& turn);
+    TurnOptions turnOptions(qint64 id) const;
+    void makeRegistry();
+    bool needModel(const QString& what);
+    void emitNotices(const std::vector<std::string>& notices);
+
+    std::unique_ptr<Store> store_;
+    std::unique_ptr<QLockFile> lock_;
+    std::unique_ptr<Backend> backend_;
+    std::unique_ptr<Model> model_;
+    std::unique_ptr<ConversationRegistry> registry_;
+    std::atomic<bool> stop_{false};
+    std::atomic<bool> cancelLoad_{false};
+    std::unique_ptr<ChatSettings> settings_;
+    int backendThreads_ = -1;
+};
+
+}  // namespace kvchat

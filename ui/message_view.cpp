@@ -1,0 +1,289 @@
+#include "ui/message_view.h"
+
+#include "ui/markdown_segments.h"
+
+#include <QAbstractTextDocumentLayout>
+#include <QClipboard>
+#include <QFontDatabase>
+#include <QGuiApplication>
+#include <QHBoxLayout>
+#include <QLabel>
+#include <QLocale>
+#include <QTextBrowser>
+#include <QToolButton>
+#include <QVBoxLayout>
+
+#include <cmath>
+
+
+namespace kvchat {
+
+namespace {
+
+// A read-only text as tall as its content at the width it is given (the transcript scrolls,
+// never the message). New text is parsed into a fresh document that is then handed to the
+// widget: parsing straight into the shown document lays it out again after every insertion,
+// ten times slower for an answer of short lines.
+class TextPiece : public QTextBrowser {
+public:
+    explicit TextPiece(QWidget* parent = nullptr) : QTextBrowser(parent) {
+        setFrameShape(QFrame::NoFrame);
+        setVerticalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
+        setHorizontalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
+        setOpenExternalLinks(true);
+        setSizePolicy(QSizePolicy::Expanding, QSizePolicy::Fixed);
+        viewport()->setAutoFillBackground(false);
+        setAutoFillBackground(false);
+        setTextInteractionFlags(Qt::TextBrowserInteraction | Qt::TextSelectableByKeyboard);
+        setFixedHeight(fontMetrics().lineSpacing() + 8);
+    }
+    void show(const QString& text, bool markdown) {
+        auto* doc = new QTextDocument(this);
+        doc->setDefaultFont(font());
+        doc->setDocumentMargin(2);
+        if (markdown) doc->setMarkdown(text);
+        else doc->setPlainText(text);
+        // The widget's first document belongs to it and goes with setDocument(); later ones are ours.
+        QTextDocument* old = document();
+        const bool ours = old && old->parent() == this;
+        setDocument(doc);
+        if (ours) old->deleteLater();
+        connect(doc->documentLayout(), &QAbstractTextDocumentLayout::documentSizeChanged, this, [this] { fitHeight(); });
+        fitHeight();
+    }
+    // QTextEdit keeps the document as wide as the viewport (setting the width here would lay the
+    // whole document out again on every call).
+    void fitHeight() {
+        const int h = static_cast<int>(std::ceil(document()->size().height())) + 2 * frameWidth();
+        if (h != height()) setFixedHeight(h);
+    }
+};
+
+}  // namespace
+
+namespace {
+
+QString roleTitle(MessageRole r) {
+    switch (r) {
+        case MessageRole::System: return MessageView::tr("System");
+        case MessageRole::User: return MessageView::tr("You");
+        case MessageRole::Assistant: return MessageView::tr("Assistant");
+    }
+    return {};
+}
+
+QString number(qint64 n) { return QLocale().toString(n); }
+
+QString duration(double ms) {
+    if (ms >= 1000) return MessageView::tr("%1 s").arg(ms / 1000.0, 0, 'f', 2);
+    return MessageView::tr("%1 ms").arg(ms, 0, 'f', 0);
+}
+
+}  // namespace
+
+QString MessageView::figuresText(const AnswerFigures& f) {
+    if (!f.present()) return {};
+    QStringList parts;
+    QString prompt = tr("prompt %1 tokens").arg(number(f.promptTokens));
+    if (f.cachedTokens > 0 || f.computedTokens > 0) {
+        QString cached = tr("%1 cached").arg(number(f.cachedTokens));
+        if (f.prefixTokens > 0) cached += tr(" (%1 from a prefix)").arg(number(f.prefixTokens));
+        prompt += QStringLiteral(": ") + cached + tr(", %1 computed").arg(number(f.computedTokens));
+    }
+    parts << prompt;
+    if (f.prefillSavedMs > 0) parts << tr("saved %1 of prefill").arg(duration(f.prefillSavedMs));
+    if (f.ttftMs >= 0) parts << tr("first token %1").arg(duration(f.ttftMs));
+    if (f.tokensPerSecond >= 0) parts << tr("%1 tok/s").arg(f.tokensPerSecond, 0, 'f', 1);
+    parts << tr("%1 tokens").arg(number(f.generatedTokens));
+    return parts.join(QStringLiteral(" · "));
+}
+
+MessageView::MessageView(const MessageItem& message, QWidget* parent) : QFrame(parent), message_(message) {
+    setObjectName(QStringLiteral("message"));
+    setFrameShape(QFrame::StyledPanel);
+    // The user's messages stand out on the palette's alternate base, in light and dark themes alike.
+    setAutoFillBackground(true);
+    setBackgroundRole(message.role == MessageRole::User ? QPalette::AlternateBase : QPalette::Base);
+    setAccessibleName(roleTitle(message.role) + tr(" message"));
+
+    auto* outer = new QVBoxLayout(this);
+    outer->setContentsMargins(10, 6, 10, 6);
+    outer->setSpacing(4);
+    auto* header = new QHBoxLayout;
+    roleLabel_ = new QLabel(QStringLiteral("<b>%1</b>").arg(roleTitle(message.role)));
+    header->addWidget(roleLabel_);
+    header->addStretch(1);
+    auto tool = [&](const QString& text, const QString& name, const QString& tip) {
+        auto* b = new QToolButton;
+        b->setText(text);
+        b->setObjectName(name);
+        b->setToolTip(tip);
+        b->setAccessibleName(tip);
+        b->setAutoRaise(true);
+        header->addWidget(b);
+        return b;
+    };
+    if (message.role == MessageRole::User) {
+        edit_ = tool(tr("Edit"), QStringLiteral("editMessageButton"), tr("Edit this message and answer it again"));
+        connect(edit_, &QToolButton::clicked, this, [this] { Q_EMIT editRequested(message_.ordinal, message_.content); });
+    }
+    if (message.role == MessageRole::Assistant) {
+        regenerate_ = tool(tr("Regenerate"), QStringLiteral("regenerateButton"), tr("Answer again (Ctrl+R)"));
+        regenerate_->setVisible(false);
+        connect(regenerate_, &QToolButton::clicked, this, &MessageView::regenerateRequested);
+    }
+    copy_ = tool(tr("Copy"), QStringLiteral("copyMessageButton"), tr("Copy this message"));
+    connect(copy_, &QToolButton::clicked, this,
+            [this] { QGuiApplication::clipboard()->setText(message_.content); });
+    outer->addLayout(header);
+
+    body_ = new QVBoxLayout;
+    body_->setSpacing(4);
+    outer->addLayout(body_);
+    cutNote_ = new QLabel;
+    cutNote_->setObjectName(QStringLiteral("cutNote"));
+    cutNote_->setVisible(false);
+    outer->addWidget(cutNote_);
+    figures_ = new QLabel;
+    figures_->setObjectName(QStringLiteral("answerFigures"));
+    figures_->setWordWrap(true);
+    figures_->setTextInteractionFlags(Qt::TextSelectableByMouse);
+    figures_->setForegroundRole(QPalette::PlaceholderText);
+    outer->addWidget(figures_);
+
+    reparse_.setSingleShot(true);
+    reparse_.setInterval(kReparseMs);
+    connect(&reparse_, &QTimer::timeout, this, &MessageView::render);
+    setMessage(message);
+}
+
+void MessageView::setMessage(const MessageItem& message) {
+    message_ = message;
+    const QString f = figuresText(message.figures);
+    figures_->setText(f);
+    figures_->setVisible(!f.isEmpty());
+    render();
+}
+
+void MessageView::startStreaming() {
+    streaming_ = true;
+    setActionsEnabled(false);
+}
+
+void MessageView::appendText(const QString& piece) {
+    message_.content += piece;
+    if (!reparse_.isActive()) reparse_.start();
+}
+
+void MessageView::finish(const MessageItem& stored) {
+    streaming_ = false;
+    reparse_.stop();
+    MessageItem m = stored;
+    if (m.content.isEmpty() && m.id == 0) m.content = message_.content;  // nothing stored: keep what streamed
+    setMessage(m);
+    setActionsEnabled(true);
+}
+
+void MessageView::setActionsEnabled(bool enabled) {
+    if (edit_) edit_->setEnabled(enabled);
+    if (regenerate_) regenerate_->setEnabled(enabled);
+}
+
+void MessageView::setRegenerateVisible(bool visible) {
+    if (regenerate_) regenerate_->setVisible(visible);
+}
+
+QWidget* MessageView::makeSegmentWidget(const MarkdownSegment& s) {
+    if (!s.code) {
+        auto* t = new TextPiece;
+        t->setObjectName(QStringLiteral("messageText"));
+        t->setAccessibleName(tr("Message text"));
+        return t;
+    }
+    auto* frame = new QFrame;
+    frame->setObjectName(QStringLiteral("codeBlock"));
+    frame->setFrameShape(QFrame::StyledPanel);
+    frame->setAutoFillBackground(true);
+    frame->setBackgroundRole(QPalette::Window);
+    auto* v = new QVBoxLayout(frame);
+    v->setContentsMargins(6, 2, 6, 4);
+    v->setSpacing(2);
+    auto* h = new QHBoxLayout;
+    auto* lang = new QLabel;
+    lang->setObjectName(QStringLiteral("codeLanguage"));
+    lang->setForegroundRole(QPalette::PlaceholderText);
+    h->addWidget(lang);
+    h->addStretch(1);
+    auto* copy = new QToolButton;
+    copy->setObjectName(QStringLiteral("copyCodeButton"));
+    copy->setText(tr("Copy code"));
+    copy->setAccessibleName(tr("Copy code"));
+    copy->setAutoRaise(true);
+    h->addWidget(copy);
+    v->addLayout(h);
+    auto* code = new TextPiece;
+    code->setObjectName(QStringLiteral("codeText"));
+    code->setAccessibleName(tr("Code"));
+    code->setFont(QFontDatabase::systemFont(QFontDatabase::FixedFont));
+    code->setLineWrapMode(QTextEdit::WidgetWidth);
+    code->setWordWrapMode(QTextOption::WrapAtWordBoundaryOrAnywhere);
+    v->addWidget(code);
+    connect(copy, &QToolButton::clicked, frame,
+            [frame] { QGuiApplication::clipboard()->setText(frame->property("code").toString()); });
+    return frame;
+}
+
+void MessageView::updateSegmentWidget(QWidget* w, const MarkdownSegment& s) {
+    ++parses_;
+    if (!s.code) {
+        // A line break in an answer is a line break, as chat apps show them (Markdown alone would
+        // join the lines of a list without markers, or of a poem, into one paragraph).
+        static_cast<TextPiece*>(w)->show(QString(s.text).replace(u'\n', QStringLiteral("  \n")), true);
+        return;
+    }
+    w->setProperty("code", s.text);
+    w->findChild<QLabel*>(QStringLiteral("codeLanguage"))->setText(s.language);
+    auto* code = static_cast<TextPiece*>(w->findChild<QTextBrowser*>(QStringLiteral("codeText")));
+    code->show(s.text, false);
+}
+
+void MessageView::render() {
+    QString text = message_.content;
+    const bool cut = text.size() > kShownChars;
+    if (cut) text.truncate(kShownChars);
+    cutNote_->setVisible(cut);
+    if (cut)
+        cutNote_->setText(tr("<i>… %1 more characters not shown (Copy copies all of it)</i>")
+                              .arg(number(message_.content.size() - kShownChars)));
+    QList<MarkdownSegment> segs = split_markdown(text);
+    if (message_.role != MessageRole::Assistant && !cut) {
+        // What the user typed is shown as typed (Markdown), except that a message with no text
+        // still shows an empty line.
+        if (segs.isEmpty()) segs.push_back({});
+    }
+    for (qsizetype i = 0; i < segs.size(); ++i) {
+        if (i < shown_.size() && shown_[i] == segs[i]) continue;
+        if (i < shown_.size() && shown_[i].code != segs[i].code) {
+            for (qsizetype j = i; j < segmentWidgets_.size(); ++j) {
+                segmentWidgets_[j]->hide();
+                segmentWidgets_[j]->deleteLater();
+            }
+            segmentWidgets_.resize(i);
+            shown_.resize(i);
+        }
+        if (i >= segmentWidgets_.size()) {
+            QWidget* w = makeSegmentWidget(segs[i]);
+            body_->addWidget(w);
+            segmentWidgets_.push_back(w);
+        }
+        updateSegmentWidget(segmentWidgets_[i], segs[i]);
+    }
+    for (qsizetype j = segs.size(); j < segmentWidgets_.size(); ++j) {
+        segmentWidgets_[j]->hide();
+        segmentWidgets_[j]->deleteLater();
+    }
+    segmentWidgets_.resize(std::min(segmentWidgets_.size(), segs.size()));
+    shown_ = segs;
+}
+
+}  // namespace kvchat

@@ -1,0 +1,71 @@
+#pragma once
+// One message of the transcript: who said it, its text rendered as Markdown (code blocks in a
+// monospace frame with a Copy button), and under an answer the figures it was produced with.
+// Each message has its own documents, so a growing answer re-lays out only itself: while it
+// streams, the text is parsed again on a short timer, and only its last piece (see
+// markdown_segments.h); finish() parses once more when it ends.
+#include "ui/engine_values.h"
+#include "ui/markdown_segments.h"
+
+#include <QFrame>
+#include <QList>
+#include <QTimer>
+
+class QLabel;
+class QToolButton;
+class QVBoxLayout;
+
+namespace kvchat {
+
+class MessageView : public QFrame {
+    Q_OBJECT
+public:
+    explicit MessageView(const MessageItem& message, QWidget* parent = nullptr);
+
+    const MessageItem& message() const { return message_; }
+    QString content() const { return message_.content; }
+    bool streaming() const { return streaming_; }
+
+    // Streaming: the answer grows by `piece`; the view catches up on its own timer.
+    void startStreaming();
+    void appendText(const QString& piece);
+    // The stored answer (figures, id) replaces what streamed; parsed one last time.
+    void finish(const MessageItem& stored);
+    void setMessage(const MessageItem& message);
+    void setActionsEnabled(bool enabled);
+    void setRegenerateVisible(bool visible);
+    // How many times the message's documents were parsed (for tests of the streaming cost).
+    int parses() const { return parses_; }
+
+    // Messages longer than this are shown cut (Copy still copies all of it): laying out a pasted
+    // megabyte would freeze the window for seconds.
+    static constexpr qsizetype kShownChars = 32 * 1024;
+    static constexpr int kReparseMs = 80;
+
+    static QString figuresText(const AnswerFigures& f);
+
+Q_SIGNALS:
+    void editRequested(int ordinal, const QString& content);
+    void regenerateRequested();
+
+private:
+    void render();
+    QWidget* makeSegmentWidget(const MarkdownSegment& s);
+    void updateSegmentWidget(QWidget* w, const MarkdownSegment& s);
+
+    MessageItem message_;
+    bool streaming_ = false;
+    int parses_ = 0;
+    QTimer reparse_;
+    QLabel* roleLabel_ = nullptr;
+    QLabel* figures_ = nullptr;
+    QLabel* cutNote_ = nullptr;
+    QToolButton* copy_ = nullptr;
+    QToolButton* edit_ = nullptr;
+    QToolButton* regenerate_ = nullptr;
+    QVBoxLayout* body_ = nullptr;
+    QList<MarkdownSegment> shown_;
+    QList<QWidget*> segmentWidgets_;
+};
+
+}  // namespace kvchat
