@@ -4,6 +4,7 @@
 // decode path that splits one tile across threads, and head sizes that are not multiples of 8.
 // Also: results do not depend on the thread count or on how the same slots are split into views.
 #include "engine/cache/attention.h"
+#include "engine/compute/kv_dtype.h"
 #include "engine/compute/matmul.h"
 #include "engine/compute/quant_blocks.h"
 #include "engine/compute/thread_pool.h"
@@ -182,6 +183,21 @@ std::vector<float> run(const Case& c, const Data& d, int views, int threads) {
     std::vector<float> out(static_cast<size_t>(c.n_q) * c.n_head * c.hd, -7.0f);
     attend(input(c, d, views), shape_of(c), out.data(), pool);
     return out;
+}
+
+// The input with its slot views stored as `t` (keys and values each in a buffer of their own, kept
+// in `keep`): what a cache of that dtype hands attend().
+AttentionInput stored_as(AttentionInput in, KvDtype t, int kv_dim, std::vector<std::vector<uint8_t>>& keep) {
+    in.dtype = t;
+    for (SlotView& sv : in.slots) {
+        const int64_t len = (sv.n - 1) * sv.stride + kv_dim;
+        for (const void** p : {&sv.k, &sv.v}) {
+            keep.emplace_back(static_cast<size_t>(len) * kv_dtype_bytes(t));
+            kv_store_row(t, static_cast<const float*>(*p), keep.back().data(), len);
+            *p = keep.back().data();
+        }
+    }
+    return in;
 }
 
 // --- llama.cpp's order, scalar -----------------------------------------------------------------
@@ -392,9 +408,57 @@ private Q_SLOTS:
                                  qPrintable(QString("%1, %2 threads, %3 views: output %4: %5 vs %6")
                                                 .arg(level).arg(threads).arg(views).arg(i)
                                                 .arg(double(out[i]), 0, 'g', 9).arg(double(want[i]), 0, 'g', 9)));
+                    // The same slots stored as f16, as the cache keeps them: read in place, the
+                    // same bits.
+                    std::vector<std::vector<uint8_t>> keep;
+                    const AttentionInput in16 = stored_as(in, KvDtype::F16, c.n_kv * c.hd, keep);
+                    QVERIFY(llama_order_applies(in16, shape));
+                    std::vector<float> out16(want.size(), -7.0f);
+                    attend(in16, shape, out16.data(), pool);
+                    QVERIFY2(std::memcmp(out16.data(), want.data(), want.size() * sizeof(float)) == 0,
+                             qPrintable(QString("%1, %2 threads, %3 views: f16 slots").arg(level).arg(threads).arg(views)));
                 }
         }
+        qInfo("SIMD level of this machine: %s (both levels checked)", simd_level());
         force_simd_level(nullptr);
+    }
+
+    // Slots stored as f16 or bf16 are read in place (converted in registers): with values on
+    // their grid, every output equals that of the same values in f32, whatever the case.
+    void storedFormatsReadAlike_data() { matchesDoubleReference_data(); }
+    void storedFormatsReadAlike() {
+        Case c;
+        QFETCH(int, n_head);
+        QFETCH(int, n_kv);
+        QFETCH(int, hd);
+        QFETCH(int, n_q);
+        QFETCH(int, held);
+        QFETCH(int, window);
+        QFETCH(int, sinks);
+        QFETCH(bool, sink_q);
+        QFETCH(float, softcap);
+        QFETCH(int, views);
+        QFETCH(bool, ring);
+        QFETCH(int, quant_bits);
+        QFETCH(int, quant_tokens);
+        c.n_head = n_head, c.n_kv = n_kv, c.hd = hd, c.n_q = n_q, c.held = held, c.window = window, c.sinks = sinks;
+        c.sink_q = sink_q, c.softcap = softcap, c.views = views, c.ring = ring, c.quant_bits = quant_bits;
+        c.quant_tokens = quant_tokens;
+        for (KvDtype t : {KvDtype::F16, KvDtype::BF16}) {
+            Data d = make(c, 555u + static_cast<uint32_t>(held));
+            for (auto* v : {&d.k, &d.v, &d.kv, &d.newk, &d.newv})
+                for (float& x : *v) {
+                    uint16_t h;
+                    kv_store_row(t, &x, &h, 1);
+                    kv_load_row(t, &h, &x, 1);
+                }
+            ThreadPool pool(2);
+            const std::vector<float> want = run(c, d, c.views, 2);
+            std::vector<std::vector<uint8_t>> keep;
+            std::vector<float> out(want.size(), -7.0f);
+            attend(stored_as(input(c, d, c.views), t, c.n_kv * c.hd, keep), shape_of(c), out.data(), pool);
+            QVERIFY2(std::memcmp(out.data(), want.data(), want.size() * sizeof(float)) == 0, kv_dtype_name(t));
+        }
     }
 
     // A query that sees nothing (every slot ahead of it) gets zeros, not NaN.

@@ -1,9 +1,9 @@
 #pragma once
 // One cache layer assembled from the four axes: storage (growable or preallocated), precision
-// (f32, or KIVI blocks behind a full-precision residual), retention (all, a ring window, or
+// (f16, bf16 or f32, or KIVI blocks behind a residual in one of those), retention (all, a ring window, or
 // sinks plus a ring) and placement (resident, or in an OffloadTier between uses).
 //
-// The layer's bytes live in one arena: [f32 slots][residual][quantized blocks]; only the last
+// The layer's bytes live in one arena: [full-precision slots][residual][quantized blocks]; only the last
 // region in use ever grows, so growth never moves data. Positions and block bookkeeping stay in
 // ordinary memory (a few bytes per token), so crops and telemetry never touch the arena.
 #include "engine/cache/cache_layer.h"
@@ -26,7 +26,8 @@ struct LayerConfig {
     int sinks = 0;
     bool fixed = false;  // capacity allocated up front
     int64_t max_len = 0; // All + fixed: positions the layer may hold
-    int nbits = 0;       // 0: f32
+    KvDtype dtype = KvDtype::F16;  // full-precision slots, residual and sinks
+    int nbits = 0;       // 0: full precision
     int residual = 128, group = 64;
     bool offloaded = false;
 };
@@ -67,9 +68,11 @@ private:
     bool full() const { return cfg_.nbits == 0; }
     bool ordered() const { return full() && cfg_.retention == RetentionKind::All; }
     int64_t slot_index(int32_t p) const;
-    size_t rec_bytes() const { return static_cast<size_t>(2 * kv_dim_) * sizeof(float); }
-    float* slot(int64_t i) const { return reinterpret_cast<float*>(base_ + static_cast<size_t>(i) * rec_bytes()); }
-    float* res_slot(int64_t i) const { return reinterpret_cast<float*>(base_ + res_off_ + static_cast<size_t>(i) * rec_bytes()); }
+    // A record: the key row, then the value row, kv_dim values each in cfg_.dtype.
+    size_t row_bytes() const { return static_cast<size_t>(kv_dim_) * kv_dtype_bytes(cfg_.dtype); }
+    size_t rec_bytes() const { return 2 * row_bytes(); }
+    uint8_t* slot(int64_t i) const { return base_ + static_cast<size_t>(i) * rec_bytes(); }
+    uint8_t* res_slot(int64_t i) const { return base_ + res_off_ + static_cast<size_t>(i) * rec_bytes(); }
     uint8_t* block_data(int32_t rec) const { return base_ + blk_off_ + static_cast<size_t>(rec) * kivi_.block_bytes; }
     size_t used_bytes() const;
     size_t capacity_bytes() const;
@@ -83,13 +86,16 @@ private:
     // Arena access: the bytes are valid between begin() and end() (the slow tier lends them).
     void begin() const;
     void end() const;
-    void store(int32_t p, const float* k, const float* v);
+    // k, v: rows in cfg_.dtype.
+    void store(int32_t p, const void* k, const void* v);
     void quantize_oldest();
     void evict_before(int32_t keep_from);
     // The first row import_tokens may put in the residual (see there).
     size_t import_from(const TokenRows& rows, int64_t length) const;
     int32_t oldest_recent() const;  // oldest non-sink position held; kEmpty if none
     void clear_meta();
+    // layout() without the dtype: what the formats before the dtype was recorded (all f32) wrote.
+    std::string layout_core() const;
 
     LayerSpec spec_;
     LayerConfig cfg_;

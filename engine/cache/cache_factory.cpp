@@ -12,6 +12,7 @@ LayerConfig layer_config(const LayerSpec& spec, const CacheSpec& s) {
     c.residual = s.residual;
     c.group = s.group;
     c.offloaded = s.offloaded;
+    c.dtype = s.dtype.value_or(spec.kv_dtype);
     const int m = spec.model_window;
     if (m > 0) {
         // A model's sliding layer never looks further back than its window, so every strategy

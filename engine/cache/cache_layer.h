@@ -4,6 +4,7 @@
 // when q <= p and, on a sliding layer of window W, p - q < W.
 #include "engine/cache/rope.h"
 #include "engine/compute/backend.h"
+#include "engine/compute/kv_dtype.h"
 
 #include <cstdint>
 #include <string>
@@ -28,12 +29,16 @@ struct LayerSpec {
     AttentionShape shape;
     RopeSpec rope;
     int model_window = 0;  // the model's sliding window for this layer; 0 = global attention
+    // The full-precision format a spec without dtype= keeps: the model's own (f16 for GGUF
+    // models, whose keys and values llama.cpp keeps in f16; f32 for float checkpoints).
+    KvDtype kv_dtype = KvDtype::F16;
 };
 
 // What the cache inspector draws for one layer.
 struct LayerTelemetry {
     std::string kind;            // "global" or "sliding" (the model's attention kind)
-    std::string storage;         // how the cache keeps it, e.g. "growable f32"
+    std::string storage;         // how the cache keeps it, e.g. "growable f16"
+    std::string dtype;           // the full-precision format: "f16", "bf16" or "f32"
     int64_t tokens_held = 0;
     int64_t capacity = 0;        // slots allocated (growable layers: current allocation)
     int64_t bytes_fast = 0;      // resident bytes
@@ -60,6 +65,7 @@ struct TokenRows {
     std::vector<float> k, v;  // pos.size() x kv_dim each
     std::vector<uint8_t> exact;
     int nbits = 0, group = 0;  // the quantized format the rows with exact == 0 came from
+    KvDtype dtype = KvDtype::F32;  // the format the rows with exact == 1 were kept in
 };
 
 class ByteReader;

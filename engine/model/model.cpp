@@ -396,6 +396,7 @@ std::vector<LayerSpec> Model::layer_specs() const {
         s.shape = AttentionShape{c.n_head, c.n_head_kv, c.head_dim, c.query_scale, c.attn_softcap, c.f16_attention};
         s.rope = sliding ? c.rope_sliding : c.rope_global;
         s.model_window = sliding ? c.sliding_window : 0;
+        s.kv_dtype = c.f16_attention ? KvDtype::F16 : KvDtype::F32;
     }
     return specs;
 }
