@@ -9,7 +9,7 @@
 #include "engine/cache/cache_spec.h"
 #include "engine/cache/convert.h"
 #include "engine/generate/generator.h"
-#include "engine/model/gguf_file.h"
+#include "engine/format/gguf_file.h"
 #include "engine/model/model.h"
 #include "engine/model/model_path.h"
 

@@ -1,6 +1,6 @@
 // kvchat: the desktop application.
 #include "engine/error.h"
-#include "engine/model/gguf_file.h"
+#include "engine/format/gguf_file.h"
 #include "engine/model/model_path.h"
 #include "ui/main_window.h"
 

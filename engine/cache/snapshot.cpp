@@ -4,7 +4,7 @@
 #include "engine/cache/cache_factory.h"
 #include "engine/compute/thread_pool.h"
 #include "engine/error.h"
-#include "engine/store/atomic_file.h"
+#include "engine/common/atomic_file.h"
 
 #include <fcntl.h>
 #include <nmmintrin.h>

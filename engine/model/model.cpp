@@ -3,7 +3,7 @@
 #include "engine/cache/cache_factory.h"
 #include "engine/error.h"
 #include "engine/model/architectures.h"
-#include "engine/model/gguf_file.h"
+#include "engine/format/gguf_file.h"
 #include "engine/model/safetensors_dir.h"
 
 #include <sys/stat.h>
