@@ -3,7 +3,7 @@
 // blocks, with causal, sliding-window and sink visibility, softcap, tiles of many shapes, the
 // decode path that splits one tile across threads, and head sizes that are not multiples of 8.
 // Also: results do not depend on the thread count or on how the same slots are split into views.
-#include "engine/cache/attention.h"
+#include "engine/compute/attention.h"
 #include "engine/compute/kv_dtype.h"
 #include "engine/compute/matmul.h"
 #include "engine/compute/quant_blocks.h"
@@ -201,7 +201,7 @@ AttentionInput stored_as(AttentionInput in, KvDtype t, int kv_dim, std::vector<s
 }
 
 // --- llama.cpp's order, scalar -----------------------------------------------------------------
-// attend_llama_order stated plainly (engine/cache/attention_llama_order.cpp has the why): the
+// attend_reference_order stated plainly (engine/cache/attention_reference_order.cpp has the why): the
 // lanes are llama.cpp's, position p in lane p % 16.
 
 // _mm512_reduce_add_ps: lane i + lane i + 8, then + 4, then (0 + 2) + (1 + 3).
@@ -228,7 +228,7 @@ float ggml_expf(float x) {
 float round_f16(float x) { return fp16_to_fp32(fp32_to_fp16(x)); }
 
 // Query t, head h; decode: a call of one query (ggml_vec_dot_f16's four accumulators).
-void llama_order_row(const Case& c, const Data& d, int t, int h, float* o) {
+void reference_order_row(const Case& c, const Data& d, int t, int h, float* o) {
     const int kv_dim = c.n_kv * c.hd, q_dim = c.n_head * c.hd, g = h / (c.n_head / c.n_kv);
     const bool decode = c.n_q == 1;
     const int32_t p = d.qpos[size_t(t)];
@@ -352,10 +352,10 @@ private Q_SLOTS:
     }
 
     // f16 probabilities (GGUF models) take llama.cpp's order: every output bit for bit what
-    // llama_order_row states, at both SIMD levels, for any thread count and any cut into views.
+    // reference_order_row states, at both SIMD levels, for any thread count and any cut into views.
     // (The fp16 probabilities absorb most last-bit differences of a score; test_gemma3_golden and
     // tests/dump_kvchat_tensors check the scores of the default model against llama.cpp itself.)
-    void llamaOrderIsExact_data() {
+    void referenceOrderIsExact_data() {
         QTest::addColumn<int>("n_head");
         QTest::addColumn<int>("n_kv");
         QTest::addColumn<int>("hd");
@@ -372,7 +372,7 @@ private Q_SLOTS:
         QTest::newRow("gqa 8/2 head_dim 80") << 8 << 2 << 80 << 13 << 60 << 7 << false;
         QTest::newRow("gqa decode head_dim 80") << 8 << 2 << 80 << 1 << 100 << 0 << false;
     }
-    void llamaOrderIsExact() {
+    void referenceOrderIsExact() {
         Case c;
         QFETCH(int, n_head);
         QFETCH(int, n_kv);
@@ -389,7 +389,7 @@ private Q_SLOTS:
             for (float& x : *v) x = round_f16(x);
         std::vector<float> want(static_cast<size_t>(c.n_q) * c.n_head * c.hd);
         for (int t = 0; t < c.n_q; ++t)
-            for (int h = 0; h < c.n_head; ++h) llama_order_row(c, d, t, h, want.data() + (size_t(t) * c.n_head + h) * c.hd);
+            for (int h = 0; h < c.n_head; ++h) reference_order_row(c, d, t, h, want.data() + (size_t(t) * c.n_head + h) * c.hd);
         AttentionShape shape = shape_of(c);
         shape.scale = 1.0f;
         shape.f16_rounding = true;
@@ -399,7 +399,7 @@ private Q_SLOTS:
                 for (int views : {1, 3}) {
                     AttentionInput in = input(c, d, views);
                     in.f16_probs = true;
-                    QVERIFY(llama_order_applies(in, shape));
+                    QVERIFY(reference_order_applies(in, shape));
                     ThreadPool pool(threads);
                     std::vector<float> out(want.size(), -7.0f);
                     attend(in, shape, out.data(), pool);
@@ -412,7 +412,7 @@ private Q_SLOTS:
                     // same bits.
                     std::vector<std::vector<uint8_t>> keep;
                     const AttentionInput in16 = stored_as(in, KvDtype::F16, c.n_kv * c.hd, keep);
-                    QVERIFY(llama_order_applies(in16, shape));
+                    QVERIFY(reference_order_applies(in16, shape));
                     std::vector<float> out16(want.size(), -7.0f);
                     attend(in16, shape, out16.data(), pool);
                     QVERIFY2(std::memcmp(out16.data(), want.data(), want.size() * sizeof(float)) == 0,

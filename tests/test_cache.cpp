@@ -6,7 +6,7 @@
 #include "engine/cache/cache_factory.h"
 #include "engine/cache/cache_spec.h"
 #include "engine/cache/convert.h"
-#include "engine/cache/kivi_block.h"
+#include "engine/compute/kivi_block.h"
 #include "engine/cache/offload_tier.h"
 #include "engine/cache/snapshot.h"
 #include "engine/common/growable_arena.h"

@@ -1,6 +1,6 @@
 // The default model against llama.cpp (golden data from tests/reference/make_golden_gemma3.py):
 // tokenization, logits at every position, and greedy continuations. kvchat computes a GGUF model
-// in llama.cpp's CPU rounding order (engine/compute/matmul_kernels.h, engine/cache/attention.h),
+// in llama.cpp's CPU rounding order (engine/compute/matmul_kernels.h, engine/compute/attention.h),
 // so it is held to issue 3's bounds and to the logits themselves, up to the golden file's
 // rounding to 4 decimals. How far llama.cpp's own two attention paths (default and flash) are
 // from each other is printed for scale: that is what a kernel of its own order would get.

@@ -1,12 +1,10 @@
 #include "engine/cache/axis_layer.h"
 
-#include "engine/cache/attention.h"
+#include "engine/compute/attention.h"
 #include "engine/cache/byte_io.h"
 #include "engine/cache/offload_tier.h"
 #include "engine/compute/quant_blocks.h"
 #include "engine/error.h"
-
-#include <immintrin.h>
 
 #include <algorithm>
 #include <cstring>
@@ -16,18 +14,6 @@
 namespace kvchat {
 
 namespace {
-
-// x[i] * scale rounded to the nearest fp16 value (ties to even), kept as float; F16C eight at a
-// time, as the conversion runs over every query of a prefill.
-void round_to_fp16(float* x, int64_t n, float scale) {
-    const __m256 vs = _mm256_set1_ps(scale);
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        const __m128i h = _mm256_cvtps_ph(_mm256_mul_ps(_mm256_loadu_ps(x + i), vs), _MM_FROUND_TO_NEAREST_INT);
-        _mm256_storeu_ps(x + i, _mm256_cvtph_ps(h));
-    }
-    for (; i < n; ++i) x[i] = fp16_to_fp32(fp32_to_fp16(x[i] * scale));
-}
 
 constexpr uint32_t kLayerMagic = 0x5259414C;   // "LAYR": the first format
 constexpr uint32_t kLayerMagic2 = 0x3259414C;  // "LAY2": slot data after a padding that page-aligns it in a file
@@ -62,9 +48,13 @@ private:
 
 }  // namespace
 
-AxisLayer::AxisLayer(const LayerSpec& spec, const LayerConfig& cfg, ThreadPool& pool, OffloadTier* tier, int tier_index)
-    : spec_(spec), cfg_(cfg), pool_(pool), tier_(cfg.offloaded ? tier : nullptr), tier_index_(tier_index),
-      kv_dim_(static_cast<int64_t>(spec.shape.n_head_kv) * spec.shape.head_dim) {
+AxisLayer::AxisLayer(const LayerSpec& spec, const LayerConfig& cfg, Backend& backend, OffloadTier* tier, int tier_index)
+    : spec_(spec), cfg_(cfg), backend_(backend), tier_(cfg.offloaded ? tier : nullptr), tier_index_(tier_index),
+      kv_dim_(static_cast<int64_t>(spec.shape.n_head_kv) * spec.shape.head_dim),
+      slots_(cfg.nbits == 0 && cfg.retention == RetentionKind::All
+                 ? SlotPositions::in_order()
+                 : SlotPositions::ring(cfg.retention == RetentionKind::Sink ? cfg.sinks : 0,
+                                       cfg.retention == RetentionKind::Sink ? cfg.window - cfg.sinks : cfg.window)) {
     switch (cfg_.retention) {
         case RetentionKind::All: recent_ = spec.model_window; break;
         case RetentionKind::SlidingWindow: recent_ = cfg_.window; break;
@@ -98,24 +88,18 @@ AxisLayer::AxisLayer(const LayerSpec& spec, const LayerConfig& cfg, ThreadPool& 
     }
     res_off_ = static_cast<size_t>(slot_cap_) * rec_bytes();
     blk_off_ = res_off_ + static_cast<size_t>(res_cap_) * rec_bytes();
-    slot_pos_.assign(static_cast<size_t>(slot_cap_), kEmpty);
+    slots_.grow(slot_cap_);
     res_pos_.resize(static_cast<size_t>(res_cap_));
     if (tier_) {
         if (cfg_.fixed) tier_->ensure(tier_index_, capacity_bytes());
     } else {
-        resident_.resize(capacity_bytes());
+        resident_ = backend_.alloc_kv();
+        resident_->resize(capacity_bytes());
     }
 }
 
-int64_t AxisLayer::slot_index(int32_t p) const {
-    if (ordered()) return n_ordered_;
-    if (p < sink_end_) return p;
-    if (cfg_.retention == RetentionKind::SlidingWindow) return p % cfg_.window;
-    return sink_end_ + (p - sink_end_) % (cfg_.window - sink_end_);
-}
-
 size_t AxisLayer::used_bytes() const {
-    if (full()) return static_cast<size_t>(slot_used_) * rec_bytes();
+    if (full()) return static_cast<size_t>(slots_.used()) * rec_bytes();
     return blk_off_ + static_cast<size_t>(blk_used_) * kivi_.block_bytes;
 }
 
@@ -127,7 +111,7 @@ size_t AxisLayer::capacity_bytes() const {
 void AxisLayer::begin() const {
     dirty_lo_ = std::numeric_limits<size_t>::max();
     dirty_hi_ = 0;
-    base_ = tier_ ? tier_->acquire(tier_index_, used_bytes(), capacity_bytes()) : resident_.data();
+    base_ = tier_ ? tier_->acquire(tier_index_, used_bytes(), capacity_bytes()) : resident_->data();
 }
 
 void AxisLayer::end() const {
@@ -142,29 +126,26 @@ void AxisLayer::grow_slots(int64_t need) {
     if (need > slot_limit_) throw Error("cache layer " + std::to_string(spec_.index) + ": no room for slot " + std::to_string(need - 1));
     const int64_t cap = std::min<int64_t>(slot_limit_, std::max<int64_t>({need, 2 * slot_cap_, 16}));
     slot_cap_ = cap;
-    slot_pos_.resize(static_cast<size_t>(cap), kEmpty);
+    slots_.grow(cap);
     res_off_ = blk_off_ = static_cast<size_t>(cap) * rec_bytes();
     if (tier_) {
         base_ = tier_->grow(tier_index_, capacity_bytes());
     } else {
-        resident_.resize(capacity_bytes());
-        base_ = resident_.data();
+        resident_->resize(capacity_bytes());
+        base_ = resident_->data();
     }
 }
 
 void AxisLayer::store(int32_t p, const void* k, const void* v) {
     const size_t rb = rec_bytes(), half = rb / 2;
     if (full() || p < sink_end_) {
-        const int64_t i = slot_index(p);
+        const int64_t i = slots_.slot_for(p);
         if (i >= slot_cap_) grow_slots(i + 1);
-        if (slot_pos_[static_cast<size_t>(i)] != kEmpty) ++evicted_;
         uint8_t* dst = slot(i);
         std::memcpy(dst, k, half);
         std::memcpy(dst + half, v, half);
         mark(static_cast<size_t>(i) * rb, static_cast<size_t>(i + 1) * rb);
-        slot_pos_[static_cast<size_t>(i)] = p;
-        if (ordered()) n_ordered_ = i + 1;
-        slot_used_ = std::max(slot_used_, i + 1);
+        if (slots_.put(i, p)) ++evicted_;
     } else {
         if (res_count_ == 0) res_first_ = p;
         uint8_t* dst = res_slot(res_count_);
@@ -190,8 +171,8 @@ void AxisLayer::quantize_oldest() {
             if (tier_) {
                 base_ = tier_->grow(tier_index_, capacity_bytes());
             } else {
-                resident_.resize(capacity_bytes());
-                base_ = resident_.data();
+                resident_->resize(capacity_bytes());
+                base_ = resident_->data();
             }
         }
         rec = static_cast<int32_t>(blk_used_++);
@@ -201,10 +182,10 @@ void AxisLayer::quantize_oldest() {
     thread_local std::vector<float> rows;
     if (cfg_.dtype != KvDtype::F32) {
         rows.resize(static_cast<size_t>(G) * 2 * static_cast<size_t>(kv_dim_));
-        kv_load_row(cfg_.dtype, res_slot(0), rows.data(), static_cast<int64_t>(G) * 2 * kv_dim_);
+        backend_.kv_load(cfg_.dtype, res_slot(0), rows.data(), static_cast<int64_t>(G) * 2 * kv_dim_);
         first = rows.data();
     }
-    kivi_quantize_block(kivi_, first, first + kv_dim_, 2 * kv_dim_, G, block_data(rec));
+    backend_.kv_quantize(kivi_, first, first + kv_dim_, 2 * kv_dim_, G, block_data(rec));
     const size_t at = blk_off_ + static_cast<size_t>(rec) * kivi_.block_bytes;
     mark(at, at + kivi_.block_bytes);
     blocks_.push_back({res_first_, G, rec});
@@ -235,8 +216,8 @@ void AxisLayer::evict_before(int32_t keep_from) {
 size_t AxisLayer::bytes_after(int64_t first, int64_t n) const {
     if (cfg_.fixed) return capacity_bytes();
     if (full()) {
-        // A slot's index never exceeds its position (see slot_index), and rings stop at their limit.
-        const int64_t slots = std::max<int64_t>(slot_used_, std::min<int64_t>(slot_limit_, first + n));
+        // A slot's index never exceeds its position (see SlotPositions), and rings stop at their limit.
+        const int64_t slots = std::max<int64_t>(slots_.used(), std::min<int64_t>(slot_limit_, first + n));
         return static_cast<size_t>(slots) * rec_bytes();
     }
     // Each time the residual passes `residual`, one more block.
@@ -268,15 +249,13 @@ void AxisLayer::attend(Buffer& q, const Buffer& k, const Buffer& v, const int32_
     // real positions; RoPE depends only on the distance, which ranks and positions agree on.
     const bool sink_q = sink_end_ > 0 && pos[n - 1] >= cfg_.window;
     if (sink_q) qsink.assign(q.data, q.data + n * q_dim);
-    RopeAngles angles(spec_.rope);
-    for (int64_t t = 0; t < n; ++t) {
-        angles.set_position(pos[t]);
-        angles.rotate(q.data + t * q_dim, s.n_head, s.head_dim);
-        angles.rotate(knew.data() + t * kv_dim_, s.n_head_kv, s.head_dim);
-        if (sink_q) {
-            angles.set_position(std::min<int64_t>(pos[t], cfg_.window - 1));
-            angles.rotate(qsink.data() + t * q_dim, s.n_head, s.head_dim);
-        }
+    backend_.rope(spec_.rope, q.data, q_dim, pos, n, s.n_head, s.head_dim);
+    backend_.rope(spec_.rope, knew.data(), kv_dim_, pos, n, s.n_head_kv, s.head_dim);
+    if (sink_q) {
+        thread_local std::vector<int32_t> rank;
+        rank.resize(static_cast<size_t>(n));
+        for (int64_t t = 0; t < n; ++t) rank[static_cast<size_t>(t)] = std::min<int32_t>(pos[t], cfg_.window - 1);
+        backend_.rope(spec_.rope, qsink.data(), q_dim, rank.data(), n, s.n_head, s.head_dim);
     }
 
     // llama.cpp's cache is f16 and its q·k an f16 matmul: keys are stored as rounded, queries
@@ -287,11 +266,11 @@ void AxisLayer::attend(Buffer& q, const Buffer& k, const Buffer& v, const int32_
     thread_local std::vector<float> vnew;
     const float* vdata = v.data;
     if (f16) {
-        round_to_fp16(knew.data(), n * kv_dim_, 1.0f);
-        round_to_fp16(q.data, n * q_dim, s.scale);
-        if (sink_q) round_to_fp16(qsink.data(), n * q_dim, s.scale);
+        backend_.round_f16(knew.data(), n * kv_dim_, 1.0f);
+        backend_.round_f16(q.data, n * q_dim, s.scale);
+        if (sink_q) backend_.round_f16(qsink.data(), n * q_dim, s.scale);
         vnew.assign(v.data, v.data + n * kv_dim_);
-        round_to_fp16(vnew.data(), n * kv_dim_, 1.0f);
+        backend_.round_f16(vnew.data(), n * kv_dim_, 1.0f);
         vdata = vnew.data();
         shape.scale = 1.0f;
     }
@@ -304,8 +283,8 @@ void AxisLayer::attend(Buffer& q, const Buffer& k, const Buffer& v, const int32_
     if (cfg_.dtype != KvDtype::F32) {
         knew_s.resize(static_cast<size_t>(n) * row_bytes());
         vnew_s.resize(static_cast<size_t>(n) * row_bytes());
-        kv_store_row(cfg_.dtype, knew.data(), knew_s.data(), n * kv_dim_);
-        kv_store_row(cfg_.dtype, vdata, vnew_s.data(), n * kv_dim_);
+        backend_.kv_store(cfg_.dtype, knew.data(), knew_s.data(), n * kv_dim_);
+        backend_.kv_store(cfg_.dtype, vdata, vnew_s.data(), n * kv_dim_);
         kst = knew_s.data();
         vst = vnew_s.data();
     }
@@ -323,8 +302,8 @@ void AxisLayer::attend(Buffer& q, const Buffer& k, const Buffer& v, const int32_
     const int64_t stride = 2 * kv_dim_;
     // Views end at the last slot ever written, not the allocation, so two caches with the same
     // tokens split the work the same way whatever their growth history (bit-equal results).
-    const int64_t n_slots = ordered() ? n_ordered_ : slot_used_;
-    if (n_slots > 0) in.slots.push_back({slot(0), slot(0) + row_bytes(), slot_pos_.data(), n_slots, stride});
+    const int64_t n_slots = slots_.used();
+    if (n_slots > 0) in.slots.push_back({slot(0), slot(0) + row_bytes(), slots_.positions(), n_slots, stride});
     if (!full()) {
         in.kivi = &kivi_;
         for (const Block& b : blocks_) in.blocks.push_back({block_data(b.record), b.first, b.count});
@@ -332,7 +311,7 @@ void AxisLayer::attend(Buffer& q, const Buffer& k, const Buffer& v, const int32_
         if (res_count_ > 0) in.slots.push_back({res_slot(0), res_slot(0) + row_bytes(), res_pos_.data(), res_count_, stride});
     }
     in.slots.push_back({kst, vst, pos, n, kv_dim_});
-    kvchat::attend(in, shape, out.data, pool_);
+    backend_.attend(in, shape, out.data);
 
     // Keep the new tokens. An f32 ring skips the ones this chunk would overwrite anyway.
     const int32_t keep_from = pos[n - 1] + 1 - recent_;
@@ -351,14 +330,7 @@ void AxisLayer::attend(Buffer& q, const Buffer& k, const Buffer& v, const int32_
 void AxisLayer::crop(int64_t n_tokens) {
     const int32_t n = static_cast<int32_t>(std::min<int64_t>(n_tokens, std::numeric_limits<int32_t>::max()));
     if (n >= next_pos_) return;
-    if (ordered()) {
-        n_ordered_ = std::lower_bound(slot_pos_.begin(), slot_pos_.begin() + n_ordered_, n) - slot_pos_.begin();
-        std::fill(slot_pos_.begin() + n_ordered_, slot_pos_.end(), kEmpty);
-        slot_used_ = n_ordered_;
-    } else {
-        for (int32_t& p : slot_pos_)
-            if (p != kEmpty && p >= n) p = kEmpty;
-    }
+    slots_.crop(n);
     if (!full()) {
         while (!blocks_.empty() && blocks_.back().first >= n) {
             free_records_.push_back(blocks_.back().record);
@@ -375,8 +347,7 @@ void AxisLayer::crop(int64_t n_tokens) {
 }
 
 void AxisLayer::clear_meta() {
-    std::fill(slot_pos_.begin(), slot_pos_.end(), kEmpty);
-    n_ordered_ = slot_used_ = 0;
+    slots_.clear();
     blocks_.clear();
     free_records_.clear();
     blk_used_ = 0;
@@ -390,17 +361,13 @@ void AxisLayer::clear_meta() {
 void AxisLayer::reset() { clear_meta(); }
 
 int64_t AxisLayer::tokens_held() const {
-    if (ordered()) return n_ordered_;
-    int64_t held = std::count_if(slot_pos_.begin(), slot_pos_.end(), [](int32_t p) { return p != kEmpty; });
+    int64_t held = slots_.held();
     for (const Block& b : blocks_) held += b.count;
     return held + res_count_;
 }
 
 int32_t AxisLayer::oldest_recent() const {
-    if (ordered()) return n_ordered_ > 0 ? slot_pos_[0] : kEmpty;
-    int32_t oldest = kEmpty;
-    for (int32_t p : slot_pos_)
-        if (p != kEmpty && p >= sink_end_) oldest = std::min(oldest, p);
+    int32_t oldest = slots_.oldest(sink_end_);
     if (!blocks_.empty()) oldest = std::min(oldest, blocks_.front().first);
     if (res_count_ > 0) oldest = std::min(oldest, res_first_);
     return oldest;
@@ -432,7 +399,7 @@ LayerTelemetry AxisLayer::telemetry() const {
         t.capacity = slot_cap_;
         t.bytes_full_precision = t.tokens_held * rb;
     } else {
-        int64_t sinks = std::count_if(slot_pos_.begin(), slot_pos_.end(), [](int32_t p) { return p != kEmpty; });
+        const int64_t sinks = slots_.held();
         for (const Block& b : blocks_) t.quantized_tokens += b.count;
         t.residual_tokens = res_count_;
         t.capacity = slot_cap_ + res_cap_ + blk_cap_ * cfg_.group;
@@ -477,7 +444,7 @@ std::string AxisLayer::layout_core() const {
 
 void AxisLayer::save_state(std::string& out, int64_t file_offset) const {
     ArenaLoan<AxisLayer> loan(this, &AxisLayer::begin, &AxisLayer::end);
-    const int64_t n_slots = ordered() ? n_ordered_ : slot_used_;
+    const int64_t n_slots = slots_.used();
     // One allocation: a checkpoint is taken inside a turn's time to first token, and growing the
     // string by doubling would copy and fault in its megabytes several times.
     out.reserve(out.size() + 256 + static_cast<size_t>(n_slots) * (sizeof(int32_t) + rec_bytes()) +
@@ -489,7 +456,7 @@ void AxisLayer::save_state(std::string& out, int64_t file_offset) const {
     w.put<int32_t>(next_pos_);
     w.put<int64_t>(evicted_);
     w.put<int64_t>(n_slots);
-    w.bytes(slot_pos_.data(), static_cast<size_t>(n_slots) * sizeof(int32_t));
+    w.bytes(slots_.positions(), static_cast<size_t>(n_slots) * sizeof(int32_t));
     uint32_t pad = 0;
     if (file_offset >= 0 && full() && n_slots > 0) {
         const size_t data_at = static_cast<size_t>(file_offset) + (out.size() - begin) + sizeof pad;
@@ -498,7 +465,7 @@ void AxisLayer::save_state(std::string& out, int64_t file_offset) const {
     w.put<uint32_t>(pad);
     out.append(pad, '\0');
     for (int64_t i = 0; i < n_slots; ++i)
-        if (slot_pos_[static_cast<size_t>(i)] != kEmpty) w.bytes(slot(i), rec_bytes());
+        if (slots_.at(i) != kEmpty) w.bytes(slot(i), rec_bytes());
     if (!full()) {
         w.put<int32_t>(res_first_);
         w.put<int64_t>(res_count_);
@@ -530,17 +497,13 @@ void AxisLayer::load_state(ByteReader& r) {
         const int64_t evicted = r.get<int64_t>("evicted count");
         if (next < 0 || evicted < 0) r.fail("layer " + std::to_string(spec_.index) + ": negative counts");
         const int64_t n_slots = r.get<int64_t>("slot count");
-        if (n_slots < 0 || n_slots > slot_limit_ || (ordered() && n_slots > next) ||
-            static_cast<uint64_t>(n_slots) * sizeof(int32_t) > r.remaining())
+        if (n_slots < 0 || n_slots > slot_limit_ || static_cast<uint64_t>(n_slots) * sizeof(int32_t) > r.remaining())
             r.fail("layer " + std::to_string(spec_.index) + ": bad slot count " + std::to_string(n_slots));
         std::vector<int32_t> pos(static_cast<size_t>(n_slots));
         const char* pos_bytes = r.take(pos.size() * sizeof(int32_t), "slot positions");
         if (!pos.empty()) std::memcpy(pos.data(), pos_bytes, pos.size() * sizeof(int32_t));
-        for (int64_t i = 0; i < n_slots; ++i) {
-            const int32_t p = pos[static_cast<size_t>(i)];
-            const bool ok = ordered() ? p == i : p == kEmpty || (p >= 0 && p < next && slot_index(p) == i);
-            if (!ok) r.fail("layer " + std::to_string(spec_.index) + ": slot " + std::to_string(i) + " holds an impossible position");
-        }
+        if (!slots_.valid(pos.data(), n_slots, next))
+            r.fail("layer " + std::to_string(spec_.index) + ": its slots hold impossible positions");
         if (magic != kLayerMagic) {
             const uint32_t pad = r.get<uint32_t>("padding length");
             if (pad >= kFilePage) r.fail("layer " + std::to_string(spec_.index) + ": bad padding");
@@ -562,11 +525,11 @@ void AxisLayer::load_state(ByteReader& r) {
         if (n_records == n_slots && n_slots > 0 && !tier_ && full() && cap >= slot_cap_ && at >= 0 && src == cfg_.dtype) {
             const int64_t old_cap = slot_cap_;
             slot_cap_ = cap;
-            mapped = resident_.adopt_file(r.file_fd(), static_cast<uint64_t>(at),
+            mapped = resident_->adopt_file(r.file_fd(), static_cast<uint64_t>(at),
                                           static_cast<size_t>(n_slots) * rec_bytes(), capacity_bytes());
             if (mapped) {
-                base_ = resident_.data();
-                slot_pos_.assign(static_cast<size_t>(cap), kEmpty);
+                base_ = resident_->data();
+                slots_.grow(cap);
                 res_off_ = blk_off_ = static_cast<size_t>(cap) * rec_bytes();
             } else {
                 slot_cap_ = old_cap;
@@ -580,9 +543,7 @@ void AxisLayer::load_state(ByteReader& r) {
                     data += src_rec;
                 }
         }
-        std::copy(pos.begin(), pos.end(), slot_pos_.begin());
-        if (ordered()) n_ordered_ = n_slots;
-        slot_used_ = n_slots;
+        slots_.assign(pos.data(), n_slots);
         if (!full()) {
             const int32_t rf = r.get<int32_t>("residual start");
             const int64_t rc = r.get<int64_t>("residual count");
@@ -607,8 +568,8 @@ void AxisLayer::load_state(ByteReader& r) {
                     if (tier_)
                         base_ = tier_->grow(tier_index_, capacity_bytes());
                     else {
-                        resident_.resize(capacity_bytes());
-                        base_ = resident_.data();
+                        resident_->resize(capacity_bytes());
+                        base_ = resident_->data();
                     }
                 }
                 const int32_t rec = static_cast<int32_t>(blk_used_++);
@@ -637,9 +598,8 @@ void AxisLayer::export_tokens(TokenRows& rows) const {
         int j;
     };
     std::vector<Src> src;
-    const int64_t n_slots = ordered() ? n_ordered_ : slot_used_;
-    for (int64_t i = 0; i < n_slots; ++i)
-        if (slot_pos_[static_cast<size_t>(i)] != kEmpty) src.push_back({slot_pos_[static_cast<size_t>(i)], slot(i), nullptr, 0});
+    for (int64_t i = 0; i < slots_.used(); ++i)
+        if (slots_.at(i) != kEmpty) src.push_back({slots_.at(i), slot(i), nullptr, 0});
     for (const Block& b : blocks_)
         for (int j = 0; j < b.count; ++j) src.push_back({b.first + j, nullptr, &b, j});
     for (int64_t i = 0; i < res_count_; ++i) src.push_back({res_first_ + static_cast<int32_t>(i), res_slot(i), nullptr, 0});
@@ -655,8 +615,8 @@ void AxisLayer::export_tokens(TokenRows& rows) const {
     for (size_t i = 0; i < n; ++i) {
         rows.pos[i] = src[i].pos;
         if (src[i].rec) {
-            kv_load_row(cfg_.dtype, src[i].rec, rows.k.data() + i * d, kv_dim_);
-            kv_load_row(cfg_.dtype, src[i].rec + row_bytes(), rows.v.data() + i * d, kv_dim_);
+            backend_.kv_load(cfg_.dtype, src[i].rec, rows.k.data() + i * d, kv_dim_);
+            backend_.kv_load(cfg_.dtype, src[i].rec + row_bytes(), rows.v.data() + i * d, kv_dim_);
             rows.exact[i] = 1;
         } else {
             kivi_dequantize_token(kivi_, block_data(src[i].block->record), src[i].j, rows.k.data() + i * d, rows.v.data() + i * d);
@@ -758,8 +718,8 @@ void AxisLayer::import_tokens(const TokenRows& rows, int64_t length) {
             if (tier_) {
                 base_ = tier_->grow(tier_index_, capacity_bytes());
             } else {
-                resident_.resize(capacity_bytes());
-                base_ = resident_.data();
+                resident_->resize(capacity_bytes());
+                base_ = resident_->data();
             }
         }
         // Blocks are quantized from the residual's rows, which hold the layer's dtype: round as it.
@@ -770,21 +730,21 @@ void AxisLayer::import_tokens(const TokenRows& rows, int64_t length) {
             const int64_t m = nb * G * kv_dim_;
             std::vector<uint8_t> tmp(static_cast<size_t>(m) * kv_dtype_bytes(cfg_.dtype));
             kr.resize(static_cast<size_t>(m)), vr.resize(static_cast<size_t>(m));
-            kv_store_row(cfg_.dtype, kq, tmp.data(), m), kv_load_row(cfg_.dtype, tmp.data(), kr.data(), m);
-            kv_store_row(cfg_.dtype, vq, tmp.data(), m), kv_load_row(cfg_.dtype, tmp.data(), vr.data(), m);
+            backend_.kv_store(cfg_.dtype, kq, tmp.data(), m), backend_.kv_load(cfg_.dtype, tmp.data(), kr.data(), m);
+            backend_.kv_store(cfg_.dtype, vq, tmp.data(), m), backend_.kv_load(cfg_.dtype, tmp.data(), vr.data(), m);
             kq = kr.data(), vq = vr.data();
         }
         for (int64_t b = 0; b < nb; ++b) {
             const int32_t rec = static_cast<int32_t>(blk_used_++);
-            kivi_quantize_block(kivi_, kq + b * G * d, vq + b * G * d, static_cast<int64_t>(d), static_cast<int>(G),
+            backend_.kv_quantize(kivi_, kq + b * G * d, vq + b * G * d, static_cast<int64_t>(d), static_cast<int>(G),
                                 block_data(rec));
             blocks_.push_back({static_cast<int32_t>(b * G), static_cast<int32_t>(G), rec});
         }
         res_first_ = static_cast<int32_t>(nb * G);
         res_count_ = length - nb * G;
         for (int64_t i = 0; i < res_count_; ++i) {
-            kv_store_row(cfg_.dtype, rows.k.data() + (nb * G + i) * d, res_slot(i), kv_dim_);
-            kv_store_row(cfg_.dtype, rows.v.data() + (nb * G + i) * d, res_slot(i) + row_bytes(), kv_dim_);
+            backend_.kv_store(cfg_.dtype, rows.k.data() + (nb * G + i) * d, res_slot(i), kv_dim_);
+            backend_.kv_store(cfg_.dtype, rows.v.data() + (nb * G + i) * d, res_slot(i) + row_bytes(), kv_dim_);
         }
         next_pos_ = static_cast<int32_t>(length);
         mark(0, used_bytes());
@@ -801,8 +761,8 @@ void AxisLayer::import_tokens(const TokenRows& rows, int64_t length) {
             ++evicted_;
             continue;
         }
-        kv_store_row(cfg_.dtype, rows.k.data() + i * d, rec.data(), kv_dim_);
-        kv_store_row(cfg_.dtype, rows.v.data() + i * d, rec.data() + row_bytes(), kv_dim_);
+        backend_.kv_store(cfg_.dtype, rows.k.data() + i * d, rec.data(), kv_dim_);
+        backend_.kv_store(cfg_.dtype, rows.v.data() + i * d, rec.data() + row_bytes(), kv_dim_);
         store(rows.pos[i], rec.data(), rec.data() + row_bytes());
     }
     next_pos_ = static_cast<int32_t>(length);

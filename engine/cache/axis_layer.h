@@ -8,15 +8,14 @@
 // ordinary memory (a few bytes per token), so crops and telemetry never touch the arena.
 #include "engine/cache/cache_layer.h"
 #include "engine/cache/cache_spec.h"
-#include "engine/cache/kivi_block.h"
-#include "engine/common/growable_arena.h"
+#include "engine/compute/kivi_block.h"
+#include "engine/cache/slot_positions.h"
 
 #include <deque>
 #include <vector>
 
 namespace kvchat {
 
-class ThreadPool;
 class OffloadTier;
 
 // One layer's resolved axes.
@@ -35,7 +34,8 @@ struct LayerConfig {
 class AxisLayer : public CacheLayer {
 public:
     // tier: the cache's slow tier when cfg.offloaded (tier_index: this layer's place in it).
-    AxisLayer(const LayerSpec& spec, const LayerConfig& cfg, ThreadPool& pool, OffloadTier* tier, int tier_index);
+    // The layer's memory comes from `backend`, which also runs every operation on it.
+    AxisLayer(const LayerSpec& spec, const LayerConfig& cfg, Backend& backend, OffloadTier* tier, int tier_index);
 
     void attend(Buffer& q, const Buffer& k, const Buffer& v, const int32_t* pos, int64_t n, Buffer& out) override;
     void crop(int64_t n_tokens) override;
@@ -58,7 +58,7 @@ public:
     const LayerConfig& config() const { return cfg_; }
 
 private:
-    static constexpr int32_t kEmpty = INT32_MAX;
+    static constexpr int32_t kEmpty = SlotPositions::kEmpty;
     struct Block {
         int32_t first = 0;
         int32_t count = 0;
@@ -66,8 +66,7 @@ private:
     };
 
     bool full() const { return cfg_.nbits == 0; }
-    bool ordered() const { return full() && cfg_.retention == RetentionKind::All; }
-    int64_t slot_index(int32_t p) const;
+    bool ordered() const { return slots_.ordered(); }
     // A record: the key row, then the value row, kv_dim values each in cfg_.dtype.
     size_t row_bytes() const { return static_cast<size_t>(kv_dim_) * kv_dtype_bytes(cfg_.dtype); }
     size_t rec_bytes() const { return 2 * row_bytes(); }
@@ -99,7 +98,7 @@ private:
 
     LayerSpec spec_;
     LayerConfig cfg_;
-    ThreadPool& pool_;
+    Backend& backend_;
     OffloadTier* tier_;
     int tier_index_;
     int64_t kv_dim_;
@@ -108,16 +107,15 @@ private:
     KiviFormat kivi_;
 
     // arena layout
-    int64_t slot_cap_ = 0, slot_limit_ = 0, slot_used_ = 0;
+    int64_t slot_cap_ = 0, slot_limit_ = 0;
     size_t res_off_ = 0, blk_off_ = 0;
     int64_t res_cap_ = 0, blk_cap_ = 0, blk_used_ = 0;
-    mutable GrowableArena resident_;
+    std::unique_ptr<KvMemory> resident_;  // resident layers' memory, from the backend
     mutable uint8_t* base_ = nullptr;
     mutable size_t dirty_lo_ = 0, dirty_hi_ = 0;
 
     // bookkeeping
-    std::vector<int32_t> slot_pos_;
-    int64_t n_ordered_ = 0;
+    SlotPositions slots_;  // of the full-precision slots (a quantized layer's: its sinks)
     std::deque<Block> blocks_;
     std::vector<int32_t> free_records_;
     int32_t res_first_ = 0;

@@ -2,8 +2,9 @@
 // One model layer's KV cache. Every slot remembers the position of the token it holds, so the
 // attention mask follows from positions alone: a query at position p sees a slot at position q
 // when q <= p and, on a sliding layer of window W, p - q < W.
-#include "engine/cache/rope.h"
+#include "engine/compute/attention.h"
 #include "engine/compute/backend.h"
+#include "engine/compute/rope.h"
 #include "engine/compute/kv_dtype.h"
 
 #include <cstdint>
@@ -11,17 +12,6 @@
 #include <vector>
 
 namespace kvchat {
-
-struct AttentionShape {
-    int n_head = 0;
-    int n_head_kv = 0;
-    int head_dim = 0;
-    float scale = 1.0f;    // applied to q·k
-    float softcap = 0.0f;  // attention logit soft-capping; 0 = none
-    // Round as llama.cpp's default (non-flash) attention does over its f16 KV cache: scaled
-    // queries, keys (after RoPE), values and the softmax probabilities on the fp16 grid.
-    bool f16_rounding = false;
-};
 
 // What a layer is in the model: its attention shape, its RoPE and the model's own window.
 struct LayerSpec {

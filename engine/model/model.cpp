@@ -404,7 +404,7 @@ std::vector<LayerSpec> Model::layer_specs() const {
 std::unique_ptr<Cache> Model::make_default_cache(Backend& backend) const { return make_cache(backend, "dynamic"); }
 
 std::unique_ptr<Cache> Model::make_cache(Backend& backend, const std::string& spec) const {
-    return kvchat::make_cache(layer_specs(), spec, backend.pool());
+    return kvchat::make_cache(layer_specs(), spec, backend);
 }
 
 void Model::forward(Backend& be, Cache& cache, const int32_t* tokens, int64_t n, Logits want,

@@ -1,4 +1,4 @@
-// llama.cpp's non-flash attention over its f16 KV cache, bit for bit (attend_llama_order in
+// llama.cpp's non-flash attention over its f16 KV cache, bit for bit (attend_reference_order in
 // attention.h).
 //
 // What llama.cpp computes for a batch of n tokens, per kv head, over the cells 0..n_kv-1 of its
@@ -14,11 +14,11 @@
 //   output   out[d] = sum_c p[c] v[c][d]: for n >= 2 sixteen lanes by column (c % 16), for n == 1
 //            the four accumulators by c / 16 % 4, added as for the scores.
 // 256-bit code (AVX2 + FMA): a 16-lane register of llama.cpp's is a pair lo (lanes 0-7), hi (8-15).
-// Prefill's two dense steps also have AVX-512 kernels (attention_llama_order_avx512.cpp), used
+// Prefill's two dense steps also have AVX-512 kernels (attention_reference_order_avx512.cpp), used
 // unless simd_level() is "avx2"; the values are the same.
-#include "engine/cache/attention.h"
+#include "engine/compute/attention.h"
 
-#include "engine/cache/attention_kernels.h"
+#include "engine/compute/attention_kernels.h"
 #include "engine/compute/matmul.h"
 #include "engine/compute/thread_pool.h"
 
@@ -399,12 +399,12 @@ void attend_decode(const AttentionInput& in, const AttentionShape& s, const Colu
 
 }  // namespace
 
-bool llama_order_applies(const AttentionInput& in, const AttentionShape& s) {
+bool reference_order_applies(const AttentionInput& in, const AttentionShape& s) {
     return in.f16_probs && in.dtype != KvDtype::BF16 && in.q_sink == nullptr && in.sink_end == 0 && in.blocks.empty() && s.head_dim % 16 == 0 &&
            s.softcap == 0.0f && s.scale == 1.0f;
 }
 
-void attend_llama_order(const AttentionInput& in, const AttentionShape& s, float* out, ThreadPool& pool) {
+void attend_reference_order(const AttentionInput& in, const AttentionShape& s, float* out, ThreadPool& pool) {
     const int hd = s.head_dim, n_kv = s.n_head_kv, group = s.n_head / s.n_head_kv;
     const int64_t n_q = in.n_q;
     int32_t pmin = std::numeric_limits<int32_t>::max(), pmax = std::numeric_limits<int32_t>::min();

@@ -1,5 +1,5 @@
 #pragma once
-// What attention_llama_order.cpp shares with its AVX-512 kernels (attention_llama_order_avx512.cpp):
+// What attention_reference_order.cpp shares with its AVX-512 kernels (attention_reference_order_avx512.cpp):
 // the two dense steps of a prefill work item, in llama.cpp's order (see that file). Both levels
 // compute the same values bit for bit. Keys and values are read as stored: f16 (llama.cpp's cache)
 // or f32 holding f16 values (dt says which; the conversion is exact, so the values agree).

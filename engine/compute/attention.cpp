@@ -1,4 +1,4 @@
-#include "engine/cache/attention.h"
+#include "engine/compute/attention.h"
 
 #include "engine/compute/quant_blocks.h"
 #include "engine/compute/thread_pool.h"
@@ -527,7 +527,7 @@ void attend(const AttentionInput& in, const AttentionShape& shape, float* out, T
     const int hd = shape.head_dim, n_kv = shape.n_head_kv, group = shape.n_head / shape.n_head_kv;
     const int64_t n_q = in.n_q;
     if (n_q <= 0) return;
-    if (llama_order_applies(in, shape)) return attend_llama_order(in, shape, out, pool);
+    if (reference_order_applies(in, shape)) return attend_reference_order(in, shape, out, pool);
     const int threads = pool.size();
     // One column list for the whole call: a row's softmax sums its columns by index, so every
     // tile must number them alike for results not to depend on the tiling (or thread count).

@@ -3,8 +3,8 @@
 // slots (f16, bf16 or f32, read as stored) that carry their positions, and KIVI blocks read in place (keys and values computed from their
 // codes inside the loops, never materialised). Each query's softmax is exact over all of it
 // (max, then exp and sum, then normalize), as llama.cpp's non-flash path.
-#include "engine/cache/cache_layer.h"
-#include "engine/cache/kivi_block.h"
+#include "engine/compute/kivi_block.h"
+#include "engine/compute/kv_dtype.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -13,6 +13,18 @@
 namespace kvchat {
 
 class ThreadPool;
+
+struct AttentionShape {
+    int n_head = 0;
+    int n_head_kv = 0;
+    int head_dim = 0;
+    float scale = 1.0f;    // applied to q·k
+    float softcap = 0.0f;  // attention logit soft-capping; 0 = none
+    // Round as llama.cpp's default (non-flash) attention does over its f16 KV cache: scaled
+    // queries, keys (after RoPE), values and the softmax probabilities on the fp16 grid.
+    bool f16_rounding = false;
+};
+
 
 // Keys and values of full-precision slots in AttentionInput::dtype: slot i has kv heads at
 // k + i*stride and v + i*stride (n_head_kv * head_dim values each; stride counts values, not
@@ -47,7 +59,7 @@ struct AttentionInput {
     // llama.cpp's non-flash attention: the softmax is finished over all visible slots, and the
     // normalized probabilities are rounded to fp16 before they weight the values (its P·V is an
     // f16 matmul). The caller rounds q (already scaled: shape.scale must be 1), k and v. Only for
-    // full-precision slots (no blocks). Where llama_order_applies, in llama.cpp's summation order too.
+    // full-precision slots (no blocks). Where reference_order_applies, in llama.cpp's summation order too.
     bool f16_probs = false;
 };
 
@@ -75,11 +87,11 @@ struct QueryTiles {
 void attend(const AttentionInput& in, const AttentionShape& shape, float* out, ThreadPool& pool);
 
 // For attend(): f16_probs inputs of f16 slots, or f32 slots holding f16 values (no sinks, no quantized blocks, no softcap, q
-// pre-scaled) are llama.cpp's non-flash attention over its f16 cache, and attend_llama_order
-// (attention_llama_order.cpp) computes them in its order, bit for bit: a call of one query as its
+// pre-scaled) are llama.cpp's non-flash attention over its f16 cache, and attend_reference_order
+// (attention_reference_order.cpp) computes them in its order, bit for bit: a call of one query as its
 // decode step (ggml_vec_dot_f16), of several as its batch (tinyBLAS). Slot positions stand for
 // llama.cpp's cells (one sequence filled in order).
-bool llama_order_applies(const AttentionInput& in, const AttentionShape& shape);
-void attend_llama_order(const AttentionInput& in, const AttentionShape& shape, float* out, ThreadPool& pool);
+bool reference_order_applies(const AttentionInput& in, const AttentionShape& shape);
+void attend_reference_order(const AttentionInput& in, const AttentionShape& shape, float* out, ThreadPool& pool);
 
 }  // namespace kvchat

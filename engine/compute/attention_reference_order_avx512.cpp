@@ -5,7 +5,7 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
 
-#include "engine/cache/attention_kernels.h"
+#include "engine/compute/attention_kernels.h"
 
 #include <immintrin.h>
 
