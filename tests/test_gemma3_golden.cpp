@@ -5,6 +5,7 @@
 // rounding to 4 decimals. How far llama.cpp's own two attention paths (default and flash) are
 // from each other is printed for scale: that is what a kernel of its own order would get.
 #include "engine/compute/backend.h"
+#include "engine/compute/matmul.h"
 #include "engine/generate/generator.h"
 #include "engine/model/model.h"
 #include "engine/model/model_path.h"
@@ -68,6 +69,8 @@ class TestGemma3Golden : public QObject {
 
 private slots:
     void initTestCase() {
+        // The kernels take the best SIMD level this CPU has; the figures below hold for it.
+        qInfo("kernels on this machine's SIMD level: %s", kvchat::simd_level());
         std::ifstream f(kvchat::test::data_path("golden_gemma3.json"));
         std::ifstream g(kvchat::test::data_path("golden_gemma3_flash.json"));
         QVERIFY(f.good() && g.good());

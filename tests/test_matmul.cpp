@@ -264,6 +264,8 @@ float dot_like_llama(TensorType t, const uint8_t* row, int64_t cols, const Quant
 class TestMatmul : public QObject {
     Q_OBJECT
 private slots:
+    void initTestCase() { qInfo("this machine's SIMD level: %s (each level it can run is checked below)", simd_level()); }
+
     void matchesReference_data() {
         QTest::addColumn<TensorType>("type");
         QTest::addColumn<QString>("level");
