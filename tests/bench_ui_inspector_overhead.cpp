@@ -4,6 +4,11 @@
 // Modes alternate over several rounds; prints tokens per second per round and the medians.
 // Usage: bench_ui_inspector_overhead [--model PATH] [--context 256] [--steps 64] [--rounds 6]
 //        [--cache SPEC] [--threads N]   (QT_QPA_PLATFORM=offscreen works)
+// With --window: the chat window itself (its engine worker, the cache lab's inspector in its dock)
+// regenerates one answer of --steps tokens per run with the cache dock open or closed, alternating,
+// and prints the answers' decode speed (the figure stored with each answer). Uses a throw-away
+// database and settings folder.
+#define QT_NO_KEYWORDS  // the engine's chat headers use the word "emit"
 #include "engine/compute/backend.h"
 #include "engine/generate/comparison.h"
 #include "engine/model/model.h"
@@ -13,13 +18,23 @@
 #include "ui/inspector/reuse_panel.h"
 #include "ui/inspector/traffic_timeline.h"
 #include "ui/inspector/window_strips.h"
+#include "engine/chat/chat_settings.h"
+#include "engine/store/store.h"
+#include "ui/engine_worker.h"
+#include "ui/lab/cache_lab.h"
+#include "ui/main_window.h"
+
+#include <QDockWidget>
+#include <QTemporaryDir>
 
 #include <QApplication>
 #include <QElapsedTimer>
 #include <QEventLoop>
 #include <QThread>
+#include <QTimer>
 
 #include <algorithm>
+#include <optional>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -33,7 +48,7 @@ public:
     Decoder(const kvchat::Model& m, kvchat::Backend& b, std::unique_ptr<kvchat::Cache> cache, int64_t context)
         : m_(m), b_(b), cache_(std::move(cache)), context_(context) {}
 
-public slots:
+public Q_SLOTS:
     // Decodes `steps` tokens after the prompt (the cache cropped back to it first; keep context +
     // steps within the sliding window, 512 for Gemma 3, so the crop has what it needs).
     void run(int steps, bool telemetry) {
@@ -45,12 +60,12 @@ public slots:
         for (int i = 0; i < steps; ++i) {
             m_.forward(b_, *cache_, &next, 1, kvchat::Logits::Last, lg);
             next = static_cast<int32_t>(std::max_element(lg.begin(), lg.end()) - lg.begin());
-            if (telemetry) emit step(cache_->telemetry());
+            if (telemetry) Q_EMIT step(cache_->telemetry());
         }
-        emit finished(static_cast<double>(t.nsecsElapsed()) / 1e9);
+        Q_EMIT finished(static_cast<double>(t.nsecsElapsed()) / 1e9);
     }
 
-signals:
+Q_SIGNALS:
     void step(const kvchat::CacheTelemetry& t);
     void finished(double seconds);
 
@@ -66,13 +81,101 @@ double median(std::vector<double> v) {
     return v.empty() ? 0.0 : v[v.size() / 2];
 }
 
+// Waits (running the event loop) for the window's next finished answer.
+std::optional<kvchat::TurnOutcome> nextAnswer(kvchat::MainWindow& w, int timeout_ms) {
+    std::optional<kvchat::TurnOutcome> got;
+    QEventLoop loop;
+    auto c = QObject::connect(&w, &kvchat::MainWindow::answerFinished, &loop, [&](const kvchat::TurnOutcome& o) {
+        got = o;
+        loop.quit();
+    });
+    QTimer::singleShot(timeout_ms, &loop, &QEventLoop::quit);
+    loop.exec();
+    QObject::disconnect(c);
+    return got;
+}
+
+// The window's own worker and inspector: regenerate the answer with the cache dock open or closed.
+int windowRounds(const std::string& model_path, const std::string& spec, int steps, int rounds, int threads) {
+    const QString model = QString::fromStdString(kvchat::resolve_model_path(model_path));  // before XDG_DATA_HOME moves
+    QTemporaryDir home;
+    qputenv("XDG_DATA_HOME", (home.path() + "/data").toUtf8());
+    qputenv("XDG_CONFIG_HOME", (home.path() + "/config").toUtf8());
+    const QString db = home.path() + "/kvchat.db";
+    {
+        kvchat::Store store(db.toStdString());
+        kvchat::ChatSettings s;
+        s.sampling.greedy = true;
+        s.random_seed = false;
+        s.max_new_tokens = steps;
+        s.threads = threads;
+        s.default_strategy = spec;
+        s.save(store);
+    }
+    kvchat::WindowOptions o;
+    o.databasePath = db;
+    o.modelPath = model;
+    o.restoreState = false;
+    kvchat::MainWindow w(o);
+    QObject::connect(&w, &kvchat::MainWindow::modelLoadFailed, [](const QString& path, const QString& problem) {
+        std::fprintf(stderr, "the model %s cannot be loaded: %s\n", qPrintable(path), qPrintable(problem));
+    });
+    w.resize(1400, 900);
+    w.show();
+    QElapsedTimer wait;
+    wait.start();
+    while (!(w.modelReady() && w.currentConversation() != 0) && wait.elapsed() < 120000)
+        QCoreApplication::processEvents(QEventLoop::AllEvents, 50);
+    if (!w.modelReady() || w.currentConversation() == 0) {
+        std::fprintf(stderr, "the model did not load (ready %d, conversation %lld)\n", w.modelReady(),
+                     static_cast<long long>(w.currentConversation()));
+        return 1;
+    }
+    auto* dock = w.findChild<QDockWidget*>(QStringLiteral("cacheInspectorDock"));
+    w.sendMessage(QStringLiteral("Write a long story about a lighthouse keeper and a storm."));
+    if (!nextAnswer(w, 600000)) return 1;
+    std::vector<double> open, closed, ratio;
+    auto once = [&](bool show) {
+        dock->setVisible(show);
+        if (show) dock->raise();
+        Q_EMIT w.requestRegenerate(w.currentConversation());
+        const auto outcome = nextAnswer(w, 600000);
+        if (!outcome) return -1.0;
+        const double tok_s = outcome->answer.figures.tokensPerSecond;
+        std::printf("  cache dock %-6s %8.2f tok/s (%lld tokens)\n", show ? "open" : "closed", tok_s,
+                    static_cast<long long>(outcome->answer.figures.generatedTokens));
+        std::fflush(stdout);
+        return tok_s;
+    };
+    std::printf("the window, %s, %s cache, answers of %d tokens, %d rounds (open and closed alternate)\n",
+                o.modelPath.toUtf8().constData(), spec.c_str(), steps, rounds);
+    once(true);  // warm-up, not counted
+    for (int r = 0; r < rounds; ++r) {
+        const bool first = r % 2 == 0;
+        const double a = once(first), b = once(!first);
+        (first ? open : closed).push_back(a);
+        (first ? closed : open).push_back(b);
+        ratio.push_back(open.back() / closed.back());
+    }
+    const int64_t redraws = w.cacheLab()->inspector()->redraws();
+    std::printf("median decode tok/s: dock open %.2f, closed %.2f: open vs closed %+.1f%% (median of the rounds' ratios "
+                "%+.1f%%); %lld inspector redraws\n",
+                median(open), median(closed), 100.0 * (median(open) / median(closed) - 1.0), 100.0 * (median(ratio) - 1.0),
+                static_cast<long long>(redraws));
+    return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
     QApplication app(argc, argv);
+    QCoreApplication::setOrganizationName(QStringLiteral("kvchat-bench"));
     std::string model_path, spec = "dynamic";
     int context = 256, steps = 64, rounds = 6, threads = 0;
-    for (int i = 1; i + 1 < argc; i += 2) {
+    bool window = false;
+    for (int i = 1; i < argc; ++i)
+        if (std::strcmp(argv[i], "--window") == 0) window = true;
+    for (int i = 1; i + 1 < argc; ++i) {
         const std::string k = argv[i], v = argv[i + 1];
         if (k == "--model") model_path = v;
         else if (k == "--context") context = std::stoi(v);
@@ -81,6 +184,7 @@ int main(int argc, char** argv) {
         else if (k == "--cache") spec = v;
         else if (k == "--threads") threads = std::stoi(v);
     }
+    if (window) return windowRounds(model_path, spec, steps, rounds, threads);
     auto model = kvchat::Model::load(kvchat::resolve_model_path(model_path));
     auto backend = kvchat::make_cpu_backend(threads);
     auto cache = model->make_cache(*backend, spec);

@@ -9,6 +9,7 @@
 // is coalesced (at most ~30 signals a second), so the GUI thread never floods.
 #include "ui/chat_settings_value.h"
 #include "ui/engine_values.h"
+#include "ui/lab/lab_values.h"
 
 #include <QElapsedTimer>
 #include <QLockFile>
@@ -68,6 +69,12 @@ public Q_SLOTS:
     // Writes the caches changed since their last save (before the application quits).
     void shutdown();
 
+    // The cache lab (engine_worker_lab.cpp): a switch's plan before Apply (nothing changes), the
+    // strategy comparison (cancelled by stop()), and the snapshot's size on disk.
+    void planSwitch(qint64 id, const QString& spec);
+    void compare(const QStringList& strategies, qint64 conversationId, const QString& prompt, int genTokens);
+    void reportSnapshot(qint64 id);
+
 Q_SIGNALS:
     void storeOpened(const QString& path, const QList<kvchat::ConversationItem>& conversations,
                      const QList<kvchat::PrefixItem>& prefixes);
@@ -101,6 +108,14 @@ Q_SIGNALS:
     // A request failed; nothing was changed. `what` names the request ("Rename", "Save prefix").
     void failed(const QString& what, const QString& problem);
     void busyChanged(bool busy);
+
+    // The cache lab's answers.
+    void switchPlanned(qint64 conversationId, const kvchat::ConversionPlan& plan);
+    void switchPlanFailed(qint64 conversationId, const QString& spec, const QString& problem);
+    void comparisonProgress(const QString& task, qint64 done, qint64 total);
+    void comparisonFinished(const std::vector<kvchat::ComparisonRow>& rows);
+    void comparisonFailed(const QString& problem);  // empty: cancelled
+    void snapshotReported(qint64 conversationId, qint64 bytes);  // -1: none on disk
 
 private:
     QList<ConversationItem> conversationItems() const;

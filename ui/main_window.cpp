@@ -1,5 +1,7 @@
 #include "ui/main_window.h"
 
+#include "ui/lab/cache_lab.h"
+
 #include "engine/store/store.h"
 #include "ui/conversation_delegate.h"
 #include "ui/conversation_list_model.h"
@@ -87,6 +89,8 @@ MainWindow::MainWindow(const WindowOptions& options, QWidget* parent)
     worker_->moveToThread(&thread_);
     thread_.setObjectName(QStringLiteral("engine"));
     connectWorker();
+    // The cache inspector, strategy panel and comparison view, before the docks' state is restored.
+    lab_ = new CacheLab(this);
     thread_.start();
 
     if (options_.restoreState) restoreWindowState();
@@ -308,14 +312,7 @@ void MainWindow::createDocks() {
     // The cache of the open conversation; the cache inspector takes this dock's place.
     inspectorDock_ = new QDockWidget(tr("Cache"), this);
     inspectorDock_->setObjectName(QStringLiteral("cacheInspectorDock"));
-    cacheSummary_ = new QLabel(tr("No cache in memory yet."));
-    cacheSummary_->setObjectName(QStringLiteral("cacheInspector"));
-    cacheSummary_->setAlignment(Qt::AlignTop | Qt::AlignLeft);
-    cacheSummary_->setWordWrap(true);
-    cacheSummary_->setMargin(8);
-    cacheSummary_->setMinimumWidth(240);
-    cacheSummary_->setTextInteractionFlags(Qt::TextSelectableByMouse);
-    inspectorDock_->setWidget(cacheSummary_);
+    // Its content, the cache inspector, is the cache lab's (ui/lab/cache_lab.cpp).
     addDockWidget(Qt::RightDockWidgetArea, inspectorDock_);
     tabifyDockWidget(inspectorDock_, prefixDock_);
     viewMenu_->addAction(inspectorDock_->toggleViewAction());
@@ -428,13 +425,6 @@ void MainWindow::connectWorker() {
     connect(w, &EngineWorker::turnFailed, this, &MainWindow::onTurnFailed);
     connect(w, &EngineWorker::cacheTelemetry, this, [this](qint64 id, const CacheTelemetry& t) {
         if (id != currentId_) return;
-        QString text = tr("<b>%1</b><br>%2 tokens held<br>%3 in memory, %4 offloaded<br>%5 per token<br>%6 layers")
-                           .arg(QString::fromStdString(t.spec).toHtmlEscaped())
-                           .arg(QLocale().toString(t.tokens))
-                           .arg(bytesText(t.bytes_fast), bytesText(t.bytes_slow))
-                           .arg(bytesText(static_cast<qint64>(t.bytes_per_token)))
-                           .arg(t.layers.size());
-        cacheSummary_->setText(text);
         kvLabel_->setText(tr("KV %1").arg(bytesText(t.total_bytes)));
         contextBar_->setValue(static_cast<int>(std::min<qint64>(t.tokens, contextBar_->maximum())));
     });

@@ -25,6 +25,7 @@ class QToolButton;
 
 namespace kvchat {
 
+class CacheLab;
 class ConversationListModel;
 class EngineWorker;
 class MessageBox;
@@ -49,6 +50,7 @@ public:
     EngineWorker* worker() const { return worker_; }
     QComboBox* strategyControl() const { return strategy_; }
     QMenu* viewMenu() const { return viewMenu_; }
+    CacheLab* cacheLab() const { return lab_; }
     qint64 currentConversation() const { return currentId_; }
     bool modelReady() const { return modelReady_; }
     bool answering() const { return answering_; }
@@ -137,7 +139,7 @@ private:
     QTimer searchDelay_;
 
     QDockWidget* inspectorDock_ = nullptr;
-    QLabel* cacheSummary_ = nullptr;
+    CacheLab* lab_ = nullptr;
     QDockWidget* prefixDock_ = nullptr;
     PrefixLibraryPanel* prefixes_ = nullptr;
 

@@ -1,0 +1,184 @@
+// The cache lab inside the chat window, driven as a user drives it on a tiny model: the inspector
+// in the cache dock follows the conversation's telemetry and the last turn's reuse; the strategy
+// panel previews the engine's plan and applies the switch through the worker; the comparison view
+// replays a prompt under the chosen strategies on the worker.
+#include "engine/cache/cache_spec.h"
+#include "engine/chat/chat_settings.h"
+#include "engine/store/store.h"
+#include "support/tiny_model.h"
+#include "ui/engine_worker.h"
+#include "ui/inspector/cache_inspector.h"
+#include "ui/inspector/memory_bars.h"
+#include "ui/lab/cache_lab.h"
+#include "ui/lab/comparison_view.h"
+#include "ui/lab/strategy_panel.h"
+#include "ui/main_window.h"
+#include "ui/message_box.h"
+
+#include <QAction>
+#include <QComboBox>
+#include <QDir>
+#include <QDockWidget>
+#include <QLabel>
+#include <QLineEdit>
+#include <QMenu>
+#include <QPushButton>
+#include <QSignalSpy>
+#include <QSpinBox>
+#include <QTemporaryDir>
+#include <QtTest>
+
+#include <map>
+
+using namespace kvchat;
+
+namespace {
+
+constexpr int kTimeoutMs = 120000;
+
+QString screenshotDir() {
+    QString dir = qEnvironmentVariable("KVCHAT_SCREENSHOT_DIR");
+    if (dir.isEmpty()) dir = QStringLiteral(QT_TESTCASE_BUILDDIR) + "/../screenshots";
+    QDir().mkpath(dir);
+    return QDir(dir).absolutePath();
+}
+
+void retype(QLineEdit* e, const QString& text) {
+    e->setFocus();
+    e->selectAll();
+    QTest::keyClick(e, Qt::Key_Backspace);
+    QTest::keyClicks(e, text);
+}
+
+}  // namespace
+
+class TestUiCacheLab : public QObject {
+    Q_OBJECT
+    QTemporaryDir home_;
+    QString model_;
+
+    std::unique_ptr<MainWindow> openWindow(const QString& db) {
+        QDir().mkpath(QFileInfo(db).absolutePath());
+        {
+            Store store(db.toStdString());
+            ChatSettings s;
+            s.sampling.greedy = true;
+            s.random_seed = false;
+            s.max_new_tokens = 24;
+            s.threads = 2;
+            s.save(store);
+        }
+        WindowOptions o;
+        o.databasePath = db;
+        o.modelPath = model_;
+        o.restoreState = false;
+        auto w = std::make_unique<MainWindow>(o);
+        w->resize(1400, 900);
+        w->show();
+        if (!QTest::qWaitForWindowExposed(w.get())) return nullptr;
+        if (!QTest::qWaitFor([&] { return w->modelReady() && w->currentConversation() != 0; }, 60000)) return nullptr;
+        return w;
+    }
+
+    static bool send(MainWindow& w, const QString& text) {
+        QSignalSpy done(&w, &MainWindow::answerFinished);
+        auto* input = w.findChild<MessageBox*>("messageInput");
+        input->setFocus();
+        QTest::keyClicks(input, text);
+        QTest::keyClick(input, Qt::Key_Return);
+        return done.wait(kTimeoutMs) || done.count() > 0;
+    }
+
+private Q_SLOTS:
+    void initTestCase() {
+        QVERIFY(home_.isValid());
+        qputenv("XDG_DATA_HOME", (home_.path() + "/data").toUtf8());
+        qputenv("XDG_CONFIG_HOME", (home_.path() + "/config").toUtf8());
+        test::TinyModelSpec spec;
+        spec.n_layer = 6;
+        spec.n_embd = 64;
+        spec.n_head = 2;
+        spec.n_head_kv = 1;
+        spec.head_dim = 32;
+        spec.n_ff = 128;
+        spec.sliding_window = 8;
+        model_ = home_.path() + "/tiny.gguf";
+        test::write_tiny_gguf(spec, model_.toStdString());
+    }
+
+    void labInTheWindow() {
+        auto w = openWindow(home_.path() + "/db1/kvchat.db");
+        QVERIFY(w);
+        CacheLab* lab = w->cacheLab();
+        QVERIFY(lab);
+        auto* dock = w->findChild<QDockWidget*>("cacheInspectorDock");
+        QVERIFY(dock && dock->widget() == lab->inspector());
+        QVERIFY(w->findChild<QDockWidget*>("strategyDock"));
+        auto* compareDock = w->findChild<QDockWidget*>("comparisonDock");
+        QVERIFY(compareDock && !compareDock->isVisible());
+        QAction* toggle = compareDock->toggleViewAction();
+        QVERIFY(w->viewMenu()->actions().contains(toggle));
+        QCOMPARE(toggle->shortcut(), QKeySequence("Ctrl+Shift+M"));
+        dock->show();
+        dock->raise();
+
+        // A turn: the inspector shows the conversation's cache and the turn's reuse.
+        QSignalSpy snapshot(w->worker(), &EngineWorker::snapshotReported);
+        QVERIFY(send(*w, "the cat sat on the mat"));
+        QTRY_VERIFY_WITH_TIMEOUT(lab->inspector()->telemetry().has_value(), 5000);
+        QTRY_VERIFY_WITH_TIMEOUT(lab->inspector()->redraws() > 0, 5000);
+        lab->inspector()->flush();  // the bars show what was stored last (the timer would, within 33 ms)
+        const CacheTelemetry t = *lab->inspector()->telemetry();
+        QCOMPARE(static_cast<int>(t.layers.size()), 6);
+        std::map<int, int64_t> held;
+        for (const auto& s : lab->inspector()->memoryBars()->segments())
+            if (s.part != MemoryBars::Part::Reserved) held[s.layer] += s.bytes;
+        for (size_t i = 0; i < t.layers.size(); ++i) QCOMPARE(held[static_cast<int>(i)], t.layers[i].bytes_fast + t.layers[i].bytes_slow);
+        const auto reuse = lab->inspector()->reusePanel()->reuse();
+        QVERIFY(reuse.has_value());
+        QVERIFY(reuse->computed_tokens > 0);
+        QTRY_VERIFY_WITH_TIMEOUT(snapshot.count() > 0, 5000);
+
+        // The strategy panel: a lossy target previewed by the engine, then applied.
+        StrategyPanel* panel = lab->strategyPanel();
+        QCOMPARE(panel->currentSpec(), QString("dynamic"));
+        QSignalSpy planned(w->worker(), &EngineWorker::switchPlanned);
+        retype(panel->specEdit(), "sliding_window:window=4");
+        QVERIFY(planned.wait(10000) || planned.count() > 0);
+        QTRY_VERIFY_WITH_TIMEOUT(panel->applyButton()->isEnabled(), 5000);
+        QVERIFY2(panel->findChild<QLabel*>("strategyPlanKind")->text().contains("LOSSY"),
+                 qPrintable(panel->findChild<QLabel*>("strategyPlanKind")->text()));
+        QSignalSpy switched(w->worker(), &EngineWorker::strategySwitched);
+        QTest::mouseClick(panel->applyButton(), Qt::LeftButton);
+        QVERIFY(switched.wait(kTimeoutMs) || switched.count() > 0);
+        QTRY_COMPARE_WITH_TIMEOUT(panel->currentSpec(), QString("sliding_window:window=4"), 5000);
+        QVERIFY(!panel->busy());
+        QCOMPARE(w->strategyControl()->currentText(), QString("sliding_window:window=4"));
+        QTRY_COMPARE_WITH_TIMEOUT(QString::fromStdString(lab->inspector()->telemetry()->spec), QString("sliding_window:window=4"), 5000);
+        // The conversation goes on under it.
+        QVERIFY(send(*w, "and then"));
+        QCOMPARE(QString::fromStdString(lab->inspector()->telemetry()->spec), QString("sliding_window:window=4"));
+        QTest::qWait(100);
+        const QString shot = screenshotDir() + "/inspector-window-sliding.png";
+        QVERIFY(w->grab().save(shot));
+        qInfo("wrote %s", qPrintable(shot));
+
+        // The comparison view replays one prompt on the worker.
+        compareDock->show();
+        ComparisonView* view = lab->comparisonView();
+        view->setStrategies({"dynamic", "hybrid", "sink:window=8,sinks=2"});
+        view->tokensBox()->setValue(6);
+        view->promptEdit()->setFocus();
+        QTest::keyClicks(view->promptEdit(), "why is the sky blue");
+        QSignalSpy rows(w->worker(), &EngineWorker::comparisonFinished);
+        QTest::mouseClick(view->runButton(), Qt::LeftButton);
+        QVERIFY(rows.wait(kTimeoutMs) || rows.count() > 0);
+        QTRY_COMPARE_WITH_TIMEOUT(view->columnCount(), 3, 5000);
+        QCOMPARE(QString::fromStdString(view->rows()[2].strategy), QString("sink:window=8,sinks=2"));
+        QCOMPARE(view->rows()[0].tokens.size(), size_t(6));
+        QVERIFY(!view->busy());
+    }
+};
+
+QTEST_MAIN(TestUiCacheLab)
+#include "test_ui_cache_lab.moc"

@@ -1,0 +1,137 @@
+#include "ui/lab/cache_lab.h"
+
+#include "ui/engine_worker.h"
+#include "ui/inspector/cache_inspector.h"
+#include "ui/lab/comparison_view.h"
+#include "ui/lab/lab_values.h"
+#include "ui/lab/strategy_panel.h"
+#include "ui/main_window.h"
+#include "ui/inspector/reuse_panel.h"
+
+#include <QAction>
+#include <QDockWidget>
+#include <QMenu>
+
+namespace kvchat {
+
+namespace {
+
+std::optional<TurnReuse> reuseOf(const AnswerFigures& f) {
+    if (!f.present()) return std::nullopt;
+    TurnReuse r;
+    r.cached_tokens = f.cachedTokens;
+    r.prefix_tokens = f.prefixTokens;
+    r.computed_tokens = f.computedTokens;
+    if (f.prefillSavedMs >= 0) r.prefill_saved_ms = f.prefillSavedMs;
+    return r;
+}
+
+}  // namespace
+
+CacheLab::CacheLab(MainWindow* window) : QObject(window), window_(window) {
+    registerLabValues();
+    EngineWorker* w = window->worker();
+
+    // The inspector takes the cache dock (MainWindow made it, named cacheInspectorDock).
+    inspector_ = new CacheInspector;
+    inspector_->setMinimumWidth(300);
+    if (auto* dock = window->findChild<QDockWidget*>(QStringLiteral("cacheInspectorDock"))) dock->setWidget(inspector_);
+
+    panel_ = new StrategyPanel;
+    auto* strategyDock = new QDockWidget(tr("Strategy"), window);
+    strategyDock->setObjectName(QStringLiteral("strategyDock"));
+    strategyDock->setWidget(panel_);
+    window->addDockWidget(Qt::RightDockWidgetArea, strategyDock);
+    window->viewMenu()->addAction(strategyDock->toggleViewAction());
+
+    comparison_ = new ComparisonView;
+    auto* comparisonDock = new QDockWidget(tr("Compare strategies"), window);
+    comparisonDock->setObjectName(QStringLiteral("comparisonDock"));
+    comparisonDock->setWidget(comparison_);
+    window->addDockWidget(Qt::BottomDockWidgetArea, comparisonDock);
+    comparisonDock->hide();
+    QAction* toggle = comparisonDock->toggleViewAction();
+    toggle->setShortcut(QKeySequence(QStringLiteral("Ctrl+Shift+M")));
+    window->viewMenu()->addAction(toggle);
+
+    // Requests.
+    connect(this, &CacheLab::requestPlan, w, &EngineWorker::planSwitch);
+    connect(this, &CacheLab::requestSwitch, w, &EngineWorker::switchStrategy);
+    connect(this, &CacheLab::requestCompare, w, &EngineWorker::compare);
+    connect(this, &CacheLab::requestSnapshot, w, &EngineWorker::reportSnapshot);
+    connect(panel_, &StrategyPanel::planRequested, this, [this](const QString& spec) {
+        if (window_->currentConversation() != 0) Q_EMIT requestPlan(window_->currentConversation(), spec);
+    });
+    connect(panel_, &StrategyPanel::applyRequested, this, [this](const QString& spec) {
+        if (window_->currentConversation() != 0) Q_EMIT requestSwitch(window_->currentConversation(), spec);
+    });
+    // stop() only sets the flag the running step checks: safe from this thread.
+    connect(panel_, &StrategyPanel::cancelRequested, this, [w] { w->stop(); });
+    connect(comparison_, &ComparisonView::compareRequested, this, &CacheLab::requestCompare);
+    connect(comparison_, &ComparisonView::cancelRequested, this, [w] { w->stop(); });
+
+    // Results.
+    connect(w, &EngineWorker::cacheTelemetry, this, [this](qint64 id, const CacheTelemetry& t) {
+        if (id == window_->currentConversation()) inspector_->setTelemetry(t);
+    });
+    connect(window, &MainWindow::currentConversationChanged, this, [this](qint64) {
+        inspector_->clear();
+        lastAnswerId_ = -1;
+    });
+    connect(w, &EngineWorker::transcriptLoaded, this, [this](const ConversationItem& c, const QList<MessageItem>& messages) {
+        if (c.id != window_->currentConversation()) return;
+        if (!panel_->busy()) panel_->setCurrentSpec(c.cacheSpec);
+        std::optional<TurnReuse> reuse;
+        for (auto it = messages.rbegin(); it != messages.rend() && !reuse; ++it)
+            if (it->role == MessageRole::Assistant) reuse = reuseOf(it->figures);
+        inspector_->setReuse(reuse);
+        lastAnswerId_ = c.id;
+        Q_EMIT requestSnapshot(c.id);
+    });
+    connect(w, &EngineWorker::turnFinished, this, [this](const TurnOutcome& o) {
+        if (o.conversationId != window_->currentConversation()) return;
+        if (!panel_->busy()) panel_->setCurrentSpec(o.cacheSpec);
+        inspector_->setReuse(reuseOf(o.answer.figures));
+        lastAnswerId_ = o.conversationId;
+        Q_EMIT requestSnapshot(o.conversationId);
+    });
+    connect(w, &EngineWorker::snapshotReported, this, [this](qint64 id, qint64 bytes) {
+        if (id != lastAnswerId_ || id != window_->currentConversation()) return;
+        std::optional<TurnReuse> r = inspector_->reusePanel()->reuse();
+        if (!r) r = TurnReuse{};
+        r->snapshot_bytes = bytes;
+        inspector_->setReuse(r);
+    });
+    connect(w, &EngineWorker::switchPlanned, this, [this](qint64 id, const ConversionPlan& plan) {
+        if (id == window_->currentConversation()) panel_->showPlan(plan);
+    });
+    connect(w, &EngineWorker::switchPlanFailed, this, [this](qint64 id, const QString& spec, const QString& problem) {
+        if (id == window_->currentConversation() && spec == panel_->chosenSpec()) panel_->showError(problem);
+    });
+    connect(w, &EngineWorker::turnProgress, this, [this](qint64 id, const QString& task, qint64 done, qint64 total) {
+        if (id == window_->currentConversation() && panel_->busy()) panel_->showProgress(task, done, total);
+    });
+    // A switch that failed (or was cancelled) comes back with the old spec and no summary.
+    connect(w, &EngineWorker::strategySwitched, this, [this](qint64 id, const QString& spec, const QString& summary) {
+        if (id != window_->currentConversation()) return;
+        if (panel_->busy())
+            panel_->applyFinished(!summary.isEmpty(), spec, summary.isEmpty() ? tr("The strategy was not changed.") : summary);
+        else
+            panel_->setCurrentSpec(spec);
+    });
+    auto listConversations = [this](const QList<ConversationItem>& list) {
+        QList<QPair<qint64, QString>> items;
+        for (const ConversationItem& c : list) items.append({c.id, c.title});
+        comparison_->setConversations(items);
+    };
+    connect(w, &EngineWorker::conversationsChanged, this, listConversations);
+    connect(w, &EngineWorker::storeOpened, this,
+            [listConversations](const QString&, const QList<ConversationItem>& list, const QList<PrefixItem>&) { listConversations(list); });
+    connect(w, &EngineWorker::comparisonProgress, comparison_, &ComparisonView::showProgress);
+    connect(w, &EngineWorker::comparisonFinished, comparison_, &ComparisonView::showRows);
+    connect(w, &EngineWorker::comparisonFailed, this, [this](const QString& problem) {
+        comparison_->showError(problem.isEmpty() ? tr("The comparison was cancelled.") : problem);
+    });
+}
+
+}  // namespace kvchat

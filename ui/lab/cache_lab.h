@@ -1,0 +1,39 @@
+#pragma once
+// The cache lab in the main window: the cache inspector in the cache dock, the strategy panel in
+// a dock of its own, and the comparison view in a bottom dock (View menu, Ctrl+Shift+M). It only
+// connects these widgets to the window's engine worker: requests go out as queued calls, results
+// come back as values.
+#include <QObject>
+
+namespace kvchat {
+
+class CacheInspector;
+class ComparisonView;
+class MainWindow;
+class StrategyPanel;
+
+class CacheLab : public QObject {
+    Q_OBJECT
+public:
+    explicit CacheLab(MainWindow* window);
+
+    CacheInspector* inspector() const { return inspector_; }
+    StrategyPanel* strategyPanel() const { return panel_; }
+    ComparisonView* comparisonView() const { return comparison_; }
+
+Q_SIGNALS:
+    // To the worker (queued: it lives on its own thread).
+    void requestPlan(qint64 conversationId, const QString& spec);
+    void requestSwitch(qint64 conversationId, const QString& spec);
+    void requestCompare(const QStringList& strategies, qint64 conversationId, const QString& prompt, int genTokens);
+    void requestSnapshot(qint64 conversationId);
+
+private:
+    MainWindow* window_;
+    CacheInspector* inspector_ = nullptr;
+    StrategyPanel* panel_ = nullptr;
+    ComparisonView* comparison_ = nullptr;
+    qint64 lastAnswerId_ = -1;  // the conversation the reuse panel describes
+};
+
+}  // namespace kvchat
