@@ -1,5 +1,6 @@
 // The main window builds offscreen with every part of the chat layout present, and a model that
 // cannot be loaded is reported in a dialog naming the file and the problem.
+#define QT_NO_KEYWORDS  // the engine's headers use the words "emit" and "slots"
 #include "ui/main_window.h"
 
 #include <QComboBox>
@@ -17,7 +18,7 @@
 class TestMainWindow : public QObject {
     Q_OBJECT
     QTemporaryDir home_;
-private slots:
+private Q_SLOTS:
     void initTestCase() {
         QVERIFY(home_.isValid());
         qputenv("XDG_DATA_HOME", (home_.path() + "/data").toUtf8());

@@ -1,6 +1,7 @@
 // The transcript's pieces: Markdown cut into code blocks and prose so that a streaming answer
 // re-parses only its last piece; the cost of a token at message 200 against message 2; the
 // event-loop stall meter; and what Enter, Shift+Enter and Copy do.
+#define QT_NO_KEYWORDS  // the engine's headers use the words "emit" and "slots"
 #include "ui/conversation_delegate.h"
 #include "ui/event_loop_stall.h"
 #include "ui/markdown_segments.h"
@@ -24,7 +25,7 @@ using namespace kvchat;
 
 class TestUiTranscript : public QObject {
     Q_OBJECT
-private slots:
+private Q_SLOTS:
     void codeBlocksAndProse() {
         const QString md = "Here is code:\n\n```python\ndef f(s):\n    return s[::-1]\n```\nAnd after.\n";
         const auto segs = split_markdown(md);
