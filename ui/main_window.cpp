@@ -33,6 +33,7 @@
 #include <QMimeData>
 #include <QProgressBar>
 #include <QPushButton>
+#include <QScreen>
 #include <QSettings>
 #include <QSplitter>
 #include <QStatusBar>
@@ -69,7 +70,13 @@ MainWindow::MainWindow(const WindowOptions& options, QWidget* parent)
     setObjectName(QStringLiteral("mainWindow"));
     setWindowTitle(QStringLiteral("kvchat"));
     setAcceptDrops(true);
-    resize(1200, 780);
+    // A first start fills most of the screen: the chat, the list and the docks all need room.
+    if (const QScreen* screen = QGuiApplication::primaryScreen()) {
+        const QSize avail = screen->availableSize();
+        resize(std::max(1000, avail.width() * 9 / 10), std::max(700, avail.height() * 9 / 10));
+    } else {
+        resize(1280, 820);
+    }
 
     conversations_ = new ConversationListModel(this);
     createActions();
@@ -84,6 +91,8 @@ MainWindow::MainWindow(const WindowOptions& options, QWidget* parent)
     setCentralWidget(splitter);
     createDocks();
     createStatusBar();
+    // The chat keeps most of the width; the docks start narrow (the user widens them).
+    resizeDocks({inspectorDock_}, {std::max(340, width() / 4)}, Qt::Horizontal);
 
     worker_ = new EngineWorker;
     worker_->moveToThread(&thread_);
