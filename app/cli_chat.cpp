@@ -110,7 +110,7 @@ int interactive(ConversationRegistry& reg, const std::string& title, const TurnO
         std::fflush(stderr);
         if (!std::getline(std::cin, line)) break;
         if (line == "/quit") break;
-        if (line.empty()) continue;
+        if (line.find_first_not_of(" \t\r") == std::string::npos) continue;  // a blank line sends nothing
         g_stop = false;
         try {
             const TurnResult r = line == "/regenerate" ? reg.regenerate(title, t, print_piece, &g_stop)
@@ -145,13 +145,20 @@ int cmd_chat(const Options& o) {
     open.system = o.str("--system");
     reg.open(title, open);
     catch_interrupts();
-    if (!o.has("--message")) return interactive(reg, title, t);
+    const bool regenerate = o.flag("--regenerate");
+    if (regenerate && o.has("--message")) throw Error("give --message or --regenerate, not both");
+    if (!o.has("--message") && !regenerate) return interactive(reg, title, t);
 
-    const std::string message = o.str("--message");
-    if (message.empty()) throw Error("the message is empty: give --message some text");
     const bool as_json = o.flag("--json");
-    const TurnResult r = reg.send(title, message, t, as_json ? std::function<void(std::string_view)>() : print_piece,
-                                  &g_stop);
+    const auto on_text = as_json ? std::function<void(std::string_view)>() : print_piece;
+    TurnResult r;
+    if (regenerate) {
+        r = reg.regenerate(title, t, on_text, &g_stop);
+    } else {
+        const std::string message = o.str("--message");
+        if (message.empty()) throw Error("the message is empty: give --message some text");
+        r = reg.send(title, message, t, on_text, &g_stop);
+    }
     if (as_json) {
         std::printf("%s\n", turn_json(r, title).dump(-1, ' ', false, json::error_handler_t::replace).c_str());
     } else {
@@ -162,25 +169,49 @@ int cmd_chat(const Options& o) {
     return 0;
 }
 
+namespace {
+
+// A title as one field of a tab-separated line: a tab, newline or carriage return in it would
+// split the line, so they (and the backslash that escapes them) are written as \\t, \\n, \\r, \\\\.
+std::string tsv_field(std::string_view s) {
+    std::string out;
+    out.reserve(s.size());
+    for (char ch : s) switch (ch) {
+            case '\t': out += "\\t"; break;
+            case '\n': out += "\\n"; break;
+            case '\r': out += "\\r"; break;
+            case '\\': out += "\\\\"; break;
+            default: out += ch;
+        }
+    return out;
+}
+
+}  // namespace
+
 int cmd_conversations(const Options& o) {
     Store store(existing_db_path(o));
-    const auto list = store.list_conversations();
+    const auto list = store.list_conversation_overviews();
     if (o.flag("--json")) {
         json a = json::array();
-        for (const ConversationRecord& c : list) {
+        for (const ConversationOverview& v : list) {
+            const ConversationRecord& c = v.conversation;
             a.push_back({{"title", c.title},
-                         {"messages", store.list_messages(c.id).size()},
+                         {"messages", v.message_count},
                          {"cache", c.cache_spec},
                          {"snapshot", !c.snapshot.empty()},
+                         {"unanswered", v.last_unanswered},
                          {"updated_ms", c.updated_ms}});
         }
         std::printf("%s\n", a.dump(-1, ' ', false, json::error_handler_t::replace).c_str());
         return 0;
     }
     if (list.empty()) std::fprintf(stderr, "no conversations in %s\n", store.path().c_str());
-    for (const ConversationRecord& c : list)
-        std::printf("%s\t%zu messages\t%s%s\n", c.title.c_str(), store.list_messages(c.id).size(), c.cache_spec.c_str(),
-                    c.snapshot.empty() ? "" : "\tcache saved");
+    for (const ConversationOverview& v : list) {
+        const ConversationRecord& c = v.conversation;
+        std::printf("%s\t%lld messages\t%s%s%s\n", tsv_field(c.title).c_str(), static_cast<long long>(v.message_count),
+                    c.cache_spec.c_str(), c.snapshot.empty() ? "" : "\tcache saved",
+                    v.last_unanswered ? "\tunanswered" : "");
+    }
     return 0;
 }
 
@@ -273,6 +304,8 @@ int cmd_prefix(const Options& o) {
             throw Error("prefix " + action + " needs --text TEXT or --conversation NAME (one of them)");
         if (o.has("--messages") && !from_conversation)
             throw Error("--messages counts the messages taken from --conversation NAME");
+        if (from_text && o.str("--text").find_first_not_of(" \t\n\r\f\v") == std::string::npos)
+            throw Error("the prefix text is empty (only white space): give --text the text to keep");
         // Everything the user can get wrong is checked before the model loads.
         const std::string& name = o.positional[1];
         if (action == "save" && store.find_prefix(name)) throw Error("a prefix named '" + name + "' already exists");
