@@ -16,10 +16,12 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <iostream>
 #include <limits>
@@ -361,9 +363,22 @@ int cmd_chat_bench(const Options& o) {
     const int64_t prefix_tokens = o.integer("--prefix-tokens", 2000, 16, 1 << 20);
     const int64_t history_tokens = o.integer("--history-tokens", 4000, 64, 1 << 20);
     namespace fs = std::filesystem;
-    char dir_template[] = "/tmp/kvchat-chat-bench-XXXXXX";
-    if (!mkdtemp(dir_template)) throw Error("cannot create a temporary folder for the benchmark database");
+    const char* tmp = std::getenv("TMPDIR");
+    std::string dir_template = std::string(tmp && *tmp ? tmp : "/tmp") + "/kvchat-chat-bench-XXXXXX";
+    if (!mkdtemp(dir_template.data()))
+        throw Error("cannot create a temporary folder for the benchmark database in " +
+                    in_quotes(dir_template.substr(0, dir_template.rfind('/'))) + ": " + std::strerror(errno));
     const std::string dir = dir_template;
+    // Ctrl-C or a plain kill stops the benchmark at the next turn through an exception, so the
+    // folder below is removed as on every other error path.
+    struct sigaction sa {};
+    sa.sa_handler = on_interrupt;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, nullptr);
+    sigaction(SIGTERM, &sa, nullptr);
+    const auto check_interrupted = [] {
+        if (g_stop) throw Error("chat-bench was interrupted");
+    };
     struct RemoveDir {
         std::string d;
         ~RemoveDir() {
@@ -405,6 +420,7 @@ int cmd_chat_bench(const Options& o) {
             const std::string title = "turns-" + std::to_string(run);
             reg.open(title);
             for (int i = 0; i < turns; ++i) {
+                check_interrupted();
                 const TurnResult a = reg.send(title, message(i), t);
                 best[static_cast<size_t>(i)] = std::min(best[static_cast<size_t>(i)], a.ttft_ms);
                 if (run == 0) {
@@ -414,6 +430,7 @@ int cmd_chat_bench(const Options& o) {
             }
         }
         for (int i = 0; i < turns; ++i) {
+            check_interrupted();
             scratch.release_cache();  // from scratch: the whole history is prefilled again
             const TurnResult b = scratch.send(message(i), t);
             without.push_back(b.ttft_ms);
@@ -442,7 +459,9 @@ int cmd_chat_bench(const Options& o) {
         const std::string question = "Who combined movable metal type with a press?";
         Conversation cold(m, *l.backend, reg.chat_template(), default_cache_spec());
         cold.append(Role::System, text);
+        check_interrupted();
         const TurnResult c = cold.send(question, t);
+        check_interrupted();
         const auto t0 = std::chrono::steady_clock::now();
         OpenOptions opts;
         opts.prefix = "bench-prefix";
@@ -480,11 +499,13 @@ int cmd_chat_bench(const Options& o) {
             live.open(title);
             int64_t held = 0;
             for (int k = 1; held < history_tokens; ++k) {
+                check_interrupted();
                 const TurnResult r = live.send(title, "Part " + std::to_string(k) + " of my notes:\n" + chunk, brief);
                 held = r.prompt_tokens + static_cast<int64_t>(r.tokens.size());
             }
         }
         for (int i = 0; i < kRepeats; ++i) {
+            check_interrupted();
             const std::string message = "Summarise part " + std::to_string(i + 1) + " in one sentence.";
             live_ms = std::min(live_ms, live.send("live", message, t).ttft_ms);
             Store store(db);  // the restart

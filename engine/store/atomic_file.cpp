@@ -6,6 +6,9 @@
 #include <cerrno>
 #include <cstring>
 #include <fcntl.h>
+#include <ctime>
+#include <dirent.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -39,6 +42,9 @@ AtomicFile::AtomicFile(std::string path) : path_(std::move(path)) {
                     "': " + std::strerror(err));
     }
     temp_path_ = std::move(pattern);
+    // Held until the file is committed or discarded (or the process dies): a database opened
+    // meanwhile by another process sees it is in use and does not sweep it.
+    ::flock(fd_, LOCK_EX | LOCK_NB);
 }
 
 AtomicFile::~AtomicFile() {
@@ -95,6 +101,34 @@ void AtomicFile::commit() {
     const int err = errno;
     ::close(dfd);
     if (rc != 0) throw Error("cannot write '" + path_ + "': flushing its directory failed: " + std::strerror(err));
+}
+
+static bool is_temporary_name(const std::string& name) {
+    // ".NAME.tmp-XXXXXX", as the constructor makes them.
+    const size_t at = name.rfind(".tmp-");
+    return name.size() > 1 && name[0] == '.' && at != std::string::npos && at > 1 && name.size() - at == 11;
+}
+
+size_t remove_abandoned_temporaries(const std::string& dir, int min_age_s) {
+    DIR* d = ::opendir(dir.c_str());
+    if (!d) return 0;
+    size_t removed = 0;
+    const time_t now = std::time(nullptr);
+    while (const dirent* ent = ::readdir(d)) {
+        const std::string name = ent->d_name;
+        if (!is_temporary_name(name)) continue;
+        const std::string path = dir + "/" + name;
+        const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+        if (fd < 0) continue;
+        struct stat st {};
+        if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && now - st.st_mtime >= min_age_s &&
+            ::flock(fd, LOCK_EX | LOCK_NB) == 0) {
+            if (::unlink(path.c_str()) == 0) ++removed;
+        }
+        ::close(fd);
+    }
+    ::closedir(d);
+    return removed;
 }
 
 void write_file_atomically(const std::string& path, std::string_view bytes) {

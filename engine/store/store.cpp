@@ -1,6 +1,7 @@
 #include "engine/store/store.h"
 
 #include "engine/common/quoted.h"
+#include "engine/store/atomic_file.h"
 #include "engine/common/regular_file.h"
 #include "engine/common/utf8.h"
 #include "engine/error.h"
@@ -420,6 +421,8 @@ Store::Store(const std::string& path) : path_(path) {
         snapshot_dir_ = (folder / "snapshots").string();
         fs::create_directories(snapshot_dir_, ec);
         if (ec) throw Error("cannot create the snapshot folder " + in_quotes(snapshot_dir_) + ": " + ec.message());
+        // Snapshot writes a killed process left half done (a snapshot can be tens of MB).
+        remove_abandoned_temporaries(snapshot_dir_);
     } catch (...) {
         sqlite3_close(db_);
         db_ = nullptr;
