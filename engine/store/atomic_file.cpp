@@ -30,6 +30,12 @@ std::string file_name_of(const std::string& path) {
 
 }  // namespace
 
+std::string space_problem(int err) {
+    if (err == ENOSPC || err == EDQUOT) return "the disk is full (or the quota used up); ";
+    if (err == EFBIG) return "the file size limit was reached; ";
+    return {};
+}
+
 AtomicFile::AtomicFile(std::string path) : path_(std::move(path)) {
     if (path_.empty() || path_.back() == '/') throw Error("cannot write '" + path_ + "': not a file name");
     // A dot name hides the temporary file from casual listings; the random suffix keeps two
@@ -38,8 +44,8 @@ AtomicFile::AtomicFile(std::string path) : path_(std::move(path)) {
     fd_ = mkostemp(pattern.data(), O_CLOEXEC);
     if (fd_ < 0) {
         const int err = errno;
-        throw Error("cannot write '" + path_ + "': cannot create a temporary file in '" + directory_of(path_) +
-                    "': " + std::strerror(err));
+        throw Error("cannot write '" + path_ + "': " + space_problem(err) + "cannot create a temporary file in '" +
+                    directory_of(path_) + "': " + std::strerror(err));
     }
     temp_path_ = std::move(pattern);
     // Held until the file is committed or discarded (or the process dies): a database opened
@@ -64,7 +70,7 @@ void AtomicFile::discard() noexcept {
 
 void AtomicFile::fail(const std::string& what, int err) {
     discard();
-    throw Error("cannot write '" + path_ + "': " + what + ": " + std::strerror(err));
+    throw Error("cannot write '" + path_ + "': " + space_problem(err) + what + ": " + std::strerror(err));
 }
 
 void AtomicFile::write(const void* data, size_t size) {

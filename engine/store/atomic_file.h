@@ -45,6 +45,10 @@ private:
 // were removed; never throws (a file that cannot be checked is left alone).
 size_t remove_abandoned_temporaries(const std::string& dir, int min_age_s = 60);
 
+// For an errno that means "no room" (ENOSPC, EDQUOT, EFBIG): the words a message opens with, e.g.
+// "the disk is full (or the quota used up); "; empty for any other error.
+std::string space_problem(int err);
+
 // Replaces `path` with `bytes` atomically (see AtomicFile).
 void write_file_atomically(const std::string& path, std::string_view bytes);
 
