@@ -145,6 +145,11 @@ private slots:
         ::waitpid(child, nullptr, 0);
         reg.send(id, "sat on", greedy(3));
         QCOMPARE(reg.messages(id).size(), before + 2);
+        // Deleting the conversation removes its lock file with its snapshot.
+        const std::string lock = store.snapshot_dir() + "/conversation-" + std::to_string(id) + ".lock";
+        QVERIFY(QFileInfo::exists(QString::fromStdString(lock)));
+        reg.remove(id);
+        QVERIFY(!QFileInfo::exists(QString::fromStdString(lock)));
     }
 
     // Two connections (as two processes have): the one that answers second reads the other's

@@ -571,6 +571,8 @@ void ConversationRegistry::rename(int64_t id, std::string_view title) {
 void ConversationRegistry::remove(int64_t id) {
     const std::string snapshot = store_.delete_conversation(id);
     if (!snapshot.empty()) std::remove(store_.snapshot_path(snapshot).c_str());
+    // Its lock file too (ids are never reused, so no later conversation can need this one).
+    std::remove(store_.snapshot_path(lock_name_for(id)).c_str());
     // Its cache goes unsaved: nothing owns it any more.
     for (auto it = entries_.begin(); it != entries_.end(); ++it)
         if (it->id == id) {
