@@ -16,10 +16,12 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <iostream>
 #include <limits>
@@ -110,7 +112,7 @@ int interactive(ConversationRegistry& reg, const std::string& title, const TurnO
         std::fflush(stderr);
         if (!std::getline(std::cin, line)) break;
         if (line == "/quit") break;
-        if (line.empty()) continue;
+        if (line.find_first_not_of(" \t\r") == std::string::npos) continue;  // a blank line sends nothing
         g_stop = false;
         try {
             const TurnResult r = line == "/regenerate" ? reg.regenerate(title, t, print_piece, &g_stop)
@@ -145,13 +147,20 @@ int cmd_chat(const Options& o) {
     open.system = o.str("--system");
     reg.open(title, open);
     catch_interrupts();
-    if (!o.has("--message")) return interactive(reg, title, t);
+    const bool regenerate = o.flag("--regenerate");
+    if (regenerate && o.has("--message")) throw Error("give --message or --regenerate, not both");
+    if (!o.has("--message") && !regenerate) return interactive(reg, title, t);
 
-    const std::string message = o.str("--message");
-    if (message.empty()) throw Error("the message is empty: give --message some text");
     const bool as_json = o.flag("--json");
-    const TurnResult r = reg.send(title, message, t, as_json ? std::function<void(std::string_view)>() : print_piece,
-                                  &g_stop);
+    const auto on_text = as_json ? std::function<void(std::string_view)>() : print_piece;
+    TurnResult r;
+    if (regenerate) {
+        r = reg.regenerate(title, t, on_text, &g_stop);
+    } else {
+        const std::string message = o.str("--message");
+        if (message.empty()) throw Error("the message is empty: give --message some text");
+        r = reg.send(title, message, t, on_text, &g_stop);
+    }
     if (as_json) {
         std::printf("%s\n", turn_json(r, title).dump(-1, ' ', false, json::error_handler_t::replace).c_str());
     } else {
@@ -162,25 +171,49 @@ int cmd_chat(const Options& o) {
     return 0;
 }
 
+namespace {
+
+// A title as one field of a tab-separated line: a tab, newline or carriage return in it would
+// split the line, so they (and the backslash that escapes them) are written as \\t, \\n, \\r, \\\\.
+std::string tsv_field(std::string_view s) {
+    std::string out;
+    out.reserve(s.size());
+    for (char ch : s) switch (ch) {
+            case '\t': out += "\\t"; break;
+            case '\n': out += "\\n"; break;
+            case '\r': out += "\\r"; break;
+            case '\\': out += "\\\\"; break;
+            default: out += ch;
+        }
+    return out;
+}
+
+}  // namespace
+
 int cmd_conversations(const Options& o) {
     Store store(existing_db_path(o));
-    const auto list = store.list_conversations();
+    const auto list = store.list_conversation_overviews();
     if (o.flag("--json")) {
         json a = json::array();
-        for (const ConversationRecord& c : list) {
+        for (const ConversationOverview& v : list) {
+            const ConversationRecord& c = v.conversation;
             a.push_back({{"title", c.title},
-                         {"messages", store.list_messages(c.id).size()},
+                         {"messages", v.message_count},
                          {"cache", c.cache_spec},
                          {"snapshot", !c.snapshot.empty()},
+                         {"unanswered", v.last_unanswered},
                          {"updated_ms", c.updated_ms}});
         }
         std::printf("%s\n", a.dump(-1, ' ', false, json::error_handler_t::replace).c_str());
         return 0;
     }
     if (list.empty()) std::fprintf(stderr, "no conversations in %s\n", store.path().c_str());
-    for (const ConversationRecord& c : list)
-        std::printf("%s\t%zu messages\t%s%s\n", c.title.c_str(), store.list_messages(c.id).size(), c.cache_spec.c_str(),
-                    c.snapshot.empty() ? "" : "\tcache saved");
+    for (const ConversationOverview& v : list) {
+        const ConversationRecord& c = v.conversation;
+        std::printf("%s\t%lld messages\t%s%s%s\n", tsv_field(c.title).c_str(), static_cast<long long>(v.message_count),
+                    c.cache_spec.c_str(), c.snapshot.empty() ? "" : "\tcache saved",
+                    v.last_unanswered ? "\tunanswered" : "");
+    }
     return 0;
 }
 
@@ -273,6 +306,8 @@ int cmd_prefix(const Options& o) {
             throw Error("prefix " + action + " needs --text TEXT or --conversation NAME (one of them)");
         if (o.has("--messages") && !from_conversation)
             throw Error("--messages counts the messages taken from --conversation NAME");
+        if (from_text && o.str("--text").find_first_not_of(" \t\n\r\f\v") == std::string::npos)
+            throw Error("the prefix text is empty (only white space): give --text the text to keep");
         // Everything the user can get wrong is checked before the model loads.
         const std::string& name = o.positional[1];
         if (action == "save" && store.find_prefix(name)) throw Error("a prefix named '" + name + "' already exists");
@@ -328,9 +363,22 @@ int cmd_chat_bench(const Options& o) {
     const int64_t prefix_tokens = o.integer("--prefix-tokens", 2000, 16, 1 << 20);
     const int64_t history_tokens = o.integer("--history-tokens", 4000, 64, 1 << 20);
     namespace fs = std::filesystem;
-    char dir_template[] = "/tmp/kvchat-chat-bench-XXXXXX";
-    if (!mkdtemp(dir_template)) throw Error("cannot create a temporary folder for the benchmark database");
+    const char* tmp = std::getenv("TMPDIR");
+    std::string dir_template = std::string(tmp && *tmp ? tmp : "/tmp") + "/kvchat-chat-bench-XXXXXX";
+    if (!mkdtemp(dir_template.data()))
+        throw Error("cannot create a temporary folder for the benchmark database in " +
+                    in_quotes(dir_template.substr(0, dir_template.rfind('/'))) + ": " + std::strerror(errno));
     const std::string dir = dir_template;
+    // Ctrl-C or a plain kill stops the benchmark at the next turn through an exception, so the
+    // folder below is removed as on every other error path.
+    struct sigaction sa {};
+    sa.sa_handler = on_interrupt;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, nullptr);
+    sigaction(SIGTERM, &sa, nullptr);
+    const auto check_interrupted = [] {
+        if (g_stop) throw Error("chat-bench was interrupted");
+    };
     struct RemoveDir {
         std::string d;
         ~RemoveDir() {
@@ -372,6 +420,7 @@ int cmd_chat_bench(const Options& o) {
             const std::string title = "turns-" + std::to_string(run);
             reg.open(title);
             for (int i = 0; i < turns; ++i) {
+                check_interrupted();
                 const TurnResult a = reg.send(title, message(i), t);
                 best[static_cast<size_t>(i)] = std::min(best[static_cast<size_t>(i)], a.ttft_ms);
                 if (run == 0) {
@@ -381,6 +430,7 @@ int cmd_chat_bench(const Options& o) {
             }
         }
         for (int i = 0; i < turns; ++i) {
+            check_interrupted();
             scratch.release_cache();  // from scratch: the whole history is prefilled again
             const TurnResult b = scratch.send(message(i), t);
             without.push_back(b.ttft_ms);
@@ -409,7 +459,9 @@ int cmd_chat_bench(const Options& o) {
         const std::string question = "Who combined movable metal type with a press?";
         Conversation cold(m, *l.backend, reg.chat_template(), default_cache_spec());
         cold.append(Role::System, text);
+        check_interrupted();
         const TurnResult c = cold.send(question, t);
+        check_interrupted();
         const auto t0 = std::chrono::steady_clock::now();
         OpenOptions opts;
         opts.prefix = "bench-prefix";
@@ -447,11 +499,13 @@ int cmd_chat_bench(const Options& o) {
             live.open(title);
             int64_t held = 0;
             for (int k = 1; held < history_tokens; ++k) {
+                check_interrupted();
                 const TurnResult r = live.send(title, "Part " + std::to_string(k) + " of my notes:\n" + chunk, brief);
                 held = r.prompt_tokens + static_cast<int64_t>(r.tokens.size());
             }
         }
         for (int i = 0; i < kRepeats; ++i) {
+            check_interrupted();
             const std::string message = "Summarise part " + std::to_string(i + 1) + " in one sentence.";
             live_ms = std::min(live_ms, live.send("live", message, t).ttft_ms);
             Store store(db);  // the restart

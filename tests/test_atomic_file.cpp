@@ -166,6 +166,7 @@ private slots:
         std::signal(SIGXFSZ, old_handler);
         QVERIFY2(msg.find(path.toStdString()) != std::string::npos, msg.c_str());
         QVERIFY2(msg.find("File too large") != std::string::npos, msg.c_str());
+        QVERIFY2(msg.find("the file size limit was reached") != std::string::npos, msg.c_str());
         QCOMPARE(read_all(path), std::string("precious old snapshot"));
         QCOMPARE(entries(dir.path()), QStringList{"cache.snap"});
     }

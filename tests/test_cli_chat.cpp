@@ -153,11 +153,63 @@ private slots:
             QCOMPARE(msgs[0].content, std::string("Name a colour."));
             QCOMPARE(msgs[2].content, std::string("Tell me a very long story about a dragon."));
         }
+        // The unanswered message is shown as such, and a new message is not stacked on it.
+        const Run list = cli({"conversations", "--db", db});
+        QCOMPARE(list.code, 0);
+        QVERIFY2(list.out.contains("\tunanswered"), list.out.constData());
+        QVERIFY(QJsonDocument::fromJson(cli({"conversations", "--db", db, "--json"}).out)[0]["unanswered"].toBool());
+        const Run refused = cli({"chat", "--db", db, "--conversation", "story", "--message", "Shorter, please.", "-n",
+                                 "8", "--greedy"});
+        QCOMPARE(refused.code, 2);
+        QVERIFY2(refused.err.contains("has no answer") && refused.err.contains("--regenerate"), qPrintable(refused.err));
+        {
+            Store store(db.toStdString());
+            QCOMPARE(store.list_messages(store.find_conversation("story")->id).size(), size_t(3));
+        }
+        // --regenerate answers it; then the conversation goes on.
+        const Run answered = cli({"chat", "--db", db, "--conversation", "story", "--regenerate", "-n", "8", "--greedy"});
+        QVERIFY2(answered.code == 0, qPrintable(answered.err));
+        QVERIFY(!cli({"conversations", "--db", db}).out.contains("unanswered"));
         const Run b = cli({"chat", "--db", db, "--conversation", "story", "--message", "Shorter, please.", "-n", "8",
                            "--greedy", "--json"});
         QVERIFY2(b.code == 0, qPrintable(b.err));
         Store store(db.toStdString());
-        QCOMPARE(store.list_messages(store.find_conversation("story")->id).size(), size_t(5));
+        const auto msgs = store.list_messages(store.find_conversation("story")->id);
+        QCOMPARE(msgs.size(), size_t(6));
+        QCOMPARE(msgs[2].content, std::string("Tell me a very long story about a dragon."));
+        QCOMPARE(msgs[3].role, Role::Assistant);
+        QCOMPARE(msgs[4].content, std::string("Shorter, please."));
+    }
+
+    // A title with a tab or a newline stays one field of one line in `conversations`; blank
+    // messages and blank prefix texts are refused.
+    void titlesAndBlankText() {
+        QTemporaryDir dir;
+        const QString model = tiny_model_path(dir);
+        const QString db = dir.path() + "/kv.db";
+        const QString name = "two\nlines\tand a tab \\ slash";
+        const Run a = cli({"chat", "--model", model, "--db", db, "--conversation", name, "--message", "hi", "-n", "2",
+                           "--greedy"});
+        QVERIFY2(a.code == 0, qPrintable(a.err));
+        const Run list = cli({"conversations", "--db", db});
+        QCOMPARE(list.code, 0);
+        const QList<QByteArray> lines = list.out.trimmed().split('\n');
+        QCOMPARE(lines.size(), 1);
+        const QList<QByteArray> fields = lines[0].split('\t');
+        QVERIFY2(fields.size() >= 3, list.out.constData());
+        QCOMPARE(fields[0], QByteArray("two\\nlines\\tand a tab \\\\ slash"));
+        QCOMPARE(fields[1], QByteArray("2 messages"));
+        for (const QString& blank : {QString("   "), QString(" \n\t ")}) {
+            const Run r = cli({"chat", "--model", model, "--db", db, "--conversation", name, "--message", blank});
+            QCOMPARE(r.code, 2);
+            QVERIFY2(r.err.contains("empty"), qPrintable(r.err));
+            const Run p = cli({"prefix", "save", "blank", "--text", blank, "--model", model, "--db", db});
+            QCOMPARE(p.code, 2);
+            QVERIFY2(p.err.contains("empty"), qPrintable(p.err));
+        }
+        Store store(db.toStdString());
+        QCOMPARE(store.list_messages(store.find_conversation(name.toStdString())->id).size(), size_t(2));
+        QVERIFY(store.list_prefixes().empty());
     }
 
     // Names and text that could trip SQL, the shell or UTF-8 handling come back exactly; invalid

@@ -17,6 +17,7 @@
 #include <functional>
 #include <random>
 #include <string>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -142,6 +143,33 @@ class TestStore : public QObject {
     Q_OBJECT
 
 private slots:
+    // A file size limit (ulimit -f) stops a write with words that say so, and where; nothing
+    // committed before it is lost. (A full disk takes the same path: ENOSPC instead of EFBIG.)
+    void fileSizeLimitSaysSo() {
+        QTemporaryDir dir;
+        const std::string db = (dir.path() + "/kv.db").toStdString();
+        Store store(db);
+        const auto c = store.create_conversation("big", "", "");
+        store.append_message(c.id, Role::User, "kept");
+        struct rlimit old_limit {};
+        QCOMPARE(getrlimit(RLIMIT_FSIZE, &old_limit), 0);
+        struct rlimit small = old_limit;
+        small.rlim_cur = 256 * 1024;
+        auto old_handler = std::signal(SIGXFSZ, SIG_IGN);
+        QCOMPARE(setrlimit(RLIMIT_FSIZE, &small), 0);
+        const std::string err = error_of([&] { store.append_message(c.id, Role::User, std::string(1 << 20, 'x')); });
+        setrlimit(RLIMIT_FSIZE, &old_limit);
+        std::signal(SIGXFSZ, old_handler);
+        QVERIFY2(contains(err, "the file size limit was reached") && contains(err, db) &&
+                     contains(err, dir.path().toStdString()),
+                 err.c_str());
+        QVERIFY2(!contains(err, "disk I/O error") || contains(err, "file size limit"), err.c_str());
+        Store again(db);
+        const auto msgs = again.list_messages(c.id);
+        QCOMPARE(msgs.size(), size_t(1));
+        QCOMPARE(msgs[0].content, std::string("kept"));
+    }
+
     void createsSchemaWithPragmas() {
         QTemporaryDir dir;
         const std::string path = (dir.path() + "/sub/folder/kvchat.db").toStdString();

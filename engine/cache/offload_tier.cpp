@@ -40,6 +40,9 @@ OffloadTier::OffloadTier(const std::string& dir_in, int n_layers) : n_layers_(n_
         throw Error("offloaded: cannot create a spill file in '" + dir + "' (dir): " + std::strerror(err));
     }
     path_ = templ;
+    // Unlinked at once: the descriptor keeps the file while the cache lives, and nothing is left
+    // on disk when the process ends, however it ends (kill -9 included). path_ stays for messages.
+    ::unlink(path_.c_str());
     sizes_.assign(static_cast<size_t>(n_layers), 0);
     reserved_.assign(static_cast<size_t>(n_layers), 0);
     unsaved_.resize(static_cast<size_t>(n_layers));
@@ -50,7 +53,6 @@ OffloadTier::OffloadTier(const std::string& dir_in, int n_layers) : n_layers_(n_
         for (int i = 0; i < n_layers; ++i) ensure(i, kGrain);
     } catch (...) {
         ::close(fd_);
-        ::unlink(path_.c_str());
         throw;
     }
     thread_ = std::thread([this] { prefetch_loop(); });
@@ -64,7 +66,6 @@ OffloadTier::~OffloadTier() {
     cv_.notify_all();
     thread_.join();
     ::close(fd_);
-    ::unlink(path_.c_str());
 }
 
 void OffloadTier::fail(const std::string& what, int err) const {

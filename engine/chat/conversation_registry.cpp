@@ -22,6 +22,23 @@ std::string snapshot_name_for(int64_t conversation_id) {
     return "conversation-" + std::to_string(conversation_id) + ".kvcache";
 }
 
+std::string lock_name_for(int64_t conversation_id) {
+    return "conversation-" + std::to_string(conversation_id) + ".lock";
+}
+
+bool blank(std::string_view text) {
+    return text.find_first_not_of(" \t\n\r\f\v") == std::string_view::npos;
+}
+
+// The start of a message, for a refusal that quotes it.
+std::string excerpt(std::string_view text) {
+    constexpr size_t kMax = 60;
+    if (text.size() <= kMax) return in_quotes(text);
+    size_t cut = kMax;
+    while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;  // whole UTF-8 characters
+    return in_quotes(std::string(text.substr(0, cut)) + "...");
+}
+
 double ms_since(std::chrono::steady_clock::time_point t0) {
     return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -217,9 +234,55 @@ void ConversationRegistry::make_ready(Entry& e, std::vector<std::string>&, const
         }));
 }
 
+std::string ConversationRegistry::lock_path(const Entry& e) const { return store_.snapshot_path(lock_name_for(e.id)); }
+
+bool ConversationRegistry::transcript_is_stored(const Entry& e) const {
+    const std::vector<MessageRecord> stored = store_.list_messages(e.id);
+    const std::vector<ChatMessage>& have = e.conversation->messages();
+    if (stored.size() != have.size()) return false;
+    for (size_t i = 0; i < have.size(); ++i)
+        if (stored[i].role != have[i].role || stored[i].content != have[i].content) return false;
+    return true;
+}
+
+void ConversationRegistry::lock_and_sync(Entry& e, std::vector<std::string>& notices) {
+    if (!e.lock) e.lock = std::make_unique<ConversationLock>(lock_path(e), e.title);
+    try {
+        const auto rec = store_.find_conversation_by_id(e.id);
+        if (!rec) throw Error("conversation " + in_quotes(e.title) + " was deleted");
+        e.title = rec->title;
+        if (transcript_is_stored(e)) return;
+        // Another process answered or edited meanwhile: its messages come first. The cache keeps
+        // the longest prefix of tokens that still matches (the next turn aligns it).
+        Conversation& c = *e.conversation;
+        c.truncate(0);
+        for (const MessageRecord& m : store_.list_messages(e.id)) c.append(m.role, m.content);
+        notices.push_back("conversation " + in_quotes(e.title) +
+                          " was changed by another kvchat process; its messages were read again");
+    } catch (...) {
+        e.lock.reset();
+        throw;
+    }
+}
+
 void ConversationRegistry::save_snapshot(Entry& e, std::vector<std::string>& notices) {
     if (!e.conversation->has_cache()) return;
     const std::string name = snapshot_name_for(e.id);
+    // The snapshot is installed under the conversation's lock, and only when its cache was made
+    // for the stored transcript: one made before another process moved the conversation on is
+    // older than what that process saved, and must not replace it.
+    std::unique_ptr<ConversationLock> taken;
+    try {
+        if (!e.lock) taken = std::make_unique<ConversationLock>(lock_path(e), e.title);
+    } catch (const Error& err) {
+        notices.push_back("the cache of conversation " + in_quotes(e.title) + " was not saved (" + err.what() +
+                          "); the next session prefills it again");
+        return;
+    }
+    if (!transcript_is_stored(e)) {
+        e.dirty = false;
+        return;
+    }
     try {
         // Only the latest checkpoints go to disk: regenerating the last answer or editing the last
         // message crops to one of them, and each holds every sliding window, so older ones would
@@ -284,7 +347,13 @@ ConversationRegistry::Entry& ConversationRegistry::prepare(int64_t id, std::vect
                                                           const Progress& progress) {
     Entry& e = entry(id);
     notices = take_notices();
-    make_ready(e, notices, progress);
+    lock_and_sync(e, notices);
+    try {
+        make_ready(e, notices, progress);
+    } catch (...) {
+        e.lock.reset();
+        throw;
+    }
     return e;
 }
 
@@ -353,8 +422,17 @@ TurnResult ConversationRegistry::send(int64_t id, std::string_view text, const T
                                       const TurnCallbacks& callbacks) {
     const auto t0 = std::chrono::steady_clock::now();
     std::vector<std::string> notices;
+    if (blank(text)) throw Error("the message is empty (only white space): nothing was sent");
     Entry& e = prepare(id, notices, callbacks.progress);
+    const Unlock unlock{e};
     Conversation& c = *e.conversation;
+    // (A conversation just started from a prefix may end with the prefix's user message: the
+    // new one continues it, as the prefix was saved to be used.)
+    if (!c.messages().empty() && c.messages().back().role == Role::User && e.prefix_tokens == 0)
+        throw Error("conversation " + in_quotes(e.title) + " ends with a message of yours that has no answer (" +
+                    excerpt(c.messages().back().content) +
+                    ", left by a crash or a failed turn); regenerate answers it (/regenerate in kvchat-cli chat, "
+                    "--regenerate with --conversation), or edit it; nothing was sent");
     const RepairedUtf8 fixed = repair_utf8(text);
     if (fixed.replaced) notices.push_back("your message had invalid UTF-8; it was replaced by U+FFFD");
     const std::vector<MessageRecord> before = store_.list_messages(e.id);
@@ -390,6 +468,7 @@ TurnResult ConversationRegistry::regenerate(int64_t id, const TurnOptions& optio
     const auto t0 = std::chrono::steady_clock::now();
     std::vector<std::string> notices;
     Entry& e = prepare(id, notices, callbacks.progress);
+    const Unlock unlock{e};
     Conversation& c = *e.conversation;
     const auto& msgs = c.messages();
     if (msgs.empty() || (msgs.back().role != Role::Assistant && msgs.back().role != Role::User))
@@ -413,7 +492,9 @@ TurnResult ConversationRegistry::edit(int64_t id, size_t ordinal, std::string_vi
                                       const TurnCallbacks& callbacks) {
     const auto t0 = std::chrono::steady_clock::now();
     std::vector<std::string> notices;
+    if (blank(text)) throw Error("the message is empty (only white space): nothing was changed");
     Entry& e = prepare(id, notices, callbacks.progress);
+    const Unlock unlock{e};
     Conversation& c = *e.conversation;
     if (ordinal >= c.messages().size() || c.messages()[ordinal].role != Role::User)
         throw Error("message " + std::to_string(ordinal) + " of conversation " + in_quotes(e.title) +
@@ -490,6 +571,8 @@ void ConversationRegistry::rename(int64_t id, std::string_view title) {
 void ConversationRegistry::remove(int64_t id) {
     const std::string snapshot = store_.delete_conversation(id);
     if (!snapshot.empty()) std::remove(store_.snapshot_path(snapshot).c_str());
+    // Its lock file too (ids are never reused, so no later conversation can need this one).
+    std::remove(store_.snapshot_path(lock_name_for(id)).c_str());
     // Its cache goes unsaved: nothing owns it any more.
     for (auto it = entries_.begin(); it != entries_.end(); ++it)
         if (it->id == id) {

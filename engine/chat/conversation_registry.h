@@ -5,12 +5,18 @@
 // Reopening a conversation loads its snapshot and the next turn prefills only the new tokens; a
 // missing, damaged or mismatched snapshot is rebuilt from the transcript, with a notice.
 //
+// Several processes (the window, kvchat-cli) may share one database: a turn, an edit, a
+// regeneration and a strategy switch hold the conversation's lock (ConversationLock), first read
+// the transcript again when another process changed it, and a snapshot is written only while its
+// cache's transcript is still the stored one (so it never replaces a newer one).
+//
 // Memory budget: at most max_resident conversations keep their caches in RAM; the least recently
 // used give theirs up (their snapshots on disk stand in for them).
 #include "engine/cache/conversion_plan.h"
 #include "engine/chat/conversation.h"
 #include "engine/chat/prefix_library.h"
 #include "engine/common/progress.h"
+#include "engine/store/conversation_lock.h"
 #include "engine/store/store.h"
 
 #include <chrono>
@@ -56,7 +62,10 @@ public:
     int64_t id_of(std::string_view title);
 
     // One turn: the user's message, then the reply. Refuses (kvchat::Error) before storing
-    // anything when the turn cannot fit (Refuse policy).
+    // anything when the turn cannot fit (Refuse policy), when the message is empty or only white
+    // space, and when the conversation ends with a user message left unanswered (by a crash or a
+    // failed turn): regenerate() answers that one first, so two questions are never stacked
+    // (the opening of a conversation just started from a prefix is not such a message).
     TurnResult send(std::string_view title, std::string_view text, const TurnOptions& options,
                     const std::function<void(std::string_view)>& on_text = {},
                     const std::atomic<bool>* cancel = nullptr);
@@ -116,7 +125,18 @@ private:
         bool cache_ready = false;  // the snapshot was loaded (or found unusable) for this session
         bool dirty = false;        // the cache changed since its snapshot was written
         int64_t prefix_tokens = 0; // tokens of the saved prefix its cache started from, until the first answer
+        std::unique_ptr<ConversationLock> lock;  // held while a change is under way
     };
+    // Releases the entry's lock when the change ends, however it ends.
+    struct Unlock {
+        Entry& e;
+        ~Unlock() { e.lock.reset(); }
+    };
+    // Takes the entry's lock and reads the transcript again when another process changed it.
+    void lock_and_sync(Entry& e, std::vector<std::string>& notices);
+    // True when the entry's transcript is the stored one, message for message.
+    bool transcript_is_stored(const Entry& e) const;
+    std::string lock_path(const Entry& e) const;
     Entry& entry(std::string_view title);
     // The conversation `id`, opened (its transcript read) when it was not.
     Entry& entry(int64_t id);
@@ -124,7 +144,8 @@ private:
     // Starts reading the conversation's snapshot ("Loading cache"; a set cancel flag throws
     // kvchat::Cancelled before anything is read).
     void make_ready(Entry& e, std::vector<std::string>& notices, const Progress& progress = {});
-    // The conversation opened and its cache ready for a turn; notices get what that said.
+    // The conversation opened, locked (release with Unlock) and its cache ready for a turn;
+    // notices get what that said.
     Entry& prepare(int64_t id, std::vector<std::string>& notices, const Progress& progress = {});
     // After a cancelled turn: the transcript and the stored messages become `before` again from
     // message `keep` on (the messages the turn removed come back, those it added go).

@@ -8,6 +8,7 @@ namespace kvchat {
 ConversionPlan ConversationRegistry::plan_switch(int64_t id, const std::string& spec) {
     std::vector<std::string> notices;
     Entry& e = prepare(id, notices);
+    const Unlock unlock{e};
     for (std::string& n : notices) notices_.push_back(std::move(n));
     const ConversionPlan plan = plan_conversion(e.conversation->cache(), spec, prefill_tok_s_);
     enforce_budget(e);
@@ -17,6 +18,7 @@ ConversionPlan ConversationRegistry::plan_switch(int64_t id, const std::string& 
 ConversionPlan ConversationRegistry::switch_strategy(int64_t id, const std::string& spec, const Progress& progress) {
     std::vector<std::string> notices;
     Entry& e = prepare(id, notices);
+    const Unlock unlock{e};
     for (std::string& n : notices) notices_.push_back(std::move(n));
     Conversation& c = *e.conversation;
     const std::string target = canonical_cache_spec(spec);

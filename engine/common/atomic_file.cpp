@@ -6,6 +6,9 @@
 #include <cerrno>
 #include <cstring>
 #include <fcntl.h>
+#include <ctime>
+#include <dirent.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -27,6 +30,12 @@ std::string file_name_of(const std::string& path) {
 
 }  // namespace
 
+std::string space_problem(int err) {
+    if (err == ENOSPC || err == EDQUOT) return "the disk is full (or the quota used up); ";
+    if (err == EFBIG) return "the file size limit was reached; ";
+    return {};
+}
+
 AtomicFile::AtomicFile(std::string path) : path_(std::move(path)) {
     if (path_.empty() || path_.back() == '/') throw Error("cannot write '" + path_ + "': not a file name");
     // A dot name hides the temporary file from casual listings; the random suffix keeps two
@@ -35,10 +44,13 @@ AtomicFile::AtomicFile(std::string path) : path_(std::move(path)) {
     fd_ = mkostemp(pattern.data(), O_CLOEXEC);
     if (fd_ < 0) {
         const int err = errno;
-        throw Error("cannot write '" + path_ + "': cannot create a temporary file in '" + directory_of(path_) +
-                    "': " + std::strerror(err));
+        throw Error("cannot write '" + path_ + "': " + space_problem(err) + "cannot create a temporary file in '" +
+                    directory_of(path_) + "': " + std::strerror(err));
     }
     temp_path_ = std::move(pattern);
+    // Held until the file is committed or discarded (or the process dies): a database opened
+    // meanwhile by another process sees it is in use and does not sweep it.
+    ::flock(fd_, LOCK_EX | LOCK_NB);
 }
 
 AtomicFile::~AtomicFile() {
@@ -58,7 +70,7 @@ void AtomicFile::discard() noexcept {
 
 void AtomicFile::fail(const std::string& what, int err) {
     discard();
-    throw Error("cannot write '" + path_ + "': " + what + ": " + std::strerror(err));
+    throw Error("cannot write '" + path_ + "': " + space_problem(err) + what + ": " + std::strerror(err));
 }
 
 void AtomicFile::write(const void* data, size_t size) {
@@ -95,6 +107,34 @@ void AtomicFile::commit() {
     const int err = errno;
     ::close(dfd);
     if (rc != 0) throw Error("cannot write '" + path_ + "': flushing its directory failed: " + std::strerror(err));
+}
+
+static bool is_temporary_name(const std::string& name) {
+    // ".NAME.tmp-XXXXXX", as the constructor makes them.
+    const size_t at = name.rfind(".tmp-");
+    return name.size() > 1 && name[0] == '.' && at != std::string::npos && at > 1 && name.size() - at == 11;
+}
+
+size_t remove_abandoned_temporaries(const std::string& dir, int min_age_s) {
+    DIR* d = ::opendir(dir.c_str());
+    if (!d) return 0;
+    size_t removed = 0;
+    const time_t now = std::time(nullptr);
+    while (const dirent* ent = ::readdir(d)) {
+        const std::string name = ent->d_name;
+        if (!is_temporary_name(name)) continue;
+        const std::string path = dir + "/" + name;
+        const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+        if (fd < 0) continue;
+        struct stat st {};
+        if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && now - st.st_mtime >= min_age_s &&
+            ::flock(fd, LOCK_EX | LOCK_NB) == 0) {
+            if (::unlink(path.c_str()) == 0) ++removed;
+        }
+        ::close(fd);
+    }
+    ::closedir(d);
+    return removed;
 }
 
 void write_file_atomically(const std::string& path, std::string_view bytes) {

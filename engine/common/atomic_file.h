@@ -39,6 +39,16 @@ private:
     bool committed_ = false;
 };
 
+// Removes the temporary files of AtomicFiles in `dir` that a killed process left behind: those
+// named as AtomicFile names them (".NAME.tmp-XXXXXX"), unlocked (a live writer holds an flock on
+// its temporary file until it commits) and unchanged for `min_age_s` seconds. Returns how many
+// were removed; never throws (a file that cannot be checked is left alone).
+size_t remove_abandoned_temporaries(const std::string& dir, int min_age_s = 60);
+
+// For an errno that means "no room" (ENOSPC, EDQUOT, EFBIG): the words a message opens with, e.g.
+// "the disk is full (or the quota used up); "; empty for any other error.
+std::string space_problem(int err);
+
 // Replaces `path` with `bytes` atomically (see AtomicFile).
 void write_file_atomically(const std::string& path, std::string_view bytes);
 

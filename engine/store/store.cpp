@@ -1,12 +1,18 @@
 #include "engine/store/store.h"
 
 #include "engine/common/quoted.h"
+#include "engine/store/atomic_file.h"
 #include "engine/common/regular_file.h"
 #include "engine/common/utf8.h"
 #include "engine/error.h"
 #include "engine/model/model_path.h"
 
 #include <sqlite3.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+
+#include <cerrno>
 
 #include <algorithm>
 #include <chrono>
@@ -183,13 +189,43 @@ std::vector<int32_t> decode_tokens(std::string_view bytes) {
     return out;
 }
 
+// Why a write of the database at `path` found no room: `reported` when it says so, else what the
+// file system shows (SQLite does not always keep the system's error): a file of the database at
+// the file size limit (EFBIG), or its folder's disk (nearly) full (ENOSPC). 0: neither.
+int no_room_errno(const std::string& path, int reported) {
+    if (reported == ENOSPC || reported == EDQUOT || reported == EFBIG) return reported;
+    struct rlimit lim {};
+    if (::getrlimit(RLIMIT_FSIZE, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY)
+        for (const char* suffix : {"", "-wal", "-journal"}) {
+            struct stat st {};
+            if (::stat((path + suffix).c_str(), &st) == 0 &&
+                static_cast<uint64_t>(st.st_size) + 65536 >= static_cast<uint64_t>(lim.rlim_cur))
+                return EFBIG;
+        }
+    std::string folder = std::filesystem::path(path).parent_path().string();
+    if (folder.empty()) folder = ".";
+    struct statvfs vfs {};
+    if (::statvfs(folder.c_str(), &vfs) == 0 && static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize < (uint64_t{1} << 20))
+        return ENOSPC;
+    return 0;
+}
+
 [[noreturn]] void fail(sqlite3* db, const std::string& path, const std::string& what, int rc) {
     const std::string name = "database " + in_quotes(path);
     const std::string msg = db ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
+    // SQLite reports a file size limit (and some full disks) as a plain I/O error: the system's
+    // own error says which.
+    if (db && ((rc & 0xFF) == SQLITE_IOERR || (rc & 0xFF) == SQLITE_FULL)) {
+        const std::string words = space_problem(no_room_errno(path, sqlite3_system_errno(db)));
+        if (!words.empty())
+            throw Error(name + ": " + words.substr(0, words.size() - 2) + " while " + what + " (" + in_quotes(path) +
+                        " and its journal, in " + in_quotes(std::filesystem::path(path).parent_path().string()) +
+                        "): " + msg);
+    }
     switch (rc & 0xFF) {
         case SQLITE_CORRUPT:
         case SQLITE_NOTADB: throw Error(name + " is damaged: " + msg);
-        case SQLITE_FULL: throw Error(name + ": the disk is full: " + msg);
+        case SQLITE_FULL: throw Error(name + ": the disk is full (in " + in_quotes(std::filesystem::path(path).parent_path().string()) + "): " + msg);
         case SQLITE_BUSY:
         case SQLITE_LOCKED: throw Error(name + " is busy (another program holds its lock): " + msg);
         case SQLITE_READONLY: throw Error(name + " cannot be written: " + msg);
@@ -420,6 +456,8 @@ Store::Store(const std::string& path) : path_(path) {
         snapshot_dir_ = (folder / "snapshots").string();
         fs::create_directories(snapshot_dir_, ec);
         if (ec) throw Error("cannot create the snapshot folder " + in_quotes(snapshot_dir_) + ": " + ec.message());
+        // Snapshot writes a killed process left half done (a snapshot can be tens of MB).
+        remove_abandoned_temporaries(snapshot_dir_);
     } catch (...) {
         sqlite3_close(db_);
         db_ = nullptr;

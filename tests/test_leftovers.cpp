@@ -1,0 +1,152 @@
+// Nothing left behind: an offloaded cache's spill file has no name on disk (so even kill -9
+// leaves none), a snapshot write a killed process left half done is swept when the database is
+// next opened (never one still being written), and chat-bench removes its temporary folder when
+// it fails or is stopped.
+#include "engine/store/atomic_file.h"
+#include "engine/store/store.h"
+#include "support/test_paths.h"
+#include "support/tiny_model.h"
+
+#include <QDir>
+#include <QProcess>
+#include <QProcessEnvironment>
+#include <QTemporaryDir>
+#include <QtTest>
+
+#include <csignal>
+#include <fstream>
+#include <sys/time.h>
+
+using namespace kvchat;
+
+namespace {
+
+QString tiny_model_path(const QTemporaryDir& dir) {
+    test::TinyModelSpec spec;
+    spec.n_layer = 6;
+    spec.n_embd = 64;
+    spec.n_head = 2;
+    spec.n_head_kv = 1;
+    spec.head_dim = 32;
+    spec.n_ff = 128;
+    spec.sliding_window = 8;
+    const QString path = dir.path() + "/tiny.gguf";
+    test::write_tiny_gguf(spec, path.toStdString());
+    return path;
+}
+
+void plant(const std::string& path, int age_s) {
+    std::ofstream(path) << "half a snapshot";
+    struct timeval t[2];
+    ::gettimeofday(&t[0], nullptr);
+    t[0].tv_sec -= age_s;
+    t[1] = t[0];
+    ::utimes(path.c_str(), t);
+}
+
+bool exists(const std::string& path) { return QFileInfo::exists(QString::fromStdString(path)); }
+
+}  // namespace
+
+class TestLeftovers : public QObject {
+    Q_OBJECT
+private slots:
+    // A generation on an offloaded cache, killed with SIGKILL while it streams: at no moment,
+    // before or after the kill, does the spill folder hold a file.
+    void killedGenerationLeavesNoSpillFile() {
+        QTemporaryDir dir;
+        const QString model = tiny_model_path(dir);
+        QTemporaryDir spill;
+        QProcess p;
+        p.start(QString::fromUtf8(test::cli_path()),
+                {"generate", "--model", model, "--prompt", "the cat sat", "-n", "100000", "--greedy", "--cache",
+                 "offloaded:dir=" + spill.path()});
+        QVERIFY(p.waitForStarted());
+        QByteArray streamed;
+        for (int i = 0; i < 600 && streamed.size() < 16; ++i) {
+            p.waitForReadyRead(100);
+            streamed += p.readAllStandardOutput();
+        }
+        QVERIFY2(streamed.size() >= 16, qPrintable(p.readAllStandardError()));
+        QVERIFY(p.state() == QProcess::Running);  // the cache (and its spill file) is live now
+        QCOMPARE(QDir(spill.path()).entryList(QDir::AllEntries | QDir::NoDotAndDotDot | QDir::Hidden | QDir::System),
+                 QStringList());
+        ::kill(static_cast<pid_t>(p.processId()), SIGKILL);
+        p.waitForFinished();
+        QCOMPARE(QDir(spill.path()).entryList(QDir::AllEntries | QDir::NoDotAndDotDot | QDir::Hidden | QDir::System),
+                 QStringList());
+    }
+
+    // Opening a database removes the old, unlocked temporaries of snapshot writes, and keeps one
+    // a live writer holds (however old it looks), a fresh one, and every other file.
+    void staleSnapshotTemporariesAreSwept() {
+        QTemporaryDir dir;
+        const std::string db = (dir.path() + "/kv.db").toStdString();
+        std::string snapshots;
+        {
+            Store store(db);
+            snapshots = store.snapshot_dir();
+        }
+        const std::string stale = snapshots + "/.conversation-3.kvcache.tmp-AbC123";
+        const std::string fresh = snapshots + "/.conversation-4.kvcache.tmp-XyZ789";
+        const std::string other = snapshots + "/notes.tmp-AbC123";
+        plant(stale, 3600);
+        plant(fresh, 0);
+        plant(other, 3600);
+        AtomicFile writing(snapshots + "/conversation-5.kvcache");  // another writer, mid-write
+        writing.write("part");
+        struct timeval old[2];
+        ::gettimeofday(&old[0], nullptr);
+        old[0].tv_sec -= 3600;
+        old[1] = old[0];
+        QCOMPARE(::utimes(writing.temporary_path().c_str(), old), 0);
+
+        Store reopened(db);
+        QVERIFY(!exists(stale));
+        QVERIFY(exists(fresh));
+        QVERIFY(exists(other));
+        QVERIFY(exists(writing.temporary_path()));
+        writing.commit();
+        QVERIFY(exists(snapshots + "/conversation-5.kvcache"));
+    }
+
+    // chat-bench removes its folder when it fails (a model that cannot be loaded) and when it is
+    // stopped with SIGTERM or Ctrl-C.
+    void chatBenchCleansUp() {
+        QTemporaryDir dir;
+        const QString model = tiny_model_path(dir);
+        QTemporaryDir tmp;
+        QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+        env.insert("TMPDIR", tmp.path());
+        const auto leftovers = [&] {
+            return QDir(tmp.path()).entryList(QDir::AllEntries | QDir::NoDotAndDotDot | QDir::Hidden);
+        };
+        {
+            QProcess p;
+            p.setProcessEnvironment(env);
+            std::ofstream((dir.path() + "/broken.gguf").toStdString()) << "GGUF but not really";
+            p.start(QString::fromUtf8(test::cli_path()), {"chat-bench", "--model", dir.path() + "/broken.gguf"});
+            QVERIFY(p.waitForFinished(60000));
+            QCOMPARE(p.exitCode(), 2);
+            QCOMPARE(leftovers(), QStringList());
+        }
+        for (const int sig : {SIGTERM, SIGINT}) {
+            QProcess p;
+            p.setProcessEnvironment(env);
+            p.start(QString::fromUtf8(test::cli_path()),
+                    {"chat-bench", "--model", model, "--turns", "100", "--history-tokens", "100000", "-n", "64"});
+            QVERIFY(p.waitForStarted());
+            for (int i = 0; i < 600 && leftovers().isEmpty(); ++i) QTest::qWait(50);
+            QVERIFY(!leftovers().isEmpty());  // it is running, with its folder
+            QTest::qWait(300);
+            ::kill(static_cast<pid_t>(p.processId()), sig);
+            QVERIFY(p.waitForFinished(120000));
+            QCOMPARE(p.exitCode(), 2);
+            QVERIFY2(p.readAllStandardError().contains("interrupted"), "stopped some other way");
+            QCOMPARE(leftovers(), QStringList());
+        }
+    }
+};
+
+QTEST_GUILESS_MAIN(TestLeftovers)
+#include "test_leftovers.moc"

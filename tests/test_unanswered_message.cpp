@@ -1,0 +1,103 @@
+// A user message left without an answer (a crash between its commit and the reply): the list
+// marks it, a new message is refused rather than stacked on it (the refusal says regenerate
+// answers it), regenerate answers it, and blank messages are refused before anything is stored.
+#include "engine/chat/conversation_registry.h"
+#include "engine/compute/backend.h"
+#include "engine/error.h"
+#include "engine/model/load_model.h"
+#include "support/tiny_model.h"
+
+#include <QTemporaryDir>
+#include <QtTest>
+
+#include <functional>
+
+using namespace kvchat;
+
+namespace {
+
+std::unique_ptr<Model> tiny_model(const QTemporaryDir& dir) {
+    test::TinyModelSpec spec;
+    spec.n_layer = 6;
+    spec.n_embd = 64;
+    spec.n_head = 2;
+    spec.n_head_kv = 1;
+    spec.head_dim = 32;
+    spec.n_ff = 128;
+    spec.sliding_window = 8;
+    const std::string path = (dir.path() + "/m.gguf").toStdString();
+    test::write_tiny_gguf(spec, path);
+    return Model::load(path);
+}
+
+TurnOptions greedy(int n) {
+    TurnOptions o;
+    o.generation.max_new_tokens = n;
+    o.generation.sampling.greedy = true;
+    return o;
+}
+
+std::string error_of(const std::function<void()>& f) {
+    try {
+        f();
+    } catch (const std::exception& e) {
+        return e.what();
+    }
+    return {};
+}
+
+bool contains(const std::string& s, const std::string& what) { return s.find(what) != std::string::npos; }
+
+const ConversationSummary* find(const std::vector<ConversationSummary>& list, int64_t id) {
+    for (const ConversationSummary& s : list)
+        if (s.id == id) return &s;
+    return nullptr;
+}
+
+}  // namespace
+
+class TestUnansweredMessage : public QObject {
+    Q_OBJECT
+private slots:
+    void answeredBeforeAnythingIsStacked() {
+        QTemporaryDir dir;
+        auto model = tiny_model(dir);
+        auto be = make_cpu_backend(2);
+        const std::string db = (dir.path() + "/kv.db").toStdString();
+        int64_t id = 0;
+        {
+            Store store(db);
+            ConversationRegistry reg(store, *model, *be);
+            id = reg.create("notes");
+            reg.send(id, "the cat", greedy(3));
+            // What a process killed while answering leaves behind.
+            store.append_message(id, Role::User, "sat on the mat and then a very long question follows it here");
+        }
+        Store store(db);
+        ConversationRegistry reg(store, *model, *be);
+        QVERIFY(find(reg.list(), id)->last_unanswered);
+        const std::string err = error_of([&] { reg.send(id, "another question", greedy(3)); });
+        QVERIFY2(contains(err, "'notes'") && contains(err, "no answer") && contains(err, "regenerate"), err.c_str());
+        QVERIFY2(contains(err, "sat on the mat"), err.c_str());  // it quotes the waiting message
+        QCOMPARE(reg.messages(id).size(), size_t(3));
+        const TurnResult r = reg.regenerate(id, greedy(3));
+        QVERIFY(!r.tokens.empty());
+        const auto msgs = reg.messages(id);
+        QCOMPARE(msgs.size(), size_t(4));
+        QCOMPARE(msgs[3].role, Role::Assistant);
+        QVERIFY(!find(reg.list(), id)->last_unanswered);
+        reg.send(id, "another question", greedy(3));
+        QCOMPARE(reg.messages(id).size(), size_t(6));
+
+        // Blank messages are refused and store nothing; so is a blank edit.
+        for (const char* blank : {"", "   ", "\n\t \r\n"}) {
+            QVERIFY(contains(error_of([&] { reg.send(id, blank, greedy(3)); }), "empty"));
+            QVERIFY(contains(error_of([&] { reg.edit(id, 4, blank, greedy(3)); }), "empty"));
+        }
+        QCOMPARE(reg.messages(id).size(), size_t(6));
+        QCOMPARE(reg.messages(id)[4].content, std::string("another question"));
+    }
+};
+
+QTEST_GUILESS_MAIN(TestUnansweredMessage)
+#include "test_unanswered_message.moc"
