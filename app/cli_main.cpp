@@ -10,7 +10,7 @@
 #include "engine/cache/convert.h"
 #include "engine/generate/comparison.h"
 #include "engine/generate/generator.h"
-#include "engine/model/gguf_file.h"
+#include "engine/format/gguf_file.h"
 #include "engine/model/model.h"
 #include "engine/model/model_path.h"
 
@@ -45,7 +45,7 @@ const char* kUsage =
     "             --repeat-penalty R --seed S] [--stop STR]... [--no-cache] [--cache SPEC] [--json]\n"
     "             continue a prompt; --json prints one object with text, tokens, timings and the\n"
     "             cache's telemetry\n"
-    "  bench      [--prompt-tokens 512] [--gen-tokens 128] [--runs 3] [--json]\n"
+    "  bench      [--prompt-tokens 512] [--gen-tokens 128] [--runs 3] [--simd avx2|avx512-vnni|amx] [--json]\n"
     "             prefill and decode tokens per second (median of the runs)\n"
     "  bench      --cache SPEC[,SPEC...] [--context N[,N...]] [--gen-tokens 32] [--json]\n"
     "             one row per strategy and context: KV bytes, prefill and decode speed, the greedy\n"
@@ -66,6 +66,7 @@ const char* kUsage =
     "  dynamic | static:max_len=N | offloaded[:dir=PATH] | offloaded_static:max_len=N[,dir=PATH]\n"
     "  quantized[:nbits=2|4|8,residual=128,group=64] | sliding_window:window=W\n"
     "  sink:window=W,sinks=S | hybrid[:max_len=N]\n"
+    "  dtype=f16|bf16|f32 on any part: the full-precision format (default f16, as llama.cpp)\n"
     "\n"
     "options for every command:\n"
     "  --model PATH    GGUF file or Hugging Face folder (default: $KVCHAT_MODEL, else\n"
@@ -262,6 +263,9 @@ int cmd_bench_caches(const Options& o) {
 }
 
 int cmd_bench(const Options& o) {
+    // A lower SIMD level than the CPU's (matmul and attention kernels both follow it), to measure
+    // the AVX2 path on an AVX-512 machine.
+    if (o.has("--simd")) kvchat::force_simd_level(o.str("--simd", "auto").c_str());
     if (o.has("--cache") || o.has("--context")) return cmd_bench_caches(o);
     const int prompt_tokens = static_cast<int>(o.integer("--prompt-tokens", 512, 1, 1 << 20));
     const int gen_tokens = static_cast<int>(o.integer("--gen-tokens", 128, 1, 1 << 20));

@@ -4,7 +4,7 @@
 // the code.
 #include "engine/common/utf8.h"
 #include "engine/error.h"
-#include "engine/store/atomic_file.h"
+#include "engine/common/atomic_file.h"
 
 #include <QDir>
 #include <QFile>

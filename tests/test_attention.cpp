@@ -3,7 +3,8 @@
 // blocks, with causal, sliding-window and sink visibility, softcap, tiles of many shapes, the
 // decode path that splits one tile across threads, and head sizes that are not multiples of 8.
 // Also: results do not depend on the thread count or on how the same slots are split into views.
-#include "engine/cache/attention.h"
+#include "engine/compute/attention.h"
+#include "engine/compute/kv_dtype.h"
 #include "engine/compute/matmul.h"
 #include "engine/compute/quant_blocks.h"
 #include "engine/compute/thread_pool.h"
@@ -184,8 +185,23 @@ std::vector<float> run(const Case& c, const Data& d, int views, int threads) {
     return out;
 }
 
+// The input with its slot views stored as `t` (keys and values each in a buffer of their own, kept
+// in `keep`): what a cache of that dtype hands attend().
+AttentionInput stored_as(AttentionInput in, KvDtype t, int kv_dim, std::vector<std::vector<uint8_t>>& keep) {
+    in.dtype = t;
+    for (SlotView& sv : in.slots) {
+        const int64_t len = (sv.n - 1) * sv.stride + kv_dim;
+        for (const void** p : {&sv.k, &sv.v}) {
+            keep.emplace_back(static_cast<size_t>(len) * kv_dtype_bytes(t));
+            kv_store_row(t, static_cast<const float*>(*p), keep.back().data(), len);
+            *p = keep.back().data();
+        }
+    }
+    return in;
+}
+
 // --- llama.cpp's order, scalar -----------------------------------------------------------------
-// attend_llama_order stated plainly (engine/cache/attention_llama_order.cpp has the why): the
+// attend_reference_order stated plainly (engine/cache/attention_reference_order.cpp has the why): the
 // lanes are llama.cpp's, position p in lane p % 16.
 
 // _mm512_reduce_add_ps: lane i + lane i + 8, then + 4, then (0 + 2) + (1 + 3).
@@ -212,7 +228,7 @@ float ggml_expf(float x) {
 float round_f16(float x) { return fp16_to_fp32(fp32_to_fp16(x)); }
 
 // Query t, head h; decode: a call of one query (ggml_vec_dot_f16's four accumulators).
-void llama_order_row(const Case& c, const Data& d, int t, int h, float* o) {
+void reference_order_row(const Case& c, const Data& d, int t, int h, float* o) {
     const int kv_dim = c.n_kv * c.hd, q_dim = c.n_head * c.hd, g = h / (c.n_head / c.n_kv);
     const bool decode = c.n_q == 1;
     const int32_t p = d.qpos[size_t(t)];
@@ -336,10 +352,10 @@ private Q_SLOTS:
     }
 
     // f16 probabilities (GGUF models) take llama.cpp's order: every output bit for bit what
-    // llama_order_row states, at both SIMD levels, for any thread count and any cut into views.
+    // reference_order_row states, at both SIMD levels, for any thread count and any cut into views.
     // (The fp16 probabilities absorb most last-bit differences of a score; test_gemma3_golden and
     // tests/dump_kvchat_tensors check the scores of the default model against llama.cpp itself.)
-    void llamaOrderIsExact_data() {
+    void referenceOrderIsExact_data() {
         QTest::addColumn<int>("n_head");
         QTest::addColumn<int>("n_kv");
         QTest::addColumn<int>("hd");
@@ -356,7 +372,7 @@ private Q_SLOTS:
         QTest::newRow("gqa 8/2 head_dim 80") << 8 << 2 << 80 << 13 << 60 << 7 << false;
         QTest::newRow("gqa decode head_dim 80") << 8 << 2 << 80 << 1 << 100 << 0 << false;
     }
-    void llamaOrderIsExact() {
+    void referenceOrderIsExact() {
         Case c;
         QFETCH(int, n_head);
         QFETCH(int, n_kv);
@@ -373,7 +389,7 @@ private Q_SLOTS:
             for (float& x : *v) x = round_f16(x);
         std::vector<float> want(static_cast<size_t>(c.n_q) * c.n_head * c.hd);
         for (int t = 0; t < c.n_q; ++t)
-            for (int h = 0; h < c.n_head; ++h) llama_order_row(c, d, t, h, want.data() + (size_t(t) * c.n_head + h) * c.hd);
+            for (int h = 0; h < c.n_head; ++h) reference_order_row(c, d, t, h, want.data() + (size_t(t) * c.n_head + h) * c.hd);
         AttentionShape shape = shape_of(c);
         shape.scale = 1.0f;
         shape.f16_rounding = true;
@@ -383,7 +399,7 @@ private Q_SLOTS:
                 for (int views : {1, 3}) {
                     AttentionInput in = input(c, d, views);
                     in.f16_probs = true;
-                    QVERIFY(llama_order_applies(in, shape));
+                    QVERIFY(reference_order_applies(in, shape));
                     ThreadPool pool(threads);
                     std::vector<float> out(want.size(), -7.0f);
                     attend(in, shape, out.data(), pool);
@@ -392,9 +408,57 @@ private Q_SLOTS:
                                  qPrintable(QString("%1, %2 threads, %3 views: output %4: %5 vs %6")
                                                 .arg(level).arg(threads).arg(views).arg(i)
                                                 .arg(double(out[i]), 0, 'g', 9).arg(double(want[i]), 0, 'g', 9)));
+                    // The same slots stored as f16, as the cache keeps them: read in place, the
+                    // same bits.
+                    std::vector<std::vector<uint8_t>> keep;
+                    const AttentionInput in16 = stored_as(in, KvDtype::F16, c.n_kv * c.hd, keep);
+                    QVERIFY(reference_order_applies(in16, shape));
+                    std::vector<float> out16(want.size(), -7.0f);
+                    attend(in16, shape, out16.data(), pool);
+                    QVERIFY2(std::memcmp(out16.data(), want.data(), want.size() * sizeof(float)) == 0,
+                             qPrintable(QString("%1, %2 threads, %3 views: f16 slots").arg(level).arg(threads).arg(views)));
                 }
         }
+        qInfo("SIMD level of this machine: %s (both levels checked)", simd_level());
         force_simd_level(nullptr);
+    }
+
+    // Slots stored as f16 or bf16 are read in place (converted in registers): with values on
+    // their grid, every output equals that of the same values in f32, whatever the case.
+    void storedFormatsReadAlike_data() { matchesDoubleReference_data(); }
+    void storedFormatsReadAlike() {
+        Case c;
+        QFETCH(int, n_head);
+        QFETCH(int, n_kv);
+        QFETCH(int, hd);
+        QFETCH(int, n_q);
+        QFETCH(int, held);
+        QFETCH(int, window);
+        QFETCH(int, sinks);
+        QFETCH(bool, sink_q);
+        QFETCH(float, softcap);
+        QFETCH(int, views);
+        QFETCH(bool, ring);
+        QFETCH(int, quant_bits);
+        QFETCH(int, quant_tokens);
+        c.n_head = n_head, c.n_kv = n_kv, c.hd = hd, c.n_q = n_q, c.held = held, c.window = window, c.sinks = sinks;
+        c.sink_q = sink_q, c.softcap = softcap, c.views = views, c.ring = ring, c.quant_bits = quant_bits;
+        c.quant_tokens = quant_tokens;
+        for (KvDtype t : {KvDtype::F16, KvDtype::BF16}) {
+            Data d = make(c, 555u + static_cast<uint32_t>(held));
+            for (auto* v : {&d.k, &d.v, &d.kv, &d.newk, &d.newv})
+                for (float& x : *v) {
+                    uint16_t h;
+                    kv_store_row(t, &x, &h, 1);
+                    kv_load_row(t, &h, &x, 1);
+                }
+            ThreadPool pool(2);
+            const std::vector<float> want = run(c, d, c.views, 2);
+            std::vector<std::vector<uint8_t>> keep;
+            std::vector<float> out(want.size(), -7.0f);
+            attend(stored_as(input(c, d, c.views), t, c.n_kv * c.hd, keep), shape_of(c), out.data(), pool);
+            QVERIFY2(std::memcmp(out.data(), want.data(), want.size() * sizeof(float)) == 0, kv_dtype_name(t));
+        }
     }
 
     // A query that sees nothing (every slot ahead of it) gets zeros, not NaN.

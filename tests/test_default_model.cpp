@@ -1,7 +1,7 @@
 // The default model installed by `packaging/kvchat.sh model` is where the app looks for it,
 // and its GGUF header is sane. Also: the header reader refuses what is not GGUF.
 #include "engine/error.h"
-#include "engine/model/gguf_file.h"
+#include "engine/format/gguf_file.h"
 #include "engine/model/model_path.h"
 
 #include <QTemporaryDir>

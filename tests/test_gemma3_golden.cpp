@@ -1,10 +1,11 @@
 // The default model against llama.cpp (golden data from tests/reference/make_golden_gemma3.py):
 // tokenization, logits at every position, and greedy continuations. kvchat computes a GGUF model
-// in llama.cpp's CPU rounding order (engine/compute/matmul_kernels.h, engine/cache/attention.h),
+// in llama.cpp's CPU rounding order (engine/compute/matmul_kernels.h, engine/compute/attention.h),
 // so it is held to issue 3's bounds and to the logits themselves, up to the golden file's
 // rounding to 4 decimals. How far llama.cpp's own two attention paths (default and flash) are
 // from each other is printed for scale: that is what a kernel of its own order would get.
 #include "engine/compute/backend.h"
+#include "engine/compute/matmul.h"
 #include "engine/generate/generator.h"
 #include "engine/model/model.h"
 #include "engine/model/model_path.h"
@@ -68,6 +69,8 @@ class TestGemma3Golden : public QObject {
 
 private slots:
     void initTestCase() {
+        // The kernels take the best SIMD level this CPU has; the figures below hold for it.
+        qInfo("kernels on this machine's SIMD level: %s", kvchat::simd_level());
         std::ifstream f(kvchat::test::data_path("golden_gemma3.json"));
         std::ifstream g(kvchat::test::data_path("golden_gemma3_flash.json"));
         QVERIFY(f.good() && g.good());

@@ -4,7 +4,7 @@
 // bad offsets and alignments, duplicates, and the inputs the fuzzer once crashed on).
 #include "engine/common/sha256.h"
 #include "engine/error.h"
-#include "engine/model/gguf_file.h"
+#include "engine/format/gguf_file.h"
 #include "engine/model/model_path.h"
 #include "support/gguf_writer.h"
 #include "support/test_paths.h"

@@ -264,6 +264,8 @@ float dot_like_llama(TensorType t, const uint8_t* row, int64_t cols, const Quant
 class TestMatmul : public QObject {
     Q_OBJECT
 private slots:
+    void initTestCase() { qInfo("this machine's SIMD level: %s (each level it can run is checked below)", simd_level()); }
+
     void matchesReference_data() {
         QTest::addColumn<TensorType>("type");
         QTest::addColumn<QString>("level");
@@ -309,14 +311,14 @@ private slots:
     // Q5_0, Q8_0, Q4_K and Q6_K round exactly as llama.cpp does (dot_like_llama), bit for bit,
     // at every level, for token counts on both sides of its kernels' thresholds (4, 8) and of
     // ours, rows not a multiple of the 16-row panels, 1-3 threads.
-    void llamaOrderIsExact_data() {
+    void referenceOrderIsExact_data() {
         QTest::addColumn<TensorType>("type");
         QTest::addColumn<QString>("level");
         for (const char* level : {"avx2", "avx512-vnni", "amx"})
             for (TensorType t : {TensorType::Q5_0, TensorType::Q8_0, TensorType::Q4_K, TensorType::Q6_K})
                 QTest::newRow(qPrintable(QString("%1/%2").arg(traits(t).name.data()).arg(level))) << t << QString(level);
     }
-    void llamaOrderIsExact() {
+    void referenceOrderIsExact() {
         QFETCH(TensorType, type);
         QFETCH(QString, level);
         if (!level_supported(level.toLatin1().constData())) QSKIP("CPU cannot run this level");

@@ -3,7 +3,7 @@
 // tokenizer.model (tests/reference/make_tiny_tokenizer.py), typed markers staying text,
 // streaming detokenization, and the vocabularies that are refused.
 #include "engine/error.h"
-#include "engine/model/gguf_file.h"
+#include "engine/format/gguf_file.h"
 #include "engine/model/model_path.h"
 #include "engine/tokenizer/protobuf_wire.h"
 #include "engine/tokenizer/tokenizer.h"

@@ -16,6 +16,9 @@
 #include "ui/transcript_view.h"
 
 #include <QAbstractItemView>
+#include <QAccessible>
+#include <QDockWidget>
+#include <QHeaderView>
 #include <QApplication>
 #include <QClipboard>
 #include <QToolButton>
@@ -205,7 +208,8 @@ private Q_SLOTS:
         QTest::keyClick(input(*w), Qt::Key_Return);
         QVERIFY(started.wait(kTurnTimeoutMs));
         QVERIFY(w->findChild<QPushButton*>("stopButton")->isVisible());
-        QTest::keyClick(w.get(), Qt::Key_Escape);
+        QVERIFY(input(*w)->hasFocus());
+        QTest::keyClick(input(*w), Qt::Key_Escape);  // where the focus is while an answer comes
         QVERIFY(done.wait(kTurnTimeoutMs));
         const TurnOutcome out = done.at(0).at(0).value<TurnOutcome>();
         QCOMPARE(out.stopReason, QString("cancelled"));
@@ -342,6 +346,77 @@ private Q_SLOTS:
         QTRY_VERIFY(panel->prefixes().front().useCount == 1);
     }
 
+    // A prefix from the open chat's first messages; rename and delete from the panel.
+    void prefixFromChatRenameDelete() {
+        const QString db = freshDb();
+        writeSettings(db, 6);
+        auto w = openWindow(db);
+        QVERIFY(w);
+        QVERIFY(typeAndSend(*w, "remember the word teapot"));
+        auto* panel = w->findChild<PrefixLibraryPanel*>("prefixLibrary");
+        whenModal([](QWidget* d) {
+            d->findChild<QLineEdit*>("prefixName")->setText("Teapot opening");
+            d->findChild<QSpinBox*>("prefixMessages")->setValue(2);
+            QMetaObject::invokeMethod(d, "accept", Qt::QueuedConnection);
+        });
+        QTest::mouseClick(w->findChild<QPushButton*>("prefixFromChatButton"), Qt::LeftButton);
+        QTRY_VERIFY_WITH_TIMEOUT(panel->prefixes().size() == 1, 60000);
+        QCOMPARE(panel->prefixes().front().messageCount, 2);
+        panel->select(panel->prefixes().front().id);
+        auto* edit = w->findChild<QPushButton*>("editPrefixButton");
+        QVERIFY(!edit->isEnabled());  // two messages: saved again from a chat, not edited as text
+
+        whenModal([](QWidget* d) {
+            auto* input = qobject_cast<QInputDialog*>(d);
+            input->setTextValue("Teapot");
+            input->accept();
+        });
+        QTest::mouseClick(w->findChild<QPushButton*>("renamePrefixButton"), Qt::LeftButton);
+        QTRY_VERIFY_WITH_TIMEOUT(panel->prefixes().front().name == "Teapot", 10000);
+
+        panel->select(panel->prefixes().front().id);
+        whenModal([](QWidget* d) {
+            auto* box = qobject_cast<QMessageBox*>(d);
+            box->button(QMessageBox::Yes)->click();
+        });
+        QTest::mouseClick(w->findChild<QPushButton*>("deletePrefixButton"), Qt::LeftButton);
+        QTRY_VERIFY_WITH_TIMEOUT(panel->prefixes().isEmpty(), 10000);
+        Store store(db.toStdString());
+        QVERIFY(store.list_prefixes().empty());
+    }
+
+    // The model file removed while it is open: the mapping keeps it usable; and a snapshot that
+    // cannot be written (here its folder is a file, as on a full or broken disk) is told, while
+    // the answer is kept.
+    void modelRemovedAndSnapshotUnwritable() {
+        const QString db = freshDb();
+        writeSettings(db, 6);
+        const QString copy = home_.path() + "/doomed-model.gguf";
+        QVERIFY(QFile::copy(model_, copy));
+        WindowOptions o;
+        o.databasePath = db;
+        o.modelPath = copy;
+        o.restoreState = false;
+        MainWindow w(o);
+        w.show();
+        QTRY_VERIFY_WITH_TIMEOUT(w.modelReady() && w.currentConversation() != 0, 60000);
+        QVERIFY(QFile::remove(copy));
+        const QString snapshots = QFileInfo(db).absolutePath() + "/snapshots";
+        QVERIFY(QDir(snapshots).removeRecursively());
+        {
+            QFile blocker(snapshots);
+            QVERIFY(blocker.open(QIODevice::WriteOnly));
+        }
+        QVERIFY(typeAndSend(w, "still answering?"));
+        QVERIFY(QFile::remove(snapshots));  // (a Store opened here would refuse the file)
+        const auto msgs = stored(db, w.currentConversation());
+        QCOMPARE(msgs.size(), size_t(2));
+        auto* notice = w.findChild<QLabel*>("noticeBanner");
+        QTRY_VERIFY(notice->isVisible());
+        QVERIFY2(notice->text().contains("not saved"), qPrintable(notice->text()));
+        QCOMPARE(transcript(w)->messageViews()[1]->content(), QString::fromStdString(msgs[1].content));
+    }
+
     void settingsPersistAcrossRestart() {
         const QString db = freshDb();
         writeSettings(db, 16);
@@ -374,6 +449,65 @@ private Q_SLOTS:
         const ChatSettings s = ChatSettings::load(store);
         QCOMPARE(s.max_new_tokens, 77);
         QCOMPARE(s.system_prompt, std::string("Be brief."));
+    }
+
+    // Geometry, docks and the open conversation come back after a restart.
+    void stateRestoredAfterRestart() {
+        const QString db = freshDb();
+        writeSettings(db, 4);
+        qint64 older = 0;
+        QByteArray geometry;
+        {
+            auto w = openWindow(db);
+            QVERIFY(w);
+            older = w->currentConversation();
+            QVERIFY(typeAndSend(*w, "the older chat"));
+            QTest::keyClick(w.get(), Qt::Key_N, Qt::ControlModifier);
+            QTRY_VERIFY_WITH_TIMEOUT(w->currentConversation() != older, 30000);
+            QVERIFY(typeAndSend(*w, "the newer chat"));
+            auto* list = w->findChild<QListView*>("conversationList");
+            QTRY_COMPARE(list->model()->rowCount(), 2);
+            list->setCurrentIndex(list->model()->index(1, 0));
+            QTRY_COMPARE(w->currentConversation(), older);
+            w->findChild<QDockWidget*>("prefixLibraryDock")->hide();
+            w->resize(1010, 707);
+            w->close();
+        }
+        WindowOptions o;
+        o.databasePath = db;
+        o.modelPath = model_;
+        MainWindow again(o);
+        again.show();
+        QTRY_VERIFY_WITH_TIMEOUT(again.currentConversation() == older, 30000);
+        QVERIFY(!again.findChild<QDockWidget*>("prefixLibraryDock")->isVisible());
+        QCOMPARE(again.size(), QSize(1010, 707));
+        QTRY_COMPARE(transcript(again)->messageViews().size(), 2);
+        QCOMPARE(transcript(again)->messageViews()[0]->content(), QString("the older chat"));
+    }
+
+    // Every control says what it is to a screen reader and can be reached with the keyboard.
+    void accessibleNamesAndKeyboard() {
+        const QString db = freshDb();
+        writeSettings(db, 4);
+        auto w = openWindow(db);
+        QVERIFY(w);
+        QVERIFY(typeAndSend(*w, "hi"));
+        QStringList missing;
+        for (QWidget* c : w->findChildren<QWidget*>()) {
+            const bool control = qobject_cast<QAbstractButton*>(c) || qobject_cast<QLineEdit*>(c) ||
+                                 qobject_cast<QPlainTextEdit*>(c) || qobject_cast<QComboBox*>(c) ||
+                                 qobject_cast<QAbstractItemView*>(c) || qobject_cast<QAbstractSpinBox*>(c);
+            // Qt's own dock title buttons (the View menu shows and hides the docks from the
+            // keyboard) and table headers (the table itself is reached) are not ours to name.
+            if (c->objectName().startsWith("qt_") || qobject_cast<QHeaderView*>(c)) continue;
+            if (!control || !c->isVisibleTo(w.get()) || qobject_cast<QLineEdit*>(c->parentWidget()) ||
+                qobject_cast<QComboBox*>(c->parentWidget()) || qobject_cast<QAbstractSpinBox*>(c->parentWidget()))
+                continue;
+            QAccessibleInterface* a = QAccessible::queryAccessibleInterface(c);
+            if (!a || a->text(QAccessible::Name).trimmed().isEmpty() || c->focusPolicy() == Qt::NoFocus)
+                missing << QString("%1 (%2)").arg(c->objectName(), c->metaObject()->className());
+        }
+        QVERIFY2(missing.isEmpty(), qPrintable(missing.join(", ")));
     }
 
     void firstStartOnEmptyDataFolder() {

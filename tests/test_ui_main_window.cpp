@@ -11,6 +11,7 @@
 #include <QPushButton>
 #include <QScrollArea>
 #include <QTemporaryDir>
+#include <QMimeData>
 #include <QtTest>
 
 class TestMainWindow : public QObject {
@@ -51,6 +52,43 @@ private slots:
         QCOMPARE(input->toPlainText(), QString("hello <start_of_turn>"));
         QVERIFY(!send->isEnabled());
         box->accept();
+    }
+
+    // A model file dropped on the window is loaded; this one is not a model, and the dialog says so.
+    void dropModelFile() {
+        kvchat::WindowOptions o;
+        o.modelPath = home_.path() + "/first-missing.gguf";
+        o.restoreState = false;
+        kvchat::MainWindow w(o);
+        w.show();
+        QVERIFY(QTest::qWaitForWindowExposed(&w));
+        QMessageBox* first = nullptr;
+        QTRY_VERIFY_WITH_TIMEOUT((first = w.findChild<QMessageBox*>("modelErrorDialog")) != nullptr, 20000);
+        first->accept();
+        QTRY_VERIFY(!w.findChild<QMessageBox*>("modelErrorDialog"));
+        const QString dropped = home_.path() + "/dropped.gguf";
+        QFile f(dropped);
+        QVERIFY(f.open(QIODevice::WriteOnly));
+        f.write("not a model at all");
+        f.close();
+        QMimeData mime;
+        mime.setUrls({QUrl::fromLocalFile(dropped)});
+        QDragEnterEvent enter(QPoint(50, 50), Qt::CopyAction, &mime, Qt::LeftButton, Qt::NoModifier);
+        QApplication::sendEvent(&w, &enter);
+        QVERIFY(enter.isAccepted());
+        QDropEvent drop(QPointF(50, 50), Qt::CopyAction, &mime, Qt::LeftButton, Qt::NoModifier);
+        QApplication::sendEvent(&w, &drop);
+        QMessageBox* box = nullptr;
+        QTRY_VERIFY_WITH_TIMEOUT((box = w.findChild<QMessageBox*>("modelErrorDialog")) != nullptr, 20000);
+        QVERIFY2(box->text().contains("dropped.gguf"), qPrintable(box->text()));
+        box->accept();
+        // Text is not a model: not accepted.
+        QMimeData text;
+        text.setText("hello");
+        QDragEnterEvent other(QPoint(50, 50), Qt::CopyAction, &text, Qt::LeftButton, Qt::NoModifier);
+        other.setAccepted(false);
+        QApplication::sendEvent(&w, &other);
+        QVERIFY(!other.isAccepted());
     }
 };
 

@@ -142,6 +142,25 @@ private Q_SLOTS:
         QTest::qWait(100);
         save(&w, "prefix-panel.png");
 
+        // The same window under a dark palette: everything follows the system's colours.
+        const QPalette light = QApplication::palette();
+        QPalette dark;
+        dark.setColor(QPalette::Window, QColor(45, 45, 48));
+        dark.setColor(QPalette::WindowText, QColor(230, 230, 230));
+        dark.setColor(QPalette::Base, QColor(30, 30, 32));
+        dark.setColor(QPalette::AlternateBase, QColor(55, 55, 60));
+        dark.setColor(QPalette::Text, QColor(230, 230, 230));
+        dark.setColor(QPalette::Button, QColor(50, 50, 54));
+        dark.setColor(QPalette::ButtonText, QColor(230, 230, 230));
+        dark.setColor(QPalette::Highlight, QColor(42, 130, 218));
+        dark.setColor(QPalette::HighlightedText, Qt::white);
+        dark.setColor(QPalette::PlaceholderText, QColor(150, 150, 150));
+        QApplication::setPalette(dark);
+        QTest::qWait(200);
+        save(&w, "conversation-dark.png");
+        QApplication::setPalette(light);
+        QTest::qWait(100);
+
         QTest::keyClick(&w, Qt::Key_Comma, Qt::ControlModifier);
         SettingsDialog* d = nullptr;
         QTRY_VERIFY((d = w.findChild<SettingsDialog*>("settingsDialog")) != nullptr);

@@ -9,7 +9,10 @@
 
 #include <QApplication>
 #include <QClipboard>
+#include <QFontDatabase>
 #include <QLabel>
+#include <QTextBlock>
+#include <QTextBrowser>
 #include <QSignalSpy>
 #include <QThread>
 #include <QToolButton>
@@ -157,6 +160,26 @@ private slots:
         QCOMPARE(QApplication::clipboard()->text(), QString("echo hi"));
         QTest::mouseClick(v.findChild<QToolButton*>("copyMessageButton"), Qt::LeftButton);
         QCOMPARE(QApplication::clipboard()->text(), m.content);
+    }
+
+    void inlineCodeIsMonospace() {
+        MessageItem m;
+        m.role = MessageRole::Assistant;
+        m.content = "Call `reverse()` here.";
+        MessageView v(m);
+        auto* text = v.findChild<QTextBrowser*>("messageText");
+        QVERIFY(text);
+        const QString fixed = QFontDatabase::systemFont(QFontDatabase::FixedFont).family();
+        bool found = false;
+        for (QTextBlock b = text->document()->begin(); b.isValid(); b = b.next())
+            for (auto it = b.begin(); !it.atEnd(); ++it)
+                if (it.fragment().text().contains("reverse()")) {
+                    found = true;
+                    QVERIFY(it.fragment().charFormat().fontFamilies().toStringList().contains(fixed));
+                } else if (it.fragment().text().contains("here")) {
+                    QVERIFY(!it.fragment().charFormat().fontFamilies().toStringList().contains(fixed));
+                }
+        QVERIFY(found);
     }
 
     void megabyteMessageIsShownCut() {

@@ -4,6 +4,7 @@
 #include "engine/chat/conversation_registry.h"
 #include "engine/compute/backend.h"
 #include "engine/error.h"
+#include "engine/model/load_model.h"
 #include "engine/model/model.h"
 #include "engine/model/model_path.h"
 #include "engine/store/store.h"
@@ -13,6 +14,7 @@
 #include <QFileInfo>
 
 #include <algorithm>
+#include <memory>
 #include <optional>
 #include <cstdio>
 #include <exception>
@@ -168,14 +170,22 @@ void EngineWorker::loadModel(const QString& path) {
     Q_EMIT modelProgress(tr("Loading model"), 0, 0);
     std::unique_ptr<Model> model;
     try {
+        Progress progress;
+        progress.cancel = &cancelLoad_;
+        QElapsedTimer since;
+        since.start();
+        progress.report = [&](std::string_view task, int64_t done, int64_t total) {
+            if (done != total && since.elapsed() < kTelemetryMs) return;
+            since.restart();
+            Q_EMIT modelProgress(qs(task), done, total);
+        };
         // No path: the default model, or an error that says how to install it.
-        model = Model::load(path.isEmpty() ? find_model("") : ss(path));
+        model = load_model(path.isEmpty() ? find_model("") : ss(path), progress);
+    } catch (const Cancelled&) {
+        Q_EMIT modelFailed(path, QString());  // the model in use (if any) stays
+        return;
     } catch (const std::exception& e) {
         Q_EMIT modelFailed(path, qs(e.what()));
-        return;
-    }
-    if (cancelLoad_.load()) {
-        Q_EMIT modelFailed(path, QString());
         return;
     }
     shutdown();
@@ -467,11 +477,25 @@ void EngineWorker::saveSettings(const ChatSettings& settings) {
     Q_EMIT settingsLoaded(*settings_);
 }
 
+Progress EngineWorker::longStep(qint64 conversationId) {
+    stop_.store(false);
+    Progress progress;
+    progress.cancel = &stop_;
+    auto since = std::make_shared<QElapsedTimer>();
+    since->start();
+    progress.report = [this, since, conversationId](std::string_view task, int64_t done, int64_t total) {
+        if (done != total && since->elapsed() < kTelemetryMs) return;
+        since->restart();
+        Q_EMIT turnProgress(conversationId, qs(task), done, total);
+    };
+    return progress;
+}
+
 void EngineWorker::savePrefixFromText(const QString& name, const QString& text) {
     if (!needModel(tr("Save prefix"))) return;
     try {
         std::vector<std::string> notices;
-        registry_->prefixes().save(ss(name), ss(text), "", notices);
+        registry_->prefixes().save(ss(name), ss(text), "", notices, longStep(0));
         emitNotices(notices);
     } catch (const std::exception& e) {
         Q_EMIT failed(tr("Save prefix"), qs(e.what()));
@@ -489,7 +513,7 @@ void EngineWorker::savePrefixFromConversation(const QString& name, qint64 conver
         std::vector<ChatMessage> opening;
         for (int i = 0; i < messages; ++i) opening.push_back({all[static_cast<size_t>(i)].role, all[static_cast<size_t>(i)].content});
         std::vector<std::string> notices;
-        registry_->prefixes().save_messages(ss(name), opening, "", notices);
+        registry_->prefixes().save_messages(ss(name), opening, "", notices, longStep(conversationId));
         emitNotices(notices);
     } catch (const std::exception& e) {
         Q_EMIT failed(tr("Save prefix"), qs(e.what()));
@@ -503,7 +527,7 @@ void EngineWorker::editPrefix(qint64 id, const QString& text) {
         const auto p = store_->find_prefix_by_id(id);
         if (!p) throw Error("the prefix was deleted");
         std::vector<std::string> notices;
-        registry_->prefixes().edit(p->name, ss(text), notices);
+        registry_->prefixes().edit(p->name, ss(text), notices, longStep(0));
         emitNotices(notices);
     } catch (const std::exception& e) {
         Q_EMIT failed(tr("Edit prefix"), qs(e.what()));

@@ -26,6 +26,7 @@ class Model;
 class Backend;
 class ConversationRegistry;
 struct TurnOptions;
+struct Progress;
 
 class EngineWorker : public QObject {
     Q_OBJECT
@@ -125,6 +126,8 @@ private:
     void runTurn(qint64 id, Turn&& turn);
     TurnOptions turnOptions(qint64 id) const;
     void makeRegistry();
+    // Progress of a prefix save or edit, reported like a turn's; Esc (stop()) cancels it.
+    Progress longStep(qint64 conversationId);
     bool needModel(const QString& what);
     void emitNotices(const std::vector<std::string>& notices);
 

@@ -189,6 +189,7 @@ void MainWindow::createMenus() {
 QWidget* MainWindow::createConversationPane() {
     auto* pane = new QWidget;
     pane->setObjectName(QStringLiteral("conversationPane"));
+    pane->setMinimumWidth(200);
     auto* v = new QVBoxLayout(pane);
     v->setContentsMargins(6, 6, 0, 6);
     auto* newChat = new QPushButton(tr("New chat"));
@@ -222,6 +223,9 @@ QWidget* MainWindow::createConversationPane() {
     list_->setObjectName(QStringLiteral("conversationList"));
     list_->setAccessibleName(tr("Conversations"));
     list_->setModel(conversations_);
+    list_->setHorizontalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
+    list_->setTextElideMode(Qt::ElideRight);
+    list_->setUniformItemSizes(true);
     list_->setEditTriggers(QAbstractItemView::EditKeyPressed | QAbstractItemView::SelectedClicked);
     list_->setContextMenuPolicy(Qt::ActionsContextMenu);
     list_->addAction(renameAction_);
@@ -420,6 +424,7 @@ void MainWindow::connectWorker() {
     connect(w, &EngineWorker::cacheTelemetry, this, [this](qint64 id, const CacheTelemetry& t) {
         if (id != currentId_) return;
         kvLabel_->setText(tr("KV %1").arg(bytesText(t.total_bytes)));
+        contextBar_->setValue(static_cast<int>(std::min<qint64>(t.tokens, contextBar_->maximum())));
     });
     connect(w, &EngineWorker::strategySwitched, this, [this](qint64 id, const QString& spec, const QString& summary) {
         if (id == currentId_) {
@@ -440,6 +445,13 @@ void MainWindow::restoreWindowState() {
     if (s.contains(QStringLiteral("window/geometry"))) restoreGeometry(s.value(QStringLiteral("window/geometry")).toByteArray());
     if (s.contains(QStringLiteral("window/state"))) restoreState(s.value(QStringLiteral("window/state")).toByteArray());
     restoreId_ = s.value(QStringLiteral("window/conversation")).toLongLong();
+}
+
+void MainWindow::showEvent(QShowEvent* e) {
+    QMainWindow::showEvent(e);
+    // The window takes the keyboard when it opens, so its shortcuts (Esc, Ctrl+N...) work at
+    // once, also where no window manager activates it.
+    activateWindow();
 }
 
 void MainWindow::closeEvent(QCloseEvent* e) {
@@ -665,6 +677,10 @@ void MainWindow::editMessage(int ordinal, const QString& content) {
 
 void MainWindow::onTurnFinished(const TurnOutcome& outcome) {
     setAnswering(false);
+    if (outcome.conversationId == currentId_ && !transcript_->answering()) {
+        // The user came back to this chat while it was answering: show it as stored.
+        Q_EMIT requestOpen(currentId_);
+    }
     if (outcome.conversationId == currentId_) {
         transcript_->finishAnswer(outcome.answer);
         contextBar_->setValue(static_cast<int>(std::min<qint64>(outcome.contextTokens, contextBar_->maximum())));

@@ -83,6 +83,7 @@ Q_SIGNALS:
     void modelLoadFailed(const QString& path, const QString& problem);
 
 protected:
+    void showEvent(QShowEvent* e) override;
     void closeEvent(QCloseEvent* e) override;
     void dragEnterEvent(QDragEnterEvent* e) override;
     void dropEvent(QDropEvent* e) override;

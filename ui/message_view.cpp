@@ -9,7 +9,9 @@
 #include <QHBoxLayout>
 #include <QLabel>
 #include <QLocale>
+#include <QTextBlock>
 #include <QTextBrowser>
+#include <QTextCursor>
 #include <QToolButton>
 #include <QVBoxLayout>
 
@@ -41,8 +43,12 @@ public:
         auto* doc = new QTextDocument(this);
         doc->setDefaultFont(font());
         doc->setDocumentMargin(2);
-        if (markdown) doc->setMarkdown(text);
-        else doc->setPlainText(text);
+        if (markdown) {
+            doc->setMarkdown(text);
+            monospaceInlineCode(doc);
+        } else {
+            doc->setPlainText(text);
+        }
         // The widget's first document belongs to it and goes with setDocument(); later ones are ours.
         QTextDocument* old = document();
         const bool ours = old && old->parent() == this;
@@ -50,6 +56,24 @@ public:
         if (ours) old->deleteLater();
         connect(doc->documentLayout(), &QAbstractTextDocumentLayout::documentSizeChanged, this, [this] { fitHeight(); });
         fitHeight();
+    }
+    // Markdown marks `inline code` as fixed pitch, which the default font ignores: give those
+    // runs the system's monospace family.
+    static void monospaceInlineCode(QTextDocument* doc) {
+        QList<std::pair<int, int>> runs;
+        for (QTextBlock b = doc->begin(); b.isValid(); b = b.next())
+            for (auto it = b.begin(); !it.atEnd(); ++it)
+                if (it.fragment().charFormat().fontFixedPitch())
+                    runs.push_back({it.fragment().position(), it.fragment().length()});
+        if (runs.isEmpty()) return;
+        QTextCharFormat mono;
+        mono.setFontFamilies({QFontDatabase::systemFont(QFontDatabase::FixedFont).family()});
+        for (const auto& [pos, len] : runs) {
+            QTextCursor c(doc);
+            c.setPosition(pos);
+            c.setPosition(pos + len, QTextCursor::KeepAnchor);
+            c.mergeCharFormat(mono);
+        }
     }
     // QTextEdit keeps the document as wide as the viewport (setting the width here would lay the
     // whole document out again on every call).

@@ -30,7 +30,7 @@ PrefixLibraryPanel::PrefixLibraryPanel(QWidget* parent) : QWidget(parent) {
     table_->setHeaderLabels({tr("Name"), tr("Msgs"), tr("Tokens"), tr("Cache"), tr("Last used")});
     table_->headerItem()->setToolTip(1, tr("Messages"));
     table_->headerItem()->setToolTip(3, tr("Size of the saved cache on disk"));
-    table_->setMinimumWidth(360);
+    table_->setMinimumWidth(320);
     table_->header()->setSectionResizeMode(0, QHeaderView::Stretch);
     for (int c = 1; c < 5; ++c) table_->header()->setSectionResizeMode(c, QHeaderView::ResizeToContents);
     connect(table_, &QTreeWidget::itemSelectionChanged, this, &PrefixLibraryPanel::updateButtons);

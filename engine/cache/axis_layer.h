@@ -1,22 +1,21 @@
 #pragma once
 // One cache layer assembled from the four axes: storage (growable or preallocated), precision
-// (f32, or KIVI blocks behind a full-precision residual), retention (all, a ring window, or
+// (f16, bf16 or f32, or KIVI blocks behind a residual in one of those), retention (all, a ring window, or
 // sinks plus a ring) and placement (resident, or in an OffloadTier between uses).
 //
-// The layer's bytes live in one arena: [f32 slots][residual][quantized blocks]; only the last
+// The layer's bytes live in one arena: [full-precision slots][residual][quantized blocks]; only the last
 // region in use ever grows, so growth never moves data. Positions and block bookkeeping stay in
 // ordinary memory (a few bytes per token), so crops and telemetry never touch the arena.
 #include "engine/cache/cache_layer.h"
 #include "engine/cache/cache_spec.h"
-#include "engine/cache/kivi_block.h"
-#include "engine/common/growable_arena.h"
+#include "engine/compute/kivi_block.h"
+#include "engine/cache/slot_positions.h"
 
 #include <deque>
 #include <vector>
 
 namespace kvchat {
 
-class ThreadPool;
 class OffloadTier;
 
 // One layer's resolved axes.
@@ -26,7 +25,8 @@ struct LayerConfig {
     int sinks = 0;
     bool fixed = false;  // capacity allocated up front
     int64_t max_len = 0; // All + fixed: positions the layer may hold
-    int nbits = 0;       // 0: f32
+    KvDtype dtype = KvDtype::F16;  // full-precision slots, residual and sinks
+    int nbits = 0;       // 0: full precision
     int residual = 128, group = 64;
     bool offloaded = false;
 };
@@ -34,7 +34,8 @@ struct LayerConfig {
 class AxisLayer : public CacheLayer {
 public:
     // tier: the cache's slow tier when cfg.offloaded (tier_index: this layer's place in it).
-    AxisLayer(const LayerSpec& spec, const LayerConfig& cfg, ThreadPool& pool, OffloadTier* tier, int tier_index);
+    // The layer's memory comes from `backend`, which also runs every operation on it.
+    AxisLayer(const LayerSpec& spec, const LayerConfig& cfg, Backend& backend, OffloadTier* tier, int tier_index);
 
     void attend(Buffer& q, const Buffer& k, const Buffer& v, const int32_t* pos, int64_t n, Buffer& out) override;
     void crop(int64_t n_tokens) override;
@@ -57,7 +58,7 @@ public:
     const LayerConfig& config() const { return cfg_; }
 
 private:
-    static constexpr int32_t kEmpty = INT32_MAX;
+    static constexpr int32_t kEmpty = SlotPositions::kEmpty;
     struct Block {
         int32_t first = 0;
         int32_t count = 0;
@@ -65,11 +66,12 @@ private:
     };
 
     bool full() const { return cfg_.nbits == 0; }
-    bool ordered() const { return full() && cfg_.retention == RetentionKind::All; }
-    int64_t slot_index(int32_t p) const;
-    size_t rec_bytes() const { return static_cast<size_t>(2 * kv_dim_) * sizeof(float); }
-    float* slot(int64_t i) const { return reinterpret_cast<float*>(base_ + static_cast<size_t>(i) * rec_bytes()); }
-    float* res_slot(int64_t i) const { return reinterpret_cast<float*>(base_ + res_off_ + static_cast<size_t>(i) * rec_bytes()); }
+    bool ordered() const { return slots_.ordered(); }
+    // A record: the key row, then the value row, kv_dim values each in cfg_.dtype.
+    size_t row_bytes() const { return static_cast<size_t>(kv_dim_) * kv_dtype_bytes(cfg_.dtype); }
+    size_t rec_bytes() const { return 2 * row_bytes(); }
+    uint8_t* slot(int64_t i) const { return base_ + static_cast<size_t>(i) * rec_bytes(); }
+    uint8_t* res_slot(int64_t i) const { return base_ + res_off_ + static_cast<size_t>(i) * rec_bytes(); }
     uint8_t* block_data(int32_t rec) const { return base_ + blk_off_ + static_cast<size_t>(rec) * kivi_.block_bytes; }
     size_t used_bytes() const;
     size_t capacity_bytes() const;
@@ -83,17 +85,20 @@ private:
     // Arena access: the bytes are valid between begin() and end() (the slow tier lends them).
     void begin() const;
     void end() const;
-    void store(int32_t p, const float* k, const float* v);
+    // k, v: rows in cfg_.dtype.
+    void store(int32_t p, const void* k, const void* v);
     void quantize_oldest();
     void evict_before(int32_t keep_from);
     // The first row import_tokens may put in the residual (see there).
     size_t import_from(const TokenRows& rows, int64_t length) const;
     int32_t oldest_recent() const;  // oldest non-sink position held; kEmpty if none
     void clear_meta();
+    // layout() without the dtype: what the formats before the dtype was recorded (all f32) wrote.
+    std::string layout_core() const;
 
     LayerSpec spec_;
     LayerConfig cfg_;
-    ThreadPool& pool_;
+    Backend& backend_;
     OffloadTier* tier_;
     int tier_index_;
     int64_t kv_dim_;
@@ -102,16 +107,15 @@ private:
     KiviFormat kivi_;
 
     // arena layout
-    int64_t slot_cap_ = 0, slot_limit_ = 0, slot_used_ = 0;
+    int64_t slot_cap_ = 0, slot_limit_ = 0;
     size_t res_off_ = 0, blk_off_ = 0;
     int64_t res_cap_ = 0, blk_cap_ = 0, blk_used_ = 0;
-    mutable GrowableArena resident_;
+    std::unique_ptr<KvMemory> resident_;  // resident layers' memory, from the backend
     mutable uint8_t* base_ = nullptr;
     mutable size_t dirty_lo_ = 0, dirty_hi_ = 0;
 
     // bookkeeping
-    std::vector<int32_t> slot_pos_;
-    int64_t n_ordered_ = 0;
+    SlotPositions slots_;  // of the full-precision slots (a quantized layer's: its sinks)
     std::deque<Block> blocks_;
     std::vector<int32_t> free_records_;
     int32_t res_first_ = 0;

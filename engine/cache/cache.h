@@ -11,6 +11,7 @@
 
 namespace kvchat {
 
+class Backend;
 class OffloadTier;
 class ThreadPool;
 
@@ -97,17 +98,18 @@ public:
     // Takes over other's layers, spec and tokens (conversion); other is left empty.
     void replace_with(Cache& other);
 
-    // What the cache was built for (set by make_cache), so it can be rebuilt under another spec.
-    void set_origin(std::vector<LayerSpec> specs, ThreadPool* pool) {
-        layer_specs_ = std::move(specs);
-        pool_ = pool;
-    }
+    // What the cache was built for and with (set by make_cache), so it can be rebuilt under
+    // another spec. `owned`: a backend made for this cache alone (make_cache with a pool).
+    void set_origin(std::vector<LayerSpec> specs, Backend* backend, std::shared_ptr<Backend> owned = nullptr);
     const std::vector<LayerSpec>& layer_specs() const { return layer_specs_; }
-    ThreadPool* pool() const { return pool_; }
+    // The backend holding the layers' memory and computing with it.
+    Backend* backend() const { return backend_; }
+    ThreadPool* pool() const;
 
 private:
     std::vector<LayerSpec> layer_specs_;
-    ThreadPool* pool_ = nullptr;
+    Backend* backend_ = nullptr;
+    std::shared_ptr<Backend> owned_backend_;  // declared before layers_: outlives them
     std::string spec_;
     std::shared_ptr<OffloadTier> tier_;  // declared before layers_: outlives them
     std::vector<std::unique_ptr<CacheLayer>> layers_;

@@ -12,6 +12,7 @@ LayerConfig layer_config(const LayerSpec& spec, const CacheSpec& s) {
     c.residual = s.residual;
     c.group = s.group;
     c.offloaded = s.offloaded;
+    c.dtype = s.dtype.value_or(spec.kv_dtype);
     const int m = spec.model_window;
     if (m > 0) {
         // A model's sliding layer never looks further back than its window, so every strategy
@@ -31,15 +32,34 @@ LayerConfig layer_config(const LayerSpec& spec, const CacheSpec& s) {
     return c;
 }
 
-std::unique_ptr<Cache> make_cache(const std::vector<LayerSpec>& layers, const CacheSpec& s, ThreadPool& pool) {
+namespace {
+
+std::unique_ptr<Cache> build(const std::vector<LayerSpec>& layers, const CacheSpec& s, Backend& backend,
+                             std::shared_ptr<Backend> owned) {
     std::shared_ptr<OffloadTier> tier;
     if (s.offloaded) tier = std::make_shared<OffloadTier>(s.offload_dir, static_cast<int>(layers.size()));
     std::vector<std::unique_ptr<CacheLayer>> out;
     for (size_t i = 0; i < layers.size(); ++i)
-        out.push_back(std::make_unique<AxisLayer>(layers[i], layer_config(layers[i], s), pool, tier.get(), static_cast<int>(i)));
+        out.push_back(std::make_unique<AxisLayer>(layers[i], layer_config(layers[i], s), backend, tier.get(), static_cast<int>(i)));
     auto cache = std::make_unique<Cache>(to_string(s), std::move(out), std::move(tier));
-    cache->set_origin(layers, &pool);
+    cache->set_origin(layers, &backend, std::move(owned));
     return cache;
+}
+
+}  // namespace
+
+std::unique_ptr<Cache> make_cache(const std::vector<LayerSpec>& layers, const CacheSpec& s, Backend& backend) {
+    return build(layers, s, backend, nullptr);
+}
+
+std::unique_ptr<Cache> make_cache(const std::vector<LayerSpec>& layers, const std::string& spec, Backend& backend) {
+    return make_cache(layers, parse_cache_spec(spec), backend);
+}
+
+std::unique_ptr<Cache> make_cache(const std::vector<LayerSpec>& layers, const CacheSpec& s, ThreadPool& pool) {
+    std::shared_ptr<Backend> own = make_cpu_backend(pool);
+    Backend& b = *own;
+    return build(layers, s, b, std::move(own));
 }
 
 std::unique_ptr<Cache> make_cache(const std::vector<LayerSpec>& layers, const std::string& spec, ThreadPool& pool) {
@@ -47,8 +67,8 @@ std::unique_ptr<Cache> make_cache(const std::vector<LayerSpec>& layers, const st
 }
 
 std::unique_ptr<Cache> clone_cache(const Cache& cache) {
-    if (!cache.pool()) throw Error("this cache was not made by make_cache and cannot be copied");
-    auto copy = make_cache(cache.layer_specs(), cache.spec(), *cache.pool());
+    if (!cache.backend()) throw Error("this cache was not made by make_cache and cannot be copied");
+    auto copy = make_cache(cache.layer_specs(), cache.spec(), *cache.backend());
     std::string state;
     for (size_t i = 0; i < cache.n_layers(); ++i) {
         state.clear();

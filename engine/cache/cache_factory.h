@@ -17,6 +17,10 @@ LayerConfig layer_config(const LayerSpec& spec, const CacheSpec& strategy);
 
 // Throws kvchat::Error naming the parameter (e.g. a group that does not divide the head size)
 // or the slow-tier directory that cannot take a spill file.
+// The layers' memory is allocated by `backend`, which computes with it (and must outlive the cache).
+std::unique_ptr<Cache> make_cache(const std::vector<LayerSpec>& layers, const CacheSpec& strategy, Backend& backend);
+std::unique_ptr<Cache> make_cache(const std::vector<LayerSpec>& layers, const std::string& spec, Backend& backend);
+// The same on a CPU backend of its own over `pool` (which must outlive the cache).
 std::unique_ptr<Cache> make_cache(const std::vector<LayerSpec>& layers, const CacheSpec& strategy, ThreadPool& pool);
 std::unique_ptr<Cache> make_cache(const std::vector<LayerSpec>& layers, const std::string& spec, ThreadPool& pool);
 

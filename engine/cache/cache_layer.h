@@ -2,8 +2,10 @@
 // One model layer's KV cache. Every slot remembers the position of the token it holds, so the
 // attention mask follows from positions alone: a query at position p sees a slot at position q
 // when q <= p and, on a sliding layer of window W, p - q < W.
-#include "engine/cache/rope.h"
+#include "engine/compute/attention.h"
 #include "engine/compute/backend.h"
+#include "engine/compute/rope.h"
+#include "engine/compute/kv_dtype.h"
 
 #include <cstdint>
 #include <string>
@@ -11,29 +13,22 @@
 
 namespace kvchat {
 
-struct AttentionShape {
-    int n_head = 0;
-    int n_head_kv = 0;
-    int head_dim = 0;
-    float scale = 1.0f;    // applied to q·k
-    float softcap = 0.0f;  // attention logit soft-capping; 0 = none
-    // Round as llama.cpp's default (non-flash) attention does over its f16 KV cache: scaled
-    // queries, keys (after RoPE), values and the softmax probabilities on the fp16 grid.
-    bool f16_rounding = false;
-};
-
 // What a layer is in the model: its attention shape, its RoPE and the model's own window.
 struct LayerSpec {
     int index = 0;
     AttentionShape shape;
     RopeSpec rope;
     int model_window = 0;  // the model's sliding window for this layer; 0 = global attention
+    // The full-precision format a spec without dtype= keeps: the model's own (f16 for GGUF
+    // models, whose keys and values llama.cpp keeps in f16; f32 for float checkpoints).
+    KvDtype kv_dtype = KvDtype::F16;
 };
 
 // What the cache inspector draws for one layer.
 struct LayerTelemetry {
     std::string kind;            // "global" or "sliding" (the model's attention kind)
-    std::string storage;         // how the cache keeps it, e.g. "growable f32"
+    std::string storage;         // how the cache keeps it, e.g. "growable f16"
+    std::string dtype;           // the full-precision format: "f16", "bf16" or "f32"
     int64_t tokens_held = 0;
     int64_t capacity = 0;        // slots allocated (growable layers: current allocation)
     int64_t bytes_fast = 0;      // resident bytes
@@ -60,6 +55,7 @@ struct TokenRows {
     std::vector<float> k, v;  // pos.size() x kv_dim each
     std::vector<uint8_t> exact;
     int nbits = 0, group = 0;  // the quantized format the rows with exact == 0 came from
+    KvDtype dtype = KvDtype::F32;  // the format the rows with exact == 1 were kept in
 };
 
 class ByteReader;

@@ -11,14 +11,14 @@ namespace {
 
 // The parameters each strategy name takes; every other key is refused.
 const std::map<std::string, std::set<std::string>> kParams = {
-    {"dynamic", {}},
-    {"static", {"max_len"}},
-    {"offloaded", {"dir"}},
-    {"offloaded_static", {"max_len", "dir"}},
-    {"quantized", {"nbits", "residual", "group"}},
-    {"sliding_window", {"window"}},
-    {"sink", {"window", "sinks"}},
-    {"hybrid", {"max_len"}},
+    {"dynamic", {"dtype"}},
+    {"static", {"max_len", "dtype"}},
+    {"offloaded", {"dir", "dtype"}},
+    {"offloaded_static", {"max_len", "dir", "dtype"}},
+    {"quantized", {"nbits", "residual", "group", "dtype"}},
+    {"sliding_window", {"window", "dtype"}},
+    {"sink", {"window", "sinks", "dtype"}},
+    {"hybrid", {"max_len", "dtype"}},
 };
 
 std::string known_names() {
@@ -101,6 +101,12 @@ CacheSpec parse_cache_spec(const std::string& text) {
         const size_t plus = text.find('+', at);
         const std::string piece = text.substr(at, plus == std::string::npos ? std::string::npos : plus - at);
         const Part p = parse_part(piece);
+        if (p.has("dtype")) {
+            if (s.dtype) throw Error("cache spec '" + text + "': dtype is given twice");
+            s.dtype = parse_kv_dtype(p.params.at("dtype"));
+            if (!s.dtype)
+                throw Error("cache spec '" + piece + "': dtype=" + p.params.at("dtype") + " is not supported (f16, bf16 or f32)");
+        }
         auto take_base = [&](const char* base) {
             if (!base_part.empty())
                 throw Error("cache spec '" + text + "': '" + base_part + "' and '" + piece +
@@ -191,6 +197,11 @@ std::string to_string(const CacheSpec& s) {
         parts.push_back("quantized:nbits=" + std::to_string(s.nbits) + ",residual=" + std::to_string(s.residual) +
                         ",group=" + std::to_string(s.group));
     if (s.offloaded && !offload_done) parts.push_back(dir.empty() ? "offloaded" : "offloaded:" + dir);
+    if (s.dtype) {
+        // On the first part, after its other parameters.
+        std::string& first = parts.empty() ? parts.emplace_back("dynamic") : parts.front();
+        first += std::string(first.find(':') == std::string::npos ? ":" : ",") + "dtype=" + kv_dtype_name(*s.dtype);
+    }
     std::string out;
     for (const auto& p : parts) out += (out.empty() ? "" : "+") + p;
     return out;

@@ -2,7 +2,10 @@
 // Cache strategy specs as the user writes them ("quantized:nbits=4+offloaded", "sink:window=256,
 // sinks=4"): parsed into the four axes, validated (errors name the part and the parameter), and
 // printed back in one canonical form that the store and snapshots keep.
+#include "engine/compute/kv_dtype.h"
+
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -26,7 +29,10 @@ struct CacheSpec {
     int sinks = 0;             // sink
     bool hybrid = false;       // sliding layers as fixed ring buffers
     // precision
-    int nbits = 0;             // 0: f32; 2, 4 or 8: KIVI-style quantized
+    // Full-precision keys and values (and a quantized cache's residual and sinks): dtype=f16,
+    // bf16 or f32 on any part; unset: the model's own (f16 for GGUF models, as llama.cpp).
+    std::optional<KvDtype> dtype;
+    int nbits = 0;             // 0: full precision; 2, 4 or 8: KIVI-style quantized
     int residual = 128;
     int group = 64;
     // placement

@@ -13,10 +13,10 @@ namespace kvchat {
 
 ConvertResult convert(Cache& cache, const std::string& target, const ConvertOptions& opt) {
     const auto t0 = std::chrono::steady_clock::now();
-    if (!cache.pool()) throw Error("this cache was not made by make_cache and cannot be converted");
+    if (!cache.backend()) throw Error("this cache was not made by make_cache and cannot be converted");
     const CacheSpec spec = parse_cache_spec(target);
     ThreadPool& pool = *cache.pool();
-    std::unique_ptr<Cache> fresh = make_cache(cache.layer_specs(), spec, pool);
+    std::unique_ptr<Cache> fresh = make_cache(cache.layer_specs(), spec, *cache.backend());
     const int64_t length = cache.seq_length();
     fresh->check_room(length);
     ConvertResult result;

@@ -4,7 +4,7 @@
 #include "engine/cache/cache_factory.h"
 #include "engine/compute/thread_pool.h"
 #include "engine/error.h"
-#include "engine/store/atomic_file.h"
+#include "engine/common/atomic_file.h"
 
 #include <fcntl.h>
 #include <nmmintrin.h>
@@ -331,7 +331,10 @@ LoadedSnapshot load_snapshot(const std::string& path, const std::vector<LayerSpe
     Cache& cache = *out.cache;
     for (uint32_t i = 0; i < n_layers; ++i) {
         const std::string lay = head.str("layer layout", 4096);
-        if (lay != cache.layer(i).layout())
+        // Snapshots written before the dtype was recorded name none: their f32 layer states
+        // load into a layer of any dtype (the layer section says which format it holds).
+        const bool earlier = lay + " " + cache.layer(i).telemetry().dtype == cache.layer(i).layout();
+        if (lay != cache.layer(i).layout() && !earlier)
             throw Error(what + ": layer " + std::to_string(i) + " is '" + lay + "' but the model's is '" + cache.layer(i).layout() + "'");
     }
     const uint32_t n_checkpoints = head.get<uint32_t>("checkpoint count");

@@ -1,7 +1,9 @@
 #pragma once
 // The backend boundary. Model code describes the math with these operations on Buffers; a
 // backend (the CPU one now, CUDA later) decides where the numbers live and how each operation
-// runs. Model code never dereferences a Buffer.
+// runs. Model code never dereferences a Buffer. Cache layers keep their keys and values in
+// memory the backend allocated (KvMemory) and ask it for every operation on them: RoPE, the
+// append (with its conversion or quantization) and attention over the layer's slots.
 #include "engine/compute/matmul.h"
 
 #include <cstdint>
@@ -28,6 +30,23 @@ struct NormWeight {
 enum class GatedActivation { GeluTanh, Silu };
 
 class ThreadPool;
+struct AttentionInput;
+struct AttentionShape;
+struct KiviFormat;
+struct RopeSpec;
+enum class KvDtype : uint8_t;
+
+// One cache layer's keys and values: growable memory of the backend that computes with it.
+class KvMemory {
+public:
+    virtual ~KvMemory() = default;
+    virtual uint8_t* data() const = 0;
+    // Grows or shrinks to n bytes, keeping the first min(n, old size) bytes.
+    virtual void resize(size_t n) = 0;
+    // Replaces the contents with `len` bytes of the open file fd at `offset` (page-aligned),
+    // sized to `capacity`, without copying where it can; false when it cannot (nothing changed).
+    virtual bool adopt_file(int fd, uint64_t offset, size_t len, size_t capacity) = 0;
+};
 
 class Backend {
 public:
@@ -56,9 +75,28 @@ public:
     virtual void softcap(Buffer& x, int64_t n_rows, float cap) = 0;
     // dst row i = src row src_rows[i]
     virtual void gather_rows(const Buffer& src, const std::vector<int64_t>& src_rows, Buffer& dst) = 0;
+
+    // --- cache layers' operations (pointers are into this backend's memory) ---
+    virtual std::unique_ptr<KvMemory> alloc_kv() = 0;
+    // Rotates n rows of x (row t at x + t * row_stride: n_heads heads of head_dim) at pos[t].
+    virtual void rope(const RopeSpec& spec, float* x, int64_t row_stride, const int32_t* pos, int64_t n, int n_heads,
+                      int head_dim) = 0;
+    // x[i] = x[i] * scale rounded to the nearest fp16 value, kept as float (llama.cpp's rounding
+    // points of its f16 cache).
+    virtual void round_f16(float* x, int64_t n, float scale) = 0;
+    // The append's conversion: n values from f32 into `t` at dst, and back.
+    virtual void kv_store(KvDtype t, const float* src, void* dst, int64_t n) = 0;
+    virtual void kv_load(KvDtype t, const void* src, float* dst, int64_t n) = 0;
+    // The append's quantization: `count` tokens into one KIVI block (kivi_block.h).
+    virtual void kv_quantize(const KiviFormat& f, const float* k, const float* v, int64_t stride, int count,
+                             uint8_t* block) = 0;
+    // Attention over a layer's slots and quantized blocks (attention.h); out: n_q x (n_head*head_dim).
+    virtual void attend(const AttentionInput& in, const AttentionShape& shape, float* out) = 0;
 };
 
 // The CPU backend with n_threads worker threads (<= 0: one per core).
 std::unique_ptr<Backend> make_cpu_backend(int n_threads);
+// The CPU backend on an existing pool (which must outlive it).
+std::unique_ptr<Backend> make_cpu_backend(ThreadPool& pool);
 
 }  // namespace kvchat

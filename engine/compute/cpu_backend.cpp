@@ -1,5 +1,10 @@
 // The CPU backend: activations in host memory, kernels on the thread pool.
 #include "engine/compute/backend.h"
+#include "engine/common/growable_arena.h"
+#include "engine/compute/attention.h"
+#include "engine/compute/kivi_block.h"
+#include "engine/compute/kv_dtype.h"
+#include "engine/compute/rope.h"
 #include "engine/compute/quant_blocks.h"
 #include "engine/compute/thread_pool.h"
 #include "engine/error.h"
@@ -61,9 +66,23 @@ const GeluTable& gelu_table() {
     return table;
 }
 
+// Host memory: an arena that grows by mremap and can map a snapshot's pages in place.
+class HostKvMemory final : public KvMemory {
+public:
+    uint8_t* data() const override { return arena_.data(); }
+    void resize(size_t n) override { arena_.resize(n); }
+    bool adopt_file(int fd, uint64_t offset, size_t len, size_t capacity) override {
+        return arena_.adopt_file(fd, offset, len, capacity);
+    }
+
+private:
+    GrowableArena arena_;
+};
+
 class CpuBackend final : public Backend {
 public:
-    explicit CpuBackend(int n_threads) : pool_(n_threads) {}
+    explicit CpuBackend(int n_threads) : own_(std::make_unique<ThreadPool>(n_threads)), pool_(*own_) {}
+    explicit CpuBackend(ThreadPool& pool) : pool_(pool) {}
     ~CpuBackend() override {
         for (auto& [size, ptr] : spare_) std::free(ptr);
     }
@@ -171,7 +190,41 @@ private:
         pool_.parallel_for(n, fn);
     }
 
-    ThreadPool pool_;
+public:
+    std::unique_ptr<KvMemory> alloc_kv() override { return std::make_unique<HostKvMemory>(); }
+
+    void rope(const RopeSpec& spec, float* x, int64_t row_stride, const int32_t* pos, int64_t n, int n_heads,
+              int head_dim) override {
+        RopeAngles angles(spec);
+        for (int64_t t = 0; t < n; ++t) {
+            angles.set_position(pos[t]);
+            angles.rotate(x + t * row_stride, n_heads, head_dim);
+        }
+    }
+
+    void round_f16(float* x, int64_t n, float scale) override {
+        // F16C eight at a time: the conversion runs over every query of a prefill.
+        const __m256 vs = _mm256_set1_ps(scale);
+        int64_t i = 0;
+        for (; i + 8 <= n; i += 8) {
+            const __m128i h = _mm256_cvtps_ph(_mm256_mul_ps(_mm256_loadu_ps(x + i), vs), _MM_FROUND_TO_NEAREST_INT);
+            _mm256_storeu_ps(x + i, _mm256_cvtph_ps(h));
+        }
+        for (; i < n; ++i) x[i] = fp16_to_fp32(fp32_to_fp16(x[i] * scale));
+    }
+
+    void kv_store(KvDtype t, const float* src, void* dst, int64_t n) override { kv_store_row(t, src, dst, n); }
+    void kv_load(KvDtype t, const void* src, float* dst, int64_t n) override { kv_load_row(t, src, dst, n); }
+    void kv_quantize(const KiviFormat& f, const float* k, const float* v, int64_t stride, int count, uint8_t* block) override {
+        kivi_quantize_block(f, k, v, stride, count, block);
+    }
+    void attend(const AttentionInput& in, const AttentionShape& shape, float* out) override {
+        kvchat::attend(in, shape, out, pool_);
+    }
+
+private:
+    std::unique_ptr<ThreadPool> own_;
+    ThreadPool& pool_;
     std::multimap<size_t, float*> spare_;
     std::map<float*, size_t> sizes_;
 };
@@ -179,5 +232,6 @@ private:
 }  // namespace
 
 std::unique_ptr<Backend> make_cpu_backend(int n_threads) { return std::make_unique<CpuBackend>(n_threads); }
+std::unique_ptr<Backend> make_cpu_backend(ThreadPool& pool) { return std::make_unique<CpuBackend>(pool); }
 
 }  // namespace kvchat

@@ -283,7 +283,7 @@ void amx_product(const Int8Layout& layout, const WeightMatrix& w, const Quantize
 
 // --- llama.cpp's order ---------------------------------------------------------------------------
 
-bool llama_order(TensorType t) {
+bool in_reference_order(TensorType t) {
     return t == TensorType::Q5_0 || t == TensorType::Q8_0 || t == TensorType::Q4_K || t == TensorType::Q6_K;
 }
 
@@ -441,7 +441,7 @@ void matmul(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y, T
         default: break;
     }
     const KernelSet& ks = kernel_set();
-    if (llama_order(w.type)) return ordered_product(ks, w, x, n_tokens, y, pool);
+    if (in_reference_order(w.type)) return ordered_product(ks, w, x, n_tokens, y, pool);
     const Int8Layout layout = kernels::int8_layout(w.type);
     if (layout.group == 0) throw Error("matmul: no kernel for " + std::string(tt.name));
     thread_local ActivationBuffers buf;

@@ -22,7 +22,7 @@ inline __m256i dot_s8s8(__m256i acc, __m256i w, __m256i s) {
 inline __m256i madd_scaled(__m256i acc, __m256i p, __m256i k) { return _mm256_add_epi32(acc, _mm256_madd_epi16(p, k)); }
 
 #include "engine/compute/fused_dot.inc"
-#include "engine/compute/llama_order.inc"
+#include "engine/compute/reference_order.inc"
 
 // --- int8 panels ------------------------------------------------------------------------
 // Values are stored signed; the micro-kernel multiplies with the sign trick, 8 rows per vector.

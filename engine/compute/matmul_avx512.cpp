@@ -27,7 +27,7 @@ inline __m256i dot_s8s8(__m256i acc, __m256i w, __m256i s) {
 inline __m256i madd_scaled(__m256i acc, __m256i p, __m256i k) { return _mm256_dpwssd_epi32(acc, p, k); }
 
 #include "engine/compute/fused_dot.inc"
-#include "engine/compute/llama_order.inc"
+#include "engine/compute/reference_order.inc"
 
 
 inline __m512 to_float(__m512i v) { return _mm512_cvtepi32_ps(v); }
@@ -267,7 +267,7 @@ void float_rows(TensorType t, const uint8_t* rows, size_t stride, int64_t n_rows
 }
 
 // --- llama.cpp's order, 512-bit ----------------------------------------------------------
-// The same values as llama_order.inc's kernels (see matmul_kernels.h), faster.
+// The same values as reference_order.inc's kernels (see matmul_kernels.h), faster.
 
 // Q5_0 / Q8_0: two weight rows per register, lanes 0-7 row r and 8-15 row r + 1, each lane the
 // integer of 4 columns of one block (ggml's 8 lanes per row). vpdpbusd takes the activations

@@ -3,7 +3,7 @@
 // matmul_avx512.cpp, matmul_amx_avx512.cpp).
 //
 // Q5_0, Q8_0, Q4_K and Q6_K (the types of a Q4_K_M GGUF) take llama.cpp's order, described
-// below: llama_order.inc's 256-bit kernels and their 512-bit counterparts in matmul_avx512.cpp
+// below: reference_order.inc's 256-bit kernels and their 512-bit counterparts in matmul_avx512.cpp
 // (a streamed kernel for one or two tokens, 16-row panels for more). Every other integer type
 // goes one of three ways:
 // - fused dot kernels, one per hot weight type, that unpack a block in registers and use it at

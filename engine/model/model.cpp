@@ -4,7 +4,7 @@
 #include "engine/common/regular_file.h"
 #include "engine/error.h"
 #include "engine/model/architectures.h"
-#include "engine/model/gguf_file.h"
+#include "engine/format/gguf_file.h"
 #include "engine/model/safetensors_dir.h"
 
 #include <sys/stat.h>
@@ -489,6 +489,7 @@ std::vector<LayerSpec> Model::layer_specs() const {
         s.shape = AttentionShape{c.n_head, c.n_head_kv, c.head_dim, c.query_scale, c.attn_softcap, c.f16_attention};
         s.rope = sliding ? c.rope_sliding : c.rope_global;
         s.model_window = sliding ? c.sliding_window : 0;
+        s.kv_dtype = c.f16_attention ? KvDtype::F16 : KvDtype::F32;
     }
     return specs;
 }
@@ -496,7 +497,7 @@ std::vector<LayerSpec> Model::layer_specs() const {
 std::unique_ptr<Cache> Model::make_default_cache(Backend& backend) const { return make_cache(backend, "dynamic"); }
 
 std::unique_ptr<Cache> Model::make_cache(Backend& backend, const std::string& spec) const {
-    return kvchat::make_cache(layer_specs(), spec, backend.pool());
+    return kvchat::make_cache(layer_specs(), spec, backend);
 }
 
 void Model::forward(Backend& be, Cache& cache, const int32_t* tokens, int64_t n, Logits want,

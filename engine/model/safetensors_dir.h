@@ -3,7 +3,7 @@
 // model-0000k-of-0000n.safetensors listed by model.safetensors.index.json. Each file is
 // memory-mapped and its header bounds-checked; the tensors are used in place, never copied.
 #include "engine/common/mapped_file.h"
-#include "engine/model/gguf_file.h"
+#include "engine/format/gguf_file.h"
 
 #include <cstddef>
 #include <cstdint>

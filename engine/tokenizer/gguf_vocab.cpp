@@ -1,7 +1,7 @@
 // The GGUF side of the tokenizer: tokenizer.ggml.* metadata into an SpmVocab. Kept apart from
 // the SentencePiece code so the conversion can be used and tested without a GGUF file.
 #include "engine/error.h"
-#include "engine/model/gguf_file.h"
+#include "engine/format/gguf_file.h"
 #include "engine/tokenizer/spm_vocab.h"
 #include "engine/tokenizer/tokenizer.h"
 

@@ -2,7 +2,7 @@
 // path runs) must be refused with kvchat::Error or opened into something whose every getter,
 // tensor range and fingerprint is safe to use.
 #include "engine/error.h"
-#include "engine/model/gguf_file.h"
+#include "engine/format/gguf_file.h"
 
 #include <cstdint>
 #include <cstdlib>

@@ -2,7 +2,7 @@
 // Writes small GGUF files for tests: metadata of every value type (nested arrays included),
 // tensors given as raw bytes, the data section laid out with the chosen alignment. Nothing is
 // validated, so tests can also write the malformed files the reader must refuse.
-#include "engine/model/gguf_file.h"
+#include "engine/format/gguf_file.h"
 
 #include <cstdint>
 #include <optional>

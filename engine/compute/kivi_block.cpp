@@ -1,4 +1,4 @@
-#include "engine/cache/kivi_block.h"
+#include "engine/compute/kivi_block.h"
 
 #include <immintrin.h>
 

@@ -1,4 +1,4 @@
-// llama.cpp's non-flash attention over its f16 KV cache, bit for bit (attend_llama_order in
+// llama.cpp's non-flash attention over its f16 KV cache, bit for bit (attend_reference_order in
 // attention.h).
 //
 // What llama.cpp computes for a batch of n tokens, per kv head, over the cells 0..n_kv-1 of its
@@ -14,11 +14,11 @@
 //   output   out[d] = sum_c p[c] v[c][d]: for n >= 2 sixteen lanes by column (c % 16), for n == 1
 //            the four accumulators by c / 16 % 4, added as for the scores.
 // 256-bit code (AVX2 + FMA): a 16-lane register of llama.cpp's is a pair lo (lanes 0-7), hi (8-15).
-// Prefill's two dense steps also have AVX-512 kernels (attention_llama_order_avx512.cpp), used
+// Prefill's two dense steps also have AVX-512 kernels (attention_reference_order_avx512.cpp), used
 // unless simd_level() is "avx2"; the values are the same.
-#include "engine/cache/attention.h"
+#include "engine/compute/attention.h"
 
-#include "engine/cache/attention_kernels.h"
+#include "engine/compute/attention_kernels.h"
 #include "engine/compute/matmul.h"
 #include "engine/compute/thread_pool.h"
 
@@ -74,19 +74,27 @@ inline __m256 ggml_expf8(__m256 x) {
 
 inline __m256 round_f16(__m256 x) { return _mm256_cvtph_ps(_mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT)); }
 
+// Eight stored values as floats: f32, or f16 converted by F16C (exact).
+inline __m256 ld8(const float* p) { return _mm256_loadu_ps(p); }
+inline __m256 ld8(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+inline float ld1(const float* p) { return *p; }
+inline float ld1(const uint16_t* p) { return _cvtsh_ss(*p); }
+
 // q · k as tinyBLAS sums it (n >= 2): 16 lanes, hd a multiple of 16.
-inline float dot16(const float* q, const float* k, int hd) {
+template <class T>
+inline float dot16(const float* q, const T* k, int hd) {
     __m256 lo = _mm256_setzero_ps(), hi = lo;
     for (int d = 0; d < hd; d += 16) {
-        lo = _mm256_fmadd_ps(_mm256_loadu_ps(k + d), _mm256_loadu_ps(q + d), lo);
-        hi = _mm256_fmadd_ps(_mm256_loadu_ps(k + d + 8), _mm256_loadu_ps(q + d + 8), hi);
+        lo = _mm256_fmadd_ps(ld8(k + d), _mm256_loadu_ps(q + d), lo);
+        hi = _mm256_fmadd_ps(ld8(k + d + 8), _mm256_loadu_ps(q + d + 8), hi);
     }
     return tree16(lo, hi);
 }
 
 // q · k as ggml_vec_dot_f16 sums it (n == 1): four 16-lane accumulators over the first hd / 64 * 64
 // dimensions, the rest added in double.
-inline float dot64(const float* q, const float* k, int hd) {
+template <class T>
+inline float dot64(const float* q, const T* k, int hd) {
     const int np = hd & ~63;
     __m256 a[4][2];
     for (auto& s : a) s[0] = s[1] = _mm256_setzero_ps();
@@ -94,21 +102,22 @@ inline float dot64(const float* q, const float* k, int hd) {
         for (int s = 0; s < 4; ++s)
             for (int h = 0; h < 2; ++h) {
                 const int i = d + 16 * s + 8 * h;
-                a[s][h] = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), _mm256_loadu_ps(k + i), a[s][h]);
+                a[s][h] = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), ld8(k + i), a[s][h]);
             }
     const __m256 lo = _mm256_add_ps(_mm256_add_ps(a[0][0], a[2][0]), _mm256_add_ps(a[1][0], a[3][0]));
     const __m256 hi = _mm256_add_ps(_mm256_add_ps(a[0][1], a[2][1]), _mm256_add_ps(a[1][1], a[3][1]));
     double sum = tree16(lo, hi);
-    for (int d = np; d < hd; ++d) sum += static_cast<double>(q[d] * k[d]);
+    for (int d = np; d < hd; ++d) sum += static_cast<double>(q[d] * ld1(k + d));
     return static_cast<float>(sum);
 }
 
 // The columns of a call: positions [base, base + n), base and n multiples of 16, each with the
-// slot holding it (kv head 0), or none.
+// slot holding it (kv head 0, stored as dt), or none.
 struct Columns {
     int32_t base = 0;
     int32_t n = 0;
-    std::vector<const float*> k, v;
+    KvDtype dt = KvDtype::F32;
+    std::vector<const void*> k, v;
 };
 
 struct Rows {
@@ -164,13 +173,14 @@ void softmax_row(float* sr, int c0, int c1) {
 }
 
 // V of kv head g transposed: vt[d * ld + c] for the call's columns (zero where absent).
+template <class T>
 void transpose_values(const Columns& cols, int goff, int hd, float* vt, int64_t ld, int c0, int c1) {
     for (int c = c0; c < c1; c += 8) {
-        const float* src[8];
-        for (int i = 0; i < 8; ++i) src[i] = cols.v[static_cast<size_t>(c + i)];
+        const T* src[8];
+        for (int i = 0; i < 8; ++i) src[i] = static_cast<const T*>(cols.v[static_cast<size_t>(c + i)]);
         for (int d = 0; d < hd; d += 8) {
             __m256 r[8];
-            for (int i = 0; i < 8; ++i) r[i] = src[i] ? _mm256_loadu_ps(src[i] + goff + d) : _mm256_setzero_ps();
+            for (int i = 0; i < 8; ++i) r[i] = src[i] ? ld8(src[i] + goff + d) : _mm256_setzero_ps();
             // 8x8 transpose
             const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
             const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
@@ -216,11 +226,20 @@ void pv_prefill(const float* S, int64_t ldc, const float* vt, int64_t ld, int c0
 }
 
 // The 256-bit prefill kernels (attention_kernels.h).
-void scores_avx2(const float* const* q, int R, const float* const* k, int goff, int hd, int c0, int c1, float* S,
-                 int64_t ldc) {
+template <class T>
+void scores_avx2_t(const float* const* q, int R, const T* const* k, int goff, int hd, int c0, int c1, float* S,
+                   int64_t ldc) {
     for (int r = 0; r < R; ++r)
         for (int c = c0; c < c1; ++c)
             if (k[c]) S[r * ldc + c] = dot16(q[r], k[c] + goff, hd);
+}
+
+void scores_avx2(const float* const* q, int R, const void* const* k, KvDtype dt, int goff, int hd, int c0, int c1,
+                 float* S, int64_t ldc) {
+    if (dt == KvDtype::F16)
+        scores_avx2_t(q, R, reinterpret_cast<const uint16_t* const*>(k), goff, hd, c0, c1, S, ldc);
+    else
+        scores_avx2_t(q, R, reinterpret_cast<const float* const*>(k), goff, hd, c0, c1, S, ldc);
 }
 
 void values_avx2(const float* S, int64_t ldc, int R, const float* vt, int64_t ld, int hd, int c0, int c1, float* const* o) {
@@ -250,7 +269,7 @@ void prefill_item(const AttentionInput& in, const AttentionShape& s, const Colum
     const int64_t ldc = cols.n;
     S.resize(static_cast<size_t>(R) * static_cast<size_t>(ldc));
     for (int r = 0; r < R; ++r) std::fill(S.data() + r * ldc + c0, S.data() + r * ldc + c1, kNegInf);
-    pk.scores(rows.q.data(), R, cols.k.data(), goff, hd, c0, c1, S.data(), ldc);
+    pk.scores(rows.q.data(), R, cols.k.data(), cols.dt, goff, hd, c0, c1, S.data(), ldc);
     for (int r = 0; r < R; ++r) {
         float* sr = S.data() + r * ldc;
         const int32_t p = rows.pos[static_cast<size_t>(r)];
@@ -265,7 +284,8 @@ void prefill_item(const AttentionInput& in, const AttentionShape& s, const Colum
 // Decode: out[r][d0, d0 + 8) = P · V over columns [c0, c1) (multiples of 64) for rows [0, R), as
 // ggml_vec_dot_f16 sums each channel: chains by column class c % 64, then per lane
 // j = c % 16: (class j + class 32 + j) + (class 16 + j + class 48 + j), then the 16-lane tree.
-void pv_decode8(const float* S, int64_t ldc, const float* const* vcol, int goff, int R, int c0, int c1, float* const* o,
+template <class T>
+void pv_decode8(const float* S, int64_t ldc, const T* const* vcol, int goff, int R, int c0, int c1, float* const* o,
                 int d0) {
     const int off = goff + d0;
     // A[row][class] for this slice of 8 channels.
@@ -277,10 +297,10 @@ void pv_decode8(const float* S, int64_t ldc, const float* const* vcol, int goff,
                 __m256 a0 = _mm256_setzero_ps(), a1 = a0;
                 const float* sr = S + (r0 + i) * ldc;
                 for (int c = c0 + k; c < c1; c += 64) {
-                    const float* v0 = vcol[c];
-                    const float* v1 = vcol[c + 1];
-                    if (v0) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(v0 + off), _mm256_set1_ps(sr[c]), a0);
-                    if (v1) a1 = _mm256_fmadd_ps(_mm256_loadu_ps(v1 + off), _mm256_set1_ps(sr[c + 1]), a1);
+                    const T* v0 = vcol[c];
+                    const T* v1 = vcol[c + 1];
+                    if (v0) a0 = _mm256_fmadd_ps(ld8(v0 + off), _mm256_set1_ps(sr[c]), a0);
+                    if (v1) a1 = _mm256_fmadd_ps(ld8(v1 + off), _mm256_set1_ps(sr[c + 1]), a1);
                 }
                 _mm256_store_ps(A[i][k], a0);
                 _mm256_store_ps(A[i][k + 1], a1);
@@ -303,17 +323,33 @@ void pv_decode8(const float* S, int64_t ldc, const float* const* vcol, int goff,
 }
 
 // The 256-bit decode kernels (attention_kernels.h).
-void decode_scores_avx2(const float* const* q, int R, const float* const* k, int goff, int hd, int c0, int c1, float* S,
-                        int64_t ldc) {
+template <class T>
+void decode_scores_avx2_t(const float* const* q, int R, const T* const* k, int goff, int hd, int c0, int c1, float* S,
+                          int64_t ldc) {
     for (int c = c0; c < c1; ++c)
         if (k[c])
             for (int r = 0; r < R; ++r) S[r * ldc + c] = dot64(q[r], k[c] + goff, hd);
 }
 
-void decode_values_avx2(const float* S, int64_t ldc, int R, const float* const* v, int goff, int c0, int c1,
+void decode_scores_avx2(const float* const* q, int R, const void* const* k, KvDtype dt, int goff, int hd, int c0, int c1,
+                        float* S, int64_t ldc) {
+    if (dt == KvDtype::F16)
+        decode_scores_avx2_t(q, R, reinterpret_cast<const uint16_t* const*>(k), goff, hd, c0, c1, S, ldc);
+    else
+        decode_scores_avx2_t(q, R, reinterpret_cast<const float* const*>(k), goff, hd, c0, c1, S, ldc);
+}
+
+void decode_values_avx2(const float* S, int64_t ldc, int R, const void* const* v, KvDtype dt, int goff, int c0, int c1,
                         float* const* o, int d0) {
-    pv_decode8(S, ldc, v, goff, R, c0, c1, o, d0);
-    pv_decode8(S, ldc, v, goff, R, c0, c1, o, d0 + 8);
+    if (dt == KvDtype::F16) {
+        const auto* vv = reinterpret_cast<const uint16_t* const*>(v);
+        pv_decode8(S, ldc, vv, goff, R, c0, c1, o, d0);
+        pv_decode8(S, ldc, vv, goff, R, c0, c1, o, d0 + 8);
+    } else {
+        const auto* vv = reinterpret_cast<const float* const*>(v);
+        pv_decode8(S, ldc, vv, goff, R, c0, c1, o, d0);
+        pv_decode8(S, ldc, vv, goff, R, c0, c1, o, d0 + 8);
+    }
 }
 
 const attention_kernels::DecodeKernels& decode_kernels() {
@@ -342,7 +378,7 @@ void attend_decode(const AttentionInput& in, const AttentionShape& s, const Colu
             float* sg = S.data() + static_cast<int64_t>(g) * group * ldc;
             for (int h = 0; h < group; ++h) std::fill(sg + h * ldc + a0, sg + h * ldc + a1, kNegInf);
             const int b0 = std::max(a0, lo);
-            if (b0 < a1) dk.scores(rows.q.data(), group, cols.k.data(), g * hd, hd, b0, a1, sg, ldc);
+            if (b0 < a1) dk.scores(rows.q.data(), group, cols.k.data(), cols.dt, g * hd, hd, b0, a1, sg, ldc);
         }
     });
     pool.parallel_for(static_cast<int64_t>(n_kv) * group, [&](int64_t b, int64_t e) {
@@ -355,7 +391,7 @@ void attend_decode(const AttentionInput& in, const AttentionShape& s, const Colu
         for (int64_t i = b; i < e; ++i) {
             const int g = static_cast<int>(i / n_slices);
             make_rows(in, s, 0, 1, g, out, rows);
-            dk.values(S.data() + static_cast<int64_t>(g) * group * ldc, ldc, group, cols.v.data(), g * hd, c0, c1,
+            dk.values(S.data() + static_cast<int64_t>(g) * group * ldc, ldc, group, cols.v.data(), cols.dt, g * hd, c0, c1,
                       rows.o.data(), static_cast<int>(i % n_slices) * 16);
         }
     });
@@ -363,12 +399,12 @@ void attend_decode(const AttentionInput& in, const AttentionShape& s, const Colu
 
 }  // namespace
 
-bool llama_order_applies(const AttentionInput& in, const AttentionShape& s) {
-    return in.f16_probs && in.q_sink == nullptr && in.sink_end == 0 && in.blocks.empty() && s.head_dim % 16 == 0 &&
+bool reference_order_applies(const AttentionInput& in, const AttentionShape& s) {
+    return in.f16_probs && in.dtype != KvDtype::BF16 && in.q_sink == nullptr && in.sink_end == 0 && in.blocks.empty() && s.head_dim % 16 == 0 &&
            s.softcap == 0.0f && s.scale == 1.0f;
 }
 
-void attend_llama_order(const AttentionInput& in, const AttentionShape& s, float* out, ThreadPool& pool) {
+void attend_reference_order(const AttentionInput& in, const AttentionShape& s, float* out, ThreadPool& pool) {
     const int hd = s.head_dim, n_kv = s.n_head_kv, group = s.n_head / s.n_head_kv;
     const int64_t n_q = in.n_q;
     int32_t pmin = std::numeric_limits<int32_t>::max(), pmax = std::numeric_limits<int32_t>::min();
@@ -379,14 +415,16 @@ void attend_llama_order(const AttentionInput& in, const AttentionShape& s, float
     Columns& cols = tls_cols;
     cols.base = (in.window > 0 ? std::max<int32_t>(0, pmin - in.window + 1) : 0) & ~63;
     cols.n = ((pmax + 1 - cols.base) + 63) & ~63;
+    cols.dt = in.dtype;
     cols.k.assign(static_cast<size_t>(cols.n), nullptr);
     cols.v.assign(static_cast<size_t>(cols.n), nullptr);
+    const int64_t es = static_cast<int64_t>(kv_dtype_bytes(in.dtype));
     for (const SlotView& sv : in.slots)
         for (int64_t j = 0; j < sv.n; ++j) {
             const int32_t p = sv.pos[j];
             if (p >= cols.base && p - cols.base < cols.n) {
-                cols.k[static_cast<size_t>(p - cols.base)] = sv.k + j * sv.stride;
-                cols.v[static_cast<size_t>(p - cols.base)] = sv.v + j * sv.stride;
+                cols.k[static_cast<size_t>(p - cols.base)] = static_cast<const char*>(sv.k) + j * sv.stride * es;
+                cols.v[static_cast<size_t>(p - cols.base)] = static_cast<const char*>(sv.v) + j * sv.stride * es;
             }
         }
     if (n_q == 1) return attend_decode(in, s, cols, out, pool);
@@ -400,7 +438,10 @@ void attend_llama_order(const AttentionInput& in, const AttentionShape& s, float
     pool.parallel_for(static_cast<int64_t>(n_kv) * n_blocks, [&](int64_t b, int64_t e) {
         for (int64_t i = b; i < e; ++i) {
             const int g = static_cast<int>(i / n_blocks), c = static_cast<int>(i % n_blocks) * 64;
-            transpose_values(cols, g * hd, hd, vt.data() + static_cast<int64_t>(g) * hd * ld, ld, c, c + 64);
+            if (cols.dt == KvDtype::F16)
+                transpose_values<uint16_t>(cols, g * hd, hd, vt.data() + static_cast<int64_t>(g) * hd * ld, ld, c, c + 64);
+            else
+                transpose_values<float>(cols, g * hd, hd, vt.data() + static_cast<int64_t>(g) * hd * ld, ld, c, c + 64);
         }
     });
 

@@ -1,7 +1,10 @@
 #pragma once
-// What attention_llama_order.cpp shares with its AVX-512 kernels (attention_llama_order_avx512.cpp):
+// What attention_reference_order.cpp shares with its AVX-512 kernels (attention_reference_order_avx512.cpp):
 // the two dense steps of a prefill work item, in llama.cpp's order (see that file). Both levels
-// compute the same values bit for bit.
+// compute the same values bit for bit. Keys and values are read as stored: f16 (llama.cpp's cache)
+// or f32 holding f16 values (dt says which; the conversion is exact, so the values agree).
+#include "engine/compute/kv_dtype.h"
+
 #include <cstdint>
 
 namespace kvchat::attention_kernels {
@@ -10,8 +13,8 @@ struct PrefillKernels {
     // S[r * ldc + c] = q[r] · k[c][goff, goff + hd) summed as tinyBLAS does (16 lanes by dimension,
     // _mm512_reduce_add_ps's tree) for r < R and c in [c0, c1) whose k[c] is set; the others are
     // left as they are. hd is a multiple of 16.
-    void (*scores)(const float* const* q, int R, const float* const* k, int goff, int hd, int c0, int c1, float* S,
-                   int64_t ldc);
+    void (*scores)(const float* const* q, int R, const void* const* k, KvDtype dt, int goff, int hd, int c0, int c1,
+                   float* S, int64_t ldc);
     // o[r][d] = sum over c in [c0, c1) of S[r * ldc + c] * vt[d * ld + c], 16 lanes by column, for
     // r < R, d < hd; c0 and c1 multiples of 16.
     void (*values)(const float* S, int64_t ldc, int R, const float* vt, int64_t ld, int hd, int c0, int c1,
@@ -23,13 +26,13 @@ struct DecodeKernels {
     // S[r * ldc + c] = q[r] · k[c][goff, goff + hd): four 16-lane accumulators by dimension / 16 % 4
     // over the first hd / 64 * 64 dimensions, added (0 + 2) + (1 + 3), the tree, the rest in
     // double; for r < R and c in [c0, c1) whose k[c] is set (the others left as they are).
-    void (*scores)(const float* const* q, int R, const float* const* k, int goff, int hd, int c0, int c1, float* S,
-                   int64_t ldc);
+    void (*scores)(const float* const* q, int R, const void* const* k, KvDtype dt, int goff, int hd, int c0, int c1,
+                   float* S, int64_t ldc);
     // o[r][d] for d in [d0, d0 + 16): sum over c in [c0, c1) (multiples of 64) of S[r * ldc + c] *
     // v[c][goff + d], one chain per column class c % 64, then per lane j = c % 16
     // (j + 32 + j) + (16 + j + 48 + j) and the tree; columns whose v[c] is null are skipped.
-    void (*values)(const float* S, int64_t ldc, int R, const float* const* v, int goff, int c0, int c1, float* const* o,
-                   int d0);
+    void (*values)(const float* S, int64_t ldc, int R, const void* const* v, KvDtype dt, int goff, int c0, int c1,
+                   float* const* o, int d0);
 };
 
 const PrefillKernels& avx512_prefill_kernels();

@@ -1,4 +1,4 @@
-#include "engine/cache/rope.h"
+#include "engine/compute/rope.h"
 
 #include <cmath>
 

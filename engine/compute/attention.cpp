@@ -1,5 +1,6 @@
-#include "engine/cache/attention.h"
+#include "engine/compute/attention.h"
 
+#include "engine/compute/quant_blocks.h"
 #include "engine/compute/thread_pool.h"
 
 #include <immintrin.h>
@@ -29,10 +30,11 @@ constexpr int kSplitCols = 256;   // columns per task when one tile's scores are
 constexpr int kSplitMinCols = 512;  // fewer columns than this: not worth three parallel phases
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
-// One column: an f32 slot (k, v point at kv head 0 of the slot) or row j of quantized block `block`.
+// One column: a full-precision slot (k, v point at kv head 0 of the slot) or row j of quantized
+// block `block`.
 struct Col {
-    const float* k;
-    const float* v;
+    const void* k;
+    const void* v;
     int32_t pos;
     int32_t block;   // -1: f32 slot
     int32_t j;
@@ -64,6 +66,47 @@ inline __m256 load8(const float* a, int d, int n) {
 inline float dot_tree(const float* a, const float* b, int n) {
     __m256 acc = _mm256_setzero_ps();
     for (int d = 0; d < n; d += 8) acc = _mm256_fmadd_ps(load8(a, d, n), load8(b, d, n), acc);
+    return hsum_tree(acc);
+}
+
+// Stored keys and values read in their own format, eight values from index i as floats (the
+// conversions are exact, so results do not depend on the format's width, only on its values).
+template <KvDtype D>
+struct Stored;
+template <>
+struct Stored<KvDtype::F32> {
+    static __m256 load8(const void* p, int i) { return _mm256_loadu_ps(static_cast<const float*>(p) + i); }
+    static float at(const void* p, int i) { return static_cast<const float*>(p)[i]; }
+};
+template <>
+struct Stored<KvDtype::F16> {
+    static __m256 load8(const void* p, int i) {
+        return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(p) + i)));
+    }
+    static float at(const void* p, int i) { return fp16_to_fp32(static_cast<const uint16_t*>(p)[i]); }
+};
+template <>
+struct Stored<KvDtype::BF16> {
+    static __m256 load8(const void* p, int i) {
+        const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(p) + i));
+        return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+    }
+    static float at(const void* p, int i) { return bf16_to_fp32(static_cast<const uint16_t*>(p)[i]); }
+};
+
+// Values [i, i + 8) of a stored row of length n (zeros past n).
+template <KvDtype D>
+inline __m256 load8_stored(const void* p, int i, int n) {
+    if (i + 8 <= n) return Stored<D>::load8(p, i);
+    alignas(32) float t[8] = {};
+    for (int j = 0; i + j < n; ++j) t[j] = Stored<D>::at(p, i + j);
+    return _mm256_load_ps(t);
+}
+
+template <KvDtype D>
+inline float dot_tree_stored(const float* a, const void* b, int off, int n) {
+    __m256 acc = _mm256_setzero_ps();
+    for (int d = 0; d < n; d += 8) acc = _mm256_fmadd_ps(load8(a, d, n), load8_stored<D>(b, off + d, off + n), acc);
     return hsum_tree(acc);
 }
 
@@ -122,9 +165,11 @@ inline bool maybe_seen(const Col& c, int32_t pmin, int32_t pmax, int window) {
 // (empty slots hold INT32_MAX and drop out). Each row is masked exactly later.
 void collect(const AttentionInput& in, int32_t pmin, int32_t pmax, std::vector<Col>& cols) {
     cols.clear();
+    const int64_t es = static_cast<int64_t>(kv_dtype_bytes(in.dtype));
     for (const SlotView& sv : in.slots)
         for (int64_t j = 0; j < sv.n; ++j) {
-            const Col c{sv.k + j * sv.stride, sv.v + j * sv.stride, sv.pos[j], -1, 0, sv.pos[j] < in.sink_end};
+            const Col c{static_cast<const char*>(sv.k) + j * sv.stride * es, static_cast<const char*>(sv.v) + j * sv.stride * es,
+                        sv.pos[j], -1, 0, sv.pos[j] < in.sink_end};
             if (maybe_seen(c, pmin, pmax, in.window)) cols.push_back(c);
         }
     for (size_t b = 0; b < in.blocks.size(); ++b) {
@@ -163,15 +208,16 @@ struct Tile {
         return x;
     }
 
-    // Raw scores of columns act[a0, a1), all f32, with the rows' q.
-    void qk_f32(int a0, int a1) const {
+    // Raw scores of columns act[a0, a1), all full-precision slots in format D, with the rows' q.
+    template <KvDtype D>
+    void qk_slots(int a0, int a1) const {
         const int n = hd;
         for (int a = a0; a < a1; a += 3) {
             const int nc = std::min(3, a1 - a);
             const int cc[3] = {act[a], act[a + std::min(1, nc - 1)], act[a + nc - 1]};
-            const float* k0 = cols[cc[0]].k + goff;
-            const float* k1 = cols[cc[1]].k + goff;
-            const float* k2 = cols[cc[2]].k + goff;
+            const void* k0 = cols[cc[0]].k;
+            const void* k1 = cols[cc[1]].k;
+            const void* k2 = cols[cc[2]].k;
             for (int r = 0; r < R; r += 4) {
                 const int nr = std::min(4, R - r);
                 const float* q0 = q[r];
@@ -180,8 +226,8 @@ struct Tile {
                 const float* q3 = q[r + nr - 1];
                 __m256 a00 = _mm256_setzero_ps(), a01 = a00, a02 = a00, a10 = a00, a11 = a00, a12 = a00;
                 __m256 a20 = a00, a21 = a00, a22 = a00, a30 = a00, a31 = a00, a32 = a00;
-                auto step = [&](int d, auto load) {
-                    const __m256 x0 = load(k0, d), x1 = load(k1, d), x2 = load(k2, d);
+                auto step = [&](int d, auto load, auto kload) {
+                    const __m256 x0 = kload(k0, d), x1 = kload(k1, d), x2 = kload(k2, d);
                     __m256 y = load(q0, d);
                     a00 = _mm256_fmadd_ps(y, x0, a00), a01 = _mm256_fmadd_ps(y, x1, a01), a02 = _mm256_fmadd_ps(y, x2, a02);
                     y = load(q1, d);
@@ -192,8 +238,13 @@ struct Tile {
                     a30 = _mm256_fmadd_ps(y, x0, a30), a31 = _mm256_fmadd_ps(y, x1, a31), a32 = _mm256_fmadd_ps(y, x2, a32);
                 };
                 int d = 0;
-                for (; d + 8 <= n; d += 8) step(d, [](const float* a, int i) { return _mm256_loadu_ps(a + i); });
-                if (d < n) step(d, [n](const float* a, int i) { return load8(a, i, n); });
+                const int g0 = goff;
+                for (; d + 8 <= n; d += 8)
+                    step(d, [](const float* a, int i) { return _mm256_loadu_ps(a + i); },
+                         [g0](const void* k, int i) { return Stored<D>::load8(k, g0 + i); });
+                if (d < n)
+                    step(d, [n](const float* a, int i) { return load8(a, i, n); },
+                         [n, g0](const void* k, int i) { return load8_stored<D>(k, g0 + i, g0 + n); });
                 alignas(16) float out[3][4];
                 _mm_store_ps(out[0], reduce4(a00, a10, a20, a30));
                 _mm_store_ps(out[1], reduce4(a01, a11, a21, a31));
@@ -206,7 +257,7 @@ struct Tile {
         if (qs)
             for (int a = a0; a < a1; ++a)
                 if (cols[act[a]].exempt)
-                    for (int r = 0; r < R; ++r) S[r * ldc + act[a]] = dot_tree(qs[r], cols[act[a]].k + goff, n);
+                    for (int r = 0; r < R; ++r) S[r * ldc + act[a]] = dot_tree_stored<D>(qs[r], cols[act[a]].k, goff, n);
     }
 
     // Raw scores of columns act[a0, a1), rows of one quantized block, read from their codes:
@@ -247,7 +298,11 @@ struct Tile {
             int e = a + 1;
             while (e < a1 && cols[act[e]].block == b) ++e;
             if (b < 0) {
-                qk_f32(a, e);
+                switch (in.dtype) {
+                    case KvDtype::F32: qk_slots<KvDtype::F32>(a, e); break;
+                    case KvDtype::F16: qk_slots<KvDtype::F16>(a, e); break;
+                    case KvDtype::BF16: qk_slots<KvDtype::BF16>(a, e); break;
+                }
             } else {
                 switch (in.kivi->nbits) {
                     case 8: qk_block<8>(a, e); break;
@@ -325,7 +380,7 @@ struct Tile {
 
     // out[r][d0, d0 + 8*NV) += P[r][cols] · V[cols] over columns act[a0, a1): RB rows, NV
     // vectors, in registers.
-    template <int RB, int NV>
+    template <KvDtype D, int RB, int NV>
     void pv_kernel(int r, int d0, int a0, int a1) const {
         __m256 acc[RB][NV];
         for (int i = 0; i < RB; ++i)
@@ -333,9 +388,9 @@ struct Tile {
         const int off = goff + d0;
         for (int a = a0; a < a1; ++a) {
             const int c = act[a];
-            const float* vc = cols[c].v + off;
+            const void* vc = cols[c].v;
             __m256 x[NV];
-            for (int v = 0; v < NV; ++v) x[v] = _mm256_loadu_ps(vc + 8 * v);
+            for (int v = 0; v < NV; ++v) x[v] = Stored<D>::load8(vc, off + 8 * v);
             for (int i = 0; i < RB; ++i) {
                 const __m256 w = _mm256_broadcast_ss(S + (r + i) * ldc + c);
                 for (int v = 0; v < NV; ++v) acc[i][v] = _mm256_fmadd_ps(w, x[v], acc[i][v]);
@@ -345,26 +400,27 @@ struct Tile {
             for (int v = 0; v < NV; ++v) _mm256_storeu_ps(o[r + i] + d0 + 8 * v, acc[i][v]);
     }
 
-    template <int RB>
+    template <KvDtype D, int RB>
     void pv_rows(int r, int d0, int d1, int a0, int a1) const {
         int d = d0;
-        for (; d + 16 <= d1; d += 16) pv_kernel<RB, 2>(r, d, a0, a1);
-        if (d + 8 <= d1) pv_kernel<RB, 1>(r, d, a0, a1), d += 8;
+        for (; d + 16 <= d1; d += 16) pv_kernel<D, RB, 2>(r, d, a0, a1);
+        if (d + 8 <= d1) pv_kernel<D, RB, 1>(r, d, a0, a1), d += 8;
         for (; d < d1; ++d)  // head_dim not a multiple of 8
             for (int i = 0; i < RB; ++i) {
                 float x = o[r + i][d];
-                for (int a = a0; a < a1; ++a) x = std::fma(S[(r + i) * ldc + act[a]], cols[act[a]].v[goff + d], x);
+                for (int a = a0; a < a1; ++a) x = std::fma(S[(r + i) * ldc + act[a]], Stored<D>::at(cols[act[a]].v, goff + d), x);
                 o[r + i][d] = x;
             }
     }
 
-    void pv_f32(int d0, int d1, int c0, int c1) const {
+    template <KvDtype D>
+    void pv_slots(int d0, int d1, int c0, int c1) const {
         int r = 0;
-        for (; r + 4 <= R; r += 4) pv_rows<4>(r, d0, d1, c0, c1);
+        for (; r + 4 <= R; r += 4) pv_rows<D, 4>(r, d0, d1, c0, c1);
         switch (R - r) {
-            case 3: pv_rows<3>(r, d0, d1, c0, c1); break;
-            case 2: pv_rows<2>(r, d0, d1, c0, c1); break;
-            case 1: pv_rows<1>(r, d0, d1, c0, c1); break;
+            case 3: pv_rows<D, 3>(r, d0, d1, c0, c1); break;
+            case 2: pv_rows<D, 2>(r, d0, d1, c0, c1); break;
+            case 1: pv_rows<D, 1>(r, d0, d1, c0, c1); break;
             default: break;
         }
     }
@@ -411,7 +467,11 @@ struct Tile {
             int e = a + 1;
             while (e < n_act && cols[act[e]].block == b) ++e;
             if (b < 0) {
-                pv_f32(d0, d1, a, e);
+                switch (in.dtype) {
+                    case KvDtype::F32: pv_slots<KvDtype::F32>(d0, d1, a, e); break;
+                    case KvDtype::F16: pv_slots<KvDtype::F16>(d0, d1, a, e); break;
+                    case KvDtype::BF16: pv_slots<KvDtype::BF16>(d0, d1, a, e); break;
+                }
             } else {
                 switch (in.kivi->nbits) {
                     case 8: pv_block<8>(d0, d1, a, e); break;
@@ -467,7 +527,7 @@ void attend(const AttentionInput& in, const AttentionShape& shape, float* out, T
     const int hd = shape.head_dim, n_kv = shape.n_head_kv, group = shape.n_head / shape.n_head_kv;
     const int64_t n_q = in.n_q;
     if (n_q <= 0) return;
-    if (llama_order_applies(in, shape)) return attend_llama_order(in, shape, out, pool);
+    if (reference_order_applies(in, shape)) return attend_reference_order(in, shape, out, pool);
     const int threads = pool.size();
     // One column list for the whole call: a row's softmax sums its columns by index, so every
     // tile must number them alike for results not to depend on the tiling (or thread count).

@@ -1,10 +1,10 @@
 #pragma once
-// Scaled dot-product attention on the CPU over what a cache layer holds: runs of f32 slots that
-// carry their positions, and KIVI blocks read in place (keys and values computed from their
+// Scaled dot-product attention on the CPU over what a cache layer holds: runs of full-precision
+// slots (f16, bf16 or f32, read as stored) that carry their positions, and KIVI blocks read in place (keys and values computed from their
 // codes inside the loops, never materialised). Each query's softmax is exact over all of it
 // (max, then exp and sum, then normalize), as llama.cpp's non-flash path.
-#include "engine/cache/cache_layer.h"
-#include "engine/cache/kivi_block.h"
+#include "engine/compute/kivi_block.h"
+#include "engine/compute/kv_dtype.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -14,11 +14,24 @@ namespace kvchat {
 
 class ThreadPool;
 
-// Keys and values of f32 slots: slot i has kv heads at k + i*stride and v + i*stride
-// (n_head_kv * head_dim floats each) and holds the token at position pos[i] (INT32_MAX: empty).
+struct AttentionShape {
+    int n_head = 0;
+    int n_head_kv = 0;
+    int head_dim = 0;
+    float scale = 1.0f;    // applied to q·k
+    float softcap = 0.0f;  // attention logit soft-capping; 0 = none
+    // Round as llama.cpp's default (non-flash) attention does over its f16 KV cache: scaled
+    // queries, keys (after RoPE), values and the softmax probabilities on the fp16 grid.
+    bool f16_rounding = false;
+};
+
+
+// Keys and values of full-precision slots in AttentionInput::dtype: slot i has kv heads at
+// k + i*stride and v + i*stride (n_head_kv * head_dim values each; stride counts values, not
+// bytes) and holds the token at position pos[i] (INT32_MAX: empty).
 struct SlotView {
-    const float* k = nullptr;
-    const float* v = nullptr;
+    const void* k = nullptr;
+    const void* v = nullptr;
     const int32_t* pos = nullptr;
     int64_t n = 0;
     int64_t stride = 0;
@@ -40,12 +53,13 @@ struct AttentionInput {
     int window = 0;
     int sink_end = 0;
     std::vector<SlotView> slots;
+    KvDtype dtype = KvDtype::F32;  // of every slot view
     const KiviFormat* kivi = nullptr;
     std::vector<QuantBlockView> blocks;
     // llama.cpp's non-flash attention: the softmax is finished over all visible slots, and the
     // normalized probabilities are rounded to fp16 before they weight the values (its P·V is an
     // f16 matmul). The caller rounds q (already scaled: shape.scale must be 1), k and v. Only for
-    // f32 slots (no blocks). Where llama_order_applies, in llama.cpp's summation order too.
+    // full-precision slots (no blocks). Where reference_order_applies, in llama.cpp's summation order too.
     bool f16_probs = false;
 };
 
@@ -72,12 +86,12 @@ struct QueryTiles {
 // out: n_q x (n_head*head_dim).
 void attend(const AttentionInput& in, const AttentionShape& shape, float* out, ThreadPool& pool);
 
-// For attend(): f16_probs inputs of f32 slots (no sinks, no quantized blocks, no softcap, q
-// pre-scaled) are llama.cpp's non-flash attention over its f16 cache, and attend_llama_order
-// (attention_llama_order.cpp) computes them in its order, bit for bit: a call of one query as its
+// For attend(): f16_probs inputs of f16 slots, or f32 slots holding f16 values (no sinks, no quantized blocks, no softcap, q
+// pre-scaled) are llama.cpp's non-flash attention over its f16 cache, and attend_reference_order
+// (attention_reference_order.cpp) computes them in its order, bit for bit: a call of one query as its
 // decode step (ggml_vec_dot_f16), of several as its batch (tinyBLAS). Slot positions stand for
 // llama.cpp's cells (one sequence filled in order).
-bool llama_order_applies(const AttentionInput& in, const AttentionShape& shape);
-void attend_llama_order(const AttentionInput& in, const AttentionShape& shape, float* out, ThreadPool& pool);
+bool reference_order_applies(const AttentionInput& in, const AttentionShape& shape);
+void attend_reference_order(const AttentionInput& in, const AttentionShape& shape, float* out, ThreadPool& pool);
 
 }  // namespace kvchat

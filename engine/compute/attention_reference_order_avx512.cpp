@@ -5,12 +5,18 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
 
-#include "engine/cache/attention_kernels.h"
+#include "engine/compute/attention_kernels.h"
 
 #include <immintrin.h>
 
 namespace kvchat::attention_kernels {
 namespace {
+
+// Sixteen stored values as floats: f32, or f16 converted by the hardware (exact).
+inline __m512 ld16(const float* p) { return _mm512_loadu_ps(p); }
+inline __m512 ld16(const uint16_t* p) { return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
+inline float ld1(const float* p) { return *p; }
+inline float ld1(const uint16_t* p) { return _cvtsh_ss(*p); }
 
 // _mm512_reduce_add_ps of a, b, c, d (lane i + i + 8, then + 4, then (0 + 2) + (1 + 3)), four at once.
 inline __m128 reduce4(__m512 a, __m512 b, __m512 c, __m512 d) {
@@ -24,14 +30,14 @@ inline __m128 reduce4(__m512 a, __m512 b, __m512 c, __m512 d) {
 }
 
 // RI rows x RJ columns of scores.
-template <int RI, int RJ>
-void scores_tile(const float* const* q, const float* const* k, int goff, int hd, float* S, int64_t ldc, int c) {
+template <class T, int RI, int RJ>
+void scores_tile(const float* const* q, const T* const* k, int goff, int hd, float* S, int64_t ldc, int c) {
     __m512 acc[RI][RJ];
     for (int i = 0; i < RI; ++i)
         for (int j = 0; j < RJ; ++j) acc[i][j] = _mm512_setzero_ps();
     for (int d = 0; d < hd; d += 16) {
         __m512 kv[RJ];
-        for (int j = 0; j < RJ; ++j) kv[j] = _mm512_loadu_ps(k[j] + goff + d);
+        for (int j = 0; j < RJ; ++j) kv[j] = ld16(k[j] + goff + d);
         for (int i = 0; i < RI; ++i) {
             const __m512 qv = _mm512_loadu_ps(q[i] + d);
             for (int j = 0; j < RJ; ++j) acc[i][j] = _mm512_fmadd_ps(kv[j], qv, acc[i][j]);
@@ -45,17 +51,18 @@ void scores_tile(const float* const* q, const float* const* k, int goff, int hd,
 }
 
 // RI rows x n (1 to 4) columns.
-template <int RI>
-void scores_tiles(int n, const float* const* q, const float* const* k, int goff, int hd, float* S, int64_t ldc, int c) {
+template <class T, int RI>
+void scores_tiles(int n, const float* const* q, const T* const* k, int goff, int hd, float* S, int64_t ldc, int c) {
     switch (n) {
-        case 4: scores_tile<RI, 4>(q, k, goff, hd, S, ldc, c); break;
-        case 3: scores_tile<RI, 3>(q, k, goff, hd, S, ldc, c); break;
-        case 2: scores_tile<RI, 2>(q, k, goff, hd, S, ldc, c); break;
-        default: scores_tile<RI, 1>(q, k, goff, hd, S, ldc, c); break;
+        case 4: scores_tile<T, RI, 4>(q, k, goff, hd, S, ldc, c); break;
+        case 3: scores_tile<T, RI, 3>(q, k, goff, hd, S, ldc, c); break;
+        case 2: scores_tile<T, RI, 2>(q, k, goff, hd, S, ldc, c); break;
+        default: scores_tile<T, RI, 1>(q, k, goff, hd, S, ldc, c); break;
     }
 }
 
-void scores(const float* const* q, int R, const float* const* k, int goff, int hd, int c0, int c1, float* S, int64_t ldc) {
+template <class T>
+void scores_t(const float* const* q, int R, const T* const* k, int goff, int hd, int c0, int c1, float* S, int64_t ldc) {
     for (int c = c0; c < c1;) {
         // The next run of up to 4 present columns.
         if (!k[c]) {
@@ -64,12 +71,20 @@ void scores(const float* const* q, int R, const float* const* k, int goff, int h
         }
         int n = 1;
         while (n < 4 && c + n < c1 && k[c + n]) ++n;
-        const float* const* kc = k + c;
+        const T* const* kc = k + c;
         int r = 0;
-        for (; r + 4 <= R; r += 4) scores_tiles<4>(n, q + r, kc, goff, hd, S + r * ldc, ldc, c);
-        for (; r < R; ++r) scores_tiles<1>(n, q + r, kc, goff, hd, S + r * ldc, ldc, c);
+        for (; r + 4 <= R; r += 4) scores_tiles<T, 4>(n, q + r, kc, goff, hd, S + r * ldc, ldc, c);
+        for (; r < R; ++r) scores_tiles<T, 1>(n, q + r, kc, goff, hd, S + r * ldc, ldc, c);
         c += n;
     }
+}
+
+void scores(const float* const* q, int R, const void* const* k, KvDtype dt, int goff, int hd, int c0, int c1, float* S,
+            int64_t ldc) {
+    if (dt == KvDtype::F16)
+        scores_t(q, R, reinterpret_cast<const uint16_t* const*>(k), goff, hd, c0, c1, S, ldc);
+    else
+        scores_t(q, R, reinterpret_cast<const float* const*>(k), goff, hd, c0, c1, S, ldc);
 }
 
 // RI rows x 4 channels [d, d + 4) of P · V.
@@ -101,15 +116,15 @@ void values(const float* S, int64_t ldc, int R, const float* vt, int64_t ld, int
 // --- decode --------------------------------------------------------------------------------
 
 // Rows [r, r + RI) against column c: four accumulators by dimension / 16 % 4.
-template <int RI>
-void decode_scores_tile(const float* const* q, const float* k, int hd, float* S, int64_t ldc, int c) {
+template <class T, int RI>
+void decode_scores_tile(const float* const* q, const T* k, int hd, float* S, int64_t ldc, int c) {
     __m512 a[RI][4];
     for (int i = 0; i < RI; ++i)
         for (int j = 0; j < 4; ++j) a[i][j] = _mm512_setzero_ps();
     const int np = hd & ~63;
     for (int d = 0; d < np; d += 64) {
         __m512 kv[4];
-        for (int j = 0; j < 4; ++j) kv[j] = _mm512_loadu_ps(k + d + 16 * j);
+        for (int j = 0; j < 4; ++j) kv[j] = ld16(k + d + 16 * j);
         for (int i = 0; i < RI; ++i)
             for (int j = 0; j < 4; ++j) a[i][j] = _mm512_fmadd_ps(_mm512_loadu_ps(q[i] + d + 16 * j), kv[j], a[i][j]);
     }
@@ -122,51 +137,61 @@ void decode_scores_tile(const float* const* q, const float* k, int hd, float* S,
     _mm_store_ps(out, reduce4(x[0], x[1], x[2], x[3]));
     for (int i = 0; i < RI; ++i) {
         double sum = out[i];
-        for (int d = np; d < hd; ++d) sum += static_cast<double>(q[i][d] * k[d]);
+        for (int d = np; d < hd; ++d) sum += static_cast<double>(q[i][d] * ld1(k + d));
         S[i * ldc + c] = static_cast<float>(sum);
     }
 }
 
-void decode_scores(const float* const* q, int R, const float* const* k, int goff, int hd, int c0, int c1, float* S,
-                   int64_t ldc) {
+template <class T>
+void decode_scores_t(const float* const* q, int R, const T* const* k, int goff, int hd, int c0, int c1, float* S,
+                     int64_t ldc) {
     for (int c = c0; c < c1; ++c) {
         if (!k[c]) continue;
         int r = 0;
-        for (; r + 4 <= R; r += 4) decode_scores_tile<4>(q + r, k[c] + goff, hd, S + r * ldc, ldc, c);
-        for (; r < R; ++r) decode_scores_tile<1>(q + r, k[c] + goff, hd, S + r * ldc, ldc, c);
+        for (; r + 4 <= R; r += 4) decode_scores_tile<T, 4>(q + r, k[c] + goff, hd, S + r * ldc, ldc, c);
+        for (; r < R; ++r) decode_scores_tile<T, 1>(q + r, k[c] + goff, hd, S + r * ldc, ldc, c);
     }
+}
+
+void decode_scores(const float* const* q, int R, const void* const* k, KvDtype dt, int goff, int hd, int c0, int c1,
+                   float* S, int64_t ldc) {
+    if (dt == KvDtype::F16)
+        decode_scores_t(q, R, reinterpret_cast<const uint16_t* const*>(k), goff, hd, c0, c1, S, ldc);
+    else
+        decode_scores_t(q, R, reinterpret_cast<const float* const*>(k), goff, hd, c0, c1, S, ldc);
 }
 
 // Rows [r, r + 4) (RI of them), channels [d0, d0 + 16): chains for the column classes
 // [k0, k0 + 4), each over c = c0 + class + 64 i; the value loads are shared by the rows.
-template <int RI>
-void decode_values_pass(const float* S, int64_t ldc, const float* const* v, int off, int c0, int c1, int k0,
+template <class T, int RI>
+void decode_values_pass(const float* S, int64_t ldc, const T* const* v, int off, int c0, int c1, int k0,
                         float (*A)[64][16]) {
     __m512 acc[RI][4];
     for (int i = 0; i < RI; ++i)
         for (int j = 0; j < 4; ++j) acc[i][j] = _mm512_setzero_ps();
     for (int c = c0 + k0; c < c1; c += 64)
         for (int j = 0; j < 4; ++j) {
-            const float* vc = v[c + j];
+            const T* vc = v[c + j];
             if (!vc) continue;
-            const __m512 x = _mm512_loadu_ps(vc + off);
+            const __m512 x = ld16(vc + off);
             for (int i = 0; i < RI; ++i) acc[i][j] = _mm512_fmadd_ps(x, _mm512_set1_ps(S[i * ldc + c + j]), acc[i][j]);
         }
     for (int i = 0; i < RI; ++i)
         for (int j = 0; j < 4; ++j) _mm512_store_ps(A[i][k0 + j], acc[i][j]);
 }
 
-void decode_values(const float* S, int64_t ldc, int R, const float* const* v, int goff, int c0, int c1, float* const* o,
-                   int d0) {
+template <class T>
+void decode_values_t(const float* S, int64_t ldc, int R, const T* const* v, int goff, int c0, int c1, float* const* o,
+                     int d0) {
     alignas(64) float A[4][64][16];
     for (int r = 0; r < R; r += 4) {
         const int nr = R - r < 4 ? R - r : 4;
         for (int k0 = 0; k0 < 64; k0 += 4) {
             switch (nr) {
-                case 4: decode_values_pass<4>(S + r * ldc, ldc, v, goff + d0, c0, c1, k0, A); break;
-                case 3: decode_values_pass<3>(S + r * ldc, ldc, v, goff + d0, c0, c1, k0, A); break;
-                case 2: decode_values_pass<2>(S + r * ldc, ldc, v, goff + d0, c0, c1, k0, A); break;
-                default: decode_values_pass<1>(S + r * ldc, ldc, v, goff + d0, c0, c1, k0, A); break;
+                case 4: decode_values_pass<T, 4>(S + r * ldc, ldc, v, goff + d0, c0, c1, k0, A); break;
+                case 3: decode_values_pass<T, 3>(S + r * ldc, ldc, v, goff + d0, c0, c1, k0, A); break;
+                case 2: decode_values_pass<T, 2>(S + r * ldc, ldc, v, goff + d0, c0, c1, k0, A); break;
+                default: decode_values_pass<T, 1>(S + r * ldc, ldc, v, goff + d0, c0, c1, k0, A); break;
             }
         }
         for (int i = 0; i < nr; ++i) {
@@ -180,6 +205,14 @@ void decode_values(const float* S, int64_t ldc, int R, const float* const* v, in
             _mm512_storeu_ps(o[r + i] + d0, _mm512_add_ps(_mm512_add_ps(X[0], X[2]), _mm512_add_ps(X[1], X[3])));
         }
     }
+}
+
+void decode_values(const float* S, int64_t ldc, int R, const void* const* v, KvDtype dt, int goff, int c0, int c1,
+                   float* const* o, int d0) {
+    if (dt == KvDtype::F16)
+        decode_values_t(S, ldc, R, reinterpret_cast<const uint16_t* const*>(v), goff, c0, c1, o, d0);
+    else
+        decode_values_t(S, ldc, R, reinterpret_cast<const float* const*>(v), goff, c0, c1, o, d0);
 }
 
 }  // namespace

@@ -1,4 +1,4 @@
-#include "engine/model/gguf_file.h"
+#include "engine/format/gguf_file.h"
 
 #include "engine/common/mapped_file.h"
 #include "engine/common/regular_file.h"

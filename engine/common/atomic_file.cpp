@@ -1,4 +1,4 @@
-#include "engine/store/atomic_file.h"
+#include "engine/common/atomic_file.h"
 
 #include "engine/common/regular_file.h"
 #include "engine/error.h"
