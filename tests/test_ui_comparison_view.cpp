@@ -210,8 +210,18 @@ private Q_SLOTS:
         const auto rows = kvchat::compare_strategies(*model, *backend, kvchat::benchmark_prompt(*model, 20),
                                                      {"dynamic", "hybrid", "sink:window=8,sinks=2"}, opt);
         ComparisonView view;
+        view.resize(1100, 700);
+        view.setStrategies({"dynamic", "hybrid", "sink:window=8,sinks=2"});
+        view.promptEdit()->setText(QString::fromUtf8(kvchat::benchmark_text().data(), 40));
+        view.show();
+        QVERIFY(QTest::qWaitForWindowExposed(&view));
         view.showRows(rows);
         checkView(view, rows);
+        QTest::qWait(50);
+        // Random weights: the answers are noise, but the layout and the chart are real.
+        const QString shot = screenshotDir() + "/comparison-tiny-model-3-strategies.png";
+        QVERIFY(view.grab().save(shot));
+        qInfo("wrote %s", qPrintable(shot));
         // The CSV names every strategy once, with its figures.
         const QStringList records = csvRecords(view.csv());
         QCOMPARE(records.size(), 4);

@@ -50,6 +50,7 @@ ComparisonView::ComparisonView(QWidget* parent) : QWidget(parent) {
     for (int i = 0; i < kMaxStrategies; ++i) {
         auto* box = new QComboBox(this);
         box->setObjectName(QString("comparisonStrategy%1").arg(i));
+        box->setAccessibleName(i == 0 ? tr("Reference strategy") : tr("Strategy %1 to compare").arg(i + 1));
         box->setEditable(true);
         if (i > 0) box->addItem(QString());
         for (const char* s : kSuggestions) box->addItem(s);
@@ -72,11 +73,14 @@ ComparisonView::ComparisonView(QWidget* parent) : QWidget(parent) {
     fromPrompt_->setChecked(true);
     conversation_ = new QComboBox(this);
     conversation_->setObjectName("comparisonConversation");
+    conversation_->setAccessibleName(tr("Conversation to replay"));
     prompt_ = new QLineEdit(this);
     prompt_->setObjectName("comparisonPrompt");
+    prompt_->setAccessibleName(tr("Prompt to compare on"));
     prompt_->setPlaceholderText(tr("A prompt to answer under each strategy"));
     tokens_ = new QSpinBox(this);
     tokens_->setObjectName("comparisonTokens");
+    tokens_->setAccessibleName(tr("Tokens to generate"));
     tokens_->setRange(1, 4096);
     tokens_->setValue(32);
     tokens_->setSuffix(tr(" tokens"));
@@ -255,6 +259,7 @@ void ComparisonView::showRows(const std::vector<ComparisonRow>& rows) {
         c.answer = new QTextEdit(c.box);
         c.answer->setReadOnly(true);
         c.answer->setObjectName("comparisonAnswer");
+        c.answer->setAccessibleName(tr("Answer under %1").arg(QString::fromStdString(r.strategy)));
         // The answer as the tokens' pieces; the first that parts from dynamic's is highlighted.
         QTextCursor cur(c.answer->document());
         // Tokens past the end of the answer (every strategy generates as many) are greyed.

@@ -42,6 +42,7 @@ StrategyPanel::StrategyPanel(QWidget* parent) : QWidget(parent) {
     auto* top = new QHBoxLayout;
     preset_ = new QComboBox(this);
     preset_->setObjectName("strategyPreset");
+    preset_->setAccessibleName(tr("Strategy preset"));
     for (const char* p : kPresets) preset_->addItem(p);
     quantized_ = new QCheckBox(tr("+ quantized"), this);
     quantized_->setObjectName("strategyQuantized");
@@ -59,7 +60,10 @@ StrategyPanel::StrategyPanel(QWidget* parent) : QWidget(parent) {
         e->setObjectName("strategy_" + name);
         e->setPlaceholderText(tr("default"));
         e->setToolTip(tip);
-        grid->addWidget(new QLabel(label, this), row, col * 2);
+        e->setAccessibleName(tr("Strategy parameter %1").arg(name));
+        auto* l = new QLabel(label, this);
+        l->setBuddy(e);
+        grid->addWidget(l, row, col * 2);
         grid->addWidget(e, row, col * 2 + 1);
         connect(e, &QLineEdit::textEdited, this, &StrategyPanel::fieldsEdited);
         return e;
@@ -77,6 +81,7 @@ StrategyPanel::StrategyPanel(QWidget* parent) : QWidget(parent) {
     auto* specRow = new QHBoxLayout;
     spec_ = new QLineEdit(this);
     spec_->setObjectName("strategySpec");
+    spec_->setAccessibleName(tr("Strategy spec"));
     spec_->setToolTip(tr("The whole strategy as kvchat-cli --cache takes it; type here or use the fields"));
     specRow->addWidget(new QLabel(tr("Spec"), this));
     specRow->addWidget(spec_, 1);
