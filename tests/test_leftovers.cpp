@@ -2,7 +2,7 @@
 // leaves none), a snapshot write a killed process left half done is swept when the database is
 // next opened (never one still being written), and chat-bench removes its temporary folder when
 // it fails or is stopped.
-#include "engine/store/atomic_file.h"
+#include "engine/common/atomic_file.h"
 #include "engine/store/store.h"
 #include "support/test_paths.h"
 #include "support/tiny_model.h"

@@ -1,7 +1,7 @@
 #include "engine/store/store.h"
 
 #include "engine/common/quoted.h"
-#include "engine/store/atomic_file.h"
+#include "engine/common/atomic_file.h"
 #include "engine/common/regular_file.h"
 #include "engine/common/utf8.h"
 #include "engine/error.h"
