@@ -17,6 +17,7 @@
 #include <chrono>
 #include <csignal>
 #include <fcntl.h>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <sys/file.h>
@@ -26,6 +27,14 @@
 using namespace kvchat;
 
 namespace {
+
+// Where the registry keeps conversation locks: a folder beside the database (made here when a
+// test takes a lock before the registry has).
+std::string lock_dir(const kvchat::Store& store) {
+    const std::filesystem::path dir = std::filesystem::path(store.path()).parent_path() / "locks";
+    std::filesystem::create_directories(dir);
+    return dir.string();
+}
 
 void write_tiny(const QTemporaryDir& dir) {
     test::TinyModelSpec spec;
@@ -124,7 +133,7 @@ private slots:
         reg.send(id, "the cat", greedy(3));
         const size_t before = reg.messages(id).size();
 
-        const pid_t child = hold_lock_in_child(store.snapshot_dir() + "/conversation-" + std::to_string(id) + ".lock");
+        const pid_t child = hold_lock_in_child(lock_dir(store) + "/conversation-" + std::to_string(id) + ".lock");
         QVERIFY(child > 0);
         const auto t0 = std::chrono::steady_clock::now();
         const std::string err = error_of([&] { reg.send(id, "sat on", greedy(3)); });
@@ -146,7 +155,7 @@ private slots:
         reg.send(id, "sat on", greedy(3));
         QCOMPARE(reg.messages(id).size(), before + 2);
         // Deleting the conversation removes its lock file with its snapshot.
-        const std::string lock = store.snapshot_dir() + "/conversation-" + std::to_string(id) + ".lock";
+        const std::string lock = lock_dir(store) + "/conversation-" + std::to_string(id) + ".lock";
         QVERIFY(QFileInfo::exists(QString::fromStdString(lock)));
         reg.remove(id);
         QVERIFY(!QFileInfo::exists(QString::fromStdString(lock)));

@@ -5,9 +5,14 @@
 #include "engine/common/utf8.h"
 #include "engine/error.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
+#include <filesystem>
 #include <utility>
 
 namespace kvchat {
@@ -22,8 +27,11 @@ std::string snapshot_name_for(int64_t conversation_id) {
     return "conversation-" + std::to_string(conversation_id) + ".kvcache";
 }
 
-std::string lock_name_for(int64_t conversation_id) {
-    return "conversation-" + std::to_string(conversation_id) + ".lock";
+// Locks live in their own folder beside the database, not among the snapshots: a snapshot folder
+// that cannot be written (a full or broken disk) must cost the cache, never the turn.
+std::filesystem::path lock_file_for(const Store& store, int64_t conversation_id) {
+    return std::filesystem::path(store.path()).parent_path() / "locks" /
+           ("conversation-" + std::to_string(conversation_id) + ".lock");
 }
 
 bool blank(std::string_view text) {
@@ -234,7 +242,13 @@ void ConversationRegistry::make_ready(Entry& e, std::vector<std::string>&, const
         }));
 }
 
-std::string ConversationRegistry::lock_path(const Entry& e) const { return store_.snapshot_path(lock_name_for(e.id)); }
+std::string ConversationRegistry::lock_path(const Entry& e) const {
+    const std::filesystem::path file = lock_file_for(store_, e.id);
+    if (::mkdir(file.parent_path().c_str(), 0700) != 0 && errno != EEXIST)
+        throw Error("cannot lock conversation " + in_quotes(e.title) + ": cannot create " +
+                    in_quotes(file.parent_path().string()) + ": " + std::strerror(errno));
+    return file.string();
+}
 
 bool ConversationRegistry::transcript_is_stored(const Entry& e) const {
     const std::vector<MessageRecord> stored = store_.list_messages(e.id);
@@ -572,7 +586,7 @@ void ConversationRegistry::remove(int64_t id) {
     const std::string snapshot = store_.delete_conversation(id);
     if (!snapshot.empty()) std::remove(store_.snapshot_path(snapshot).c_str());
     // Its lock file too (ids are never reused, so no later conversation can need this one).
-    std::remove(store_.snapshot_path(lock_name_for(id)).c_str());
+    std::remove(lock_file_for(store_, id).c_str());
     // Its cache goes unsaved: nothing owns it any more.
     for (auto it = entries_.begin(); it != entries_.end(); ++it)
         if (it->id == id) {
