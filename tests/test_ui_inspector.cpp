@@ -246,7 +246,7 @@ private Q_SLOTS:
         QVERIFY(resident.trafficTimeline()->steps().empty());
     }
 
-    // setTelemetry only stores: a burst of steps costs one redraw per ~33 ms, none while hidden.
+    // setTelemetry only stores: a burst of steps costs one redraw per kRedrawIntervalMs, none while hidden.
     void redrawsAreCoalesced() {
         kvchat::CacheInspector inspector;
         const CacheTelemetry t = filled("hybrid", 12);

@@ -1,7 +1,7 @@
 #pragma once
 // The cache inspector (a dock's content): memory per layer, windows per layer, offload traffic
 // and reuse in the last turn, with exports. Fed by values: setTelemetry() only stores the latest
-// telemetry (and records the step's traffic); a timer redraws at most ~30 times a second, and
+// telemetry (and records the step's traffic); a timer redraws at most 20 times a second, and
 // not at all while the inspector is hidden.
 #include "engine/cache/cache.h"
 #include "ui/inspector/reuse_panel.h"
@@ -22,7 +22,7 @@ class TrafficTimeline;
 class CacheInspector : public QWidget {
     Q_OBJECT
 public:
-    static constexpr int kRedrawIntervalMs = 33;
+    static constexpr int kRedrawIntervalMs = 50;
 
     explicit CacheInspector(QWidget* parent = nullptr);
 
