@@ -6,7 +6,7 @@
 #include "engine/compute/backend.h"
 #include "engine/error.h"
 #include "engine/model/load_model.h"
-#include "support/tiny_model.h"
+#include "support/chat_turns.h"
 
 #include <QTemporaryDir>
 #include <QtTest>
@@ -18,39 +18,14 @@
 
 using namespace kvchat;
 
+using test::contains;
+using test::error_of;
+using test::greedy;
+
 namespace {
 
-std::unique_ptr<Model> tiny_model(const QTemporaryDir& dir) {
-    test::TinyModelSpec spec;
-    spec.n_layer = 6;
-    spec.n_embd = 64;
-    spec.n_head = 2;
-    spec.n_head_kv = 1;
-    spec.head_dim = 32;
-    spec.n_ff = 128;
-    spec.sliding_window = 8;
-    const std::string path = (dir.path() + "/m.gguf").toStdString();
-    test::write_tiny_gguf(spec, path);
-    return Model::load(path);
-}
+std::unique_ptr<Model> tiny_model(const QTemporaryDir& dir) { return test::chat_model(dir); }
 
-TurnOptions greedy(int n) {
-    TurnOptions o;
-    o.generation.max_new_tokens = n;
-    o.generation.sampling.greedy = true;
-    return o;
-}
-
-std::string error_of(const std::function<void()>& f) {
-    try {
-        f();
-    } catch (const std::exception& e) {
-        return e.what();
-    }
-    return {};
-}
-
-bool contains(const std::string& s, const std::string& what) { return s.find(what) != std::string::npos; }
 
 std::vector<std::string> files_in(const std::string& dir) {
     std::vector<std::string> out;

@@ -7,7 +7,7 @@
 #include "engine/error.h"
 #include "engine/model/load_model.h"
 #include "support/test_paths.h"
-#include "support/tiny_model.h"
+#include "support/chat_turns.h"
 
 #include <QProcess>
 #include <QTemporaryDir>
@@ -26,6 +26,10 @@
 
 using namespace kvchat;
 
+using test::contains;
+using test::error_of;
+using test::greedy;
+
 namespace {
 
 // Where the registry keeps conversation locks: a folder beside the database (made here when a
@@ -36,35 +40,8 @@ std::string lock_dir(const kvchat::Store& store) {
     return dir.string();
 }
 
-void write_tiny(const QTemporaryDir& dir) {
-    test::TinyModelSpec spec;
-    spec.n_layer = 6;
-    spec.n_embd = 64;
-    spec.n_head = 2;
-    spec.n_head_kv = 1;
-    spec.head_dim = 32;
-    spec.n_ff = 128;
-    spec.sliding_window = 8;
-    test::write_tiny_gguf(spec, (dir.path() + "/m.gguf").toStdString());
-}
+void write_tiny(const QTemporaryDir& dir) { test::write_chat_model(dir); }
 
-TurnOptions greedy(int n) {
-    TurnOptions o;
-    o.generation.max_new_tokens = n;
-    o.generation.sampling.greedy = true;
-    return o;
-}
-
-std::string error_of(const std::function<void()>& f) {
-    try {
-        f();
-    } catch (const std::exception& e) {
-        return e.what();
-    }
-    return {};
-}
-
-bool contains(const std::string& s, const std::string& what) { return s.find(what) != std::string::npos; }
 
 std::string file_bytes(const std::string& path) {
     std::ifstream in(path, std::ios::binary);
