@@ -2,41 +2,19 @@
 
 #include "ui/inspector/byte_size_text.h"
 
-#include <QHelpEvent>
 #include <QPainter>
-#include <QPixmap>
-#include <QToolTip>
 
 #include <algorithm>
 
 namespace kvchat {
 
 namespace {
-constexpr int kRowHeight = 14, kRowGap = 3, kLabelWidth = 64, kValueWidth = 118, kTop = 4, kFooter = 50;
+constexpr int kLabelWidth = 64, kValueWidth = 118;
 
 int64_t held(const LayerTelemetry& l) { return l.bytes_fast + l.bytes_slow; }
 }  // namespace
 
-MemoryBars::MemoryBars(QWidget* parent) : QWidget(parent) {
-    setObjectName("memoryBars");
-    setMouseTracking(true);
-    setAttribute(Qt::WA_OpaquePaintEvent);  // paints every pixel: nothing behind it is drawn first
-    setSizePolicy(QSizePolicy::Expanding, QSizePolicy::Minimum);
-}
-
-void MemoryBars::setTelemetry(const CacheTelemetry& telemetry) {
-    const bool resize = telemetry.layers.size() != telemetry_.layers.size();
-    telemetry_ = telemetry;
-    if (resize) updateGeometry();
-    update();
-}
-
-QSize MemoryBars::sizeHint() const {
-    const int n = std::max<int>(1, static_cast<int>(telemetry_.layers.size()));
-    return {420, kTop + n * (kRowHeight + kRowGap) + kFooter};
-}
-
-QSize MemoryBars::minimumSizeHint() const { return {260, sizeHint().height()}; }
+MemoryBars::MemoryBars(QWidget* parent) : LayerChart("memoryBars", {.height = 14, .gap = 3, .top = 4, .footer = 50, .min_width = 260}, parent) {}
 
 QString MemoryBars::partName(Part part) {
     switch (part) {
@@ -61,7 +39,7 @@ QColor MemoryBars::partColor(Part part) {
 }
 
 QRectF MemoryBars::rowRect(int layer) const {
-    return QRectF(0, kTop + layer * (kRowHeight + kRowGap), width(), kRowHeight);
+    return QRectF(0, rowTop(layer), width(), rows_.height);
 }
 
 QRectF MemoryBars::barArea(int layer) const {
@@ -113,9 +91,7 @@ std::vector<MemoryBars::Segment> MemoryBars::segments() const {
     return out;
 }
 
-// What does not change from step to step (row tints, kind tags, layer numbers, bar backgrounds,
-// the legend) is drawn once into a pixmap; a redraw during generation then only fills the parts
-// and the figures that moved, which keeps the inspector's share of a decode step small.
+// The kept background (layer_chart.h): row tints, kind tags, layer numbers, bar backgrounds, the legend.
 void MemoryBars::paintBackground(QPainter& p) const {
     const QColor sliding(0xff, 0x98, 0x00), global(0x6a, 0x1b, 0x9a);
     p.fillRect(rect(), palette().base());
@@ -132,8 +108,7 @@ void MemoryBars::paintBackground(QPainter& p) const {
         p.drawText(QRectF(17, row.top(), kLabelWidth - 19, row.height()), Qt::AlignVCenter | Qt::AlignLeft, QString::number(i));
         p.fillRect(barArea(static_cast<int>(i)), QColor(0xf2, 0xf2, 0xf2));
     }
-    const int n = static_cast<int>(telemetry_.layers.size());
-    const double y = kTop + n * (kRowHeight + kRowGap) + 2;
+    const double y = rowsEnd() + 2;
     double x = 4, ly = y + 18;
     for (Part part : {Part::FastFull, Part::FastQuantized, Part::SlowFull, Part::SlowQuantized, Part::Reserved}) {
         const double w = p.fontMetrics().horizontalAdvance(partName(part));
@@ -155,19 +130,7 @@ void MemoryBars::paintEvent(QPaintEvent*) {
     QPainter p(this);
     QFont small = font();
     small.setPointSizeF(small.pointSizeF() * 0.85);
-    std::vector<bool> kinds;
-    for (const LayerTelemetry& l : telemetry_.layers) kinds.push_back(l.kind == "sliding");
-    const qreal dpr = devicePixelRatioF();
-    if (background_.size() != size() * dpr || backgroundKinds_ != kinds) {
-        background_ = QPixmap(size() * dpr);
-        background_.setDevicePixelRatio(dpr);
-        QPainter bp(&background_);
-        bp.setFont(small);
-        paintBackground(bp);
-        backgroundKinds_ = kinds;
-        values_.assign(telemetry_.layers.size(), {});
-    }
-    p.drawPixmap(0, 0, background_);
+    if (drawBackground(p, small)) values_.assign(telemetry_.layers.size(), {});
     p.setFont(small);
     for (const Segment& s : segments()) {
         if (s.part == Part::Reserved) {
@@ -193,8 +156,7 @@ void MemoryBars::paintEvent(QPaintEvent*) {
         const QSizeF sz = values_[i].size();
         p.drawStaticText(QPointF(width() - 4 - sz.width(), row.top() + (row.height() - sz.height()) / 2), values_[i]);
     }
-    const int n = static_cast<int>(telemetry_.layers.size());
-    const double y = kTop + n * (kRowHeight + kRowGap) + 2;
+    const double y = rowsEnd() + 2;
     const QString totals = tr("%1 held (fast %2, slow %3) · %4 reserved · %5/token · %6 tokens")
                                .arg(byteSizeText(telemetry_.total_bytes), byteSizeText(telemetry_.bytes_fast),
                                     byteSizeText(telemetry_.bytes_slow), byteSizeText(telemetry_.bytes_reserved),
@@ -225,17 +187,5 @@ QString MemoryBars::toolTipAt(const QPointF& pos) const {
     return {};
 }
 
-bool MemoryBars::event(QEvent* e) {
-    if (e->type() == QEvent::ToolTip) {
-        auto* he = static_cast<QHelpEvent*>(e);
-        const QString text = toolTipAt(he->pos());
-        if (text.isEmpty())
-            QToolTip::hideText();
-        else
-            QToolTip::showText(he->globalPos(), text, this);
-        return true;
-    }
-    return QWidget::event(e);
-}
 
 }  // namespace kvchat

@@ -2,18 +2,16 @@
 // Memory per layer: one bar per layer, stacked by tier (fast / slow) and precision (full /
 // quantized), the capacity reserved beyond what is held drawn apart as an outline, and sliding
 // layers told from global ones by a tag and a tinted row. Painted from a CacheTelemetry value.
-#include "engine/cache/cache.h"
+#include "ui/inspector/layer_chart.h"
 
-#include <QPixmap>
 #include <QRectF>
 #include <QStaticText>
-#include <QWidget>
 
 #include <vector>
 
 namespace kvchat {
 
-class MemoryBars : public QWidget {
+class MemoryBars : public LayerChart {
     Q_OBJECT
 public:
     enum class Part { FastFull, FastQuantized, SlowFull, SlowQuantized, Reserved };
@@ -25,31 +23,22 @@ public:
     };
 
     explicit MemoryBars(QWidget* parent = nullptr);
-    void setTelemetry(const CacheTelemetry& telemetry);
-    const CacheTelemetry& telemetry() const { return telemetry_; }
 
     // What paintEvent draws, for hover and tests; held parts of a layer sum to its fast + slow bytes.
     std::vector<Segment> segments() const;
-    QString toolTipAt(const QPointF& pos) const;
+    QString toolTipAt(const QPointF& pos) const override;
     static QString partName(Part part);
     static QColor partColor(Part part);
 
-    QSize sizeHint() const override;
-    QSize minimumSizeHint() const override;
-
 protected:
     void paintEvent(QPaintEvent*) override;
-    bool event(QEvent* e) override;
+    void paintBackground(QPainter& p) const override;
 
 private:
     QRectF rowRect(int layer) const;
     QRectF barArea(int layer) const;
     double bytesPerPixel() const;
-    void paintBackground(QPainter& p) const;
 
-    CacheTelemetry telemetry_;
-    QPixmap background_;
-    std::vector<bool> backgroundKinds_;
     std::vector<QStaticText> values_;
 };
 

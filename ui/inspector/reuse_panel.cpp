@@ -2,9 +2,7 @@
 
 #include "ui/inspector/byte_size_text.h"
 
-#include <QHelpEvent>
 #include <QPainter>
-#include <QToolTip>
 
 #include <algorithm>
 
@@ -21,12 +19,7 @@ QColor color(ReusePanel::Part part) {
 }
 }  // namespace
 
-ReusePanel::ReusePanel(QWidget* parent) : QWidget(parent) {
-    setObjectName("reusePanel");
-    setMouseTracking(true);
-    setAttribute(Qt::WA_OpaquePaintEvent);  // paints every pixel: nothing behind it is drawn first
-    setSizePolicy(QSizePolicy::Expanding, QSizePolicy::Minimum);
-}
+ReusePanel::ReusePanel(QWidget* parent) : InspectorChart("reusePanel", parent) {}
 
 void ReusePanel::setReuse(const std::optional<TurnReuse>& reuse) {
     reuse_ = reuse;
@@ -99,19 +92,6 @@ QString ReusePanel::toolTipAt(const QPointF& pos) const {
     for (const Segment& s : segments())
         if (s.rect.contains(pos)) return tr("%L1 prompt tokens %2").arg(s.tokens).arg(partName(s.part));
     return {};
-}
-
-bool ReusePanel::event(QEvent* e) {
-    if (e->type() == QEvent::ToolTip) {
-        auto* he = static_cast<QHelpEvent*>(e);
-        const QString text = toolTipAt(he->pos());
-        if (text.isEmpty())
-            QToolTip::hideText();
-        else
-            QToolTip::showText(he->globalPos(), text, this);
-        return true;
-    }
-    return QWidget::event(e);
 }
 
 }  // namespace kvchat

@@ -1,8 +1,9 @@
 #pragma once
 // Reuse in the last turn: prompt tokens taken from the conversation's cache (of those, from a
 // saved prefix's cache) and computed, the prefill time that saved, and the snapshot's size on disk.
+#include "ui/inspector/inspector_chart.h"
+
 #include <QRectF>
-#include <QWidget>
 
 #include <cstdint>
 #include <optional>
@@ -17,7 +18,7 @@ struct TurnReuse {
     int64_t snapshot_bytes = -1;  // the conversation's snapshot file; -1: none yet
 };
 
-class ReusePanel : public QWidget {
+class ReusePanel : public InspectorChart {
     Q_OBJECT
 public:
     enum class Part { Prefix, Cache, Computed };
@@ -33,7 +34,7 @@ public:
 
     std::vector<Segment> segments() const;
     QString summary() const;  // the lines under the bar
-    QString toolTipAt(const QPointF& pos) const;
+    QString toolTipAt(const QPointF& pos) const override;
     static QString partName(Part part);
 
     QSize sizeHint() const override { return {420, 78}; }
@@ -41,7 +42,6 @@ public:
 
 protected:
     void paintEvent(QPaintEvent*) override;
-    bool event(QEvent* e) override;
 
 private:
     std::optional<TurnReuse> reuse_;

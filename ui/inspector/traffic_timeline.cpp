@@ -2,21 +2,14 @@
 
 #include "ui/inspector/byte_size_text.h"
 
-#include <QHelpEvent>
 #include <QPainter>
-#include <QToolTip>
 
 #include <algorithm>
 #include <numeric>
 
 namespace kvchat {
 
-TrafficTimeline::TrafficTimeline(QWidget* parent) : QWidget(parent) {
-    setObjectName("trafficTimeline");
-    setMouseTracking(true);
-    setAttribute(Qt::WA_OpaquePaintEvent);  // paints every pixel: nothing behind it is drawn first
-    setSizePolicy(QSizePolicy::Expanding, QSizePolicy::Minimum);
-}
+TrafficTimeline::TrafficTimeline(QWidget* parent) : InspectorChart("trafficTimeline", parent) {}
 
 void TrafficTimeline::addStep(const CacheTelemetry& t) {
     Step s;
@@ -137,19 +130,6 @@ QString TrafficTimeline::toolTipAt(const QPointF& pos) const {
         return text;
     }
     return {};
-}
-
-bool TrafficTimeline::event(QEvent* e) {
-    if (e->type() == QEvent::ToolTip) {
-        auto* he = static_cast<QHelpEvent*>(e);
-        const QString text = toolTipAt(he->pos());
-        if (text.isEmpty())
-            QToolTip::hideText();
-        else
-            QToolTip::showText(he->globalPos(), text, this);
-        return true;
-    }
-    return QWidget::event(e);
 }
 
 }  // namespace kvchat

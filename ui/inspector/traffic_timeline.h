@@ -4,15 +4,16 @@
 // red; hover gives a step's per-layer figures.
 #include "engine/cache/cache.h"
 
+#include "ui/inspector/inspector_chart.h"
+
 #include <QRectF>
-#include <QWidget>
 
 #include <deque>
 #include <vector>
 
 namespace kvchat {
 
-class TrafficTimeline : public QWidget {
+class TrafficTimeline : public InspectorChart {
     Q_OBJECT
 public:
     struct Step {
@@ -36,14 +37,13 @@ public:
     // The bar of step `i` of steps() (in: above the axis, out: below), for hover and tests.
     QRectF inBar(size_t i) const;
     QRectF outBar(size_t i) const;
-    QString toolTipAt(const QPointF& pos) const;
+    QString toolTipAt(const QPointF& pos) const override;
 
     QSize sizeHint() const override { return {420, 110}; }
     QSize minimumSizeHint() const override { return {240, 90}; }
 
 protected:
     void paintEvent(QPaintEvent*) override;
-    bool event(QEvent* e) override;
 
 private:
     QRectF plotArea() const;

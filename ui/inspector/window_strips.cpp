@@ -1,38 +1,17 @@
 #include "ui/inspector/window_strips.h"
 
-#include <QHelpEvent>
 #include <QPainter>
-#include <QPixmap>
-#include <QToolTip>
 
 #include <algorithm>
 
 namespace kvchat {
 
 namespace {
-constexpr int kRowHeight = 12, kRowGap = 4, kLabelWidth = 34, kRight = 8, kTop = 4, kFooter = 52;
+constexpr int kLabelWidth = 34, kRight = 8;
 }
 
-WindowStrips::WindowStrips(QWidget* parent) : QWidget(parent) {
-    setObjectName("windowStrips");
-    setMouseTracking(true);
-    setAttribute(Qt::WA_OpaquePaintEvent);  // paints every pixel: nothing behind it is drawn first
-    setSizePolicy(QSizePolicy::Expanding, QSizePolicy::Minimum);
-}
-
-void WindowStrips::setTelemetry(const CacheTelemetry& telemetry) {
-    const bool resize = telemetry.layers.size() != telemetry_.layers.size();
-    telemetry_ = telemetry;
-    if (resize) updateGeometry();
-    update();
-}
-
-QSize WindowStrips::sizeHint() const {
-    const int n = std::max<int>(1, static_cast<int>(telemetry_.layers.size()));
-    return {420, kTop + n * (kRowHeight + kRowGap) + kFooter};
-}
-
-QSize WindowStrips::minimumSizeHint() const { return {240, sizeHint().height()}; }
+WindowStrips::WindowStrips(QWidget* parent)
+    : LayerChart("windowStrips", {.height = 12, .gap = 4, .top = 4, .footer = 52, .min_width = 240}, parent) {}
 
 QString WindowStrips::partName(Part part) {
     switch (part) {
@@ -57,7 +36,7 @@ QColor WindowStrips::partColor(Part part) {
 }
 
 QRectF WindowStrips::stripRect(int layer) const {
-    return QRectF(kLabelWidth, kTop + layer * (kRowHeight + kRowGap), std::max(20, width() - kLabelWidth - kRight), kRowHeight);
+    return QRectF(kLabelWidth, rowTop(layer), std::max(20, width() - kLabelWidth - kRight), rows_.height);
 }
 
 double WindowStrips::xOf(int64_t position) const {
@@ -93,7 +72,7 @@ std::vector<WindowStrips::Region> WindowStrips::regions() const {
     return out;
 }
 
-// The layer labels, strip backgrounds and legend are drawn once into a pixmap (see MemoryBars).
+// The kept background (layer_chart.h): layer labels, strip backgrounds and the legend.
 void WindowStrips::paintBackground(QPainter& p) const {
     p.fillRect(rect(), palette().base());
     const QColor sliding(0xff, 0x98, 0x00), global(0x6a, 0x1b, 0x9a);
@@ -106,8 +85,7 @@ void WindowStrips::paintBackground(QPainter& p) const {
                    QString::number(i));
         p.fillRect(strip, QColor(0xf7, 0xf7, 0xf7));
     }
-    const int n = static_cast<int>(telemetry_.layers.size());
-    const double y = kTop + n * (kRowHeight + kRowGap);
+    const double y = rowsEnd();
     p.drawText(QRectF(kLabelWidth, y, 80, 13), Qt::AlignLeft | Qt::AlignVCenter, "0");
     double x = 4, ly = y + 19;
     for (Part part : {Part::Sinks, Part::Evicted, Part::FullPrecision, Part::Quantized, Part::Residual}) {
@@ -126,26 +104,14 @@ void WindowStrips::paintEvent(QPaintEvent*) {
     QPainter p(this);
     QFont f = font();
     f.setPointSizeF(f.pointSizeF() * 0.85);
-    std::vector<bool> kinds;
-    for (const LayerTelemetry& l : telemetry_.layers) kinds.push_back(l.kind == "sliding");
-    const qreal dpr = devicePixelRatioF();
-    if (background_.size() != size() * dpr || backgroundKinds_ != kinds) {
-        background_ = QPixmap(size() * dpr);
-        background_.setDevicePixelRatio(dpr);
-        QPainter bp(&background_);
-        bp.setFont(f);
-        paintBackground(bp);
-        backgroundKinds_ = kinds;
-    }
-    p.drawPixmap(0, 0, background_);
+    drawBackground(p, f);
     for (const Region& r : regions()) {
         p.fillRect(r.rect, partColor(r.part));
         if (r.part == Part::Evicted) p.fillRect(r.rect, QBrush(QColor(0xa0, 0xa0, 0xa0), Qt::BDiagPattern));
     }
     p.setFont(f);
     p.setPen(palette().text().color());
-    const int n = static_cast<int>(telemetry_.layers.size());
-    p.drawText(QRectF(width() - kRight - 160, kTop + n * (kRowHeight + kRowGap), 160, 13), Qt::AlignRight | Qt::AlignVCenter,
+    p.drawText(QRectF(width() - kRight - 160, rowsEnd(), 160, 13), Qt::AlignRight | Qt::AlignVCenter,
                tr("%L1 tokens").arg(telemetry_.tokens));
 }
 
@@ -167,17 +133,5 @@ QString WindowStrips::toolTipAt(const QPointF& pos) const {
     return {};
 }
 
-bool WindowStrips::event(QEvent* e) {
-    if (e->type() == QEvent::ToolTip) {
-        auto* he = static_cast<QHelpEvent*>(e);
-        const QString text = toolTipAt(he->pos());
-        if (text.isEmpty())
-            QToolTip::hideText();
-        else
-            QToolTip::showText(he->globalPos(), text, this);
-        return true;
-    }
-    return QWidget::event(e);
-}
 
 }  // namespace kvchat

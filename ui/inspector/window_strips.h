@@ -4,17 +4,15 @@
 // and the full-precision residual, drawn from the layer's own ranges (sink_begin/end,
 // window_begin/end, quantized and residual counts), so a sink cache, a sliding ring and Gemma's
 // hybrid layers look different and move as tokens arrive.
-#include "engine/cache/cache.h"
+#include "ui/inspector/layer_chart.h"
 
-#include <QPixmap>
 #include <QRectF>
-#include <QWidget>
 
 #include <vector>
 
 namespace kvchat {
 
-class WindowStrips : public QWidget {
+class WindowStrips : public LayerChart {
     Q_OBJECT
 public:
     enum class Part { Sinks, Evicted, FullPrecision, Quantized, Residual };
@@ -26,29 +24,20 @@ public:
     };
 
     explicit WindowStrips(QWidget* parent = nullptr);
-    void setTelemetry(const CacheTelemetry& telemetry);
 
     std::vector<Region> regions() const;
     // The x coordinate of position p on layer strips (p = tokens: the right edge).
     double xOf(int64_t position) const;
-    QString toolTipAt(const QPointF& pos) const;
+    QString toolTipAt(const QPointF& pos) const override;
     static QString partName(Part part);
     static QColor partColor(Part part);
 
-    QSize sizeHint() const override;
-    QSize minimumSizeHint() const override;
-
 protected:
     void paintEvent(QPaintEvent*) override;
-    bool event(QEvent* e) override;
+    void paintBackground(QPainter& p) const override;
 
 private:
     QRectF stripRect(int layer) const;
-    void paintBackground(QPainter& p) const;
-
-    CacheTelemetry telemetry_;
-    QPixmap background_;
-    std::vector<bool> backgroundKinds_;
 };
 
 }  // namespace kvchat
