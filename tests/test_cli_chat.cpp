@@ -47,16 +47,8 @@ Run cli(const QStringList& args, const QByteArray& input = {}, int timeout_ms = 
 QJsonObject json_of(const Run& r) { return QJsonDocument::fromJson(r.out).object(); }
 
 QString tiny_model_path(const QTemporaryDir& dir) {
-    test::TinyModelSpec spec;
-    spec.n_layer = 6;
-    spec.n_embd = 64;
-    spec.n_head = 2;
-    spec.n_head_kv = 1;
-    spec.head_dim = 32;
-    spec.n_ff = 128;
-    spec.sliding_window = 8;
     const QString path = dir.path() + "/tiny.gguf";
-    test::write_tiny_gguf(spec, path.toStdString());
+    test::write_tiny_gguf(test::chat_sized_spec(), path.toStdString());
     return path;
 }
 

@@ -18,14 +18,8 @@ using namespace kvchat;
 namespace {
 
 std::unique_ptr<Model> tiny_model(const QTemporaryDir& dir, uint32_t seed) {
-    test::TinyModelSpec spec;
-    spec.n_layer = 6;
-    spec.n_embd = 64;
-    spec.n_head = 2;
-    spec.n_head_kv = 1;
-    spec.head_dim = 32;
+    test::TinyModelSpec spec = test::chat_sized_spec();
     spec.n_ff = 128 + 32 * static_cast<int>(seed - 1);  // another shape: another model fingerprint
-    spec.sliding_window = 8;
     spec.seed = seed;
     const std::string path = (dir.path() + "/m" + QString::number(seed) + ".gguf").toStdString();
     test::write_tiny_gguf(spec, path);

@@ -6,6 +6,7 @@
 #include "engine/chat/chat_settings.h"
 #include "engine/store/store.h"
 #include "support/tiny_model.h"
+#include "support/ui_testing.h"
 #include "ui/engine_worker.h"
 #include "ui/inspector/cache_inspector.h"
 #include "ui/inspector/memory_bars.h"
@@ -34,21 +35,10 @@ using namespace kvchat;
 
 namespace {
 
+using kvchat::test::screenshotDir;
+using kvchat::test::retype;
+
 constexpr int kTimeoutMs = 120000;
-
-QString screenshotDir() {
-    QString dir = qEnvironmentVariable("KVCHAT_SCREENSHOT_DIR");
-    if (dir.isEmpty()) dir = QStringLiteral(QT_TESTCASE_BUILDDIR) + "/../screenshots";
-    QDir().mkpath(dir);
-    return QDir(dir).absolutePath();
-}
-
-void retype(QLineEdit* e, const QString& text) {
-    e->setFocus();
-    e->selectAll();
-    QTest::keyClick(e, Qt::Key_Backspace);
-    QTest::keyClicks(e, text);
-}
 
 }  // namespace
 
@@ -94,16 +84,8 @@ private Q_SLOTS:
         QVERIFY(home_.isValid());
         qputenv("XDG_DATA_HOME", (home_.path() + "/data").toUtf8());
         qputenv("XDG_CONFIG_HOME", (home_.path() + "/config").toUtf8());
-        test::TinyModelSpec spec;
-        spec.n_layer = 6;
-        spec.n_embd = 64;
-        spec.n_head = 2;
-        spec.n_head_kv = 1;
-        spec.head_dim = 32;
-        spec.n_ff = 128;
-        spec.sliding_window = 8;
         model_ = home_.path() + "/tiny.gguf";
-        test::write_tiny_gguf(spec, model_.toStdString());
+        test::write_tiny_gguf(test::chat_sized_spec(), model_.toStdString());
     }
 
     void labInTheWindow() {

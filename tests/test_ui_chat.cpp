@@ -119,16 +119,8 @@ private Q_SLOTS:
         QVERIFY(home_.isValid());
         qputenv("XDG_DATA_HOME", (home_.path() + "/data").toUtf8());
         qputenv("XDG_CONFIG_HOME", (home_.path() + "/config").toUtf8());
-        test::TinyModelSpec spec;
-        spec.n_layer = 4;
-        spec.n_embd = 64;
-        spec.n_head = 2;
-        spec.n_head_kv = 1;
-        spec.head_dim = 32;
-        spec.n_ff = 128;
-        spec.sliding_window = 8;
         model_ = home_.path() + "/tiny.gguf";
-        test::write_tiny_gguf(spec, model_.toStdString());
+        test::write_tiny_gguf(test::chat_sized_spec(4), model_.toStdString());
     }
 
     void sendStreamsAndStores() {

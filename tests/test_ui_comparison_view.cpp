@@ -7,6 +7,7 @@
 #include "engine/model/model.h"
 #include "engine/model/model_path.h"
 #include "support/tiny_model.h"
+#include "support/ui_testing.h"
 #include "ui/lab/comparison_view.h"
 #include "ui/lab/kv_bytes_chart.h"
 
@@ -31,12 +32,8 @@ using kvchat::ComparisonView;
 
 namespace {
 
-QString screenshotDir() {
-    QString dir = qEnvironmentVariable("KVCHAT_SCREENSHOT_DIR");
-    if (dir.isEmpty()) dir = QStringLiteral(QT_TESTCASE_BUILDDIR) + "/../screenshots";
-    QDir().mkpath(dir);
-    return QDir(dir).absolutePath();
-}
+using kvchat::test::screenshotDir;
+using kvchat::test::splitCsv;
 
 ComparisonRow row(const std::string& spec, std::vector<std::string> pieces, int64_t divergence, double agreement) {
     ComparisonRow r;
@@ -69,28 +66,6 @@ bool highlightedExactly(QTextEdit* edit, int b, int e) {
                 if (marked != (i >= b && i < e)) return false;
         }
     return true;
-}
-
-QStringList splitCsv(const QString& line) {
-    QStringList out;
-    QString cur;
-    bool quoted = false;
-    for (int i = 0; i < line.size(); ++i) {
-        const QChar c = line[i];
-        if (quoted) {
-            if (c == '"' && i + 1 < line.size() && line[i + 1] == '"') cur += '"', ++i;
-            else if (c == '"') quoted = false;
-            else cur += c;
-        } else if (c == '"') {
-            quoted = true;
-        } else if (c == ',') {
-            out << cur, cur.clear();
-        } else {
-            cur += c;
-        }
-    }
-    out << cur;
-    return out;
 }
 
 // Splits CSV text into records, keeping newlines inside quoted fields.

@@ -6,6 +6,7 @@
 #include "engine/compute/backend.h"
 #include "engine/model/model.h"
 #include "support/tiny_model.h"
+#include "support/ui_testing.h"
 #include "ui/inspector/cache_inspector.h"
 #include "ui/inspector/memory_bars.h"
 #include "ui/inspector/telemetry_export.h"
@@ -32,42 +33,14 @@ using kvchat::WindowStrips;
 
 namespace {
 
-QString screenshotDir() {
-    QString dir = qEnvironmentVariable("KVCHAT_SCREENSHOT_DIR");
-    if (dir.isEmpty()) dir = QStringLiteral(QT_TESTCASE_BUILDDIR) + "/../screenshots";
-    QDir().mkpath(dir);
-    return QDir(dir).absolutePath();
-}
+using kvchat::test::screenshotDir;
+using kvchat::test::splitCsv;
 
 std::vector<int32_t> tokens(int n, uint32_t seed = 5) {
     std::mt19937 rng(seed);
     std::vector<int32_t> t = {2};
     while (static_cast<int>(t.size()) < n) t.push_back(static_cast<int32_t>(6 + rng() % 270));
     return t;
-}
-
-// Splits one CSV line with quoted fields ("a, b" and doubled quotes), independently of the writer.
-QStringList splitCsv(const QString& line) {
-    QStringList out;
-    QString cur;
-    bool quoted = false;
-    for (int i = 0; i < line.size(); ++i) {
-        const QChar c = line[i];
-        if (quoted) {
-            if (c == '"' && i + 1 < line.size() && line[i + 1] == '"') cur += '"', ++i;
-            else if (c == '"') quoted = false;
-            else cur += c;
-        } else if (c == '"') {
-            quoted = true;
-        } else if (c == ',') {
-            out << cur;
-            cur.clear();
-        } else {
-            cur += c;
-        }
-    }
-    out << cur;
-    return out;
 }
 
 }  // namespace

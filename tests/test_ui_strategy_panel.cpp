@@ -5,6 +5,7 @@
 #include "engine/compute/backend.h"
 #include "engine/model/model.h"
 #include "support/tiny_model.h"
+#include "support/ui_testing.h"
 #include "ui/lab/strategy_panel.h"
 
 #include <QCheckBox>
@@ -18,19 +19,9 @@
 #include <QtTest>
 
 namespace {
-QString screenshotDir() {
-    QString dir = qEnvironmentVariable("KVCHAT_SCREENSHOT_DIR");
-    if (dir.isEmpty()) dir = QStringLiteral(QT_TESTCASE_BUILDDIR) + "/../screenshots";
-    QDir().mkpath(dir);
-    return QDir(dir).absolutePath();
-}
 
-void retype(QLineEdit* e, const QString& text) {
-    e->setFocus();
-    e->selectAll();
-    QTest::keyClick(e, Qt::Key_Backspace);
-    QTest::keyClicks(e, text);
-}
+using kvchat::test::screenshotDir;
+using kvchat::test::retype;
 }  // namespace
 
 class TestStrategyPanel : public QObject {

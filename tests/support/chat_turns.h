@@ -17,16 +17,8 @@ namespace kvchat::test {
 
 // Writes the model as dir/m.gguf and returns its path.
 inline std::string write_chat_model(const QTemporaryDir& dir) {
-    TinyModelSpec spec;
-    spec.n_layer = 6;
-    spec.n_embd = 64;
-    spec.n_head = 2;
-    spec.n_head_kv = 1;
-    spec.head_dim = 32;
-    spec.n_ff = 128;
-    spec.sliding_window = 8;
     const std::string path = (dir.path() + "/m.gguf").toStdString();
-    write_tiny_gguf(spec, path);
+    write_tiny_gguf(chat_sized_spec(), path);
     return path;
 }
 

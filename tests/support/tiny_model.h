@@ -49,6 +49,21 @@ struct ReferenceModel {
     bool f16_attention = false;
 };
 
+// The small Gemma-shaped model the chat, window and lab suites talk to: narrow layers (answers in
+// milliseconds) and a sliding window of 8, so checkpoints and windows come into play within a
+// few turns.
+inline TinyModelSpec chat_sized_spec(int n_layer = 6) {
+    TinyModelSpec spec;
+    spec.n_layer = n_layer;
+    spec.n_embd = 64;
+    spec.n_head = 2;
+    spec.n_head_kv = 1;
+    spec.head_dim = 32;
+    spec.n_ff = 128;
+    spec.sliding_window = 8;
+    return spec;
+}
+
 // Writes a GGUF file with random weights of spec.weight_type (norms F32) and a small
 // SentencePiece vocabulary; returns the weights exactly as stored (dequantized to double).
 ReferenceModel write_tiny_gguf(const TinyModelSpec& spec, const std::string& path);

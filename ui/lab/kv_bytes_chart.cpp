@@ -2,20 +2,15 @@
 
 #include "ui/inspector/byte_size_text.h"
 
-#include <QHelpEvent>
 #include <QPainter>
 #include <QPainterPath>
-#include <QToolTip>
 
 #include <algorithm>
 #include <cmath>
 
 namespace kvchat {
 
-KvBytesChart::KvBytesChart(QWidget* parent) : QWidget(parent) {
-    setObjectName("kvBytesChart");
-    setMouseTracking(true);
-}
+KvBytesChart::KvBytesChart(QWidget* parent) : InspectorChart("kvBytesChart", parent) {}
 
 void KvBytesChart::setLines(std::vector<Line> lines) {
     lines_ = std::move(lines);
@@ -104,19 +99,6 @@ QString KvBytesChart::toolTipAt(const QPointF& pos) const {
             }
         }
     return text;
-}
-
-bool KvBytesChart::event(QEvent* e) {
-    if (e->type() == QEvent::ToolTip) {
-        auto* he = static_cast<QHelpEvent*>(e);
-        const QString text = toolTipAt(he->pos());
-        if (text.isEmpty())
-            QToolTip::hideText();
-        else
-            QToolTip::showText(he->globalPos(), text, this);
-        return true;
-    }
-    return QWidget::event(e);
 }
 
 }  // namespace kvchat

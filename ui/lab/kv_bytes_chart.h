@@ -1,18 +1,19 @@
 #pragma once
 // KV bytes against tokens in the cache, one line per strategy: a small QPainter chart (exact,
 // cheap, and renderable to a QImage in tests); hover names the nearest point.
+#include "ui/inspector/inspector_chart.h"
+
 #include <QColor>
 #include <QPointF>
 #include <QRectF>
 #include <QString>
-#include <QWidget>
 
 #include <utility>
 #include <vector>
 
 namespace kvchat {
 
-class KvBytesChart : public QWidget {
+class KvBytesChart : public InspectorChart {
     Q_OBJECT
 public:
     struct Line {
@@ -28,14 +29,13 @@ public:
     // Where a point is drawn, for hover and tests.
     QPointF mapPoint(int64_t tokens, int64_t bytes) const;
     QRectF plotArea() const;
-    QString toolTipAt(const QPointF& pos) const;
+    QString toolTipAt(const QPointF& pos) const override;
 
     QSize sizeHint() const override { return {520, 220}; }
     QSize minimumSizeHint() const override { return {260, 160}; }
 
 protected:
     void paintEvent(QPaintEvent*) override;
-    bool event(QEvent* e) override;
 
 private:
     int64_t maxTokens() const;

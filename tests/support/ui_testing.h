@@ -1,0 +1,52 @@
+#pragma once
+// What the window suites share: where screenshots go, typing over a field's text as a user
+// does, and reading exported CSV back independently of the writer.
+#include <QDir>
+#include <QLineEdit>
+#include <QString>
+#include <QStringList>
+#include <QtTest>
+
+namespace kvchat::test {
+
+// KVCHAT_SCREENSHOT_DIR, else build/screenshots; created if missing.
+inline QString screenshotDir() {
+    QString dir = qEnvironmentVariable("KVCHAT_SCREENSHOT_DIR");
+    if (dir.isEmpty()) dir = QStringLiteral(QT_TESTCASE_BUILDDIR) + "/../screenshots";
+    QDir().mkpath(dir);
+    return QDir(dir).absolutePath();
+}
+
+// Selects all of the field's text and types `text` over it, key by key.
+inline void retype(QLineEdit* e, const QString& text) {
+    e->setFocus();
+    e->selectAll();
+    QTest::keyClick(e, Qt::Key_Backspace);
+    QTest::keyClicks(e, text);
+}
+
+// Splits one CSV line with quoted fields ("a, b" and doubled quotes).
+inline QStringList splitCsv(const QString& line) {
+    QStringList out;
+    QString cur;
+    bool quoted = false;
+    for (int i = 0; i < line.size(); ++i) {
+        const QChar c = line[i];
+        if (quoted) {
+            if (c == '"' && i + 1 < line.size() && line[i + 1] == '"') cur += '"', ++i;
+            else if (c == '"') quoted = false;
+            else cur += c;
+        } else if (c == '"') {
+            quoted = true;
+        } else if (c == ',') {
+            out << cur;
+            cur.clear();
+        } else {
+            cur += c;
+        }
+    }
+    out << cur;
+    return out;
+}
+
+}  // namespace kvchat::test
