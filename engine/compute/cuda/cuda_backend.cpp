@@ -155,6 +155,10 @@ public:
     Staging& operator=(const Staging&) = delete;
     ~Staging() {
         for (void* p : allocs_) cudaFreeAsync(p, stream_);
+        if (!sync_allocs_.empty()) {
+            cudaStreamSynchronize(stream_);
+            for (void* p : sync_allocs_) cudaFree(p);
+        }
     }
 
     template <class T>
@@ -168,7 +172,15 @@ public:
     // Fresh device memory for the call.
     void* scratch(size_t bytes) {
         void* d = nullptr;
-        const cudaError_t e = cudaMallocAsync(&d, std::max<size_t>(bytes, 16), stream_);
+        cudaError_t e = cudaMallocAsync(&d, std::max<size_t>(bytes, 16), stream_);
+        if (e == cudaErrorNotSupported) {  // a device or driver without stream-ordered memory pools
+            cudaGetLastError();
+            e = cudaMalloc(&d, std::max<size_t>(bytes, 16));
+            if (e == cudaSuccess) {
+                sync_allocs_.push_back(d);
+                return d;
+            }
+        }
         if (e != cudaSuccess) {
             cudaGetLastError();
             throw Error("out of GPU memory for " + std::to_string(bytes) + " bytes of scratch (" + cudaGetErrorString(e) +
@@ -213,6 +225,7 @@ private:
     }
     cudaStream_t stream_;
     std::vector<void*> allocs_;
+    std::vector<void*> sync_allocs_;  // from cudaMalloc: freed once the stream is idle
     std::vector<Back> back_;
 };
 
