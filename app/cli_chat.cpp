@@ -139,6 +139,7 @@ int cmd_chat(const Options& o) {
     const TurnOptions t = turn_options(settings, o);
     Options with_settings = o;
     if (!o.has("--threads") && settings.threads > 0) with_settings.values["--threads"] = std::to_string(settings.threads);
+    if (!o.has("--device")) with_settings.values["--device"] = settings.device;
     Loaded l = load_model(with_settings);
     ConversationRegistry reg(store, *l.model, *l.backend, static_cast<size_t>(settings.resident_caches));
     OpenOptions open;

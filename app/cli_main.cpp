@@ -74,6 +74,8 @@ const char* kUsage =
     "  --model PATH    GGUF file or Hugging Face folder (default: $KVCHAT_MODEL, else\n"
     "                  ${XDG_DATA_HOME:-~/.local/share}/kvchat/models/gemma-3-270m-q4_k_m.gguf)\n"
     "  --threads N     compute threads (default: one per core)\n"
+    "  --device D      cpu (default), cuda or cuda:N: where the model computes; a GPU that cannot\n"
+    "                  be used is named with the reason, and the CPU is used\n"
     "  --version       print the version and exit\n"
     "  --help          print this help and exit\n";
 
@@ -311,6 +313,7 @@ int cmd_bench(const Options& o) {
     json j;
     j["model"] = m.path();
     j["threads"] = l.backend->pool().size();
+    j["device"] = l.backend->name();
     j["simd"] = kvchat::simd_level();
     j["prompt_tokens"] = prompt_tokens;
     j["gen_tokens"] = gen_tokens;

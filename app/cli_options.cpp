@@ -1,11 +1,13 @@
 #include "app/cli_options.h"
 
+#include "engine/compute/device.h"
 #include "engine/error.h"
 #include "engine/model/model_path.h"
 
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <fstream>
 
 namespace kvchat::cli {
@@ -15,7 +17,7 @@ const std::set<std::string> kValueOptions = {
     "--model", "--threads", "--text", "--prompt", "-n", "--temp", "--top-k", "--top-p", "--min-p", "--seed",
     "--repeat-penalty", "--prompt-tokens", "--gen-tokens", "--runs", "--cache", "--context", "--db",
     "--conversation", "--prefix", "--message", "--system", "--policy", "--turns", "--prefix-tokens",
-    "--history-tokens", "--only", "--messages", "--simd"};
+    "--history-tokens", "--only", "--messages", "--simd", "--device"};
 const std::set<std::string> kRepeatedOptions = {"--stop"};
 const std::set<std::string> kFlagOptions = {"--greedy", "--no-cache", "--json", "--regenerate"};
 }  // namespace
@@ -98,8 +100,14 @@ Loaded load_model(const Options& o) {
     const std::string path = find_model(o.str("--model"));
     const int threads = static_cast<int>(o.integer("--threads", 0, 0, 1024));
     Loaded l;
+    const std::string device = o.str("--device", "cpu");
+    const auto d = parse_device(device);
+    if (!d) throw Error("--device must be cpu, cuda or cuda:N, got '" + device + "'");
     l.model = Model::load(path);
-    l.backend = make_cpu_backend(threads);
+    OpenedBackend b = open_backend(*d, threads);
+    // A GPU that cannot be used is not an error: the command runs on the CPU and says why.
+    if (!b.notice.empty()) std::fprintf(stderr, "kvchat-cli: %s\n", b.notice.c_str());
+    l.backend = std::move(b.backend);
     return l;
 }
 

@@ -37,7 +37,8 @@ struct Loaded {
     std::unique_ptr<kvchat::Model> model;
     std::unique_ptr<kvchat::Backend> backend;
 };
-// The model of --model (or the default) on the CPU backend with --threads threads.
+// The model of --model (or the default) on the backend of --device (default cpu; a GPU that
+// cannot be used falls back to the CPU with a notice on stderr) with --threads host threads.
 Loaded load_model(const Options& o);
 
 double rss_mib();

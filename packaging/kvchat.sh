@@ -62,9 +62,9 @@ cmd_deps() {
   fi
   if [ -x /usr/local/cuda/bin/nvcc ]; then
     say "CUDA toolkit found at /usr/local/cuda ($(/usr/local/cuda/bin/nvcc --version | grep -o 'release [0-9.]*'));" \
-        "this version has the CPU backend only, so CUDA is not built yet"
+        "the build includes the CUDA backend (lib/libkvchat_cuda.so, used with --device cuda)"
   else
-    say "no CUDA toolkit at /usr/local/cuda: building the CPU backend only"
+    say "no CUDA toolkit at /usr/local/cuda: building the CPU backend only (--device cuda falls back to the CPU)"
   fi
 }
 
@@ -111,7 +111,8 @@ cmd_build() {
   STEP=build
   command -v cmake >/dev/null 2>&1 || fail "cmake is missing" "Run: packaging/kvchat.sh deps"
   local launcher=()
-  command -v ccache >/dev/null 2>&1 && launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+  command -v ccache >/dev/null 2>&1 &&
+    launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
   if [ ! -f "$BUILD_DIR/CMakeCache.txt" ]; then
     say "configuring $BUILD_DIR"
     cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "${launcher[@]}" ||

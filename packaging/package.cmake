@@ -5,6 +5,11 @@ include(GNUInstallDirs)
 set(KVCHAT_PACKAGING_DIR ${CMAKE_CURRENT_LIST_DIR})
 
 install(TARGETS kvchat-cli RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+# The CUDA backend, where the programs look for it (../lib/kvchat beside bin/). It is loaded only
+# for --device cuda, so the package must not depend on the CUDA libraries it needs (see below).
+if(TARGET kvchat_cuda)
+  install(TARGETS kvchat_cuda LIBRARY DESTINATION lib/kvchat)
+endif()
 if(KVCHAT_BUILD_GUI)
   install(TARGETS kvchat RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
   # XDG places: the menu entry, the software-centre metadata, the icon in the hicolor theme

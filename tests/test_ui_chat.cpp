@@ -5,6 +5,7 @@
 // one, a second window on the same database).
 #define QT_NO_KEYWORDS  // the engine's chat headers use the word "emit"
 #include "engine/chat/chat_settings.h"
+#include "engine/compute/device.h"
 #include "engine/store/store.h"
 #include "support/tiny_model.h"
 #include "ui/engine_worker.h"
@@ -422,6 +423,9 @@ private Q_SLOTS:
             d->findChild<QSpinBox*>("maxNewTokensSetting")->setValue(77);
             d->findChild<QDoubleSpinBox*>("temperatureSetting")->setValue(0.35);
             d->findChild<QComboBox*>("contextPolicySetting")->setCurrentIndex(2);
+            auto* device = d->findChild<QComboBox*>("deviceSetting");
+            QCOMPARE(device->currentData().toString(), QString("cpu"));
+            device->setCurrentIndex(device->findData(QString("cuda")));
             d->findChild<QPlainTextEdit*>("systemPromptSetting")->setPlainText("Be brief.");
             QSignalSpy saved(w->worker(), &EngineWorker::settingsLoaded);
             d->accept();
@@ -429,17 +433,25 @@ private Q_SLOTS:
         }
         auto w = openWindow(db);
         QVERIFY(w);
+        // The model now loads on the GPU; without a usable one the window says why (and uses the CPU).
+        if (!open_backend(Device{Device::Kind::Cuda, 0}, 1).notice.empty()) {
+            auto* notice = w->findChild<QLabel*>("noticeBanner");
+            QTRY_VERIFY_WITH_TIMEOUT(notice->isVisible() && notice->text().contains("CUDA device 0 is not usable"), 30000);
+            QVERIFY2(notice->text().contains("using the CPU"), qPrintable(notice->text()));
+        }
         QTest::keyClick(w.get(), Qt::Key_Comma, Qt::ControlModifier);
         SettingsDialog* d = nullptr;
         QTRY_VERIFY((d = w->findChild<SettingsDialog*>("settingsDialog")) != nullptr);
         QCOMPARE(d->findChild<QSpinBox*>("maxNewTokensSetting")->value(), 77);
         QCOMPARE(d->findChild<QDoubleSpinBox*>("temperatureSetting")->value(), 0.35);
         QCOMPARE(d->findChild<QComboBox*>("contextPolicySetting")->currentData().toString(), QString("sliding"));
+        QCOMPARE(d->findChild<QComboBox*>("deviceSetting")->currentData().toString(), QString("cuda"));
         QCOMPARE(d->findChild<QPlainTextEdit*>("systemPromptSetting")->toPlainText(), QString("Be brief."));
         d->reject();
         Store store(db.toStdString());
         const ChatSettings s = ChatSettings::load(store);
         QCOMPARE(s.max_new_tokens, 77);
+        QCOMPARE(s.device, std::string("cuda"));
         QCOMPARE(s.system_prompt, std::string("Be brief."));
     }
 

@@ -1,5 +1,7 @@
 #include "ui/engine_worker.h"
 
+#include "engine/compute/device.h"
+
 #include "engine/chat/chat_settings.h"
 #include "engine/chat/conversation_registry.h"
 #include "engine/compute/backend.h"
@@ -189,9 +191,13 @@ void EngineWorker::loadModel(const QString& path) {
         return;
     }
     shutdown();
-    if (!backend_ || backendThreads_ != settings_->threads) {
-        backend_ = make_cpu_backend(settings_->threads);
+    if (!backend_ || backendThreads_ != settings_->threads || backendDevice_ != settings_->device) {
+        // A GPU that cannot be used gives the CPU and says why (engine/compute/device.h).
+        OpenedBackend opened = open_backend(parse_device(settings_->device).value_or(Device{}), settings_->threads);
+        backend_ = std::move(opened.backend);
         backendThreads_ = settings_->threads;
+        backendDevice_ = settings_->device;
+        if (!opened.notice.empty()) Q_EMIT notice(qs(opened.notice));
     }
     model_ = std::move(model);
     makeRegistry();
@@ -471,6 +477,8 @@ void EngineWorker::saveSettings(const ChatSettings& settings) {
         }
         if (model_ && backendThreads_ != settings.threads)
             Q_EMIT notice(tr("The new thread count applies when a model is next loaded."));
+        if (model_ && backendDevice_ != settings.device)
+            Q_EMIT notice(tr("The new device applies when a model is next loaded."));
     } catch (const std::exception& e) {
         Q_EMIT failed(tr("Settings"), qs(e.what()));
     }

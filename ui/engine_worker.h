@@ -140,6 +140,7 @@ private:
     std::atomic<bool> cancelLoad_{false};
     std::unique_ptr<ChatSettings> settings_;
     int backendThreads_ = -1;
+    std::string backendDevice_;  // the device setting the backend was opened for
 };
 
 }  // namespace kvchat

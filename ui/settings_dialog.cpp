@@ -44,6 +44,16 @@ SettingsDialog::SettingsDialog(const ChatSettings& settings, QWidget* parent) : 
     threads_->setSpecialValueText(tr("one per core (%1)").arg(QThread::idealThreadCount()));
     threads_->setValue(settings.threads);
     ef->addRow(tr("&Threads:"), threads_);
+    device_ = named(new QComboBox, "deviceSetting", tr("Compute device"));
+    device_->addItem(tr("CPU"), QStringLiteral("cpu"));
+    for (int i = 0; i < 4; ++i)
+        device_->addItem(i == 0 ? tr("NVIDIA GPU (CUDA)") : tr("NVIDIA GPU %1 (CUDA)").arg(i),
+                         i == 0 ? QStringLiteral("cuda") : QStringLiteral("cuda:%1").arg(i));
+    if (device_->findData(QString::fromStdString(settings.device)) < 0)
+        device_->addItem(QString::fromStdString(settings.device), QString::fromStdString(settings.device));
+    device_->setCurrentIndex(device_->findData(QString::fromStdString(settings.device)));
+    device_->setToolTip(tr("Where the model computes. Without a usable GPU the CPU is used, and the reason is shown."));
+    ef->addRow(tr("&Device:"), device_);
     resident_ = named(new QSpinBox, "residentCachesSetting", tr("Caches kept in memory"));
     resident_->setRange(1, 64);
     resident_->setValue(settings.resident_caches);
@@ -123,6 +133,7 @@ ChatSettings SettingsDialog::settings() const {
     ChatSettings s = base_;
     s.notices.clear();
     s.threads = threads_->value();
+    s.device = device_->currentData().toString().toStdString();
     s.resident_caches = resident_->value();
     s.cache_memory_budget = static_cast<int64_t>(budgetMiB_->value()) * 1024 * 1024;
     s.context_policy = parse_context_policy(policy_->currentData().toString().toStdString());

@@ -24,6 +24,7 @@ public:
 private:
     ChatSettings base_;
     QSpinBox* threads_ = nullptr;
+    QComboBox* device_ = nullptr;
     QSpinBox* resident_ = nullptr;
     QSpinBox* budgetMiB_ = nullptr;
     QComboBox* policy_ = nullptr;

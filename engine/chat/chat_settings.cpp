@@ -2,6 +2,7 @@
 
 #include "engine/chat/conversation_cache.h"
 #include "engine/common/quoted.h"
+#include "engine/compute/device.h"
 #include "engine/error.h"
 #include "engine/store/store.h"
 
@@ -52,6 +53,12 @@ const std::vector<Field>& fields() {
     static const std::vector<Field> all = {
         {"chat.threads", [](const ChatSettings& s) { return std::to_string(s.threads); },
          [](ChatSettings& s, std::string_view v) { s.threads = static_cast<int>(parse_integer("chat.threads", v, 0, 1024)); }},
+        {"chat.device", [](const ChatSettings& s) { return s.device; },
+         [](ChatSettings& s, std::string_view v) {
+             const auto d = parse_device(std::string(v));
+             if (!d) refuse("chat.device", v, "cpu, cuda or cuda:N");
+             s.device = device_name(*d);
+         }},
         {"chat.resident_caches", [](const ChatSettings& s) { return std::to_string(s.resident_caches); },
          [](ChatSettings& s, std::string_view v) {
              s.resident_caches = static_cast<int>(parse_integer("chat.resident_caches", v, 1, 1000));

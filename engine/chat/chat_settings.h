@@ -16,6 +16,7 @@ class Store;
 
 struct ChatSettings {
     int threads = 0;                    // 0: one per core
+    std::string device = "cpu";         // where the model computes: cpu, cuda or cuda:N (engine/compute/device.h)
     int resident_caches = 4;
     int64_t cache_memory_budget = 0;    // bytes; 0: no limit
     ContextPolicy context_policy = ContextPolicy::Refuse;

@@ -1,0 +1,679 @@
+// The CUDA backend (libkvchat_cuda.so, loaded by engine/compute/device.cpp).
+//
+// Memory: activations (Buffers) and cache layers' memory (KvMemory) are CUDA managed memory. The
+// cache layers as they are today copy keys, values and queries on the host between backend calls
+// (AxisLayer::attend, store, the snapshot code), so their memory must be readable from both
+// sides; managed memory is, and stays on the GPU while kernels use it. Every operation finishes
+// (the stream is synchronized) before it returns, so host code never touches memory a kernel is
+// using. Pointers the cache passes that are plain host memory (its thread-local scratch, an
+// offload tier) are copied to the device for the call and back when written.
+//
+// Weights: each matrix is dequantized to fp16 on the host and uploaded the first time it is used
+// (the model is loaded before a backend exists, so first use is the earliest point); products run
+// in cuBLAS (fp16 inputs, fp32 accumulation and output) as llama.cpp's CUDA build does for
+// batches. fp16 rather than f32 halves the device memory (a 7B model fits in 16 GB); rather than
+// quantized kernels, it is one code path for every GGUF type, correct first.
+#include "engine/compute/attention.h"
+#include "engine/compute/backend.h"
+#include "engine/compute/cuda/cublas_library.h"
+#include "engine/compute/cuda/cuda_factory.h"
+#include "engine/compute/cuda/cuda_kernels.h"
+#include "engine/compute/kivi_block.h"
+#include "engine/compute/kv_dtype.h"
+#include "engine/compute/quant_blocks.h"
+#include "engine/compute/rope.h"
+#include "engine/compute/tensor_type.h"
+#include "engine/error.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <new>
+#include <string>
+#include <type_traits>
+#include <unordered_map>
+#include <vector>
+
+namespace kvchat {
+
+namespace {
+
+void check(cudaError_t e, const char* what) {
+    if (e != cudaSuccess) {
+        cudaGetLastError();  // clear a sticky launch error so the next call reports its own
+        throw Error(std::string("CUDA: ") + what + ": " + cudaGetErrorString(e));
+    }
+}
+
+void check(cublasStatus_t s, const char* what) {
+    if (s != CUBLAS_STATUS_SUCCESS)
+        throw Error(std::string("cuBLAS: ") + what + ": " + cuda::CublasLibrary::get().status_string(s));
+}
+
+void* managed_alloc(size_t bytes, const char* what) {
+    void* p = nullptr;
+    const cudaError_t e = cudaMallocManaged(&p, std::max<size_t>(bytes, 64), cudaMemAttachGlobal);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        throw Error(std::string("out of GPU memory allocating ") + std::to_string(bytes) + " bytes of " + what + " (" +
+                    cudaGetErrorString(e) + ")");
+    }
+    return p;
+}
+
+// A few bytes spread over a host array: tells a weight uploaded earlier from a different one that
+// was later mapped at the same address.
+uint64_t sample_hash(const void* p, size_t bytes) {
+    const auto* b = static_cast<const uint8_t*>(p);
+    uint64_t h = 1469598103934665603ull ^ bytes;
+    constexpr int kSamples = 32;
+    for (int i = 0; i < kSamples && bytes > 0; ++i) {
+        const size_t at = bytes / kSamples * static_cast<size_t>(i);
+        const size_t n = std::min<size_t>(8, bytes - at);
+        for (size_t j = 0; j < n; ++j) h = (h ^ b[at + j]) * 1099511628211ull;
+    }
+    return h;
+}
+
+// What the backend's caches hold on the GPU, against an optional cap: the test hook
+// KVCHAT_CUDA_CACHE_LIMIT (bytes) stands for a GPU that is full.
+struct CacheMemoryUse {
+    std::atomic<int64_t> bytes{0};
+    int64_t limit = 0;  // 0: the GPU's own
+};
+
+// Cache memory on the GPU (managed: the cache layers read and write it on the host too). Grows by
+// allocating anew and copying. Out of memory is std::bad_alloc, as for host memory, so the chat's
+// fallback to an offloaded cache (Conversation) takes over.
+class ManagedKvMemory final : public KvMemory {
+public:
+    explicit ManagedKvMemory(std::shared_ptr<CacheMemoryUse> use) : use_(std::move(use)) {}
+    ~ManagedKvMemory() override {
+        if (data_) cudaFree(data_);
+        use_->bytes -= static_cast<int64_t>(size_);
+    }
+    uint8_t* data() const override { return data_; }
+    void resize(size_t n) override {
+        if (n == size_) return;
+        const int64_t grow = static_cast<int64_t>(n) - static_cast<int64_t>(size_);
+        if (grow > 0 && use_->limit > 0 && use_->bytes + grow > use_->limit) throw std::bad_alloc();
+        uint8_t* fresh = nullptr;
+        if (n) {
+            const cudaError_t e = cudaMallocManaged(&fresh, n, cudaMemAttachGlobal);
+            if (e == cudaErrorMemoryAllocation) {
+                cudaGetLastError();
+                throw std::bad_alloc();
+            }
+            check(e, "allocating cache memory");
+        }
+        if (data_ && fresh) {
+            const cudaError_t e = cudaMemcpy(fresh, data_, std::min(n, size_), cudaMemcpyDefault);
+            if (e != cudaSuccess) {
+                cudaFree(fresh);
+                check(e, "copying a growing cache");
+            }
+        }
+        if (data_) cudaFree(data_);
+        data_ = fresh;
+        size_ = n;
+        use_->bytes += grow;
+    }
+    // A snapshot's pages cannot be mapped into GPU memory; the caller copies them instead.
+    bool adopt_file(int, uint64_t, size_t, size_t) override { return false; }
+
+private:
+    std::shared_ptr<CacheMemoryUse> use_;
+    uint8_t* data_ = nullptr;
+    size_t size_ = 0;
+};
+
+struct DeviceWeight {
+    uint16_t* data = nullptr;  // rows x cols fp16
+    uint64_t hash = 0;
+};
+
+struct DeviceNorm {
+    float* data = nullptr;
+    uint64_t hash = 0;
+};
+
+class CudaBackend;
+
+// Device copies of host pointers for one operation: read-only inputs are copied in, written ones
+// copied back by finish(). Device-accessible pointers (managed or device memory) pass through.
+class Staging {
+public:
+    explicit Staging(cudaStream_t s) : stream_(s) {}
+    Staging(const Staging&) = delete;
+    Staging& operator=(const Staging&) = delete;
+    ~Staging() {
+        for (void* p : allocs_) cudaFreeAsync(p, stream_);
+        if (!sync_allocs_.empty()) {
+            cudaStreamSynchronize(stream_);
+            for (void* p : sync_allocs_) cudaFree(p);
+        }
+    }
+
+    template <class T>
+    const T* in(const T* p, size_t bytes) {
+        return static_cast<const T*>(stage(const_cast<T*>(p), bytes, false));
+    }
+    template <class T>
+    T* inout(T* p, size_t bytes) {
+        return static_cast<T*>(stage(p, bytes, true));
+    }
+    // Fresh device memory for the call.
+    void* scratch(size_t bytes) {
+        void* d = nullptr;
+        cudaError_t e = cudaMallocAsync(&d, std::max<size_t>(bytes, 16), stream_);
+        if (e == cudaErrorNotSupported) {  // a device or driver without stream-ordered memory pools
+            cudaGetLastError();
+            e = cudaMalloc(&d, std::max<size_t>(bytes, 16));
+            if (e == cudaSuccess) {
+                sync_allocs_.push_back(d);
+                return d;
+            }
+        }
+        if (e != cudaSuccess) {
+            cudaGetLastError();
+            throw Error("out of GPU memory for " + std::to_string(bytes) + " bytes of scratch (" + cudaGetErrorString(e) +
+                        ")");
+        }
+        allocs_.push_back(d);
+        return d;
+    }
+    template <class T>
+    T* upload(const std::vector<T>& v) {
+        T* d = static_cast<T*>(scratch(sizeof(T) * v.size()));
+        check(cudaMemcpyAsync(d, v.data(), sizeof(T) * v.size(), cudaMemcpyHostToDevice, stream_), "upload");
+        return d;
+    }
+    // Copies written host memory back and waits for the stream.
+    void finish() {
+        for (const Back& b : back_) check(cudaMemcpyAsync(b.host, b.dev, b.bytes, cudaMemcpyDeviceToHost, stream_), "copy back");
+        check(cudaStreamSynchronize(stream_), "synchronize");
+    }
+
+private:
+    struct Back {
+        void* host;
+        void* dev;
+        size_t bytes;
+    };
+    static bool device_accessible(const void* p) {
+        cudaPointerAttributes a{};
+        if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+            cudaGetLastError();
+            return false;
+        }
+        return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged ||
+               (a.type == cudaMemoryTypeHost && a.devicePointer == p);
+    }
+    void* stage(void* p, size_t bytes, bool write) {
+        if (!p || bytes == 0 || device_accessible(p)) return p;
+        void* d = scratch(bytes);
+        check(cudaMemcpyAsync(d, p, bytes, cudaMemcpyHostToDevice, stream_), "copy to the device");
+        if (write) back_.push_back({p, d, bytes});
+        return d;
+    }
+    cudaStream_t stream_;
+    std::vector<void*> allocs_;
+    std::vector<void*> sync_allocs_;  // from cudaMalloc: freed once the stream is idle
+    std::vector<Back> back_;
+};
+
+class CudaBackend final : public Backend {
+public:
+    CudaBackend(int device, ThreadPool* pool, void (*release_pool)(ThreadPool*))
+        : device_(device), pool_(pool), release_pool_(release_pool) {
+        check(cudaSetDevice(device_), "selecting the device");
+        cudaDeviceProp prop{};
+        check(cudaGetDeviceProperties(&prop, device_), "reading the device's properties");
+        gpu_name_ = prop.name;
+        cache_use_ = std::make_shared<CacheMemoryUse>();
+        if (const char* cap = std::getenv("KVCHAT_CUDA_CACHE_LIMIT")) cache_use_->limit = std::atoll(cap);
+        check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "creating a stream");
+        try {
+            check(blas_.create(&cublas_), "creating the cuBLAS handle");
+            check(blas_.set_stream(cublas_, stream_), "setting the cuBLAS stream");
+            upload_gelu_table();
+        } catch (...) {
+            destroy();
+            throw;
+        }
+    }
+    ~CudaBackend() override {
+        destroy();
+        if (release_pool_) release_pool_(pool_);
+    }
+
+    std::string name() const override { return "cuda:" + std::to_string(device_) + " (" + gpu_name_ + ")"; }
+    ThreadPool& pool() override { return *pool_; }
+
+    Buffer alloc(int64_t rows, int64_t cols) override {
+        std::lock_guard lock(mu_);
+        select();
+        const size_t bytes = static_cast<size_t>(std::max<int64_t>(rows * cols, 1)) * sizeof(float);
+        auto it = spare_.lower_bound(bytes);
+        float* p = nullptr;
+        if (it != spare_.end() && it->first <= 2 * bytes) {
+            p = it->second;
+            sizes_[p] = it->first;
+            spare_.erase(it);
+        } else {
+            const size_t rounded = (bytes + 255) / 256 * 256;
+            p = static_cast<float*>(managed_alloc(rounded, "activations"));
+            sizes_[p] = rounded;
+        }
+        return Buffer{p, rows, cols};
+    }
+    void free(Buffer& b) override {
+        if (!b.data) return;
+        std::lock_guard lock(mu_);
+        auto it = sizes_.find(b.data);
+        if (it != sizes_.end()) {
+            spare_.emplace(it->second, b.data);
+            sizes_.erase(it);
+        }
+        b = Buffer{};
+    }
+    void read(const Buffer& b, int64_t n_rows, float* host) const override {
+        std::lock_guard lock(mu_);
+        select();
+        check(cudaMemcpy(host, b.data, sizeof(float) * static_cast<size_t>(n_rows * b.cols), cudaMemcpyDefault),
+              "reading a result");
+    }
+
+    // Rows are dequantized on the host from the mapped file, exactly as the CPU backend does, and
+    // written into managed memory: a handful of rows per step, cheaper than a table on the GPU
+    // (and exact, where an fp16 table would round the embedding).
+    void embed(const WeightMatrix& table, const int32_t* ids, int64_t n, float scale, Buffer& out) override {
+        std::lock_guard lock(mu_);
+        select();
+        check(cudaStreamSynchronize(stream_), "synchronize");
+        const size_t rb = row_bytes(table.type, table.cols);
+        for (int64_t i = 0; i < n; ++i) {
+            float* row = out.data + i * out.cols;
+            dequantize_row(table.type, static_cast<const uint8_t*>(table.data) + static_cast<size_t>(ids[i]) * rb, row,
+                           table.cols);
+            if (scale != 1.0f)
+                for (int64_t j = 0; j < out.cols; ++j) row[j] *= scale;
+        }
+    }
+
+    void rms_norm(const Buffer& x, int64_t n_rows, const NormWeight& w, float eps, Buffer& out) override {
+        std::lock_guard lock(mu_);
+        select();
+        const float* dw = norm(w);
+        cuda::rms_norm(x.data, out.data, n_rows * x.cols / w.size, w.size, dw, eps, stream_);
+        done("rms_norm");
+    }
+
+    void matmul(const WeightMatrix& w, const Buffer& x, int64_t n_rows, Buffer& y) override {
+        std::lock_guard lock(mu_);
+        select();
+        if (n_rows <= 0) return;
+        const uint16_t* dw = weight(w);
+        Staging st(stream_);
+        auto* x16 = static_cast<uint16_t*>(st.scratch(sizeof(uint16_t) * static_cast<size_t>(n_rows * w.cols)));
+        cuda::to_f16(x.data, x16, n_rows * w.cols, stream_);
+        const float alpha = 1.0f, beta = 0.0f;
+        // Row-major y (n x rows) = x (n x cols) W^T is column-major y^T = W x^T: W's rows are
+        // cuBLAS's columns, hence op T on W.
+        check(blas_.gemm_ex(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(w.rows), static_cast<int>(n_rows),
+                           static_cast<int>(w.cols), &alpha, dw, CUDA_R_16F, static_cast<int>(w.cols), x16, CUDA_R_16F,
+                           static_cast<int>(w.cols), &beta, y.data, CUDA_R_32F, static_cast<int>(w.rows),
+                           CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+              "matrix product");
+        st.finish();
+        check(cudaGetLastError(), "matmul");
+    }
+
+    void add(Buffer& x, const Buffer& y, int64_t n_rows) override {
+        std::lock_guard lock(mu_);
+        select();
+        cuda::add(x.data, y.data, n_rows * x.cols, stream_);
+        done("add");
+    }
+
+    void gated(GatedActivation act, Buffer& gate, const Buffer& up, int64_t n_rows) override {
+        std::lock_guard lock(mu_);
+        select();
+        if (act == GatedActivation::GeluTanh)
+            cuda::gelu_gated(gate.data, up.data, n_rows * gate.cols, gelu_table_, stream_);
+        else
+            cuda::silu_gated(gate.data, up.data, n_rows * gate.cols, stream_);
+        done("gated activation");
+    }
+
+    void softcap(Buffer& x, int64_t n_rows, float cap) override {
+        std::lock_guard lock(mu_);
+        select();
+        cuda::softcap(x.data, n_rows * x.cols, cap, stream_);
+        done("softcap");
+    }
+
+    void gather_rows(const Buffer& src, const std::vector<int64_t>& src_rows, Buffer& dst) override {
+        std::lock_guard lock(mu_);
+        select();
+        for (size_t i = 0; i < src_rows.size(); ++i)
+            check(cudaMemcpyAsync(dst.data + static_cast<int64_t>(i) * dst.cols, src.data + src_rows[i] * src.cols,
+                                  sizeof(float) * static_cast<size_t>(src.cols), cudaMemcpyDefault, stream_),
+                  "gathering rows");
+        done("gather_rows");
+    }
+
+    // --- cache layers' operations ---
+    std::unique_ptr<KvMemory> alloc_kv() override { return std::make_unique<ManagedKvMemory>(cache_use_); }
+
+    void rope(const RopeSpec& spec, float* x, int64_t row_stride, const int32_t* pos, int64_t n, int n_heads,
+              int head_dim) override {
+        if (n <= 0) return;
+        std::lock_guard lock(mu_);
+        select();
+        const int half = spec.dims / 2;
+        // The angles on the host, as RopeAngles::set_position computes them (float, repeated
+        // multiplication): the kernel then rotates bit for bit as rope.cpp.
+        std::vector<float> cs(static_cast<size_t>(n) * 2 * static_cast<size_t>(half));
+        const float theta_scale = std::pow(static_cast<float>(spec.base), -2.0f / static_cast<float>(spec.dims));
+        const float freq_scale = static_cast<float>(1.0 / spec.linear_scale);
+        for (int64_t t = 0; t < n; ++t) {
+            float theta = static_cast<float>(pos[t]);
+            float* c = cs.data() + t * 2 * half;
+            for (int i = 0; i < half; ++i) {
+                const float a = freq_scale * theta;
+                c[i] = std::cos(a);
+                c[half + i] = std::sin(a);
+                theta *= theta_scale;
+            }
+        }
+        Staging st(stream_);
+        float* dx = st.inout(x, sizeof(float) * static_cast<size_t>((n - 1) * row_stride + static_cast<int64_t>(n_heads) * head_dim));
+        cuda::rope(dx, row_stride, st.upload(cs), n, n_heads, head_dim, half, spec.style == RopeStyle::HalfSplit, stream_);
+        st.finish();
+        check(cudaGetLastError(), "rope");
+    }
+
+    void round_f16(float* x, int64_t n, float scale) override {
+        if (n <= 0) return;
+        std::lock_guard lock(mu_);
+        select();
+        Staging st(stream_);
+        cuda::round_f16(st.inout(x, sizeof(float) * static_cast<size_t>(n)), n, scale, stream_);
+        st.finish();
+        check(cudaGetLastError(), "round_f16");
+    }
+
+    void kv_store(KvDtype t, const float* src, void* dst, int64_t n) override {
+        if (n <= 0) return;
+        std::lock_guard lock(mu_);
+        select();
+        Staging st(stream_);
+        cuda::kv_store(static_cast<int>(t), st.in(src, sizeof(float) * static_cast<size_t>(n)),
+                       st.inout(dst, kv_dtype_bytes(t) * static_cast<size_t>(n)), n, stream_);
+        st.finish();
+        check(cudaGetLastError(), "kv_store");
+    }
+
+    void kv_load(KvDtype t, const void* src, float* dst, int64_t n) override {
+        if (n <= 0) return;
+        std::lock_guard lock(mu_);
+        select();
+        Staging st(stream_);
+        cuda::kv_load(static_cast<int>(t), st.in(src, kv_dtype_bytes(t) * static_cast<size_t>(n)),
+                      st.inout(dst, sizeof(float) * static_cast<size_t>(n)), n, stream_);
+        st.finish();
+        check(cudaGetLastError(), "kv_load");
+    }
+
+    void kv_quantize(const KiviFormat& f, const float* k, const float* v, int64_t stride, int count, uint8_t* block) override {
+        std::lock_guard lock(mu_);
+        select();
+        Staging st(stream_);
+        const size_t extent = count > 0 ? sizeof(float) * static_cast<size_t>((count - 1) * stride + f.kv_dim) : 0;
+        cuda::kivi_quantize(layout(f), st.in(k, extent), st.in(v, extent), stride, count, st.inout(block, f.block_bytes),
+                            stream_);
+        st.finish();
+        check(cudaGetLastError(), "kv_quantize");
+    }
+
+    void attend(const AttentionInput& in, const AttentionShape& shape, float* out) override {
+        if (in.n_q <= 0) return;
+        // The kernel keeps a query's output channels in registers, four per thread.
+        if (shape.head_dim > 512 || shape.head_dim <= 0)
+            throw Error("the CUDA attention kernel supports head sizes up to 512, not " + std::to_string(shape.head_dim));
+        std::lock_guard lock(mu_);
+        select();
+        Staging st(stream_);
+        const int64_t q_vals = in.n_q * shape.n_head * shape.head_dim;
+        const int64_t kv_dim = static_cast<int64_t>(shape.n_head_kv) * shape.head_dim;
+        const size_t es = kv_dtype_bytes(in.dtype);
+        cuda::AttendParams p{};
+        p.q = st.in(in.q, sizeof(float) * static_cast<size_t>(q_vals));
+        p.q_sink = in.q_sink ? st.in(in.q_sink, sizeof(float) * static_cast<size_t>(q_vals)) : nullptr;
+        p.qpos = st.in(in.qpos, sizeof(int32_t) * static_cast<size_t>(in.n_q));
+        p.out = st.inout(out, sizeof(float) * static_cast<size_t>(q_vals));
+        p.n_q = in.n_q;
+        p.n_head = shape.n_head;
+        p.n_head_kv = shape.n_head_kv;
+        p.head_dim = shape.head_dim;
+        p.scale = shape.scale;
+        p.softcap = shape.softcap;
+        p.window = in.window;
+        p.sink_end = in.sink_end;
+        p.dtype = static_cast<int>(in.dtype);
+        p.f16_probs = in.f16_probs;
+        std::vector<cuda::AttendSegment> segs;
+        for (const SlotView& sv : in.slots) {
+            if (sv.n <= 0) continue;
+            const size_t extent = es * static_cast<size_t>((sv.n - 1) * sv.stride + kv_dim);
+            segs.push_back({st.in(sv.k, extent), st.in(sv.v, extent),
+                            st.in(sv.pos, sizeof(int32_t) * static_cast<size_t>(sv.n)), sv.n, sv.stride, 0, 0});
+        }
+        if (in.kivi) {
+            p.kivi = layout(*in.kivi);
+            for (const QuantBlockView& b : in.blocks) {
+                if (b.count <= 0) continue;
+                const uint8_t* d = st.in(b.data, in.kivi->block_bytes);
+                segs.push_back({d, d, nullptr, b.count, 0, b.first_pos, 1});
+            }
+        }
+        p.n_segments = static_cast<int>(segs.size());
+        p.segments = segs.empty() ? nullptr : st.upload(segs);
+        cuda::attend(p, stream_);
+        st.finish();
+        check(cudaGetLastError(), "attention");
+    }
+
+private:
+    void select() const { check(cudaSetDevice(device_), "selecting the device"); }
+
+    // Waits for the stream: the host may read any managed memory once an operation returns.
+    void done(const char* what) {
+        check(cudaGetLastError(), what);
+        check(cudaStreamSynchronize(stream_), what);
+    }
+
+    static cuda::KiviLayout layout(const KiviFormat& f) {
+        return {f.nbits,
+                f.group,
+                f.value_group,
+                f.kv_dim,
+                static_cast<int64_t>(f.k_codes),
+                static_cast<int64_t>(f.k_scale),
+                static_cast<int64_t>(f.k_zero),
+                static_cast<int64_t>(f.v_codes),
+                static_cast<int64_t>(f.v_scale),
+                static_cast<int64_t>(f.v_zero),
+                static_cast<int64_t>(f.block_bytes)};
+    }
+
+    // The CPU's GELU table (cpu_backend.cpp's GeluTable, the same formula and rounding).
+    void upload_gelu_table() {
+        std::vector<float> table(1 << 16);
+        for (uint32_t h = 0; h < (1u << 16); ++h) {
+            const float x = fp16_to_fp32(static_cast<uint16_t>(h));
+            const float y = 0.5f * x * (1.0f + std::tanh(0.79788456080286535587989211986876f * x * std::fma(0.044715f * x, x, 1.0f)));
+            table[h] = fp16_to_fp32(fp32_to_fp16(y));
+        }
+        check(cudaMalloc(&gelu_table_, sizeof(float) * table.size()), "allocating the GELU table");
+        check(cudaMemcpy(gelu_table_, table.data(), sizeof(float) * table.size(), cudaMemcpyHostToDevice), "uploading the GELU table");
+    }
+
+    const uint16_t* weight(const WeightMatrix& w) {
+        const size_t rb = row_bytes(w.type, w.cols);
+        const size_t bytes = rb * static_cast<size_t>(w.rows);
+        const uint64_t h = sample_hash(w.data, bytes) ^ (static_cast<uint64_t>(w.rows) << 32) ^ static_cast<uint64_t>(w.type);
+        auto it = weights_.find(w.data);
+        if (it != weights_.end() && it->second.hash == h) return it->second.data;
+        if (it != weights_.end()) {
+            cudaFree(it->second.data);
+            weights_.erase(it);
+        }
+        DeviceWeight dw{nullptr, h};
+        const cudaError_t e = cudaMalloc(&dw.data, sizeof(uint16_t) * static_cast<size_t>(w.rows * w.cols));
+        if (e != cudaSuccess) {
+            cudaGetLastError();
+            throw Error("out of GPU memory uploading a " + std::to_string(w.rows) + " x " + std::to_string(w.cols) +
+                        " weight matrix (" + cudaGetErrorString(e) + ")");
+        }
+        try {
+            // A chunk of rows at a time: dequantized to floats, rounded to fp16, copied up.
+            const int64_t chunk = std::max<int64_t>(1, (int64_t{1} << 22) / std::max<int64_t>(1, w.cols));
+            std::vector<float> f(static_cast<size_t>(std::min(chunk, w.rows) * w.cols));
+            std::vector<uint16_t> half(f.size());
+            for (int64_t r0 = 0; r0 < w.rows; r0 += chunk) {
+                const int64_t nr = std::min(chunk, w.rows - r0);
+                for (int64_t r = 0; r < nr; ++r)
+                    dequantize_row(w.type, static_cast<const uint8_t*>(w.data) + static_cast<size_t>(r0 + r) * rb,
+                                   f.data() + r * w.cols, w.cols);
+                for (int64_t i = 0; i < nr * w.cols; ++i) half[static_cast<size_t>(i)] = fp32_to_fp16(f[static_cast<size_t>(i)]);
+                check(cudaMemcpy(dw.data + r0 * w.cols, half.data(), sizeof(uint16_t) * static_cast<size_t>(nr * w.cols),
+                                 cudaMemcpyHostToDevice),
+                      "uploading a weight matrix");
+            }
+        } catch (...) {
+            cudaFree(dw.data);
+            throw;
+        }
+        weights_[w.data] = dw;
+        return dw.data;
+    }
+
+    const float* norm(const NormWeight& w) {
+        const size_t bytes = sizeof(float) * static_cast<size_t>(w.size);
+        const uint64_t h = sample_hash(w.data, bytes);
+        auto it = norms_.find(w.data);
+        if (it != norms_.end() && it->second.hash == h) return it->second.data;
+        if (it != norms_.end()) {
+            cudaFree(it->second.data);
+            norms_.erase(it);
+        }
+        DeviceNorm d{nullptr, h};
+        check(cudaMalloc(&d.data, bytes), "allocating norm weights");
+        check(cudaMemcpy(d.data, w.data, bytes, cudaMemcpyHostToDevice), "uploading norm weights");
+        norms_[w.data] = d;
+        return d.data;
+    }
+
+    void destroy() {
+        cudaSetDevice(device_);
+        if (stream_) cudaStreamSynchronize(stream_);
+        for (auto& [k, w] : weights_) cudaFree(w.data);
+        for (auto& [k, n] : norms_) cudaFree(n.data);
+        for (auto& [size, p] : spare_) cudaFree(p);
+        for (auto& [p, size] : sizes_) cudaFree(p);
+        weights_.clear(), norms_.clear(), spare_.clear(), sizes_.clear();
+        if (gelu_table_) cudaFree(gelu_table_);
+        gelu_table_ = nullptr;
+        if (cublas_) blas_.destroy(cublas_);
+        cublas_ = nullptr;
+        if (stream_) cudaStreamDestroy(stream_);
+        stream_ = nullptr;
+    }
+
+    const cuda::CublasLibrary& blas_ = cuda::CublasLibrary::get();
+    int device_;
+    std::string gpu_name_;
+    ThreadPool* pool_;
+    void (*release_pool_)(ThreadPool*);
+    cudaStream_t stream_ = nullptr;
+    cublasHandle_t cublas_ = nullptr;
+    float* gelu_table_ = nullptr;
+    std::shared_ptr<CacheMemoryUse> cache_use_;
+    // Operations may come from the pool's threads (cache conversions); one at a time.
+    mutable std::mutex mu_;
+    std::unordered_map<const void*, DeviceWeight> weights_;
+    std::unordered_map<const float*, DeviceNorm> norms_;
+    std::multimap<size_t, float*> spare_;
+    std::map<float*, size_t> sizes_;
+};
+
+void write_error(char* error, size_t size, const std::string& msg) {
+    if (!error || size == 0) return;
+    const size_t n = std::min(size - 1, msg.size());
+    std::memcpy(error, msg.data(), n);
+    error[n] = '\0';
+}
+
+// Why device `device` cannot be used, or "" when it can.
+std::string unusable_reason(int device) {
+    int count = 0;
+    const cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        return cudaGetErrorString(e);
+    }
+    if (count == 0) return "no CUDA device found";
+    if (device < 0 || device >= count)
+        return "there is no CUDA device " + std::to_string(device) + " (this machine has " + std::to_string(count) + ")";
+    cudaDeviceProp prop{};
+    if (cudaGetDeviceProperties(&prop, device) != cudaSuccess) {
+        cudaGetLastError();
+        return "the properties of CUDA device " + std::to_string(device) + " cannot be read";
+    }
+    if (prop.major < 8)
+        return std::string(prop.name) + " has compute capability " + std::to_string(prop.major) + "." +
+               std::to_string(prop.minor) + "; this build of kvchat needs 8.0 or newer";
+    if (!prop.managedMemory) return std::string(prop.name) + " does not support managed memory";
+    if (!cuda::CublasLibrary::get().ok()) return cuda::CublasLibrary::get().error;
+    return {};
+}
+
+}  // namespace
+
+}  // namespace kvchat
+
+extern "C" __attribute__((visibility("default"))) kvchat::Backend* kvchat_cuda_backend_create(
+    int abi, int device, kvchat::ThreadPool* pool, void (*release_pool)(kvchat::ThreadPool*), char* error,
+    size_t error_size) {
+    if (abi != KVCHAT_CUDA_ABI) {
+        kvchat::write_error(error, error_size,
+                            "the CUDA library was built for another version of kvchat (interface " +
+                                std::to_string(KVCHAT_CUDA_ABI) + ", kvchat expects " + std::to_string(abi) + ")");
+        return nullptr;
+    }
+    try {
+        const std::string why = kvchat::unusable_reason(device);
+        if (!why.empty()) {
+            kvchat::write_error(error, error_size, why);
+            return nullptr;
+        }
+        return new kvchat::CudaBackend(device, pool, release_pool);
+    } catch (const std::exception& e) {
+        kvchat::write_error(error, error_size, e.what());
+    } catch (...) {
+        kvchat::write_error(error, error_size, "unknown error while starting the CUDA backend");
+    }
+    return nullptr;
+}
+
+// The factory's type and the exported function must agree.
+static_assert(std::is_same_v<decltype(&kvchat_cuda_backend_create), kvchat_cuda_factory>);

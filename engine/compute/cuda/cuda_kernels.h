@@ -1,0 +1,69 @@
+#pragma once
+// The CUDA kernels of the CUDA backend, each behind a plain C++ launcher (compiled by nvcc in
+// cuda_kernels.cu, called from cuda_backend.cpp). Every pointer is device-accessible memory and
+// every launch goes on `stream`; launchers never synchronize.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace kvchat::cuda {
+
+// Half-precision bits; the host side never needs CUDA's __half type.
+using f16 = uint16_t;
+
+void to_f16(const float* x, f16* y, int64_t n, cudaStream_t stream);
+void round_f16(float* x, int64_t n, float scale, cudaStream_t stream);
+// Groups of `width` values: out = x / rms(x) * w, the squares summed in double as the CPU does.
+void rms_norm(const float* x, float* out, int64_t groups, int64_t width, const float* w, float eps, cudaStream_t stream);
+void add(float* x, const float* y, int64_t n, cudaStream_t stream);
+// gate = act(gate) * up; gelu as the CPU's table: input and output on the fp16 grid.
+// table: the CPU's 65,536-entry GELU table indexed by the input's fp16 bits (built on the host).
+void gelu_gated(float* gate, const float* up, int64_t n, const float* table, cudaStream_t stream);
+void silu_gated(float* gate, const float* up, int64_t n, cudaStream_t stream);
+void softcap(float* x, int64_t n, float cap, cudaStream_t stream);
+// Rotates n rows (row t at x + t*row_stride, n_heads heads of head_dim) with the cos/sin table
+// cs: row t's `half` cosines then `half` sines at cs + t*2*half. half_split: pairs (i, i+half),
+// else (2i, 2i+1).
+void rope(float* x, int64_t row_stride, const float* cs, int64_t n, int n_heads, int head_dim, int half,
+          bool half_split, cudaStream_t stream);
+// dtype: 0 f16, 1 bf16, 2 f32 (KvDtype's values).
+void kv_store(int dtype, const float* src, void* dst, int64_t n, cudaStream_t stream);
+void kv_load(int dtype, const void* src, float* dst, int64_t n, cudaStream_t stream);
+
+// A KIVI block's layout (kivi_block.h) as plain numbers.
+struct KiviLayout {
+    int nbits, group, value_group, kv_dim;
+    int64_t k_codes, k_scale, k_zero, v_codes, v_scale, v_zero, block_bytes;
+};
+void kivi_quantize(const KiviLayout& f, const float* k, const float* v, int64_t stride, int count, uint8_t* block,
+                   cudaStream_t stream);
+
+// Attention over segments of columns, in order: full-precision slot views, then quantized block
+// rows. Mirrors engine/compute/attention.cpp's semantics (visibility, sinks, softcap, f16 probs).
+struct AttendSegment {
+    const void* k;        // slots: kv head 0 of slot 0; blocks: the block record
+    const void* v;
+    const int32_t* pos;   // slots only
+    int64_t n;            // columns
+    int64_t stride;       // slots: values between slots
+    int32_t first_pos;    // blocks only
+    int32_t is_block;
+};
+struct AttendParams {
+    const float* q;
+    const float* q_sink;  // or null
+    const int32_t* qpos;
+    float* out;
+    int64_t n_q;
+    int n_head, n_head_kv, head_dim;
+    float scale, softcap;
+    int window, sink_end;
+    int dtype;
+    bool f16_probs;
+    KiviLayout kivi;  // when a segment is a block
+    const AttendSegment* segments;  // device memory
+    int n_segments;
+};
+void attend(const AttendParams& p, cudaStream_t stream);
+
+}  // namespace kvchat::cuda

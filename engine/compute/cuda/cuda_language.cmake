@@ -1,0 +1,25 @@
+# Decides whether the CUDA backend is built (KVCHAT_CUDA: AUTO, ON, OFF) and enables CUDA when it
+# is. Included from the top-level CMakeLists.txt: CUDA must be enabled there, before any target.
+set(KVCHAT_CUDA_ENABLED OFF)
+if(NOT KVCHAT_CUDA MATCHES "^(AUTO|ON|OFF)$")
+  message(FATAL_ERROR "KVCHAT_CUDA must be AUTO, ON or OFF, not '${KVCHAT_CUDA}'")
+endif()
+if(NOT KVCHAT_CUDA STREQUAL "OFF")
+  # The toolkit's standard place, when nvcc is not on PATH.
+  if(NOT DEFINED CMAKE_CUDA_COMPILER AND NOT DEFINED ENV{CUDACXX} AND EXISTS /usr/local/cuda/bin/nvcc)
+    set(CMAKE_CUDA_COMPILER /usr/local/cuda/bin/nvcc)
+  endif()
+  include(CheckLanguage)
+  check_language(CUDA)
+  if(CMAKE_CUDA_COMPILER)
+    enable_language(CUDA)
+    find_package(CUDAToolkit REQUIRED)
+    set(KVCHAT_CUDA_ENABLED ON)
+    message(STATUS "kvchat: building the CUDA backend with ${CMAKE_CUDA_COMPILER} (CUDA ${CUDAToolkit_VERSION})")
+  elseif(KVCHAT_CUDA STREQUAL "ON")
+    message(FATAL_ERROR "KVCHAT_CUDA=ON but no CUDA compiler (nvcc) was found; install the CUDA toolkit, "
+                        "set CMAKE_CUDA_COMPILER, or configure with -DKVCHAT_CUDA=AUTO or OFF")
+  else()
+    message(STATUS "kvchat: no CUDA compiler found, building without the CUDA backend")
+  endif()
+endif()
