@@ -72,6 +72,25 @@ KvArena make_arena(LayerMemory& memory, const LayerSpec& spec, const LayerConfig
     return KvArena(memory, spec.index, rec, r.block_bytes, r.slots, r.limit, r.residual, r.blocks, cfg.fixed);
 }
 
+// Activation rows of the layer's own, given back to the backend however attend() ends.
+class ScratchRows {
+public:
+    explicit ScratchRows(Backend& backend) : backend_(backend) {}
+    ~ScratchRows() { backend_.free(rows); }
+    ScratchRows(const ScratchRows&) = delete;
+    ScratchRows& operator=(const ScratchRows&) = delete;
+    // A copy of rows [0, n) of src.
+    Buffer& copy_of(const Buffer& src, int64_t n) {
+        rows = backend_.alloc(n, src.cols);
+        backend_.copy(src, n, rows);
+        return rows;
+    }
+    Buffer rows;
+
+private:
+    Backend& backend_;
+};
+
 }  // namespace
 
 AxisLayer::AxisLayer(const LayerSpec& spec, const LayerConfig& cfg, Backend& backend, OffloadTier* tier, int tier_index)
@@ -135,18 +154,15 @@ void AxisLayer::store(int32_t p, const void* k, const void* v) {
 void AxisLayer::attend(Buffer& q, const Buffer& k, const Buffer& v, const int32_t* pos, int64_t n, Buffer& out) {
     const AttentionShape& s = spec_.shape;
     check_room(pos[0], n);
-    const int64_t q_dim = static_cast<int64_t>(s.n_head) * s.head_dim;
     // The new keys (and values, when rounded) are changed on copies: k and v belong to the model.
-    Buffer knew = backend_.alloc(n, kv_dim_), vnew{}, qsink{};
-    backend_.copy(k, n, knew);
+    ScratchRows knew_rows(backend_), vnew_rows(backend_), qsink_rows(backend_);
+    Buffer& knew = knew_rows.copy_of(k, n);
+    Buffer& qsink = qsink_rows.rows;
     // Sinks are seen at their rank in the cache (StreamingLLM): a query that has filled the
     // window sits at rank window - 1, the sinks at their own positions. Recent tokens keep their
     // real positions; RoPE depends only on the distance, which ranks and positions agree on.
     const bool sink_q = retention_.ranks_queries(pos[n - 1]);
-    if (sink_q) {
-        qsink = backend_.alloc(n, q_dim);
-        backend_.copy(q, n, qsink);
-    }
+    if (sink_q) qsink_rows.copy_of(q, n);
     backend_.rope(spec_.rope, q, pos, n, s.n_head, s.head_dim);
     backend_.rope(spec_.rope, knew, pos, n, s.n_head_kv, s.head_dim);
     if (sink_q) {
@@ -166,8 +182,7 @@ void AxisLayer::attend(Buffer& q, const Buffer& k, const Buffer& v, const int32_
         backend_.round_f16(knew, n, 1.0f);
         backend_.round_f16(q, n, s.scale);
         if (sink_q) backend_.round_f16(qsink, n, s.scale);
-        vnew = backend_.alloc(n, kv_dim_);
-        backend_.copy(v, n, vnew);
+        Buffer& vnew = vnew_rows.copy_of(v, n);
         backend_.round_f16(vnew, n, 1.0f);
         vsrc = &vnew;
         shape.scale = 1.0f;
@@ -184,7 +199,6 @@ void AxisLayer::attend(Buffer& q, const Buffer& k, const Buffer& v, const int32_
     uint8_t* vst = kst + rows;
     backend_.kv_store(cfg_.dtype, knew, n, kst);
     backend_.kv_store(cfg_.dtype, *vsrc, n, vst);
-    for (Buffer* b : {&knew, &vnew}) backend_.free(*b);
 
     KvArena::Use use(arena_, slots_);
     AttentionInput in;
@@ -204,7 +218,6 @@ void AxisLayer::attend(Buffer& q, const Buffer& k, const Buffer& v, const int32_
     if (quant_) quant_->add_views(in, arena_);
     in.slots.push_back({kst, vst, pos, n, kv_dim_});
     backend_.attend(in, shape, out.data);
-    backend_.free(qsink);
 
     // Keep the new tokens. A full-precision ring skips the ones this chunk would overwrite anyway.
     const bool ring = full() && !retention_.keeps_all();
