@@ -53,6 +53,8 @@ OffloadTier::OffloadTier(const std::string& dir_in, int n_layers, Backend* backe
     // file this sparse, shows when the cache is made.
     try {
         for (int i = 0; i < n_layers; ++i) ensure(i, kGrain);
+        // Both fast buffers now: the prefetch thread then only fills them.
+        for (FastBuffer& b : buf_) fit(b, 0);
     } catch (...) {
         ::close(fd_);
         throw;
