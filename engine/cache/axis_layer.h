@@ -1,18 +1,24 @@
 #pragma once
-// One cache layer assembled from the four axes: storage (growable or preallocated), precision
-// (f16, bf16 or f32, or KIVI blocks behind a residual in one of those), retention (all, a ring window, or
-// sinks plus a ring) and placement (resident, or in an OffloadTier between uses).
-//
-// The layer's bytes live in one arena: [full-precision slots][residual][quantized blocks]; only the last
-// region in use ever grows, so growth never moves data. Positions and block bookkeeping stay in
-// ordinary memory (a few bytes per token), so crops and telemetry never touch the arena.
+// One cache layer assembled from the four axes, each a piece of its own:
+//   storage    KvArena: the layer's bytes in one arena, [full-precision slots][residual][quantized
+//              blocks], growable or preallocated;
+//   precision  the dtype of full-precision records (f16, bf16 or f32), and QuantizedTokens: KIVI
+//              blocks behind a residual in that dtype;
+//   retention  Retention (all, a ring window, or sinks plus a ring) over SlotPositions, which
+//              remembers the position of each full-precision slot;
+//   placement  LayerMemory: ResidentMemory, or OffloadedMemory lent by an OffloadTier.
+// The layer itself runs the append and attention as backend operations over those pieces, and
+// writes and reads its state (snapshots, conversion between strategies).
 #include "engine/cache/cache_layer.h"
 #include "engine/cache/cache_spec.h"
-#include "engine/compute/kivi_block.h"
+#include "engine/cache/kv_arena.h"
+#include "engine/cache/layer_memory.h"
+#include "engine/cache/quantized_tokens.h"
+#include "engine/cache/retention.h"
 #include "engine/cache/slot_positions.h"
 
-#include <deque>
-#include <vector>
+#include <memory>
+#include <optional>
 
 namespace kvchat {
 
@@ -47,7 +53,7 @@ public:
     bool can_crop_to(int64_t n) const override;
     // A ring forgets tokens, and a crop inside a quantized block cannot give back the block's
     // original split between residual and blocks: both go back through saved state.
-    bool crop_needs_checkpoint() const override { return cfg_.retention != RetentionKind::All || !full(); }
+    bool crop_needs_checkpoint() const override { return !retention_.keeps_all() || !full(); }
     void save_state(std::string& out, int64_t file_offset = -1) const override;
     void load_state(ByteReader& in) override;
     std::string layout() const override;
@@ -59,68 +65,39 @@ public:
 
 private:
     static constexpr int32_t kEmpty = SlotPositions::kEmpty;
-    struct Block {
-        int32_t first = 0;
-        int32_t count = 0;
-        int32_t record = 0;
-    };
 
-    bool full() const { return cfg_.nbits == 0; }
-    bool ordered() const { return slots_.ordered(); }
+    AxisLayer(const LayerSpec& spec, const LayerConfig& cfg, Backend& backend, OffloadTier* tier, int tier_index,
+              const std::optional<KiviFormat>& kivi);
+
+    bool full() const { return !quant_; }
     // A record: the key row, then the value row, kv_dim values each in cfg_.dtype.
     size_t row_bytes() const { return static_cast<size_t>(kv_dim_) * kv_dtype_bytes(cfg_.dtype); }
     size_t rec_bytes() const { return 2 * row_bytes(); }
-    uint8_t* slot(int64_t i) const { return base_ + static_cast<size_t>(i) * rec_bytes(); }
-    uint8_t* res_slot(int64_t i) const { return base_ + res_off_ + static_cast<size_t>(i) * rec_bytes(); }
-    uint8_t* block_data(int32_t rec) const { return base_ + blk_off_ + static_cast<size_t>(rec) * kivi_.block_bytes; }
-    size_t used_bytes() const;
-    size_t capacity_bytes() const;
+    size_t used_bytes() const { return arena_.used_bytes(slots_.used()); }
     // At most used_bytes() once positions [first, first + n) have been added.
     size_t bytes_after(int64_t first, int64_t n) const;
-    void grow_slots(int64_t need);
-    void mark(size_t lo, size_t hi) {
-        dirty_lo_ = std::min(dirty_lo_, lo);
-        dirty_hi_ = std::max(dirty_hi_, hi);
-    }
-    // Arena access: the bytes are valid between begin() and end() (the slow tier lends them).
-    void begin() const;
-    void end() const;
-    // k, v: rows in cfg_.dtype.
+    // Keeps position p, whose key and value rows (in cfg_.dtype) are in KV memory at k and v.
     void store(int32_t p, const void* k, const void* v);
-    void quantize_oldest();
-    void evict_before(int32_t keep_from);
-    // The first row import_tokens may put in the residual (see there).
-    size_t import_from(const TokenRows& rows, int64_t length) const;
     int32_t oldest_recent() const;  // oldest non-sink position held; kEmpty if none
     void clear_meta();
+    // The first row import_tokens may put in the residual (see there).
+    size_t import_from(const TokenRows& rows, int64_t length) const;
     // layout() without the dtype: what the formats before the dtype was recorded (all f32) wrote.
     std::string layout_core() const;
 
     LayerSpec spec_;
     LayerConfig cfg_;
     Backend& backend_;
-    OffloadTier* tier_;
-    int tier_index_;
     int64_t kv_dim_;
-    int recent_ = 0;    // mask window for non-sink tokens (0: none)
-    int sink_end_ = 0;  // positions below are sinks
-    KiviFormat kivi_;
-
-    // arena layout
-    int64_t slot_cap_ = 0, slot_limit_ = 0;
-    size_t res_off_ = 0, blk_off_ = 0;
-    int64_t res_cap_ = 0, blk_cap_ = 0, blk_used_ = 0;
-    std::unique_ptr<KvMemory> resident_;  // resident layers' memory, from the backend
-    mutable uint8_t* base_ = nullptr;
-    mutable size_t dirty_lo_ = 0, dirty_hi_ = 0;
-
-    // bookkeeping
+    Retention retention_;
+    std::unique_ptr<LayerMemory> memory_;
+    KvArena arena_;
     SlotPositions slots_;  // of the full-precision slots (a quantized layer's: its sinks)
-    std::deque<Block> blocks_;
-    std::vector<int32_t> free_records_;
-    int32_t res_first_ = 0;
-    int64_t res_count_ = 0;
-    std::vector<int32_t> res_pos_;
+    std::optional<QuantizedTokens> quant_;
+    // The new tokens' keys and values in cfg_.dtype (keys of all of them, then values), read by
+    // attention beside the stored ones before they are stored.
+    std::unique_ptr<KvMemory> staged_;
+    size_t staged_bytes_ = 0;
     int32_t next_pos_ = 0;
     int64_t evicted_ = 0;
 };

@@ -20,6 +20,11 @@ public:
         out_.append(reinterpret_cast<const char*>(&v), sizeof v);
     }
     void bytes(const void* p, size_t n) { out_.append(static_cast<const char*>(p), n); }
+    // n more bytes for the caller to fill (bytes that come from elsewhere than host memory).
+    char* extend(size_t n) {
+        out_.resize(out_.size() + n);
+        return out_.data() + out_.size() - n;
+    }
     void str(std::string_view s) {
         put<uint32_t>(static_cast<uint32_t>(s.size()));
         out_.append(s);

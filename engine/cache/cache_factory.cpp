@@ -37,7 +37,7 @@ namespace {
 std::unique_ptr<Cache> build(const std::vector<LayerSpec>& layers, const CacheSpec& s, Backend& backend,
                              std::shared_ptr<Backend> owned) {
     std::shared_ptr<OffloadTier> tier;
-    if (s.offloaded) tier = std::make_shared<OffloadTier>(s.offload_dir, static_cast<int>(layers.size()));
+    if (s.offloaded) tier = std::make_shared<OffloadTier>(s.offload_dir, static_cast<int>(layers.size()), &backend);
     std::vector<std::unique_ptr<CacheLayer>> out;
     for (size_t i = 0; i < layers.size(); ++i)
         out.push_back(std::make_unique<AxisLayer>(layers[i], layer_config(layers[i], s), backend, tier.get(), static_cast<int>(i)));

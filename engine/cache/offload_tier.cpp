@@ -26,7 +26,9 @@ bool out_of_space(int err) { return err == ENOSPC || err == EFBIG || err == EDQU
 
 }  // namespace
 
-OffloadTier::OffloadTier(const std::string& dir_in, int n_layers) : n_layers_(n_layers) {
+OffloadTier::OffloadTier(const std::string& dir_in, int n_layers, Backend* backend)
+    : own_backend_(backend ? nullptr : make_cpu_backend(1)), backend_(backend ? backend : own_backend_.get()),
+      n_layers_(n_layers) {
     std::string dir = dir_in;
     if (dir.empty()) {
         const char* t = std::getenv("TMPDIR");
@@ -51,6 +53,8 @@ OffloadTier::OffloadTier(const std::string& dir_in, int n_layers) : n_layers_(n_
     // file this sparse, shows when the cache is made.
     try {
         for (int i = 0; i < n_layers; ++i) ensure(i, kGrain);
+        // Both fast buffers now: the prefetch thread then only fills them.
+        for (FastBuffer& b : buf_) fit(b, 0);
     } catch (...) {
         ::close(fd_);
         throw;
@@ -76,20 +80,21 @@ void OffloadTier::fail(const std::string& what, int err) const {
     throw Error(msg);
 }
 
-void OffloadTier::read_into(int layer, size_t size, std::vector<uint8_t>& buf) {
-    if (buf.size() < size) buf.resize(size);
-    size_t done = 0;
-    while (done < size) {
-        const ssize_t r = ::pread(fd_, buf.data() + done, size - done, offset(layer) + static_cast<int64_t>(done));
-        if (r < 0 && errno == EINTR) continue;
-        if (r < 0) fail("cannot read the", errno);
-        if (r == 0) {
-            // Past the end of the file: bytes the layer reserved but never wrote.
-            std::memset(buf.data() + done, 0, size - done);
-            break;
-        }
-        done += static_cast<size_t>(r);
+uint8_t* OffloadTier::fit(FastBuffer& b, size_t n) {
+    if (!b.mem) {
+        b.mem = backend_->alloc_kv();
+        b.size = 0;
     }
+    if (b.size < n) {
+        b.mem->resize(n);
+        b.size = n;
+    }
+    return b.mem->data();
+}
+
+void OffloadTier::read_into(int layer, size_t size, FastBuffer& buf) {
+    uint8_t* dst = fit(buf, size);
+    if (const int err = backend_->kv_read_file(fd_, offset(layer), dst, size)) fail("cannot read the", err);
 }
 
 void OffloadTier::prefetch_loop() {
@@ -101,7 +106,7 @@ void OffloadTier::prefetch_loop() {
         const size_t size = want_size_;
         want_ = -1;
         busy_ = true;
-        std::vector<uint8_t>& buf = buf_[1 - cur_];
+        FastBuffer& buf = buf_[1 - cur_];
         lock.unlock();
         std::string error;
         try {
@@ -141,18 +146,18 @@ uint8_t* OffloadTier::acquire(int layer, size_t size, size_t capacity) {
         }
         ready_ = -1;
     }
-    std::vector<uint8_t>& buf = buf_[cur_];
+    FastBuffer& buf = buf_[cur_];
     Unsaved& u = unsaved_[li];
     if (u.pending) {
         // The file may be stale for this layer (a write-back failed): memory holds its bytes.
         buf.swap(u.bytes);
-        std::vector<uint8_t>().swap(u.bytes);
+        u.bytes = FastBuffer{};
     } else {
         if (!hit) read_into(layer, size, buf);
         t.in_step = static_cast<int64_t>(size);
         t.in_total += static_cast<int64_t>(size);
     }
-    if (buf.size() < capacity) buf.resize(capacity);
+    uint8_t* data = fit(buf, capacity);
     acquired_ = layer;
     const int next = (layer + 1) % n_layers_;
     if (next != layer) {
@@ -161,19 +166,15 @@ uint8_t* OffloadTier::acquire(int layer, size_t size, size_t capacity) {
         want_size_ = sizes_[static_cast<size_t>(next)];
     }
     cv_.notify_all();
-    return buf.data();
+    return data;
 }
 
-uint8_t* OffloadTier::grow(int, size_t capacity) {
-    std::vector<uint8_t>& buf = buf_[cur_];
-    if (buf.size() < capacity) buf.resize(capacity);
-    return buf.data();
-}
+uint8_t* OffloadTier::grow(int, size_t capacity) { return fit(buf_[cur_], capacity); }
 
 void OffloadTier::release(int layer, size_t size, size_t lo, size_t hi) {
     const size_t li = static_cast<size_t>(layer);
     acquired_ = -1;
-    std::vector<uint8_t>& buf = buf_[cur_];
+    FastBuffer& buf = buf_[cur_];
     Unsaved& u = unsaved_[li];
     hi = std::min(hi, size);
     if (lo >= hi) lo = hi = 0;
@@ -187,25 +188,22 @@ void OffloadTier::release(int layer, size_t size, size_t lo, size_t hi) {
         }
     }
     sizes_[li] = size;
-    size_t done = lo;
-    while (done < hi) {
-        const ssize_t w = ::pwrite(fd_, buf.data() + done, hi - done, offset(layer) + static_cast<int64_t>(done));
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) {
-            // A short write followed by an error (or no progress): the file holds [lo, done) of the
-            // new bytes at best. Keep the buffer as the layer's content until a write succeeds.
-            const int err = w < 0 ? errno : ENOSPC;
+    if (lo < hi) {
+        size_t written = 0;
+        if (const int err = backend_->kv_write_file(fd_, offset(layer) + static_cast<int64_t>(lo), buf.mem->data() + lo,
+                                                    hi - lo, &written)) {
+            // The file holds [lo, lo + written) of the new bytes at best. Keep the buffer as the
+            // layer's content until a write succeeds.
             u.pending = true;
-            u.lo = done;
+            u.lo = lo + written;
             u.hi = hi;
             u.bytes.swap(buf);
             fail("cannot write the", err);
         }
-        done += static_cast<size_t>(w);
     }
     if (u.pending) {
         u.pending = false;
-        std::vector<uint8_t>().swap(u.bytes);
+        u.bytes = FastBuffer{};
     }
     if (hi > lo) {
         traffic_[li].out_step += static_cast<int64_t>(hi - lo);
@@ -221,7 +219,7 @@ void OffloadTier::set_size(int layer, size_t size) {
     // right again.
     if (u.pending && std::min(u.hi, size) <= u.lo) {
         u.pending = false;
-        std::vector<uint8_t>().swap(u.bytes);
+        u.bytes = FastBuffer{};
     }
 }
 

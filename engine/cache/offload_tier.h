@@ -2,9 +2,14 @@
 // The slow tier of offloaded caches on the CPU: a spill file on disk (one per cache, removed
 // when the cache is dropped) holding every offloaded layer's bytes, and two fast buffers. While
 // layer i computes in one buffer, a prefetch thread reads the next layer into the other; after
-// attention only the bytes the layer changed are written back.
+// attention only the bytes the layer changed are written back. The fast buffers are KV memory of
+// the backend that computes with them, and the backend moves the bytes between them and the file
+// (a GPU backend stages them through pinned memory), so the layer computes on them in place.
+#include "engine/compute/backend.h"
+
 #include <condition_variable>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -21,8 +26,9 @@ struct TierTraffic {
 class OffloadTier {
 public:
     // Creates the spill file in `dir` (empty: $TMPDIR, else /tmp); throws kvchat::Error naming
-    // the directory and the reason when it cannot.
-    OffloadTier(const std::string& dir, int n_layers);
+    // the directory and the reason when it cannot. backend: the one the layers compute with (it
+    // must outlive the tier; null: a CPU backend of the tier's own).
+    OffloadTier(const std::string& dir, int n_layers, Backend* backend = nullptr);
     ~OffloadTier();
     OffloadTier(const OffloadTier&) = delete;
     OffloadTier& operator=(const OffloadTier&) = delete;
@@ -51,10 +57,23 @@ public:
 
 private:
     void prefetch_loop();
-    void read_into(int layer, size_t size, std::vector<uint8_t>& buf);
+    // A fast buffer: KV memory and its size in bytes.
+    struct FastBuffer {
+        std::unique_ptr<KvMemory> mem;
+        size_t size = 0;
+        void swap(FastBuffer& o) {
+            mem.swap(o.mem);
+            std::swap(size, o.size);
+        }
+    };
+    // Sizes b to at least n bytes (keeping its content), allocating it first if it has none.
+    uint8_t* fit(FastBuffer& b, size_t n);
+    void read_into(int layer, size_t size, FastBuffer& buf);
     [[noreturn]] void fail(const std::string& what, int err) const;
     int64_t offset(int layer) const { return static_cast<int64_t>(layer) << 36; }
 
+    std::unique_ptr<Backend> own_backend_;
+    Backend* backend_;
     std::string path_;
     int fd_ = -1;
     int n_layers_;
@@ -64,12 +83,12 @@ private:
     // range [lo, hi) the file may not hold yet.
     struct Unsaved {
         bool pending = false;
-        std::vector<uint8_t> bytes;
+        FastBuffer bytes;
         size_t lo = 0, hi = 0;
     };
     std::vector<Unsaved> unsaved_;
     std::vector<TierTraffic> traffic_;
-    std::vector<uint8_t> buf_[2];
+    FastBuffer buf_[2];
     int cur_ = 0;             // buffer of the acquired layer
     int acquired_ = -1;
     // Prefetch state, guarded by mu_.

@@ -76,22 +76,36 @@ public:
     // dst row i = src row src_rows[i]
     virtual void gather_rows(const Buffer& src, const std::vector<int64_t>& src_rows, Buffer& dst) = 0;
 
-    // --- cache layers' operations (pointers are into this backend's memory) ---
+    // --- cache layers' operations ---
+    // Activations are Buffers; a layer's keys and values live in KvMemory of this backend, and
+    // `void*` / `uint8_t*` arguments point into such memory (never host memory, except where a
+    // parameter is named host).
     virtual std::unique_ptr<KvMemory> alloc_kv() = 0;
-    // Rotates n rows of x (row t at x + t * row_stride: n_heads heads of head_dim) at pos[t].
-    virtual void rope(const RopeSpec& spec, float* x, int64_t row_stride, const int32_t* pos, int64_t n, int n_heads,
-                      int head_dim) = 0;
-    // x[i] = x[i] * scale rounded to the nearest fp16 value, kept as float (llama.cpp's rounding
-    // points of its f16 cache).
-    virtual void round_f16(float* x, int64_t n, float scale) = 0;
-    // The append's conversion: n values from f32 into `t` at dst, and back.
-    virtual void kv_store(KvDtype t, const float* src, void* dst, int64_t n) = 0;
-    virtual void kv_load(KvDtype t, const void* src, float* dst, int64_t n) = 0;
-    // The append's quantization: `count` tokens into one KIVI block (kivi_block.h).
-    virtual void kv_quantize(const KiviFormat& f, const float* k, const float* v, int64_t stride, int count,
-                             uint8_t* block) = 0;
+    // dst rows [0, n_rows) = src rows [0, n_rows) (equal widths).
+    virtual void copy(const Buffer& src, int64_t n_rows, Buffer& dst) = 0;
+    // Rotates rows [0, n) of x (n_heads heads of head_dim each) in place, row t at position pos[t].
+    virtual void rope(const RopeSpec& spec, Buffer& x, const int32_t* pos, int64_t n, int n_heads, int head_dim) = 0;
+    // x = x * scale rounded to the nearest fp16 value, kept as float, for rows [0, n_rows)
+    // (llama.cpp's rounding points of its f16 cache).
+    virtual void round_f16(Buffer& x, int64_t n_rows, float scale) = 0;
+    // The append's conversion: rows [0, n_rows) of src (f32) into `t`, packed row after row at dst.
+    virtual void kv_store(KvDtype t, const Buffer& src, int64_t n_rows, void* dst) = 0;
+    // The append's quantization: `count` records (a key row then a value row, f.kv_dim values each
+    // in `t`, one after the other: a residual's layout) into one KIVI block (kivi_block.h).
+    virtual void kv_quantize(const KiviFormat& f, KvDtype t, const void* records, int count, uint8_t* block) = 0;
     // Attention over a layer's slots and quantized blocks (attention.h); out: n_q x (n_head*head_dim).
     virtual void attend(const AttentionInput& in, const AttentionShape& shape, float* out) = 0;
+    // Byte moves of KV memory: within it (regions may overlap), and to and from host memory
+    // (snapshots, conversions).
+    virtual void kv_copy(void* dst, const void* src, size_t bytes) = 0;
+    virtual void kv_upload(void* dst, const void* host, size_t bytes) = 0;
+    virtual void kv_download(void* host, const void* src, size_t bytes) = 0;
+    // An offload tier's moves between its spill file and KV memory: n bytes of the open file fd at
+    // `offset` into dst (bytes past the end of the file read as zero), and n bytes of src into the
+    // file at `offset`. They return 0 or an errno value; *written: the bytes written before an
+    // error. Called from the tier's prefetch thread too (reads), beside the compute.
+    virtual int kv_read_file(int fd, int64_t offset, void* dst, size_t n) = 0;
+    virtual int kv_write_file(int fd, int64_t offset, const void* src, size_t n, size_t* written) = 0;
 };
 
 // The CPU backend with n_threads worker threads (<= 0: one per core).

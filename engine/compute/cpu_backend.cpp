@@ -11,7 +11,10 @@
 
 #include <immintrin.h>
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -193,17 +196,22 @@ private:
 public:
     std::unique_ptr<KvMemory> alloc_kv() override { return std::make_unique<HostKvMemory>(); }
 
-    void rope(const RopeSpec& spec, float* x, int64_t row_stride, const int32_t* pos, int64_t n, int n_heads,
-              int head_dim) override {
+    void copy(const Buffer& src, int64_t n_rows, Buffer& dst) override {
+        std::memcpy(dst.data, src.data, sizeof(float) * static_cast<size_t>(n_rows * src.cols));
+    }
+
+    void rope(const RopeSpec& spec, Buffer& x, const int32_t* pos, int64_t n, int n_heads, int head_dim) override {
         RopeAngles angles(spec);
         for (int64_t t = 0; t < n; ++t) {
             angles.set_position(pos[t]);
-            angles.rotate(x + t * row_stride, n_heads, head_dim);
+            angles.rotate(x.data + t * x.cols, n_heads, head_dim);
         }
     }
 
-    void round_f16(float* x, int64_t n, float scale) override {
+    void round_f16(Buffer& b, int64_t n_rows, float scale) override {
         // F16C eight at a time: the conversion runs over every query of a prefill.
+        float* x = b.data;
+        const int64_t n = n_rows * b.cols;
         const __m256 vs = _mm256_set1_ps(scale);
         int64_t i = 0;
         for (; i + 8 <= n; i += 8) {
@@ -213,13 +221,66 @@ public:
         for (; i < n; ++i) x[i] = fp16_to_fp32(fp32_to_fp16(x[i] * scale));
     }
 
-    void kv_store(KvDtype t, const float* src, void* dst, int64_t n) override { kv_store_row(t, src, dst, n); }
-    void kv_load(KvDtype t, const void* src, float* dst, int64_t n) override { kv_load_row(t, src, dst, n); }
-    void kv_quantize(const KiviFormat& f, const float* k, const float* v, int64_t stride, int count, uint8_t* block) override {
-        kivi_quantize_block(f, k, v, stride, count, block);
+    void kv_store(KvDtype t, const Buffer& src, int64_t n_rows, void* dst) override {
+        kv_store_row(t, src.data, dst, n_rows * src.cols);
+    }
+    void kv_quantize(const KiviFormat& f, KvDtype t, const void* records, int count, uint8_t* block) override {
+        const int64_t n = static_cast<int64_t>(count) * 2 * f.kv_dim;
+        const float* rows = static_cast<const float*>(records);
+        // The block is quantized from f32 rows (the records', converted when they keep another dtype).
+        thread_local std::vector<float> f32;
+        if (t != KvDtype::F32) {
+            f32.resize(static_cast<size_t>(n));
+            kv_load_row(t, records, f32.data(), n);
+            rows = f32.data();
+        }
+        kivi_quantize_block(f, rows, rows + f.kv_dim, 2 * static_cast<int64_t>(f.kv_dim), count, block);
     }
     void attend(const AttentionInput& in, const AttentionShape& shape, float* out) override {
         kvchat::attend(in, shape, out, pool_);
+    }
+
+    void kv_copy(void* dst, const void* src, size_t bytes) override {
+        if (bytes) std::memmove(dst, src, bytes);
+    }
+    void kv_upload(void* dst, const void* host, size_t bytes) override {
+        if (bytes) std::memcpy(dst, host, bytes);
+    }
+    void kv_download(void* host, const void* src, size_t bytes) override {
+        if (bytes) std::memcpy(host, src, bytes);
+    }
+
+    int kv_read_file(int fd, int64_t offset, void* dst_v, size_t n) override {
+        uint8_t* dst = static_cast<uint8_t*>(dst_v);
+        size_t done = 0;
+        while (done < n) {
+            const ssize_t r = ::pread(fd, dst + done, n - done, offset + static_cast<int64_t>(done));
+            if (r < 0 && errno == EINTR) continue;
+            if (r < 0) return errno;
+            if (r == 0) {
+                // Past the end of the file: bytes reserved but never written.
+                std::memset(dst + done, 0, n - done);
+                break;
+            }
+            done += static_cast<size_t>(r);
+        }
+        return 0;
+    }
+    int kv_write_file(int fd, int64_t offset, const void* src_v, size_t n, size_t* written) override {
+        const uint8_t* src = static_cast<const uint8_t*>(src_v);
+        size_t done = 0;
+        while (done < n) {
+            const ssize_t w = ::pwrite(fd, src + done, n - done, offset + static_cast<int64_t>(done));
+            if (w < 0 && errno == EINTR) continue;
+            if (w <= 0) {
+                // A short write followed by an error, or no progress at all.
+                *written = done;
+                return w < 0 ? errno : ENOSPC;
+            }
+            done += static_cast<size_t>(w);
+        }
+        *written = done;
+        return 0;
     }
 
 private:
