@@ -25,6 +25,7 @@
 #include "engine/model/model_path.h"
 #include "support/cli_run.h"
 
+#include <QTemporaryFile>
 #include <QtTest>
 
 #include <algorithm>
@@ -187,7 +188,7 @@ private Q_SLOTS:
         };
         same([&](Backend& be, Buffer& x, Buffer& y) { be.add(x, y, rows); }, "add");
         same([&](Backend& be, Buffer& x, Buffer& y) { be.gated(GatedActivation::GeluTanh, x, y, rows); }, "gelu");
-        same([&](Backend& be, Buffer& x, Buffer&) { be.round_f16(x.data, rows * cols, 0.125f); }, "round_f16");
+        same([&](Backend& be, Buffer& x, Buffer&) { be.round_f16(x, rows, 0.125f); }, "round_f16");
         // SiLU and softcap use the GPU's expf/tanhf: within an ulp or two.
         for (int which = 0; which < 2; ++which) {
             auto op = [&](Backend& be, Buffer& x, Buffer& y) {
@@ -260,30 +261,71 @@ private Q_SLOTS:
             spec.style = style;
             spec.dims = hd;
             spec.base = 1000000.0;
-            auto want = random_floats(n * heads * hd, 11), got = want;
-            cpu_->rope(spec, want.data(), heads * hd, pos.data(), n, heads, hd);
-            gpu_->rope(spec, got.data(), heads * hd, pos.data(), n, heads, hd);  // host memory: staged
-            QVERIFY(got == want);
+            const auto x = random_floats(n * heads * hd, 11);
+            auto rotated = [&](Backend& be) {
+                Buffer b = filled(be, x, n, heads * hd);
+                be.rope(spec, b, pos.data(), n, heads, hd);
+                auto v = contents(be, b);
+                be.free(b);
+                return v;
+            };
+            QVERIFY(rotated(*gpu_) == rotated(*cpu_));
         }
+        // The append's conversion into each dtype, read back through the backend's own download.
         const auto x = random_floats(1000, 12, 100.0f);
         for (KvDtype t : {KvDtype::F16, KvDtype::BF16, KvDtype::F32}) {
-            std::vector<uint8_t> a(x.size() * kv_dtype_bytes(t)), b(a.size());
-            cpu_->kv_store(t, x.data(), a.data(), static_cast<int64_t>(x.size()));
-            gpu_->kv_store(t, x.data(), b.data(), static_cast<int64_t>(x.size()));
-            QVERIFY2(a == b, kv_dtype_name(t));
-            std::vector<float> fa(x.size()), fb(x.size());
-            cpu_->kv_load(t, a.data(), fa.data(), static_cast<int64_t>(x.size()));
-            gpu_->kv_load(t, a.data(), fb.data(), static_cast<int64_t>(x.size()));
-            QVERIFY2(fa == fb, kv_dtype_name(t));
+            auto stored = [&](Backend& be) {
+                const size_t bytes = x.size() * kv_dtype_bytes(t);
+                Buffer b = filled(be, x, 10, 100);
+                auto mem = be.alloc_kv();
+                mem->resize(bytes);
+                be.kv_store(t, b, 10, mem->data());
+                std::vector<uint8_t> out(bytes);
+                be.kv_download(out.data(), mem->data(), bytes);
+                be.free(b);
+                return out;
+            };
+            QVERIFY2(stored(*gpu_) == stored(*cpu_), kv_dtype_name(t));
         }
-        for (int nbits : {2, 4, 8}) {
-            const KiviFormat f(nbits, 16, 64, 128);
-            const auto kv = random_floats(static_cast<size_t>(16) * 256, 13);
-            std::vector<uint8_t> a(f.block_bytes), b(f.block_bytes);
-            cpu_->kv_quantize(f, kv.data(), kv.data() + 128, 256, 11, a.data());
-            gpu_->kv_quantize(f, kv.data(), kv.data() + 128, 256, 11, b.data());
-            QVERIFY2(a == b, qPrintable(QString("nbits=%1").arg(nbits)));
-        }
+        // KIVI blocks from residual records (a key row then a value row each) kept in each dtype.
+        for (KvDtype t : {KvDtype::F16, KvDtype::F32})
+            for (int nbits : {2, 4, 8}) {
+                const KiviFormat f(nbits, 16, 64, 128);
+                const auto kv = random_floats(static_cast<size_t>(16) * 256, 13);
+                std::vector<uint8_t> records(kv.size() * kv_dtype_bytes(t));
+                kv_store_row(t, kv.data(), records.data(), static_cast<int64_t>(kv.size()));
+                auto block = [&](Backend& be) {
+                    auto mem = be.alloc_kv();
+                    mem->resize(records.size() + f.block_bytes);
+                    be.kv_upload(mem->data(), records.data(), records.size());
+                    be.kv_quantize(f, t, mem->data(), 11, mem->data() + records.size());
+                    std::vector<uint8_t> out(f.block_bytes);
+                    be.kv_download(out.data(), mem->data() + records.size(), f.block_bytes);
+                    return out;
+                };
+                QVERIFY2(block(*gpu_) == block(*cpu_), qPrintable(QString("%1 nbits=%2").arg(kv_dtype_name(t)).arg(nbits)));
+            }
+        // Moves of cache memory: an overlapping copy within it, and the spill file's read and write.
+        auto moved = [&](Backend& be) {
+            std::vector<uint8_t> host(4096);
+            for (size_t i = 0; i < host.size(); ++i) host[i] = static_cast<uint8_t>(i * 7);
+            auto mem = be.alloc_kv();
+            mem->resize(8192);
+            be.kv_upload(mem->data(), host.data(), host.size());
+            be.kv_copy(mem->data() + 100, mem->data(), 4000);
+            QTemporaryFile spill;
+            if (!spill.open()) return std::vector<uint8_t>{};
+            size_t written = 0;
+            if (be.kv_write_file(spill.handle(), 0, mem->data(), 4096, &written) != 0 || written != 4096) return std::vector<uint8_t>{};
+            // 6,000 bytes from a 4,096-byte file: the rest reads as zero.
+            if (be.kv_read_file(spill.handle(), 0, mem->data() + 2048, 6000) != 0) return std::vector<uint8_t>{};
+            std::vector<uint8_t> out(8192);
+            be.kv_download(out.data(), mem->data(), out.size());
+            return out;
+        };
+        const auto want_moved = moved(*cpu_);
+        QVERIFY(!want_moved.empty());
+        QVERIFY(moved(*gpu_) == want_moved);
     }
 
     void attentionMatches_data() {
@@ -321,7 +363,7 @@ private Q_SLOTS:
         // dtype; slot i holds position i (the last few empty).
         const auto kvf = random_floats(static_cast<size_t>(n_slots) * stride, 21);
         std::vector<uint8_t> slot_bytes(kvf.size() * kv_dtype_bytes(dt));
-        cpu_->kv_store(dt, kvf.data(), slot_bytes.data(), static_cast<int64_t>(kvf.size()));
+        kv_store_row(dt, kvf.data(), slot_bytes.data(), static_cast<int64_t>(kvf.size()));
         std::vector<int32_t> spos(n_slots);
         for (int i = 0; i < n_slots; ++i) spos[i] = i < n_slots - 3 ? i : INT32_MAX;
         // Optional KIVI blocks before the slots: positions [first_blocks, first_blocks + 3*group).

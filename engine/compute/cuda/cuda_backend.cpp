@@ -26,6 +26,9 @@
 #include "engine/error.h"
 
 #include <cuda_runtime.h>
+#include <unistd.h>
+
+#include <cerrno>
 
 #include <algorithm>
 #include <atomic>
@@ -373,8 +376,17 @@ public:
     // --- cache layers' operations ---
     std::unique_ptr<KvMemory> alloc_kv() override { return std::make_unique<ManagedKvMemory>(cache_use_); }
 
-    void rope(const RopeSpec& spec, float* x, int64_t row_stride, const int32_t* pos, int64_t n, int n_heads,
-              int head_dim) override {
+    void copy(const Buffer& src, int64_t n_rows, Buffer& dst) override {
+        if (n_rows <= 0) return;
+        std::lock_guard lock(mu_);
+        select();
+        check(cudaMemcpyAsync(dst.data, src.data, sizeof(float) * static_cast<size_t>(n_rows * src.cols), cudaMemcpyDefault,
+                              stream_),
+              "copying rows");
+        done("copy");
+    }
+
+    void rope(const RopeSpec& spec, Buffer& x, const int32_t* pos, int64_t n, int n_heads, int head_dim) override {
         if (n <= 0) return;
         std::lock_guard lock(mu_);
         select();
@@ -395,53 +407,132 @@ public:
             }
         }
         Staging st(stream_);
-        float* dx = st.inout(x, sizeof(float) * static_cast<size_t>((n - 1) * row_stride + static_cast<int64_t>(n_heads) * head_dim));
-        cuda::rope(dx, row_stride, st.upload(cs), n, n_heads, head_dim, half, spec.style == RopeStyle::HalfSplit, stream_);
+        cuda::rope(x.data, x.cols, st.upload(cs), n, n_heads, head_dim, half, spec.style == RopeStyle::HalfSplit, stream_);
         st.finish();
         check(cudaGetLastError(), "rope");
     }
 
-    void round_f16(float* x, int64_t n, float scale) override {
-        if (n <= 0) return;
+    void round_f16(Buffer& x, int64_t n_rows, float scale) override {
+        if (n_rows <= 0) return;
         std::lock_guard lock(mu_);
         select();
-        Staging st(stream_);
-        cuda::round_f16(st.inout(x, sizeof(float) * static_cast<size_t>(n)), n, scale, stream_);
-        st.finish();
-        check(cudaGetLastError(), "round_f16");
+        cuda::round_f16(x.data, n_rows * x.cols, scale, stream_);
+        done("round_f16");
     }
 
-    void kv_store(KvDtype t, const float* src, void* dst, int64_t n) override {
-        if (n <= 0) return;
+    void kv_store(KvDtype t, const Buffer& src, int64_t n_rows, void* dst) override {
+        if (n_rows <= 0) return;
         std::lock_guard lock(mu_);
         select();
-        Staging st(stream_);
-        cuda::kv_store(static_cast<int>(t), st.in(src, sizeof(float) * static_cast<size_t>(n)),
-                       st.inout(dst, kv_dtype_bytes(t) * static_cast<size_t>(n)), n, stream_);
-        st.finish();
-        check(cudaGetLastError(), "kv_store");
+        cuda::kv_store(static_cast<int>(t), src.data, dst, n_rows * src.cols, stream_);
+        done("kv_store");
     }
 
-    void kv_load(KvDtype t, const void* src, float* dst, int64_t n) override {
-        if (n <= 0) return;
+    // The block is quantized from f32 rows: records kept in another dtype are converted first, on
+    // the device, as the CPU backend converts them on the host.
+    void kv_quantize(const KiviFormat& f, KvDtype t, const void* records, int count, uint8_t* block) override {
+        if (count <= 0) return;
         std::lock_guard lock(mu_);
         select();
         Staging st(stream_);
-        cuda::kv_load(static_cast<int>(t), st.in(src, kv_dtype_bytes(t) * static_cast<size_t>(n)),
-                      st.inout(dst, sizeof(float) * static_cast<size_t>(n)), n, stream_);
-        st.finish();
-        check(cudaGetLastError(), "kv_load");
-    }
-
-    void kv_quantize(const KiviFormat& f, const float* k, const float* v, int64_t stride, int count, uint8_t* block) override {
-        std::lock_guard lock(mu_);
-        select();
-        Staging st(stream_);
-        const size_t extent = count > 0 ? sizeof(float) * static_cast<size_t>((count - 1) * stride + f.kv_dim) : 0;
-        cuda::kivi_quantize(layout(f), st.in(k, extent), st.in(v, extent), stride, count, st.inout(block, f.block_bytes),
-                            stream_);
+        const int64_t n = static_cast<int64_t>(count) * 2 * f.kv_dim;
+        const float* rows = static_cast<const float*>(records);
+        if (t != KvDtype::F32) {
+            auto* f32 = static_cast<float*>(st.scratch(sizeof(float) * static_cast<size_t>(n)));
+            cuda::kv_load(static_cast<int>(t), records, f32, n, stream_);
+            rows = f32;
+        }
+        cuda::kivi_quantize(layout(f), rows, rows + f.kv_dim, 2 * static_cast<int64_t>(f.kv_dim), count, block, stream_);
         st.finish();
         check(cudaGetLastError(), "kv_quantize");
+    }
+
+    // Byte moves of cache memory. cudaMemcpy leaves overlapping regions undefined, so an
+    // overlapping move goes through scratch memory.
+    void kv_copy(void* dst, const void* src, size_t bytes) override {
+        if (bytes == 0 || dst == src) return;
+        std::lock_guard lock(mu_);
+        select();
+        const auto* s8 = static_cast<const uint8_t*>(src);
+        auto* d8 = static_cast<uint8_t*>(dst);
+        if (d8 < s8 + bytes && s8 < d8 + bytes) {
+            Staging st(stream_);
+            void* tmp = st.scratch(bytes);
+            check(cudaMemcpyAsync(tmp, src, bytes, cudaMemcpyDefault, stream_), "copying cache memory");
+            check(cudaMemcpyAsync(dst, tmp, bytes, cudaMemcpyDefault, stream_), "copying cache memory");
+            st.finish();
+        } else {
+            check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream_), "copying cache memory");
+            done("kv_copy");
+        }
+    }
+    void kv_upload(void* dst, const void* host, size_t bytes) override {
+        if (bytes == 0) return;
+        std::lock_guard lock(mu_);
+        select();
+        check(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyDefault, stream_), "copying into cache memory");
+        done("kv_upload");
+    }
+    void kv_download(void* host, const void* src, size_t bytes) override {
+        if (bytes == 0) return;
+        std::lock_guard lock(mu_);
+        select();
+        check(cudaMemcpyAsync(host, src, bytes, cudaMemcpyDefault, stream_), "copying out of cache memory");
+        done("kv_download");
+    }
+
+    // The spill file is read into host memory first, without the lock (the tier's prefetch thread
+    // calls this beside the compute), then copied to the device under it; writes the other way.
+    int kv_read_file(int fd, int64_t offset, void* dst, size_t n) override {
+        if (n == 0) return 0;
+        thread_local std::vector<uint8_t> host;
+        host.resize(n);
+        size_t got = 0;
+        while (got < n) {
+            const ssize_t r = ::pread(fd, host.data() + got, n - got, offset + static_cast<int64_t>(got));
+            if (r < 0 && errno == EINTR) continue;
+            if (r < 0) return errno;
+            if (r == 0) {
+                // Past the end of the file: bytes reserved but never written.
+                std::memset(host.data() + got, 0, n - got);
+                break;
+            }
+            got += static_cast<size_t>(r);
+        }
+        std::lock_guard lock(mu_);
+        select();
+        if (cudaMemcpy(dst, host.data(), n, cudaMemcpyDefault) != cudaSuccess) {
+            cudaGetLastError();
+            return EIO;
+        }
+        return 0;
+    }
+    int kv_write_file(int fd, int64_t offset, const void* src, size_t n, size_t* written) override {
+        *written = 0;
+        if (n == 0) return 0;
+        thread_local std::vector<uint8_t> host;
+        host.resize(n);
+        {
+            std::lock_guard lock(mu_);
+            select();
+            if (cudaMemcpy(host.data(), src, n, cudaMemcpyDefault) != cudaSuccess) {
+                cudaGetLastError();
+                return EIO;
+            }
+        }
+        size_t put = 0;
+        while (put < n) {
+            const ssize_t w = ::pwrite(fd, host.data() + put, n - put, offset + static_cast<int64_t>(put));
+            if (w < 0 && errno == EINTR) continue;
+            if (w <= 0) {
+                // A short write followed by an error, or no progress at all.
+                *written = put;
+                return w < 0 ? errno : ENOSPC;
+            }
+            put += static_cast<size_t>(w);
+        }
+        *written = put;
+        return 0;
     }
 
     void attend(const AttentionInput& in, const AttentionShape& shape, float* out) override {
