@@ -160,7 +160,7 @@ int cmd_generate(const Options& o) {
             std::fwrite(piece.data(), 1, piece.size(), stdout);
             std::fflush(stdout);
         };
-    const kvchat::GenerationResult r = gen.generate(*cache, ids, g, stream);
+    const kvchat::GenerationResult r = gen.generate(*cache, ids, g, stream, &kvchat::cli::stop_on_interrupt());
     if (as_json) {
         json j;
         j["text"] = r.text;
@@ -181,7 +181,7 @@ int cmd_generate(const Options& o) {
                      static_cast<long long>(r.prompt_tokens), r.ttft_ms, r.prefill_tok_s(), r.decode_tok_s(),
                      r.stop_reason.c_str());
     }
-    return 0;
+    return r.stop_reason == "cancelled" ? kvchat::cli::kInterruptedExit : 0;
 }
 
 std::vector<int> int_list(const std::string& name, const std::string& text) {
