@@ -27,6 +27,15 @@ nlohmann::json read_json(const std::string& name) {
     return nlohmann::json::parse(in);
 }
 
+// Golden data stored as qCompress writes it (the generating script says why).
+nlohmann::json read_compressed_json(const std::string& name) {
+    QFile f(QString::fromStdString(kvchat::test::data_path(name)));
+    if (!f.open(QIODevice::ReadOnly)) throw std::runtime_error("missing test data " + name);
+    const QByteArray text = qUncompress(f.readAll());
+    if (text.isEmpty()) throw std::runtime_error("test data " + name + " is not zlib data");
+    return nlohmann::json::parse(text.constData(), text.constData() + text.size());
+}
+
 std::vector<int32_t> ids_of(const nlohmann::json& j) { return j.get<std::vector<int32_t>>(); }
 
 QString show(const std::vector<int32_t>& ids) {
@@ -187,11 +196,11 @@ private slots:
     }
 
     // Every control, user-defined and unknown piece of Gemma 3's vocabulary typed inside user text
-    // ("x" + piece + " y") tokenizes as llama.cpp tokenizes it (tests/data/control_piece_golden.json,
+    // ("x" + piece + " y") tokenizes as llama.cpp tokenizes it (tests/data/control_piece_golden.json.zlib,
     // from tests/reference/make_control_piece_golden.py): control pieces stay characters, user-defined
     // ones are matched. The first piece that differs is named.
     void typedPiecesMatchLlamaCpp() {
-        const nlohmann::json golden = read_json("control_piece_golden.json");
+        const nlohmann::json golden = read_compressed_json("control_piece_golden.json.zlib");
         QCOMPARE(golden["model"].get<std::string>(), std::string(kvchat::kDefaultModelFile));
         QCOMPARE(golden["vocab_size"].get<int32_t>(), gemma_->vocab_size());
         const std::string before = golden["typed_as"][0], after = golden["typed_as"][1];

@@ -8,11 +8,15 @@ no BOS, parse_special off, so control pieces are never matched and user-defined 
 (end-of-generation markers such as "</s>" become control).
 
 Needs the reference environment (tests/reference/setup_reference.sh).
-Usage: make_control_piece_golden.py [MODEL.gguf] > tests/data/control_piece_golden.json
+The JSON (600 kB, one piece a line) is stored zlib-compressed as Qt's qCompress writes it (a 4-byte
+big-endian length, then the zlib stream), which the test reads with qUncompress.
+Usage: make_control_piece_golden.py [MODEL.gguf] [OUT]   (OUT: tests/data/control_piece_golden.json.zlib)
 """
 import json
 import os
+import struct
 import sys
+import zlib
 
 import llama_cpp
 
@@ -52,7 +56,11 @@ def main():
     # One piece a line: [id, kind, piece, ids of "x" + piece + " y"].
     head = json.dumps(out, ensure_ascii=False)[:-1]
     body = ",\n".join(json.dumps(c, ensure_ascii=False, separators=(",", ":")) for c in cases)
-    sys.stdout.write(head + ',"cases":[\n' + body + "\n]}\n")
+    text = (head + ',"cases":[\n' + body + "\n]}\n").encode("utf-8")
+    target = sys.argv[2] if len(sys.argv) > 2 else os.path.join(
+        os.path.dirname(os.path.abspath(__file__)), "..", "data", "control_piece_golden.json.zlib")
+    with open(target, "wb") as f:
+        f.write(struct.pack(">I", len(text)) + zlib.compress(text, 9))
 
 
 if __name__ == "__main__":
