@@ -44,6 +44,15 @@ void catch_interrupts() {
     sigaction(SIGINT, &sa, nullptr);
 }
 
+}  // namespace
+
+const std::atomic<bool>& stop_on_interrupt() {
+    catch_interrupts();
+    return g_stop;
+}
+
+namespace {
+
 void note(const std::string& s) { std::fprintf(stderr, "kvchat-cli: note: %s\n", s.c_str()); }
 
 std::string db_path(const Options& o) { return o.str("--db", Store::default_path()); }
@@ -120,6 +129,8 @@ int interactive(ConversationRegistry& reg, const std::string& title, const TurnO
             std::printf("\n");
             for (const std::string& n : r.notices) note(n);
             print_turn_footer(r);
+        } catch (const Cancelled&) {
+            note("stopped before the answer began; the message was not sent");
         } catch (const Error& e) {
             std::fprintf(stderr, "kvchat-cli: error: %s\n", e.what());
         }
@@ -155,12 +166,18 @@ int cmd_chat(const Options& o) {
     const bool as_json = o.flag("--json");
     const auto on_text = as_json ? std::function<void(std::string_view)>() : print_piece;
     TurnResult r;
-    if (regenerate) {
-        r = reg.regenerate(title, t, on_text, &g_stop);
-    } else {
-        const std::string message = o.str("--message");
-        if (message.empty()) throw Error("the message is empty: give --message some text");
-        r = reg.send(title, message, t, on_text, &g_stop);
+    try {
+        if (regenerate) {
+            r = reg.regenerate(title, t, on_text, &g_stop);
+        } else {
+            const std::string message = o.str("--message");
+            if (message.empty()) throw Error("the message is empty: give --message some text");
+            r = reg.send(title, message, t, on_text, &g_stop);
+        }
+    } catch (const Cancelled&) {
+        // Ctrl-C before the first token: the turn is taken back, the conversation is as it was.
+        note("stopped before the answer began; the conversation is unchanged");
+        return kInterruptedExit;
     }
     if (as_json) {
         std::printf("%s\n", turn_json(r, title).dump(-1, ' ', false, json::error_handler_t::replace).c_str());

@@ -1,8 +1,10 @@
 // Nothing left behind: an offloaded cache's spill file has no name on disk (so even kill -9
 // leaves none), a snapshot write a killed process left half done is swept when the database is
 // next opened (never one still being written), and chat-bench removes its temporary folder when
-// it fails or is stopped.
+// it fails or is stopped. A snapshot whose conversation or prefix row was deleted (a crash
+// between the row's delete and the file's) is swept on open too, unless a process holds it.
 #include "engine/common/atomic_file.h"
+#include "engine/store/conversation_lock.h"
 #include "engine/store/store.h"
 #include "support/test_paths.h"
 #include "support/tiny_model.h"
@@ -15,7 +17,9 @@
 
 #include <csignal>
 #include <fstream>
+#include <sys/stat.h>
 #include <sys/time.h>
+#include <unistd.h>
 
 using namespace kvchat;
 
@@ -100,6 +104,68 @@ private slots:
         QVERIFY(exists(writing.temporary_path()));
         writing.commit();
         QVERIFY(exists(snapshots + "/conversation-5.kvcache"));
+    }
+
+    // Opening a database removes the snapshot files kvchat named for rows that were deleted, and
+    // nothing else: not a row's file, not one a process holds the conversation of, not one for
+    // an id not handed out yet (another process may be creating that row), not other names.
+    void orphanSnapshotsAreSwept() {
+        QTemporaryDir dir;
+        const std::string db = (dir.path() + "/kv.db").toStdString();
+        std::string snapshots;
+        std::vector<int64_t> conversations, prefixes;
+        std::unique_ptr<ConversationLock> held;
+        {
+            Store store(db);
+            snapshots = store.snapshot_dir();
+            for (const char* title : {"kept", "deleted", "held", "linked"})
+                conversations.push_back(store.create_conversation(title, "fp", "dynamic").id);
+            for (const char* name : {"kept prefix", "deleted prefix"}) {
+                PrefixRecord p;
+                p.name = name;
+                p.text = "Be brief.";
+                prefixes.push_back(store.save_prefix(p).id);
+            }
+            for (int64_t id : conversations) plant(snapshots + "/" + Store::conversation_snapshot_name(id), 0);
+            for (int64_t id : prefixes) plant(snapshots + "/" + Store::prefix_snapshot_name(id), 0);
+            // The rows go, the files stay: what a crash between the two deletes leaves.
+            QVERIFY(store.delete_conversation(conversations[1]).empty());
+            QVERIFY(store.delete_conversation(conversations[2]).empty());
+            QVERIFY(store.delete_conversation(conversations[3]).empty());
+            QVERIFY(store.delete_prefix(prefixes[1]).empty());
+            // Another process holds the deleted conversation "held" (this lock is a descriptor of
+            // its own, as another process's would be).
+            QCOMPARE(::mkdir((dir.path() + "/locks").toStdString().c_str(), 0700), 0);
+            held = std::make_unique<ConversationLock>(store.conversation_lock_path(conversations[2]), "held");
+        }
+        const auto file = [&](int64_t id) { return snapshots + "/" + Store::conversation_snapshot_name(id); };
+        // Conversation 4's name is a symbolic link: kvchat never makes one, so it is not touched.
+        const std::string target = (dir.path() + "/elsewhere").toStdString();
+        plant(target, 0);
+        QVERIFY(std::remove(file(conversations[3]).c_str()) == 0);
+        QVERIFY(::symlink(target.c_str(), file(conversations[3]).c_str()) == 0);
+        const std::string future = file(conversations.back() + 100);
+        const std::string zero_padded = snapshots + "/conversation-0" + std::to_string(conversations[1]) + ".kvcache";
+        const std::string other = snapshots + "/notes.kvcache";
+        for (const std::string& p : {future, zero_padded, other}) plant(p, 0);
+
+        {
+            Store store(db);
+        }
+        QVERIFY(exists(file(conversations[0])));
+        QVERIFY(!exists(file(conversations[1])));
+        QVERIFY(exists(snapshots + "/" + Store::prefix_snapshot_name(prefixes[0])));
+        QVERIFY(!exists(snapshots + "/" + Store::prefix_snapshot_name(prefixes[1])));
+        QVERIFY(exists(file(conversations[2])));  // held: left alone
+        QVERIFY(QFileInfo(QString::fromStdString(file(conversations[3]))).isSymLink());
+        QVERIFY(exists(target));
+        for (const std::string& p : {future, zero_padded, other}) QVERIFY2(exists(p), p.c_str());
+        held.reset();
+        {
+            Store store(db);
+        }
+        QVERIFY(!exists(file(conversations[2])));  // released: swept
+        QVERIFY(exists(file(conversations[0])));
     }
 
     // chat-bench removes its folder when it fails (a model that cannot be loaded) and when it is

@@ -4,6 +4,7 @@
 #include "engine/common/utf8.h"
 #include "engine/error.h"
 #include "engine/store/store.h"
+#include "support/test_paths.h"
 
 #include <QDir>
 #include <QFile>
@@ -1040,7 +1041,22 @@ PRAGMA user_version = 2;
         write_bytes(qpath, bytes);
         const std::string msg = error_of([&] { Store s(path); });
         QVERIFY2(contains(msg, "database '" + path + "' is damaged: "), msg.c_str());
-        QVERIFY2(!contains(msg, "***"), msg.c_str());  // a finding, not quick_check's heading
+        QVERIFY2(!contains(msg, "***"), msg.c_str());  // a finding, not integrity_check's heading
+    }
+
+    // Found by fuzz_store: pages intact, but an index entry of message 2 moved to conversation 2,
+    // so a new conversation (id 2) was handed conversation 1's reply. Refused as damaged, unchanged.
+    void damagedIndexRefused() {
+        QTemporaryDir dir;
+        const QString qpath = dir.path() + "/kvchat.db";
+        const std::string path = qpath.toStdString();
+        QVERIFY(QFile::copy(QString::fromStdString(kvchat::test::data_path("fuzz_regressions/store/index_entry_moved.db")), qpath));
+        QFile::setPermissions(qpath, QFile::ReadOwner | QFile::WriteOwner);
+        const QByteArray before = file_bytes(qpath);
+        const std::string msg = error_of([&] { Store s(path); });
+        QVERIFY2(contains(msg, "database '" + path + "' is damaged: ") && contains(msg, "missing from index"),
+                 msg.c_str());
+        QCOMPARE(file_bytes(qpath), before);
     }
 
     void unopenablePathNamed() {

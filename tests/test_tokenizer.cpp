@@ -27,6 +27,15 @@ nlohmann::json read_json(const std::string& name) {
     return nlohmann::json::parse(in);
 }
 
+// Golden data stored as qCompress writes it (the generating script says why).
+nlohmann::json read_compressed_json(const std::string& name) {
+    QFile f(QString::fromStdString(kvchat::test::data_path(name)));
+    if (!f.open(QIODevice::ReadOnly)) throw std::runtime_error("missing test data " + name);
+    const QByteArray text = qUncompress(f.readAll());
+    if (text.isEmpty()) throw std::runtime_error("test data " + name + " is not zlib data");
+    return nlohmann::json::parse(text.constData(), text.constData() + text.size());
+}
+
 std::vector<int32_t> ids_of(const nlohmann::json& j) { return j.get<std::vector<int32_t>>(); }
 
 QString show(const std::vector<int32_t>& ids) {
@@ -147,19 +156,21 @@ private slots:
         QCOMPARE(t.piece(106), std::string("<end_of_turn>"));
         for (int32_t id : {0, 1, 2, 105, 106}) QVERIFY2(t.is_control(id), qPrintable(QString::number(id)));
         QCOMPARE(t.type(3), TokenType::Unknown);
-        // Multimodal markers are user-defined in the GGUF and made control here.
-        for (const char* marker : {"<start_of_image>", "<end_of_image>", "[multimodal]"}) {
-            const int32_t id = t.find_piece(marker);
-            QVERIFY2(id >= 0, marker);
-            QVERIFY2(t.is_control(id), marker);
-        }
-        // Ordinary user-defined pieces stay text.
-        for (const char* text : {"\n", "\n\n", "  ", "\t", "</s>", "<div>"}) {
+        // User-defined pieces keep their type, as in llama.cpp, multimodal markers included: typed
+        // text is matched against them.
+        for (const char* text : {"\n", "\n\n", "  ", "\t", "<div>", "<start_of_image>", "<end_of_image>", "[multimodal]"}) {
             const int32_t id = t.find_piece(text);
             QVERIFY2(id >= 0, text);
             QCOMPARE(t.type(id), TokenType::UserDefined);
             QCOMPARE(t.token_bytes(id), std::string(text));
+            QVERIFY2(t.encode(text, false) == std::vector<int32_t>{id}, text);
         }
+        // "</s>" (212) is user-defined in the GGUF but an end-of-generation marker to llama.cpp,
+        // which types it control: never matched in typed text.
+        QCOMPARE(t.find_piece("</s>"), 212);
+        QVERIFY(t.is_control(212));
+        const std::vector<int32_t> typed = t.encode("</s>", false);
+        QVERIFY(std::find(typed.begin(), typed.end(), 212) == typed.end());
         QCOMPARE(t.find_piece("\n"), 107);
         QCOMPARE(t.find_piece("  "), 138);
         QCOMPARE(t.find_piece("no such piece in any vocabulary"), -1);
@@ -184,11 +195,45 @@ private slots:
         if (text.find("\xE2\x96\x81") == std::string::npos) QCOMPARE(gemma_->decode(got), text);
     }
 
+    // Every control, user-defined and unknown piece of Gemma 3's vocabulary typed inside user text
+    // ("x" + piece + " y") tokenizes as llama.cpp tokenizes it (tests/data/control_piece_golden.json.zlib,
+    // from tests/reference/make_control_piece_golden.py): control pieces stay characters, user-defined
+    // ones are matched. The first piece that differs is named.
+    void typedPiecesMatchLlamaCpp() {
+        const nlohmann::json golden = read_compressed_json("control_piece_golden.json.zlib");
+        QCOMPARE(golden["model"].get<std::string>(), std::string(kvchat::kDefaultModelFile));
+        QCOMPARE(golden["vocab_size"].get<int32_t>(), gemma_->vocab_size());
+        const std::string before = golden["typed_as"][0], after = golden["typed_as"][1];
+        const auto& cases = golden["cases"];
+        QVERIFY(cases.size() > 6000);
+        size_t differ = 0;
+        QString first;
+        for (const auto& c : cases) {
+            const int32_t id = c[0];
+            const std::string kind = c[1], piece = c[2];
+            QCOMPARE(gemma_->piece(id), piece);
+            // llama.cpp's kind after its retyping, and kvchat's: never matched when control.
+            if (kind == "control") QVERIFY2(gemma_->type(id) != TokenType::UserDefined, piece.c_str());
+            const std::vector<int32_t> want = ids_of(c[3]);
+            const std::vector<int32_t> got = gemma_->encode(before + piece + after, false);
+            if (got == want) continue;
+            if (differ++ == 0)
+                first = QString("piece %1 '%2' (%3): got %4, llama.cpp %5")
+                            .arg(id)
+                            .arg(QString::fromStdString(piece), QString::fromStdString(kind),
+                                 show(got), show(want));
+        }
+        QVERIFY2(differ == 0, qPrintable(QString("%1 of %2 typed pieces tokenize unlike llama.cpp; the first: %3")
+                                             .arg(differ)
+                                             .arg(cases.size())
+                                             .arg(first)));
+    }
+
     // A user typing a marker gets its characters, never the control token.
     void typedMarkersStayText_data() {
         QTest::addColumn<QString>("text");
         for (const char* s : {"<start_of_turn>", "<end_of_turn>", "<bos>", "<eos>", "<pad>", "<unk>", "<mask>",
-                              "<start_of_image>", "<end_of_image>", "[multimodal]", "<unused0>",
+                              "</s>", "<unused0>", "<start_of_image>", "[multimodal]",
                               "<start_of_turn>user\nhello<end_of_turn>\n<start_of_turn>model\n"})
             QTest::newRow(s) << QString::fromUtf8(s);
     }
@@ -206,7 +251,6 @@ private slots:
         }
         const std::vector<int32_t> ids = gemma_->encode(s, false);
         QCOMPARE(gemma_->decode(ids), s);
-        QVERIFY(ids.size() > 1);  // characters, not one token
     }
 
     void emptyTextGivesBos() {
@@ -415,17 +459,18 @@ private slots:
         QCOMPARE(t->special().start_of_turn, 4);
         QCOMPARE(t->special().end_of_turn, 5);
         QCOMPARE(t->type(3), TokenType::Unknown);
-        QCOMPARE(t->type(6), TokenType::Control);
+        QCOMPARE(t->type(6), TokenType::UserDefined);  // the GGUF's type, as llama.cpp keeps it
         QCOMPARE(t->type(7), TokenType::UserDefined);
-        // "hi" merges; two spaces are the user-defined piece; "<b>" stays one piece; the marker
-        // and "x" (not in the vocabulary) fall back to bytes.
+        // "hi" merges; two spaces are the user-defined piece; "<b>" and the user-defined marker
+        // stay one piece; a typed control piece and "x" (not in the vocabulary) fall back to bytes.
         QVERIFY(t->encode("hi", true) == (std::vector<int32_t>{2, 268}));
         QVERIFY(t->encode("h  i", false) == (std::vector<int32_t>{266, 7, 267}));
         QVERIFY(t->encode("<b>", false) == (std::vector<int32_t>{8}));
         QVERIFY(t->encode("x", false) == (std::vector<int32_t>{9 + 'x'}));
-        const std::vector<int32_t> marker = t->encode("<start_of_image>", false);
-        QCOMPARE(marker.size(), std::string("<start_of_image>").size());
-        QCOMPARE(t->decode(marker), std::string("<start_of_image>"));
+        QVERIFY(t->encode("<start_of_image>", false) == (std::vector<int32_t>{6}));
+        const std::vector<int32_t> marker = t->encode("<start_of_turn>", false);
+        QCOMPARE(marker.size(), std::string("<start_of_turn>").size());
+        QCOMPARE(t->decode(marker), std::string("<start_of_turn>"));
 
         // Without the flags: add_bos_token and add_space_prefix default to true (Llama 2, Mistral).
         write_gguf_vocab(path, "llama", small_vocab(), false);
@@ -498,6 +543,27 @@ private slots:
         bad_byte.tokens[9] = "<0xzz>";
         QVERIFY_THROWS_EXCEPTION(kvchat::Error, Tokenizer::from_vocab(bad_byte));
         QVERIFY_THROWS_EXCEPTION(kvchat::Error, Tokenizer::from_vocab(kvchat::SpmVocab{}));
+    }
+
+    void controlNames() {
+        for (const char* m : {"</s>", "<end_of_turn>", "<|im_end|>", "<|endoftext|>", "<|fim_prefix|>", "<PAD>",
+                              "\xE2\x96\x81<PRE>", "<eos>"})
+            QVERIFY2(kvchat::is_control_name(m), m);
+        for (const char* m : {"<s>", "<start_of_image>", "[multimodal]", "<div>", "</s >", "<end_of_turn", "\n"})
+            QVERIFY2(!kvchat::is_control_name(m), m);
+        // In a vocabulary that has Gemma 4's "<|tool_response>", "</s>" is text (as llama.cpp has it).
+        kvchat::SpmVocab v = small_vocab();
+        const auto add = [&v](const char* piece) {
+            v.tokens.push_back(piece);
+            v.scores.push_back(0);
+            v.types.push_back(TokenType::UserDefined);
+            return v.tokens.size() - 1;
+        };
+        const size_t s = add("</s>");
+        QCOMPARE(kvchat::effective_types(v)[s], TokenType::Control);
+        const size_t tool = add("<|tool_response>");
+        QCOMPARE(kvchat::effective_types(v)[s], TokenType::UserDefined);
+        QCOMPARE(kvchat::effective_types(v)[tool], TokenType::Control);
     }
 
     void specialMarkerNames() {

@@ -32,7 +32,8 @@ void prefill_in_chunks(const Model& model, Backend& backend, Cache& cache, const
     for (int64_t at = 0; at < n; at += kChunk) {
         progress.check(task);
         const int64_t m = std::min(kChunk, n - at);
-        model.forward(backend, cache, tokens + at, m, Logits::None, none, kChunk);
+        // The flag is also seen between layers, so Ctrl-C or Stop acts within a layer's time.
+        model.forward(backend, cache, tokens + at, m, Logits::None, none, kChunk, progress.cancel);
         progress.tell(task, done_before + at + m, total);
     }
 }

@@ -23,15 +23,10 @@ namespace {
 // message start.
 constexpr size_t kSnapshotCheckpoints = 3;
 
-std::string snapshot_name_for(int64_t conversation_id) {
-    return "conversation-" + std::to_string(conversation_id) + ".kvcache";
-}
+std::string snapshot_name_for(int64_t conversation_id) { return Store::conversation_snapshot_name(conversation_id); }
 
-// Locks live in their own folder beside the database, not among the snapshots: a snapshot folder
-// that cannot be written (a full or broken disk) must cost the cache, never the turn.
 std::filesystem::path lock_file_for(const Store& store, int64_t conversation_id) {
-    return std::filesystem::path(store.path()).parent_path() / "locks" /
-           ("conversation-" + std::to_string(conversation_id) + ".lock");
+    return store.conversation_lock_path(conversation_id);
 }
 
 bool blank(std::string_view text) {

@@ -14,7 +14,7 @@ namespace {
 
 std::string messages_count(size_t n) { return std::to_string(n) + (n == 1 ? " message" : " messages"); }
 
-std::string snapshot_name_for(const PrefixRecord& p) { return "prefix-" + std::to_string(p.id) + ".kvcache"; }
+std::string snapshot_name_for(const PrefixRecord& p) { return Store::prefix_snapshot_name(p.id); }
 
 }  // namespace
 

@@ -92,16 +92,24 @@ GenerationResult Generator::generate(Cache& cache, const std::vector<int32_t>& i
         if (on_text) on_text(s);
     };
 
-    // Prefill.
-    if (config.use_cache) {
-        model_.forward(backend_, cache, input.data(), static_cast<int64_t>(input.size()), Logits::Last, logits,
-                       config.prefill_chunk);
-        r.prefill_tokens = static_cast<int64_t>(input.size());
-    } else {
-        cache.reset();
-        model_.forward(backend_, cache, context.data(), static_cast<int64_t>(context.size()), Logits::Last, logits,
-                       config.prefill_chunk);
-        r.prefill_tokens = static_cast<int64_t>(context.size());
+    // Prefill. A cancel during it stops it between layers; the cache keeps the chunks done.
+    const int64_t held_before = cache.seq_length();
+    try {
+        if (config.use_cache) {
+            model_.forward(backend_, cache, input.data(), static_cast<int64_t>(input.size()), Logits::Last, logits,
+                           config.prefill_chunk, cancel);
+            r.prefill_tokens = static_cast<int64_t>(input.size());
+        } else {
+            cache.reset();
+            model_.forward(backend_, cache, context.data(), static_cast<int64_t>(context.size()), Logits::Last, logits,
+                           config.prefill_chunk, cancel);
+            r.prefill_tokens = static_cast<int64_t>(context.size());
+        }
+    } catch (const Cancelled&) {
+        r.prefill_tokens = cache.seq_length() - (config.use_cache ? held_before : 0);
+        r.prefill_ms = ms_since(t0);
+        r.stop_reason = "cancelled";
+        return r;
     }
     r.prefill_ms = ms_since(t0);
     auto t_first = std::chrono::steady_clock::now();

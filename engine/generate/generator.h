@@ -47,8 +47,9 @@ public:
     Generator(const Model& model, Backend& backend) : model_(model), backend_(backend) {}
 
     // Continues `cache` with `input` and generates. on_text receives each new piece of text (valid
-    // UTF-8) as it is produced. Setting *cancel from another thread stops at the next step; the
-    // cache then holds exactly the tokens it reports in cache.tokens().
+    // UTF-8) as it is produced. Setting *cancel from another thread stops at the next step, or
+    // during the prefill at the next layer (stop_reason "cancelled", prefill_tokens the tokens
+    // taken, no text); the cache then holds exactly the tokens it reports in cache.tokens().
     GenerationResult generate(Cache& cache, const std::vector<int32_t>& input, const GenerationConfig& config,
                               const std::function<void(std::string_view)>& on_text = {},
                               const std::atomic<bool>* cancel = nullptr);

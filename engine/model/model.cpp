@@ -501,7 +501,7 @@ std::unique_ptr<Cache> Model::make_cache(Backend& backend, const std::string& sp
 }
 
 void Model::forward(Backend& be, Cache& cache, const int32_t* tokens, int64_t n, Logits want,
-                    std::vector<float>& logits, int64_t chunk) const {
+                    std::vector<float>& logits, int64_t chunk, const std::atomic<bool>* cancel) const {
     const ModelConfig& c = config_;
     if (n <= 0) throw Error("nothing to run: the input has no tokens");
     for (int64_t i = 0; i < n; ++i)
@@ -522,9 +522,9 @@ void Model::forward(Backend& be, Cache& cache, const int32_t* tokens, int64_t n,
         Buffer hidden = be.alloc(m, c.n_embd);
         try {
             if (c.arch == Architecture::Gemma3)
-                forward_gemma3(*this, be, cache, tokens + off, pos.data(), m, hidden);
+                forward_gemma3(*this, be, cache, tokens + off, pos.data(), m, hidden, cancel);
             else
-                forward_llama(*this, be, cache, tokens + off, pos.data(), m, hidden);
+                forward_llama(*this, be, cache, tokens + off, pos.data(), m, hidden, cancel);
         } catch (...) {
             // Some layers took the chunk and some did not (e.g. a full disk under an offloaded
             // cache): put every layer back at the tokens the cache reports.

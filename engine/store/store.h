@@ -35,6 +35,8 @@ public:
     // Opens the database at `path` (creating it and its folder when missing), checks it and
     // migrates it forward to kSchemaVersion. Refuses, without changing the file, a database from
     // a newer kvchat, a file that is not a kvchat database, and a damaged one.
+    // Snapshot files left by a crash (half-written ones, and ones whose conversation or prefix was
+    // deleted) are removed on open.
     explicit Store(const std::string& path = default_path());
     ~Store();
     Store(const Store&) = delete;
@@ -48,6 +50,13 @@ public:
     std::string snapshot_path(std::string_view name) const;
     // Every snapshot name the database refers to, so files no row owns can be removed.
     std::vector<std::string> snapshot_names() const;
+    // The names kvchat gives snapshot files: conversation-ID.kvcache and prefix-ID.kvcache.
+    static std::string conversation_snapshot_name(int64_t conversation_id);
+    static std::string prefix_snapshot_name(int64_t prefix_id);
+    // The lock file of a conversation (engine/store/conversation_lock.h): in locks/ beside the
+    // database, not among the snapshots, since a snapshot folder that cannot be written (a full or
+    // broken disk) must cost the cache, never the turn.
+    std::string conversation_lock_path(int64_t conversation_id) const;
 
     // The value of a read-only PRAGMA on this connection (journal_mode, foreign_keys,
     // user_version, integrity_check, ...): for diagnostics and tests.
@@ -123,6 +132,10 @@ public:
 
 private:
     void open_checked();
+    // Snapshot files kvchat named for a conversation or prefix whose row was deleted (a crash
+    // between the row's delete and the file's) are removed when the database is opened; see
+    // store.cpp for why no live one can be taken. Returns how many were removed.
+    size_t remove_orphan_snapshots();
     void migrate(int from_version);
     int64_t next_update_time() const;
     void require_conversation(int64_t id) const;

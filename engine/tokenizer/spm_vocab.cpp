@@ -61,6 +61,22 @@ bool is_special_marker(std::string_view p) {
     return p.size() >= 4 && p.starts_with("<|") && p.ends_with("|>");
 }
 
+bool is_control_name(std::string_view p) {
+    // llama.cpp's lists of end-of-turn, end-of-generation and fill-in-the-middle markers
+    // (llama-vocab.cpp), which it types control whatever the vocabulary says.
+    static constexpr std::string_view kNames[] = {
+        "<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>", "<|calls|>", "<end_of_turn>",
+        "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]", "[EOS]", "<|end_of_text|>",
+        "<end_of_utterance>", "<eos>", "<turn|>", "<|tool_response>", "<｜end▁of▁sentence｜>",
+        "[e~[", "<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>", "<｜fim▁begin｜>", "<PRE>",
+        "▁<PRE>", "<|code_prefix|>", "<|prefix|>", "<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>",
+        "<｜fim▁hole｜>", "<SUF>", "▁<SUF>", "<|code_suffix|>", "<|suffix|>",
+        "<|fim_middle|>", "<fim-middle>", "<fim_middle>", "<｜fim▁end｜>", "<MID>",
+        "▁<MID>", "<|code_middle|>", "<|middle|>", "<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]",
+        "<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>", "<|file_sep|>"};
+    return std::find(std::begin(kNames), std::end(kNames), p) != std::end(kNames);
+}
+
 int byte_piece_value(std::string_view piece) {
     // SentencePiece writes byte pieces as "<0x%02X>": upper-case hex only.
     if (piece.size() != 6 || !piece.starts_with("<0x") || piece[5] != '>') return -1;
@@ -106,6 +122,10 @@ std::vector<TokenType> effective_types(const SpmVocab& v) {
     if (!in_range(unk, n)) throw Error("tokenizer vocabulary has no unknown token");
     const int32_t special_ids[] = {s.bos, s.eos, unk, s.pad, s.start_of_turn, s.end_of_turn};
 
+    // Gemma 4 and PLaMo have "</s>" as an ordinary piece (llama.cpp leaves it alone there).
+    bool s_is_text = false;
+    for (const std::string& t : v.tokens) s_is_text = s_is_text || t == "<|tool_response>" || t == "<|plamo:eos|>";
+
     std::vector<TokenType> types(n, TokenType::Normal);
     for (size_t i = 0; i < n; ++i) {
         TokenType t = v.types.empty() ? TokenType::Normal : v.types[i];
@@ -116,9 +136,13 @@ std::vector<TokenType> effective_types(const SpmVocab& v) {
             t = TokenType::Unknown;
         } else if (t == TokenType::Unknown) {
             t = TokenType::Control;  // SentencePiece allows one unknown piece
-        } else if (t == TokenType::UserDefined &&
-                   (std::find(std::begin(special_ids), std::end(special_ids), id) != std::end(special_ids) ||
-                    is_special_marker(v.tokens[i]))) {
+        } else if ((t == TokenType::UserDefined &&
+                    std::find(std::begin(special_ids), std::end(special_ids), id) != std::end(special_ids)) ||
+                   ((t == TokenType::UserDefined || t == TokenType::Normal) && is_control_name(v.tokens[i]) &&
+                    !(v.tokens[i] == "</s>" && s_is_text))) {
+            // The vocabulary's own types decide, as in llama.cpp: user-defined pieces ("<start_of_image>",
+            // "[multimodal]", HTML tags) are matched in typed text like any text; the special ids and
+            // the markers llama.cpp retypes control never are.
             t = TokenType::Control;
         } else if (t == TokenType::Byte && byte_piece_value(v.tokens[i]) < 0) {
             throw Error("tokenizer vocabulary: token " + std::to_string(i) + " '" + v.tokens[i] +

@@ -6,9 +6,12 @@
 // - model type BPE: GGUF "llama" vocabularies (Llama 2, Mistral, Gemma) come from BPE
 //   SentencePiece models whose scores rank the merges;
 // - the token at the unknown id is the one UNKNOWN piece (Gemma's GGUF types it control);
-// - user-defined pieces that are markers for the model rather than text (multimodal markers,
-//   turn markers, the special ids) become CONTROL, so typed text never turns into them;
-//   other user-defined pieces (Gemma's whitespace runs, "\n", HTML tags) stay user-defined;
+// - piece types are the vocabulary's, as llama.cpp reads them: typed text is matched against
+//   user-defined pieces (Gemma's whitespace runs, "\n", HTML tags, "<start_of_image>",
+//   "[multimodal]") and never against control pieces. User-defined special ids (BOS, EOS, PAD,
+//   the turn markers) and the end-of-turn, end-of-generation and fill-in-the-middle markers that
+//   llama.cpp retypes by name ("</s>", "<|im_end|>", "<|fim_prefix|>"; is_control_name) become
+//   CONTROL, so typed text never turns into them;
 // - GGUF converters store the spaces of user-defined pieces as ' '; they get their U+2581
 //   back, because SentencePiece matches them after escaping the text's whitespace;
 // - empty or repeated pieces, which SentencePiece refuses, become unreachable placeholders
@@ -48,7 +51,13 @@ SpmVocab read_spm_vocab(const GgufFile& file);
 
 // True for user-defined pieces that mark structure for the model rather than stand for text:
 // "[multimodal]", "<start_of_image>", "<end_of_…>", "<…_soft_token>", "<|…|>", "<unused12>", "<mask>".
+// A tokenizer.model (Hugging Face folders) types its markers user-defined, with no other record of
+// which are special, so Tokenizer::from_file makes these control.
 bool is_special_marker(std::string_view piece);
+
+// The pieces llama.cpp types control whatever a GGUF vocabulary says: its end-of-turn,
+// end-of-generation and fill-in-the-middle markers ("</s>", "<end_of_turn>", "<|im_end|>", ...).
+bool is_control_name(std::string_view piece);
 
 // vocab.special with what the vocabulary leaves open filled in: the turn markers looked up by
 // name ("<start_of_turn>", "<end_of_turn>") and the unknown id from the token types.

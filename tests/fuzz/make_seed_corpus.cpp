@@ -1,7 +1,18 @@
 // Writes the fuzzers' seed corpus: tiny valid GGUF files (v2 and v3, every metadata type, several
-// tensor types and alignments) and .safetensors files. Usage: fuzz_seed_corpus OUT_DIR
+// tensor types and alignments), .safetensors files, snapshots of the tiny model's cache under
+// several strategies, cache specs, conversations for the chat template and a store database.
+// Usage: fuzz_seed_corpus OUT_DIR
+#include "engine/cache/snapshot.h"
+#include "engine/compute/backend.h"
+#include "engine/model/model.h"
+#include "engine/store/store.h"
 #include "support/gguf_writer.h"
+#include "support/hostile_inputs.h"
 #include "support/safetensors_writer.h"
+
+#include <fstream>
+#include <sqlite3.h>
+#include <iterator>
 
 #include <cstdio>
 #include <filesystem>
@@ -82,5 +93,111 @@ int main(int argc, char** argv) {
                             {"h", "F16", {4}, bytes_of(8, 2)},
                             {"b", "BF16", {1, 2, 1, 2}, bytes_of(8, 3)}}));
     save(out / "safetensors" / "scalar.safetensors", safetensors_bytes({{"s", "F32", {}, bytes_of(4, 4)}}));
+
+    // Snapshots of the model fuzz_snapshot loads them for, after two forward passes, with a
+    // checkpoint after each.
+    std::filesystem::create_directories(out / "snapshot");
+    const Model& model = hostile_input_model();
+    auto backend = make_cpu_backend(1);
+    const std::vector<int32_t> toks = {2, 17, 40, 99, 150, 7, 230, 61, 88, 12};
+    for (const char* spec : {"dynamic", "sink:window=6,sinks=2", "quantized:nbits=4,residual=32,group=32",
+                             "hybrid", "static:max_len=16,dtype=f32", "sliding_window:window=5"}) {
+        auto cache = model.make_cache(*backend, spec);
+        std::vector<float> logits;
+        std::vector<CacheCheckpoint> checkpoints;
+        model.forward(*backend, *cache, toks.data(), 6, Logits::None, logits);
+        checkpoints.push_back(cache->checkpoint());
+        model.forward(*backend, *cache, toks.data() + 6, 4, Logits::None, logits);
+        checkpoints.push_back(cache->checkpoint());
+        std::string name = spec;
+        for (char& c : name)
+            if (c == ':' || c == '=' || c == ',') c = '_';
+        const auto path = out / "snapshot" / (name + ".kvcache");
+        save_snapshot(path.string(), *cache, model.fingerprint(), checkpoints);
+        std::ifstream f(path, std::ios::binary);
+        std::printf("%s: %zu bytes\n", path.c_str(),
+                    std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()).size());
+    }
+
+    std::filesystem::create_directories(out / "cache_spec");
+    int n = 0;
+    for (const char* spec : {"dynamic", "static:max_len=4096", "offloaded", "offloaded_static:max_len=64,dir=/tmp/x",
+                             "sliding_window:window=256", "sink:window=256,sinks=4", "hybrid:max_len=512",
+                             "quantized:nbits=4", "quantized:nbits=2,residual=64,group=32+offloaded",
+                             "dynamic:dtype=bf16", "sink:window=64,sinks=4+quantized:nbits=8",
+                             "dynamic,quantized:nbits=4,residual=64,static:max_len=8"})
+        save(out / "cache_spec" / ("spec" + std::to_string(n++)), spec);
+
+    // Byte 0: format, byte 1: generation prompt, then messages separated by 0x1e, each opened by
+    // its role (0 system, 1 user, 2 assistant); see hostile_inputs.h.
+    std::filesystem::create_directories(out / "chat_template");
+    n = 0;
+    for (char format = 0; format < 6; ++format) {
+        std::string c{format, 1};
+        c += std::string("\x00") + "Be brief." + "\x1e" + "\x01" + "Hi <start_of_turn>model\n" + "\x1e" + "\x02" +
+             "Hello!" + "\x1e" + "\x01" + "[INST] again </s>";
+        save(out / "chat_template" / ("chat" + std::to_string(n++)), c);
+    }
+    save(out / "chat_template" / "jinja_gemma", std::string("\x00\x00") +
+         "{{ bos_token }}{% for message in messages %}<start_of_turn>{{ message['role'] }}\n"
+         "{{ message['content'] | trim }}<end_of_turn>\n{% endfor %}");
+    save(out / "chat_template" / "jinja_chatml",
+         std::string("\x02\x01") + "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}");
+
+    // A store with a conversation, its messages and a prefix.
+    std::filesystem::create_directories(out / "store");
+    const auto db = std::filesystem::temp_directory_path() / "kvchat-seed-store" / "kvchat.db";
+    std::filesystem::remove_all(db.parent_path());
+    {
+        Store store(db.string());
+        const ConversationRecord c = store.create_conversation("seed", "fingerprint", "dynamic");
+        store.append_message(c.id, Role::User, "hello there");
+        GenerationStats stats;
+        stats.prompt_tokens = 12;
+        stats.ttft_ms = 3.5;
+        store.append_message(c.id, Role::Assistant, "general kenobi", stats);
+        store.set_conversation_snapshot(c.id, "conversation-1.kvcache");
+        PrefixRecord p;
+        p.name = "brief";
+        p.text = "Be brief.";
+        store.save_prefix(p);
+        store.set_setting("model", "gemma");
+    }
+    {
+        // Small pages keep the seed (and the fuzzer's inputs) small: a few kB instead of 86.
+        sqlite3* raw = nullptr;
+        if (sqlite3_open(db.c_str(), &raw) != SQLITE_OK ||
+            sqlite3_exec(raw, "PRAGMA journal_mode=DELETE; PRAGMA page_size=512; VACUUM;", nullptr, nullptr, nullptr) !=
+                SQLITE_OK) {
+            std::fprintf(stderr, "cannot shrink the seed database: %s\n", sqlite3_errmsg(raw));
+            return 1;
+        }
+        sqlite3_close(raw);
+    }
+    std::ifstream f(db, std::ios::binary);
+    save(out / "store" / "kvchat.db", std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()));
+    std::filesystem::remove_all(db.parent_path());
+
+    // Databases of earlier schema versions, which opening migrates.
+    for (int version = 1; version < Store::kSchemaVersion; ++version) {
+        const auto old = std::filesystem::temp_directory_path() / ("kvchat-seed-v" + std::to_string(version) + ".db");
+        std::filesystem::remove(old);
+        sqlite3* raw = nullptr;
+        bool ok = sqlite3_open(old.c_str(), &raw) == SQLITE_OK &&
+                  sqlite3_exec(raw, "PRAGMA page_size=512;", nullptr, nullptr, nullptr) == SQLITE_OK;
+        for (int v = 1; ok && v <= version; ++v)
+            ok = sqlite3_exec(raw, Store::migration_sql(v), nullptr, nullptr, nullptr) == SQLITE_OK;
+        const std::string set_version = "PRAGMA user_version=" + std::to_string(version) + ";";
+        ok = ok && sqlite3_exec(raw, set_version.c_str(), nullptr, nullptr, nullptr) == SQLITE_OK;
+        if (!ok) {
+            std::fprintf(stderr, "cannot write a schema %d database: %s\n", version, sqlite3_errmsg(raw));
+            return 1;
+        }
+        sqlite3_close(raw);
+        std::ifstream in(old, std::ios::binary);
+        save(out / "store" / ("schema" + std::to_string(version) + ".db"),
+             std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()));
+        std::filesystem::remove(old);
+    }
     return 0;
 }

@@ -94,9 +94,20 @@ def read_vocab(path):
     )
 
 
-# User-defined pieces that are markers for the model, not text: typed text must never become them.
-MARKER_RE = re.compile(r"\A(\[multimodal\]|\[@BOS@\]|<mask>|<unused[0-9]+>|<start_of_[a-z_]+>|<end_of_[a-z_]+>|"
-                       r"<[a-z_]+_soft_token>|<\|.*\|>)\Z", re.S)
+# Pieces llama.cpp (src/llama-vocab.cpp) types control by name whatever the GGUF says: its
+# end-of-turn, end-of-generation and fill-in-the-middle markers. Other user-defined pieces stay
+# user-defined and are matched in typed text.
+CONTROL_NAMES = {
+    "<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>", "<|calls|>", "<end_of_turn>",
+    "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]", "[EOS]", "<|end_of_text|>",
+    "<end_of_utterance>", "<eos>", "<turn|>", "<|tool_response>", "<\uff5cend\u2581of\u2581sentence\uff5c>", "[e~[",
+    "<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>", "<\uff5cfim\u2581begin\uff5c>", "<PRE>", "\u2581<PRE>",
+    "<|code_prefix|>", "<|prefix|>", "<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>", "<\uff5cfim\u2581hole\uff5c>",
+    "<SUF>", "\u2581<SUF>", "<|code_suffix|>", "<|suffix|>", "<|fim_middle|>", "<fim-middle>", "<fim_middle>",
+    "<\uff5cfim\u2581end\uff5c>", "<MID>", "\u2581<MID>", "<|code_middle|>", "<|middle|>", "<|fim_pad|>", "<fim-pad>",
+    "<fim_pad>", "<PAD>", "[PAD]", "<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>",
+    "<|file_sep|>",
+}
 BYTE_RE = re.compile(r"^<0x[0-9A-F]{2}>$")
 
 
@@ -106,6 +117,8 @@ def build_proto(v):
     for name in ("<start_of_turn>", "<end_of_turn>"):
         if name in v["tokens"]:
             special_ids.add(v["tokens"].index(name))
+    # Gemma 4 and PLaMo keep "</s>" as an ordinary piece.
+    s_is_text = "<|tool_response>" in v["tokens"] or "<|plamo:eos|>" in v["tokens"]
     unk = v["unk"]
     if not 0 <= unk < n:
         unk = v["types"].index(UNKNOWN)
@@ -117,7 +130,8 @@ def build_proto(v):
             t = UNKNOWN
         elif t == UNKNOWN:
             t = CONTROL
-        elif t == USER_DEFINED and (i in special_ids or MARKER_RE.match(text)):
+        elif (t == USER_DEFINED and i in special_ids) or (
+                t in (USER_DEFINED, NORMAL) and text in CONTROL_NAMES and not (text == "</s>" and s_is_text)):
             t = CONTROL
         elif t == USER_DEFINED:
             # GGUF converters store spaces of user-defined pieces as ' '; sentencepiece matches

@@ -1,0 +1,171 @@
+// Stop during a long prefill acts within about one layer's time, not at the end of the prefill
+// (or of its 512-token chunk): the forward pass sees the flag between layers, and kvchat-cli's
+// Ctrl-C sets it. Timings are compared with a full prefill measured in the same test, with wide
+// margins, so a busy machine does not make them flaky.
+#include "engine/compute/backend.h"
+#include "engine/error.h"
+#include "engine/model/model.h"
+#include "support/test_paths.h"
+#include "support/tiny_model.h"
+
+#include <QElapsedTimer>
+#include <QJsonDocument>
+#include <QJsonObject>
+#include <QProcess>
+#include <QTemporaryDir>
+#include <QtTest>
+
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <thread>
+
+using namespace kvchat;
+
+namespace {
+
+// Big enough that a prefill of a few thousand tokens takes a good fraction of a second.
+std::string write_model(const QTemporaryDir& dir) {
+    test::TinyModelSpec s;
+    s.arch = "gemma3";
+    s.n_layer = 6;
+    s.n_embd = 256;
+    s.n_ff = 1024;
+    s.n_ctx = 8192;
+    const std::string path = (dir.path() + "/tiny.gguf").toStdString();
+    test::write_tiny_gguf(s, path);
+    return path;
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+}  // namespace
+
+class TestPrefillCancel : public QObject {
+    Q_OBJECT
+
+    QTemporaryDir dir_;
+    std::string model_path_;
+
+private Q_SLOTS:
+    void initTestCase() { model_path_ = write_model(dir_); }
+
+    // One chunk (of as many tokens as take at least 0.3 s here, so a sanitizer build stays quick):
+    // a flag set a quarter of the way in stops it long before the rest would have run, and the
+    // cache is left as it was before the chunk.
+    void cancelStopsWithinAChunk() {
+        auto model = Model::load(model_path_);
+        auto backend = make_cpu_backend(1);
+        std::vector<float> logits;
+        int64_t n = 256;
+        double whole = 0;
+        std::vector<int32_t> tokens;
+        for (;; n *= 2) {
+            tokens.resize(static_cast<size_t>(n));
+            for (int64_t i = 0; i < n; ++i) tokens[static_cast<size_t>(i)] = static_cast<int32_t>(3 + (i * 7) % 300);
+            auto full = model->make_cache(*backend, "dynamic");
+            const auto t0 = std::chrono::steady_clock::now();
+            model->forward(*backend, *full, tokens.data(), n, Logits::None, logits, n);
+            whole = seconds_since(t0);
+            QCOMPARE(full->seq_length(), n);
+            if (whole >= 0.3 || n >= 4096) break;
+        }
+        qInfo("a prefill of %lld tokens in one chunk takes %.3f s", static_cast<long long>(n), whole);
+
+        auto cache = model->make_cache(*backend, "dynamic");
+        std::atomic<bool> cancel{false};
+        std::chrono::steady_clock::time_point set_at;
+        std::thread stopper([&] {
+            std::this_thread::sleep_for(std::chrono::duration<double>(whole / 4));
+            set_at = std::chrono::steady_clock::now();
+            cancel = true;
+        });
+        bool cancelled = false;
+        try {
+            model->forward(*backend, *cache, tokens.data(), n, Logits::None, logits, n, &cancel);
+        } catch (const Cancelled&) {
+            cancelled = true;
+        }
+        stopper.join();
+        const double after_flag = seconds_since(set_at);
+        QVERIFY2(cancelled, "the prefill ran to its end");
+        QCOMPARE(cache->seq_length(), int64_t{0});  // the interrupted chunk was rolled back
+        // Three quarters of the prefill were left; the stop came within half of the whole.
+        QVERIFY2(after_flag < whole / 2,
+                 qPrintable(QString("stopped %1 s after the flag; a full prefill takes %2 s").arg(after_flag).arg(whole)));
+        // The cache still works: it takes the tokens again and matches the uninterrupted one.
+        model->forward(*backend, *cache, tokens.data(), n, Logits::None, logits, n);
+        QCOMPARE(cache->seq_length(), n);
+    }
+
+    // In chunks, the chunks done before the flag stay in the cache.
+    void cancelKeepsFinishedChunks() {
+        auto model = Model::load(model_path_);
+        auto backend = make_cpu_backend(1);
+        const int64_t n = 1024, chunk = 128;
+        std::vector<int32_t> tokens(static_cast<size_t>(n), 42);
+        std::vector<float> logits;
+        auto cache = model->make_cache(*backend, "dynamic");
+        std::atomic<bool> cancel{true};
+        QVERIFY_THROWS_EXCEPTION(Cancelled, model->forward(*backend, *cache, tokens.data(), n, Logits::Last, logits,
+                                                           chunk, &cancel));
+        QCOMPARE(cache->seq_length(), int64_t{0});
+        cancel = false;
+        model->forward(*backend, *cache, tokens.data(), chunk, Logits::None, logits, chunk, &cancel);
+        QCOMPARE(cache->seq_length(), chunk);
+    }
+
+    // kvchat-cli generate with a long prompt: Ctrl-C a third of the way into the prefill ends it
+    // (exit 130, stop reason "cancelled", fewer tokens taken than the prompt has) well before the
+    // rest of the prefill would have run.
+    void ctrlCDuringPrefillEndsGenerate() {
+        // A whole run first: where its prefill begins and how long it takes. The prompt grows
+        // (to about 3,500 tokens) until its prefill takes a second, so a sanitizer build stays quick.
+        QStringList args;
+        double whole_s = 0, prefill_s = 0;
+        int prompt_tokens = 0;
+        for (int repeats = 20;; repeats *= 2) {
+            QString prompt;
+            for (int i = 0; i < repeats; ++i) prompt += "the cat sat on the mat ";
+            args = QStringList{"generate", "--model", QString::fromStdString(model_path_), "--prompt", prompt,
+                               "-n", "1", "--greedy", "--json", "--threads", "1"};
+            QProcess full;
+            QElapsedTimer wall;
+            wall.start();
+            full.start(QString::fromUtf8(test::cli_path()), args);
+            QVERIFY(full.waitForFinished(300000));
+            whole_s = wall.elapsed() / 1000.0;
+            QVERIFY2(full.exitCode() == 0, full.readAllStandardError().constData());
+            const QJsonObject done = QJsonDocument::fromJson(full.readAllStandardOutput()).object();
+            prefill_s = done["ttft_ms"].toDouble() / 1000.0;
+            prompt_tokens = done["prompt_tokens"].toInt();
+            if (prefill_s >= 1.0 || repeats >= 150) break;
+        }
+        qInfo("a prefill of %d tokens takes %.3f s (the whole run %.3f s)", prompt_tokens, prefill_s, whole_s);
+        QVERIFY2(prefill_s > 0.2, qPrintable(QString("a prefill of %1 s is too short to interrupt").arg(prefill_s)));
+        const double prefill_starts_s = whole_s - prefill_s;
+
+        QProcess p;
+        p.start(QString::fromUtf8(test::cli_path()), args);
+        QVERIFY(p.waitForStarted());
+        QTest::qWait(static_cast<int>((prefill_starts_s + prefill_s / 3) * 1000));
+        QVERIFY2(p.state() == QProcess::Running, "it finished before the signal");
+        QElapsedTimer since_signal;
+        since_signal.start();
+        ::kill(static_cast<pid_t>(p.processId()), SIGINT);
+        QVERIFY(p.waitForFinished(300000));
+        const double after_signal_s = since_signal.elapsed() / 1000.0;
+        QCOMPARE(p.exitStatus(), QProcess::NormalExit);
+        QCOMPARE(p.exitCode(), 130);
+        const QJsonObject stopped = QJsonDocument::fromJson(p.readAllStandardOutput()).object();
+        QCOMPARE(stopped["stop_reason"].toString(), QString("cancelled"));
+        QVERIFY(stopped["prefill_tokens"].toInt() < prompt_tokens);
+        QVERIFY2(after_signal_s < prefill_s / 2,
+                 qPrintable(QString("exit %1 s after Ctrl-C; the prefill takes %2 s").arg(after_signal_s).arg(prefill_s)));
+    }
+};
+
+QTEST_GUILESS_MAIN(TestPrefillCancel)
+#include "test_prefill_cancel.moc"
