@@ -228,12 +228,25 @@ private slots:
         p1.start(QString::fromUtf8(test::cli_path()), common + QStringList{"--message", "first question"});
         p2.start(QString::fromUtf8(test::cli_path()), common + QStringList{"--message", "second question"});
         QVERIFY(p1.waitForFinished(120000) && p2.waitForFinished(120000));
-        QVERIFY2(p1.exitCode() == 0, p1.readAllStandardError().constData());
-        QVERIFY2(p2.exitCode() == 0, p2.readAllStandardError().constData());
+        // The second writer waits up to 2 s for the first turn and then takes its own. On a machine
+        // so busy that the first turn outlasts the wait, the second is refused, naming the
+        // conversation; either way the transcript never interleaves.
+        int refused = 0;
+        for (QProcess* p : {&p1, &p2}) {
+            if (p->exitCode() == 0) continue;
+            const QByteArray err = p->readAllStandardError();
+            QVERIFY2(err.contains("both"), err.constData());
+            ++refused;
+        }
+        QVERIFY2(refused < 2, "both writers were refused");
         Store store(s.db);
         const auto msgs = store.list_messages(store.find_conversation("both")->id);
-        QCOMPARE(msgs.size(), size_t(6));
+        QCOMPARE(msgs.size(), size_t(refused ? 4 : 6));
         for (size_t i = 0; i < msgs.size(); ++i) QCOMPARE(msgs[i].role, i % 2 == 0 ? Role::User : Role::Assistant);
+        if (refused) {
+            QVERIFY(msgs[2].content == "first question" || msgs[2].content == "second question");
+            return;
+        }
         QVERIFY((msgs[2].content == "first question" && msgs[4].content == "second question") ||
                 (msgs[2].content == "second question" && msgs[4].content == "first question"));
         // The later answer's prompt holds the earlier turn.
