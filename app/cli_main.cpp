@@ -17,6 +17,7 @@
 #include "engine/model/model_path.h"
 
 #include <nlohmann/json.hpp>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -282,6 +283,13 @@ double weight_bytes_per_token(const kvchat::Model& m) {
     return sum;
 }
 
+// Page faults of this process so far: minor (a page mapped again) and major (read from disk).
+std::pair<long, long> page_faults() {
+    rusage u{};
+    getrusage(RUSAGE_SELF, &u);
+    return {u.ru_minflt, u.ru_majflt};
+}
+
 struct Spread {
     double median = 0, min = 0, max = 0;
 };
@@ -331,6 +339,7 @@ int cmd_bench(const Options& o) {
     std::vector<double> prefill, decode;
     std::vector<float> logits;
     double kv_read = 0.0;  // mean bytes of keys and values a decode step reads (all layers)
+    long minor_faults = 0, major_faults = 0;  // during the counted decode loops
     for (int r = 0; r <= runs; ++r) {  // run 0 warms up (page faults, caches) and is not counted
         auto cache = m.make_default_cache(*l.backend);
         auto t0 = std::chrono::steady_clock::now();
@@ -338,13 +347,17 @@ int cmd_bench(const Options& o) {
         auto t1 = std::chrono::steady_clock::now();
         // Attention reads every key and value the cache holds; it grows by one token a step.
         const double kv_first = static_cast<double>(cache->bytes());
+        const auto faults0 = page_faults();
         for (int i = 0; i < gen_tokens; ++i) {
             const int32_t next = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
             m.forward(*l.backend, *cache, &next, 1, kvchat::Logits::Last, logits);
         }
         auto t2 = std::chrono::steady_clock::now();
+        const auto faults1 = page_faults();
         kv_read = 0.5 * (kv_first + static_cast<double>(cache->bytes()));
         if (r == 0) continue;
+        minor_faults += faults1.first - faults0.first;
+        major_faults += faults1.second - faults0.second;
         prefill.push_back(prompt_tokens / std::chrono::duration<double>(t1 - t0).count());
         decode.push_back(gen_tokens / std::chrono::duration<double>(t2 - t1).count());
     }
@@ -370,6 +383,10 @@ int cmd_bench(const Options& o) {
     j["decode_min_tok_s"] = d.min;
     j["decode_max_tok_s"] = d.max;
     j["decode_runs_tok_s"] = decode;
+    // Decode should fault no page in: a fault here means the weights' pages were dropped and
+    // mapped (minor) or read (major) again, and the step waited for it.
+    j["decode_page_faults_minor"] = minor_faults;
+    j["decode_page_faults_major"] = major_faults;
     j["decode_weight_bytes_per_token"] = weights;
     j["decode_kv_bytes_per_token"] = kv_read;
     j["memory_read_gbs"] = bandwidth;
