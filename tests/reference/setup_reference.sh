@@ -27,7 +27,8 @@ if ! "$VENV/bin/python" -c 'import llama_cpp' 2>/dev/null; then
       -DGGML_AVX512=ON -DGGML_AVX512_VBMI=ON -DGGML_AVX512_VNNI=ON -DGGML_AVX512_BF16=ON -DGGML_AVX_VNNI=ON \
       -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF"
   fi
+  # --no-cache-dir: pip would otherwise reuse a wheel it built earlier with other CMAKE_ARGS.
   CMAKE_ARGS="$CMAKE_ARGS" CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) \
-    "$VENV/bin/pip" install --no-binary llama-cpp-python 'llama-cpp-python==0.3.36'
+    "$VENV/bin/pip" install --no-cache-dir --no-binary llama-cpp-python 'llama-cpp-python==0.3.36'
 fi
 echo "$VENV/bin/python"
