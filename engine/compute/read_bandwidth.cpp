@@ -59,8 +59,8 @@ double stream_read_gbs(const void* data, size_t bytes, ThreadPool& pool) {
 double memory_read_gbs(ThreadPool& pool, size_t bytes, int passes) {
     void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) throw Error("cannot allocate " + std::to_string(bytes >> 20) + " MiB to measure memory bandwidth");
-    // Huge pages where the kernel grants them, as for the weights; written in parallel so the
-    // pages exist (and are spread as the threads will read them) before the timed passes.
+    // Huge pages where the kernel grants them, so page walks do not count against the memory;
+    // written in parallel so the pages exist before the timed passes.
     ::madvise(p, bytes, MADV_HUGEPAGE);
     pool.run([&](int index, int n_threads) {
         const size_t begin = bytes * size_t(index) / size_t(n_threads);
