@@ -3,6 +3,8 @@
 #include "app/cli_options.h"
 #include "engine/compute/backend.h"
 #include "engine/compute/matmul.h"
+#include "engine/compute/read_bandwidth.h"
+#include "engine/compute/tensor_type.h"
 #include "engine/compute/thread_pool.h"
 #include "engine/error.h"
 #include "engine/cache/cache_factory.h"
@@ -15,6 +17,7 @@
 #include "engine/model/model_path.h"
 
 #include <nlohmann/json.hpp>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -47,7 +50,9 @@ const char* kUsage =
     "             continue a prompt; --json prints one object with text, tokens, timings and the\n"
     "             cache's telemetry\n"
     "  bench      [--prompt-tokens 512] [--gen-tokens 128] [--runs 3] [--simd avx2|avx512-vnni|amx] [--json]\n"
-    "             prefill and decode tokens per second (median of the runs)\n"
+    "             prefill and decode tokens per second (median, min and max of the runs), the bytes a\n"
+    "             decoded token reads and the share of the memory bandwidth that makes\n"
+    "  bench      --bandwidth [--json]: the memory's streaming read bandwidth with the compute threads\n"
     "  bench      --cache SPEC[,SPEC...] [--context N[,N...]] [--gen-tokens 32] [--json]\n"
     "             one row per strategy and context: KV bytes, prefill and decode speed, the greedy\n"
     "             tokens' agreement with dynamic, and the time to convert a dynamic cache to it\n"
@@ -274,10 +279,54 @@ int cmd_bench_caches(const Options& o) {
     return 0;
 }
 
+// Bytes of the weights one decoded token reads: every layer matrix and the output head (the
+// embedding lookup reads one row; norms are a few KiB).
+double weight_bytes_per_token(const kvchat::Model& m) {
+    auto bytes = [](const kvchat::WeightMatrix& w) {
+        return w.data ? static_cast<double>(kvchat::row_bytes(w.type, w.cols)) * static_cast<double>(w.rows) : 0.0;
+    };
+    double sum = bytes(m.output());
+    for (int i = 0; i < m.config().n_layer; ++i) {
+        const kvchat::LayerWeights& l = m.layer(i);
+        for (const kvchat::WeightMatrix* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) sum += bytes(*w);
+    }
+    return sum;
+}
+
+// Page faults of this process so far: minor (a page mapped again) and major (read from disk).
+std::pair<long, long> page_faults() {
+    rusage u{};
+    getrusage(RUSAGE_SELF, &u);
+    return {u.ru_minflt, u.ru_majflt};
+}
+
+struct Spread {
+    double median = 0, min = 0, max = 0;
+};
+
+Spread spread(std::vector<double> v) {
+    if (v.empty()) return {};
+    std::sort(v.begin(), v.end());
+    const double med = v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+    return {med, v.front(), v.back()};
+}
+
+int cmd_bench_bandwidth(const Options& o) {
+    kvchat::ThreadPool pool(static_cast<int>(o.integer("--threads", 0, 0, 1024)));
+    const double gbs = kvchat::memory_read_gbs(pool);
+    if (o.flag("--json")) {
+        std::printf("%s\n", json{{"threads", pool.size()}, {"read_gbs", gbs}, {"buffer_mib", 1024}}.dump().c_str());
+    } else {
+        std::printf("memory read bandwidth: %.1f GB/s (%d threads streaming a 1 GiB buffer, best of 3)\n", gbs, pool.size());
+    }
+    return 0;
+}
+
 int cmd_bench(const Options& o) {
     // A lower SIMD level than the CPU's (matmul and attention kernels both follow it), to measure
     // the AVX2 path on an AVX-512 machine.
     if (o.has("--simd")) kvchat::force_simd_level(o.str("--simd", "auto").c_str());
+    if (o.flag("--bandwidth")) return cmd_bench_bandwidth(o);
     if (o.has("--cache") || o.has("--context")) return cmd_bench_caches(o);
     const int prompt_tokens = static_cast<int>(o.integer("--prompt-tokens", 512, 1, 1 << 20));
     const int gen_tokens = static_cast<int>(o.integer("--gen-tokens", 128, 1, 1 << 20));
@@ -299,24 +348,35 @@ int cmd_bench(const Options& o) {
 
     std::vector<double> prefill, decode;
     std::vector<float> logits;
+    double kv_read = 0.0;  // mean bytes of keys and values a decode step reads (all layers)
+    long minor_faults = 0, major_faults = 0;  // during the counted decode loops
     for (int r = 0; r <= runs; ++r) {  // run 0 warms up (page faults, caches) and is not counted
         auto cache = m.make_default_cache(*l.backend);
         auto t0 = std::chrono::steady_clock::now();
         m.forward(*l.backend, *cache, ids.data(), static_cast<int64_t>(ids.size()), kvchat::Logits::Last, logits);
         auto t1 = std::chrono::steady_clock::now();
+        // Attention reads every key and value the cache holds; it grows by one token a step.
+        const double kv_first = static_cast<double>(cache->bytes());
+        const auto faults0 = page_faults();
         for (int i = 0; i < gen_tokens; ++i) {
             const int32_t next = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
             m.forward(*l.backend, *cache, &next, 1, kvchat::Logits::Last, logits);
         }
         auto t2 = std::chrono::steady_clock::now();
+        const auto faults1 = page_faults();
+        kv_read = 0.5 * (kv_first + static_cast<double>(cache->bytes()));
         if (r == 0) continue;
+        minor_faults += faults1.first - faults0.first;
+        major_faults += faults1.second - faults0.second;
         prefill.push_back(prompt_tokens / std::chrono::duration<double>(t1 - t0).count());
         decode.push_back(gen_tokens / std::chrono::duration<double>(t2 - t1).count());
     }
-    auto median = [](std::vector<double> v) {
-        std::sort(v.begin(), v.end());
-        return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
-    };
+    const Spread p = spread(prefill), d = spread(decode);
+    // After the runs, so the model's pages were not pushed out of the caches before them.
+    const double bandwidth = kvchat::memory_read_gbs(l.backend->pool());
+    const double weights = weight_bytes_per_token(m);
+    const double per_token = weights + kv_read;
+    const double achieved = per_token * d.median / 1e9;
     const double rss_end = rss_mib();
     json j;
     j["model"] = m.path();
@@ -326,8 +386,23 @@ int cmd_bench(const Options& o) {
     j["prompt_tokens"] = prompt_tokens;
     j["gen_tokens"] = gen_tokens;
     j["runs"] = runs;
-    j["prefill_tok_s"] = median(prefill);
-    j["decode_tok_s"] = median(decode);
+    j["prefill_tok_s"] = p.median;
+    j["prefill_min_tok_s"] = p.min;
+    j["prefill_max_tok_s"] = p.max;
+    j["prefill_runs_tok_s"] = prefill;
+    j["decode_tok_s"] = d.median;
+    j["decode_min_tok_s"] = d.min;
+    j["decode_max_tok_s"] = d.max;
+    j["decode_runs_tok_s"] = decode;
+    // Decode should fault no page in: a fault here means the weights' pages were dropped and
+    // mapped (minor) or read (major) again, and the step waited for it.
+    j["decode_page_faults_minor"] = minor_faults;
+    j["decode_page_faults_major"] = major_faults;
+    j["decode_weight_bytes_per_token"] = weights;
+    j["decode_kv_bytes_per_token"] = kv_read;
+    j["memory_read_gbs"] = bandwidth;
+    j["decode_read_gbs"] = achieved;
+    j["decode_bandwidth_fraction"] = bandwidth > 0 ? achieved / bandwidth : 0.0;
     j["model_file_mib"] = static_cast<double>(m.file_bytes()) / (1024.0 * 1024.0);
     j["rss_before_load_mib"] = rss0;
     j["rss_after_load_mib"] = rss_loaded;
@@ -335,11 +410,16 @@ int cmd_bench(const Options& o) {
     if (o.flag("--json")) {
         std::printf("%s\n", j.dump(-1, ' ', false, json::error_handler_t::replace).c_str());
     } else {
-        std::printf("model      %s\nthreads    %d (%s)\nprefill    %.1f tok/s  (%d tokens, median of %d)\n"
-                    "decode     %.1f tok/s  (%d tokens, median of %d)\nmemory     %.0f MiB resident after load, "
-                    "%.0f MiB after the runs (model file %.0f MiB)\n",
-                    m.path().c_str(), l.backend->pool().size(), kvchat::simd_level(), median(prefill), prompt_tokens,
-                    runs, median(decode), gen_tokens, runs, rss_loaded, rss_end, j["model_file_mib"].get<double>());
+        std::printf("model      %s\nthreads    %d (%s)\n"
+                    "prefill    %.1f tok/s  (%d tokens; median of %d runs, min %.1f, max %.1f)\n"
+                    "decode     %.1f tok/s  (%d tokens; median of %d runs, min %.1f, max %.1f)\n"
+                    "bandwidth  a decoded token reads %.1f MB (weights %.1f, keys and values %.2f): %.1f GB/s at the\n"
+                    "           median, %.0f%% of the %.1f GB/s this machine streams from memory with %d threads\n"
+                    "memory     %.0f MiB resident after load, %.0f MiB after the runs (model file %.0f MiB)\n",
+                    m.path().c_str(), l.backend->pool().size(), kvchat::simd_level(), p.median, prompt_tokens, runs, p.min,
+                    p.max, d.median, gen_tokens, runs, d.min, d.max, per_token / 1e6, weights / 1e6, kv_read / 1e6, achieved,
+                    bandwidth > 0 ? 100.0 * achieved / bandwidth : 0.0, bandwidth, l.backend->pool().size(), rss_loaded,
+                    rss_end, j["model_file_mib"].get<double>());
     }
     return 0;
 }

@@ -19,7 +19,7 @@ const std::set<std::string> kValueOptions = {
     "--conversation", "--prefix", "--message", "--system", "--policy", "--turns", "--prefix-tokens",
     "--history-tokens", "--only", "--messages", "--simd", "--device"};
 const std::set<std::string> kRepeatedOptions = {"--stop"};
-const std::set<std::string> kFlagOptions = {"--greedy", "--no-cache", "--json", "--regenerate"};
+const std::set<std::string> kFlagOptions = {"--greedy", "--no-cache", "--json", "--regenerate", "--bandwidth"};
 }  // namespace
 
 Options parse(const std::vector<std::string>& args) {

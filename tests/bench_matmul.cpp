@@ -1,6 +1,8 @@
 // Times matmul on the default model's (Gemma 3 270M Q4_K_M) weight shapes: ms per call (median),
 // GB/s of weight bytes at one token, GFLOP/s at a 512-token prefill.
-// usage: bench_matmul [--threads N] [--level avx2|avx512-vnni|amx] [--tokens N] [--only NAME]
+// usage: bench_matmul [--threads N] [--level avx2|avx512-vnni|amx] [--tokens N] [--only NAME] [--calls N]
+// --calls N: exactly N timed calls (for instruction counters such as valgrind's, which need a
+// fixed amount of work rather than a time budget).
 #include "engine/compute/matmul.h"
 #include "engine/compute/tensor_type.h"
 #include "engine/compute/thread_pool.h"
@@ -68,14 +70,16 @@ int main(int argc, char** argv) {
     int threads = 2;
     std::vector<int64_t> token_counts = {1, 512};
     std::string only;
+    int calls = 0;
     for (int i = 1; i < argc; ++i) {
         const std::string a = argv[i];
         if (a == "--threads" && i + 1 < argc) threads = std::atoi(argv[++i]);
         else if (a == "--level" && i + 1 < argc) force_simd_level(argv[++i]);
         else if (a == "--tokens" && i + 1 < argc) token_counts = {std::atoll(argv[++i])};
         else if (a == "--only" && i + 1 < argc) only = argv[++i];
+        else if (a == "--calls" && i + 1 < argc) calls = std::max(1, std::atoi(argv[++i]));
         else {
-            std::fprintf(stderr, "usage: bench_matmul [--threads N] [--level avx2|avx512-vnni|amx] [--tokens N] [--only NAME]\n");
+            std::fprintf(stderr, "usage: bench_matmul [--threads N] [--level avx2|avx512-vnni|amx] [--tokens N] [--only NAME] [--calls N]\n");
             return 2;
         }
     }
@@ -96,7 +100,8 @@ int main(int argc, char** argv) {
             std::vector<double> ms;
             const double cpu0 = process_cpu_ms();
             const auto start = std::chrono::steady_clock::now();
-            while (ms.size() < 5 || (ms.size() < 200 && std::chrono::steady_clock::now() - start < std::chrono::milliseconds(700))) {
+            while (calls > 0 ? int(ms.size()) < calls
+                             : (ms.size() < 5 || (ms.size() < 200 && std::chrono::steady_clock::now() - start < std::chrono::milliseconds(700)))) {
                 const auto t0 = std::chrono::steady_clock::now();
                 matmul(m, x.data(), n, y.data(), pool);
                 ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());

@@ -55,6 +55,49 @@ private slots:
         }
     }
 
+    // Pieces of `grain` items, each exactly once, none longer than the grain, none empty.
+    void parallelForDynamicCoversRangeOnce() {
+        for (int n : {1, 2, 3}) {
+            ThreadPool pool(n);
+            for (int64_t len : {0, 1, 2, 7, 1000}) {
+                for (int64_t grain : {0, 1, 3, 64, 5000}) {
+                    std::vector<std::atomic<int>> hits(static_cast<size_t>(len));
+                    std::atomic<int> bad_pieces{0};
+                    pool.parallel_for_dynamic(len, grain, [&](int64_t b, int64_t e) {
+                        if (b >= e || (e - b > std::max<int64_t>(grain, 1) && e - b != len)) bad_pieces.fetch_add(1);
+                        for (int64_t i = b; i < e; ++i) hits[size_t(i)].fetch_add(1);
+                    });
+                    for (auto& h : hits) QCOMPARE(h.load(), 1);
+                    QCOMPARE(bad_pieces.load(), 0);
+                }
+            }
+        }
+    }
+
+    // A thread held up inside its first piece leaves the remaining pieces to the others, which a
+    // fixed split into equal shares could not do.
+    void parallelForDynamicRoutesAroundASlowThread() {
+        ThreadPool pool(2);
+        std::atomic<int> by_slow{0}, total{0};
+        std::atomic<bool> release{false};
+        const auto caller = std::this_thread::get_id();
+        pool.parallel_for_dynamic(100, 1, [&](int64_t, int64_t) {
+            total.fetch_add(1);
+            if (std::this_thread::get_id() != caller) {
+                by_slow.fetch_add(1);
+                // The worker stalls in its first piece until every piece has been taken (the
+                // time limit only keeps a broken pool from hanging the suite).
+                const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+                while (!release.load() && total.load() < 100 && std::chrono::steady_clock::now() < limit)
+                    std::this_thread::sleep_for(std::chrono::microseconds(50));
+            } else if (total.load() == 100) {
+                release = true;
+            }
+        });
+        QCOMPARE(total.load(), 100);
+        QVERIFY2(by_slow.load() <= 1, qPrintable(QString("the stalled worker took %1 pieces").arg(by_slow.load())));
+    }
+
     void manyQuickDispatches() {
         ThreadPool pool(3);
         std::atomic<int64_t> total{0};

@@ -226,12 +226,38 @@ void pv_prefill(const float* S, int64_t ldc, const float* vt, int64_t ld, int c0
 }
 
 // The 256-bit prefill kernels (attention_kernels.h).
+// dot16 of NR query rows against one key at once: each key vector is loaded (and converted from
+// f16) once for all of them, and the 2 * NR chains are independent. Every dot keeps dot16's order.
+template <int NR, class T>
+void dots16(const float* const* q, const T* k, int hd, float* S, int64_t ldc) {
+    __m256 lo[NR], hi[NR];
+    for (int r = 0; r < NR; ++r) lo[r] = hi[r] = _mm256_setzero_ps();
+    for (int d = 0; d < hd; d += 16) {
+        const __m256 kl = ld8(k + d), kh = ld8(k + d + 8);
+        for (int r = 0; r < NR; ++r) {
+            lo[r] = _mm256_fmadd_ps(kl, _mm256_loadu_ps(q[r] + d), lo[r]);
+            hi[r] = _mm256_fmadd_ps(kh, _mm256_loadu_ps(q[r] + d + 8), hi[r]);
+        }
+    }
+    for (int r = 0; r < NR; ++r) S[r * ldc] = tree16(lo[r], hi[r]);
+}
+
 template <class T>
 void scores_avx2_t(const float* const* q, int R, const T* const* k, int goff, int hd, int c0, int c1, float* S,
                    int64_t ldc) {
-    for (int r = 0; r < R; ++r)
-        for (int c = c0; c < c1; ++c)
-            if (k[c]) S[r * ldc + c] = dot16(q[r], k[c] + goff, hd);
+    for (int r = 0; r < R; r += 4) {
+        const int nr = std::min(4, R - r);
+        for (int c = c0; c < c1; ++c) {
+            if (!k[c]) continue;
+            float* out = S + r * ldc + c;
+            switch (nr) {
+                case 4: dots16<4>(q + r, k[c] + goff, hd, out, ldc); break;
+                case 3: dots16<3>(q + r, k[c] + goff, hd, out, ldc); break;
+                case 2: dots16<2>(q + r, k[c] + goff, hd, out, ldc); break;
+                default: dots16<1>(q + r, k[c] + goff, hd, out, ldc); break;
+            }
+        }
+    }
 }
 
 void scores_avx2(const float* const* q, int R, const void* const* k, KvDtype dt, int goff, int hd, int c0, int c1,

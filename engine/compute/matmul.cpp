@@ -204,11 +204,16 @@ ActivationGroups activation_groups(const QuantizedActivations& a, int group, Act
 
 // --- integer weights ---------------------------------------------------------------------------
 
+// Rows (or 16-row chunks) are handed out in about 8 pieces per thread: enough that a thread slowed
+// by something else on its core leaves its share to the others, few enough that the shared counter
+// costs nothing next to the rows. Each piece streams contiguous weights.
+int64_t row_grain(int64_t n, const ThreadPool& pool) { return std::max<int64_t>(1, n / (8 * int64_t(pool.size()))); }
+
 void fused_product(const KernelSet::FusedDot dot, const WeightMatrix& w, const QuantizedActivations& x, float* y,
                    ThreadPool& pool) {
     const size_t stride = row_bytes(w.type, w.cols);
     const auto* base = static_cast<const uint8_t*>(w.data);
-    pool.parallel_for(w.rows, [&](int64_t r0, int64_t r1) {
+    pool.parallel_for_dynamic(w.rows, row_grain(w.rows, pool), [&](int64_t r0, int64_t r1) {
         // A few rows at a time, so that with several tokens their weights come from L1.
         constexpr int64_t kRowStep = 16;
         for (int64_t r = r0; r < r1; r += kRowStep) {
@@ -317,7 +322,7 @@ void ordered_product(const KernelSet& ks, const WeightMatrix& w, const float* x,
         }
     };
     if (n_chunks >= 4 * pool.size() || n_tokens < pool.size()) {
-        pool.parallel_for(n_chunks, [&](int64_t c0, int64_t c1) { run(c0, c1, 0, n_tokens); });
+        pool.parallel_for_dynamic(n_chunks, row_grain(n_chunks, pool), [&](int64_t c0, int64_t c1) { run(c0, c1, 0, n_tokens); });
     } else {
         // Few rows, many tokens: every thread takes all rows and a share of the tokens.
         pool.parallel_for(n_tokens, [&](int64_t t0, int64_t t1) { run(0, n_chunks, t0, t1); });

@@ -118,4 +118,22 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
     });
 }
 
+void ThreadPool::parallel_for_dynamic(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
+    if (n <= 0) return;
+    grain = std::max<int64_t>(grain, 1);
+    if (n_threads_ == 1 || n <= grain) {
+        fn(0, n);
+        return;
+    }
+    // Each piece costs one atomic increment on a line the threads share.
+    std::atomic<int64_t> next{0};
+    run([&](int, int) {
+        for (;;) {
+            const int64_t b = next.fetch_add(grain, std::memory_order_relaxed);
+            if (b >= n) return;
+            fn(b, std::min(n, b + grain));
+        }
+    });
+}
+
 }  // namespace kvchat

@@ -24,6 +24,11 @@ public:
     void run(const std::function<void(int, int)>& fn);
     // Splits [0, n) into contiguous chunks, one or more per thread: fn(begin, end).
     void parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn);
+    // The same, cut into pieces of `grain` items (the last may be shorter) that the threads take
+    // in turn as they finish theirs: a thread slowed by other work on its core (another program,
+    // a busy hypervisor) does less of the work instead of holding up the others. For work whose
+    // items cost the same and are independent of where the cuts fall.
+    void parallel_for_dynamic(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
 
 private:
     void worker(int index);
