@@ -6,6 +6,7 @@
 #include "engine/compute/kv_dtype.h"
 #include "engine/compute/rope.h"
 #include "engine/compute/quant_blocks.h"
+#include "engine/compute/spare_blocks.h"
 #include "engine/compute/thread_pool.h"
 #include "engine/error.h"
 
@@ -87,7 +88,7 @@ public:
     explicit CpuBackend(int n_threads) : own_(std::make_unique<ThreadPool>(n_threads)), pool_(*own_) {}
     explicit CpuBackend(ThreadPool& pool) : pool_(pool) {}
     ~CpuBackend() override {
-        for (auto& [size, ptr] : spare_) std::free(ptr);
+        blocks_.release_all([](float* p) { std::free(p); });
     }
 
     std::string name() const override { return "cpu"; }
@@ -95,27 +96,16 @@ public:
 
     Buffer alloc(int64_t rows, int64_t cols) override {
         const size_t bytes = static_cast<size_t>(std::max<int64_t>(rows * cols, 1)) * sizeof(float);
-        // Reuse a spare block: a decode step allocates the same few sizes every time, and prefill
-        // blocks are large enough that fresh pages would cost more than the math.
-        auto it = spare_.lower_bound(bytes);
-        float* p = nullptr;
-        if (it != spare_.end() && it->first <= 2 * bytes) {
-            p = it->second;
-            sizes_[p] = it->first;
-            spare_.erase(it);
-        } else {
-            const size_t rounded = (bytes + 63) / 64 * 64;
-            p = static_cast<float*>(std::aligned_alloc(64, rounded));
-            if (!p) throw Error("out of memory allocating " + std::to_string(rounded) + " bytes of activations");
-            sizes_[p] = rounded;
-        }
+        float* p = blocks_.take(bytes, 64, [](size_t rounded) {
+            auto* fresh = static_cast<float*>(std::aligned_alloc(64, rounded));
+            if (!fresh) throw Error("out of memory allocating " + std::to_string(rounded) + " bytes of activations");
+            return fresh;
+        });
         return Buffer{p, rows, cols};
     }
     void free(Buffer& b) override {
         if (!b.data) return;
-        auto it = sizes_.find(b.data);
-        spare_.emplace(it->second, b.data);
-        sizes_.erase(it);
+        blocks_.give_back(b.data);
         b = Buffer{};
     }
     void read(const Buffer& b, int64_t n_rows, float* host) const override {
@@ -286,8 +276,7 @@ public:
 private:
     std::unique_ptr<ThreadPool> own_;
     ThreadPool& pool_;
-    std::multimap<size_t, float*> spare_;
-    std::map<float*, size_t> sizes_;
+    SpareBlocks blocks_;
 };
 
 }  // namespace

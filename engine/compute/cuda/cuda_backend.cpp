@@ -22,6 +22,7 @@
 #include "engine/compute/kv_dtype.h"
 #include "engine/compute/quant_blocks.h"
 #include "engine/compute/rope.h"
+#include "engine/compute/spare_blocks.h"
 #include "engine/compute/tensor_type.h"
 #include "engine/error.h"
 
@@ -264,27 +265,13 @@ public:
         std::lock_guard lock(mu_);
         select();
         const size_t bytes = static_cast<size_t>(std::max<int64_t>(rows * cols, 1)) * sizeof(float);
-        auto it = spare_.lower_bound(bytes);
-        float* p = nullptr;
-        if (it != spare_.end() && it->first <= 2 * bytes) {
-            p = it->second;
-            sizes_[p] = it->first;
-            spare_.erase(it);
-        } else {
-            const size_t rounded = (bytes + 255) / 256 * 256;
-            p = static_cast<float*>(managed_alloc(rounded, "activations"));
-            sizes_[p] = rounded;
-        }
+        float* p = blocks_.take(bytes, 256, [](size_t rounded) { return static_cast<float*>(managed_alloc(rounded, "activations")); });
         return Buffer{p, rows, cols};
     }
     void free(Buffer& b) override {
         if (!b.data) return;
         std::lock_guard lock(mu_);
-        auto it = sizes_.find(b.data);
-        if (it != sizes_.end()) {
-            spare_.emplace(it->second, b.data);
-            sizes_.erase(it);
-        }
+        blocks_.give_back(b.data);
         b = Buffer{};
     }
     void read(const Buffer& b, int64_t n_rows, float* host) const override {
@@ -679,9 +666,8 @@ private:
         if (stream_) cudaStreamSynchronize(stream_);
         for (auto& [k, w] : weights_) cudaFree(w.data);
         for (auto& [k, n] : norms_) cudaFree(n.data);
-        for (auto& [size, p] : spare_) cudaFree(p);
-        for (auto& [p, size] : sizes_) cudaFree(p);
-        weights_.clear(), norms_.clear(), spare_.clear(), sizes_.clear();
+        blocks_.release_all([](float* p) { cudaFree(p); });
+        weights_.clear(), norms_.clear();
         if (gelu_table_) cudaFree(gelu_table_);
         gelu_table_ = nullptr;
         if (cublas_) blas_.destroy(cublas_);
@@ -703,8 +689,7 @@ private:
     mutable std::mutex mu_;
     std::unordered_map<const void*, DeviceWeight> weights_;
     std::unordered_map<const float*, DeviceNorm> norms_;
-    std::multimap<size_t, float*> spare_;
-    std::map<float*, size_t> sizes_;
+    SpareBlocks blocks_;
 };
 
 void write_error(char* error, size_t size, const std::string& msg) {
