@@ -275,6 +275,28 @@ void reference_order_row(const Case& c, const Data& d, int t, int h, float* o) {
     }
 }
 
+// The current data row of matchesDoubleReference_data as a Case.
+Case fetchedCase() {
+    Case c;
+    QFETCH(int, n_head);
+    QFETCH(int, n_kv);
+    QFETCH(int, hd);
+    QFETCH(int, n_q);
+    QFETCH(int, held);
+    QFETCH(int, window);
+    QFETCH(int, sinks);
+    QFETCH(bool, sink_q);
+    QFETCH(float, softcap);
+    QFETCH(int, views);
+    QFETCH(bool, ring);
+    QFETCH(int, quant_bits);
+    QFETCH(int, quant_tokens);
+    c.n_head = n_head, c.n_kv = n_kv, c.hd = hd, c.n_q = n_q, c.held = held, c.window = window, c.sinks = sinks;
+    c.sink_q = sink_q, c.softcap = softcap, c.views = views, c.ring = ring, c.quant_bits = quant_bits;
+    c.quant_tokens = quant_tokens;
+    return c;
+}
+
 }  // namespace
 
 class TestAttention : public QObject {
@@ -315,24 +337,8 @@ private Q_SLOTS:
     }
 
     void matchesDoubleReference() {
-        Case c;
-        QFETCH(int, n_head);
-        QFETCH(int, n_kv);
-        QFETCH(int, hd);
-        QFETCH(int, n_q);
-        QFETCH(int, held);
-        QFETCH(int, window);
-        QFETCH(int, sinks);
-        QFETCH(bool, sink_q);
-        QFETCH(float, softcap);
-        QFETCH(int, views);
-        QFETCH(bool, ring);
-        QFETCH(int, quant_bits);
-        QFETCH(int, quant_tokens);
-        c.n_head = n_head, c.n_kv = n_kv, c.hd = hd, c.n_q = n_q, c.held = held, c.window = window, c.sinks = sinks;
-        c.sink_q = sink_q, c.softcap = softcap, c.views = views, c.ring = ring, c.quant_bits = quant_bits;
-        c.quant_tokens = quant_tokens;
-        const Data d = make(c, 1234u + static_cast<uint32_t>(held * 31 + n_q));
+        const Case c = fetchedCase();
+        const Data d = make(c, 1234u + static_cast<uint32_t>(c.held * 31 + c.n_q));
         const std::vector<double> ref = reference(c, d);
         const std::vector<float> one = run(c, d, c.views, 1);
         double worst = 0.0, scale = 0.0;
@@ -342,7 +348,7 @@ private Q_SLOTS:
         }
         // f32 products of head_dim terms and an exp within ~2 ulp: well under 1e-5 of the
         // outputs' size; quantized keys add the rounding of (q ⊙ scale)·codes + q·zero.
-        const double bound = (quant_bits > 0 ? 2e-5 : 5e-6) * scale;
+        const double bound = (c.quant_bits > 0 ? 2e-5 : 5e-6) * scale;
         QVERIFY2(worst <= bound, qPrintable(QString("max error %1 > %2").arg(worst).arg(bound)));
         // Bit-equal whatever the thread count (decode splits one tile across threads) and
         // however the same slots are cut into views.
@@ -427,25 +433,9 @@ private Q_SLOTS:
     // their grid, every output equals that of the same values in f32, whatever the case.
     void storedFormatsReadAlike_data() { matchesDoubleReference_data(); }
     void storedFormatsReadAlike() {
-        Case c;
-        QFETCH(int, n_head);
-        QFETCH(int, n_kv);
-        QFETCH(int, hd);
-        QFETCH(int, n_q);
-        QFETCH(int, held);
-        QFETCH(int, window);
-        QFETCH(int, sinks);
-        QFETCH(bool, sink_q);
-        QFETCH(float, softcap);
-        QFETCH(int, views);
-        QFETCH(bool, ring);
-        QFETCH(int, quant_bits);
-        QFETCH(int, quant_tokens);
-        c.n_head = n_head, c.n_kv = n_kv, c.hd = hd, c.n_q = n_q, c.held = held, c.window = window, c.sinks = sinks;
-        c.sink_q = sink_q, c.softcap = softcap, c.views = views, c.ring = ring, c.quant_bits = quant_bits;
-        c.quant_tokens = quant_tokens;
+        const Case c = fetchedCase();
         for (KvDtype t : {KvDtype::F16, KvDtype::BF16}) {
-            Data d = make(c, 555u + static_cast<uint32_t>(held));
+            Data d = make(c, 555u + static_cast<uint32_t>(c.held));
             for (auto* v : {&d.k, &d.v, &d.kv, &d.newk, &d.newv})
                 for (float& x : *v) {
                     uint16_t h;
