@@ -1,5 +1,6 @@
 // The CPU backend: activations in host memory, kernels on the thread pool.
 #include "engine/compute/backend.h"
+#include "engine/common/file_range_io.h"
 #include "engine/common/growable_arena.h"
 #include "engine/compute/attention.h"
 #include "engine/compute/kivi_block.h"
@@ -240,37 +241,9 @@ public:
         if (bytes) std::memcpy(host, src, bytes);
     }
 
-    int kv_read_file(int fd, int64_t offset, void* dst_v, size_t n) override {
-        uint8_t* dst = static_cast<uint8_t*>(dst_v);
-        size_t done = 0;
-        while (done < n) {
-            const ssize_t r = ::pread(fd, dst + done, n - done, offset + static_cast<int64_t>(done));
-            if (r < 0 && errno == EINTR) continue;
-            if (r < 0) return errno;
-            if (r == 0) {
-                // Past the end of the file: bytes reserved but never written.
-                std::memset(dst + done, 0, n - done);
-                break;
-            }
-            done += static_cast<size_t>(r);
-        }
-        return 0;
-    }
-    int kv_write_file(int fd, int64_t offset, const void* src_v, size_t n, size_t* written) override {
-        const uint8_t* src = static_cast<const uint8_t*>(src_v);
-        size_t done = 0;
-        while (done < n) {
-            const ssize_t w = ::pwrite(fd, src + done, n - done, offset + static_cast<int64_t>(done));
-            if (w < 0 && errno == EINTR) continue;
-            if (w <= 0) {
-                // A short write followed by an error, or no progress at all.
-                *written = done;
-                return w < 0 ? errno : ENOSPC;
-            }
-            done += static_cast<size_t>(w);
-        }
-        *written = done;
-        return 0;
+    int kv_read_file(int fd, int64_t offset, void* dst, size_t n) override { return read_file_range(fd, offset, dst, n); }
+    int kv_write_file(int fd, int64_t offset, const void* src, size_t n, size_t* written) override {
+        return write_file_range(fd, offset, src, n, written);
     }
 
 private:

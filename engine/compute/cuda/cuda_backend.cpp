@@ -13,6 +13,7 @@
 // in cuBLAS (fp16 inputs, fp32 accumulation and output) as llama.cpp's CUDA build does for
 // batches. fp16 rather than f32 halves the device memory (a 7B model fits in 16 GB); rather than
 // quantized kernels, it is one code path for every GGUF type, correct first.
+#include "engine/common/file_range_io.h"
 #include "engine/compute/attention.h"
 #include "engine/compute/backend.h"
 #include "engine/compute/cuda/cublas_library.h"
@@ -474,18 +475,7 @@ public:
         if (n == 0) return 0;
         thread_local std::vector<uint8_t> host;
         host.resize(n);
-        size_t got = 0;
-        while (got < n) {
-            const ssize_t r = ::pread(fd, host.data() + got, n - got, offset + static_cast<int64_t>(got));
-            if (r < 0 && errno == EINTR) continue;
-            if (r < 0) return errno;
-            if (r == 0) {
-                // Past the end of the file: bytes reserved but never written.
-                std::memset(host.data() + got, 0, n - got);
-                break;
-            }
-            got += static_cast<size_t>(r);
-        }
+        if (const int err = read_file_range(fd, offset, host.data(), n)) return err;
         std::lock_guard lock(mu_);
         select();
         if (cudaMemcpy(dst, host.data(), n, cudaMemcpyDefault) != cudaSuccess) {
@@ -507,19 +497,7 @@ public:
                 return EIO;
             }
         }
-        size_t put = 0;
-        while (put < n) {
-            const ssize_t w = ::pwrite(fd, host.data() + put, n - put, offset + static_cast<int64_t>(put));
-            if (w < 0 && errno == EINTR) continue;
-            if (w <= 0) {
-                // A short write followed by an error, or no progress at all.
-                *written = put;
-                return w < 0 ? errno : ENOSPC;
-            }
-            put += static_cast<size_t>(w);
-        }
-        *written = put;
-        return 0;
+        return write_file_range(fd, offset, host.data(), n, written);
     }
 
     void attend(const AttentionInput& in, const AttentionShape& shape, float* out) override {
