@@ -1,7 +1,8 @@
-// Stop during a long prefill acts within about one layer's time, not at the end of the prefill
-// (or of its 512-token chunk): the forward pass sees the flag between layers, and kvchat-cli's
-// Ctrl-C sets it. Timings are compared with a full prefill measured in the same test, with wide
+// Stop during a long prefill acts within one matrix product's time, not at the end of the
+// prefill (or of its 512-token chunk, or of a layer): the forward pass sees the flag before every
+// step of a layer and attention between its work items, and kvchat-cli's Ctrl-C sets it. Timings are compared with a full prefill measured in the same test, with wide
 // margins, so a busy machine does not make them flaky.
+#include "engine/cache/cache.h"
 #include "engine/compute/backend.h"
 #include "engine/error.h"
 #include "engine/model/model.h"
@@ -17,6 +18,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <csignal>
 #include <thread>
 
@@ -98,6 +100,103 @@ private Q_SLOTS:
         // The cache still works: it takes the tokens again and matches the uninterrupted one.
         model->forward(*backend, *cache, tokens.data(), n, Logits::None, logits, n);
         QCOMPARE(cache->seq_length(), n);
+    }
+
+    // One layer whose attention is nearly all of its time (a long context, tiny products): a
+    // flag set a quarter of the way in stops the attention itself, long before it ends. (Seen only
+    // between layer steps, the stop would come after the attention, at ~90% of the time.)
+    void cancelStopsInsideAttention() {
+        QTemporaryDir dir;
+        test::TinyModelSpec s;
+        s.arch = "llama";  // every layer attends to the whole context
+        s.n_layer = 1;
+        s.n_embd = 64;
+        s.n_ff = 64;
+        s.n_head = 8;
+        s.n_head_kv = 2;
+        s.head_dim = 64;
+        s.sliding_window = 0;
+        s.n_ctx = 16384;
+        const std::string path = (dir.path() + "/attention.gguf").toStdString();
+        test::write_tiny_gguf(s, path);
+        auto model = Model::load(path);
+        auto backend = make_cpu_backend(1);
+        std::vector<float> logits;
+        std::vector<int32_t> tokens;
+        int64_t n = 512;
+        double whole = 0;
+        for (;; n *= 2) {
+            tokens.resize(static_cast<size_t>(n));
+            for (int64_t i = 0; i < n; ++i) tokens[static_cast<size_t>(i)] = static_cast<int32_t>(3 + (i * 5) % 300);
+            auto full = model->make_cache(*backend, "dynamic");
+            const auto t0 = std::chrono::steady_clock::now();
+            model->forward(*backend, *full, tokens.data(), n, Logits::None, logits, n);
+            whole = seconds_since(t0);
+            if (whole >= 0.4 || n >= 16384) break;
+        }
+        qInfo("one layer over %lld tokens in one chunk takes %.3f s", static_cast<long long>(n), whole);
+
+        auto cache = model->make_cache(*backend, "dynamic");
+        std::atomic<bool> cancel{false};
+        std::chrono::steady_clock::time_point set_at;
+        std::thread stopper([&] {
+            std::this_thread::sleep_for(std::chrono::duration<double>(whole / 4));
+            set_at = std::chrono::steady_clock::now();
+            cancel = true;
+        });
+        bool cancelled = false;
+        try {
+            model->forward(*backend, *cache, tokens.data(), n, Logits::None, logits, n, &cancel);
+        } catch (const Cancelled&) {
+            cancelled = true;
+        }
+        stopper.join();
+        const double after_flag = seconds_since(set_at);
+        QVERIFY2(cancelled, "the prefill ran to its end");
+        QCOMPARE(cache->seq_length(), int64_t{0});
+        QVERIFY2(after_flag < whole / 2,
+                 qPrintable(QString("stopped %1 s after the flag; the whole layer takes %2 s").arg(after_flag).arg(whole)));
+    }
+
+    // A cache layer asked to attend with the flag already set does no attention work (its output
+    // rows stay as they were), throws Cancelled and keeps none of the new tokens; without the
+    // flag the same call fills every row and keeps them.
+    void cancelledAttentionKeepsNothing() {
+        auto model = Model::load(model_path_);
+        auto backend = make_cpu_backend(2);
+        const ModelConfig& c = model->config();
+        auto cache = model->make_cache(*backend, "dynamic");
+        std::vector<float> logits;
+        std::vector<int32_t> first(64, 42);
+        model->forward(*backend, *cache, first.data(), 64, Logits::None, logits);
+        const int64_t n = 256, q_dim = int64_t{c.n_head} * c.head_dim, kv_dim = int64_t{c.n_head_kv} * c.head_dim;
+        for (bool preset : {true, false}) {
+            CacheLayer& layer = cache->layer(static_cast<size_t>(c.n_layer - 1));  // a global layer
+            const int64_t held = layer.tokens_held(), end = layer.end_position();
+            Buffer q = backend->alloc(n, q_dim), k = backend->alloc(n, kv_dim), v = backend->alloc(n, kv_dim);
+            Buffer out = backend->alloc(n, q_dim);
+            for (int64_t i = 0; i < n * q_dim; ++i) q.data[i] = std::sin(0.01f * static_cast<float>(i));
+            for (int64_t i = 0; i < n * kv_dim; ++i) {
+                k.data[i] = std::cos(0.02f * static_cast<float>(i));
+                v.data[i] = std::sin(0.03f * static_cast<float>(i));
+            }
+            std::fill(out.data, out.data + n * q_dim, std::nanf(""));
+            std::vector<int32_t> pos(static_cast<size_t>(n));
+            for (int64_t i = 0; i < n; ++i) pos[static_cast<size_t>(i)] = static_cast<int32_t>(end + i);
+            std::atomic<bool> cancel{preset};
+            int64_t filled = 0;
+            if (preset) {
+                QVERIFY_THROWS_EXCEPTION(Cancelled, layer.attend(q, k, v, pos.data(), n, out, &cancel));
+                QCOMPARE(layer.tokens_held(), held);
+                QCOMPARE(layer.end_position(), end);
+            } else {
+                layer.attend(q, k, v, pos.data(), n, out, &cancel);
+                QCOMPARE(layer.end_position(), end + n);
+            }
+            for (int64_t i = 0; i < n * q_dim; ++i) filled += std::isfinite(out.data[i]) ? 1 : 0;
+            QCOMPARE(filled, preset ? int64_t{0} : n * q_dim);
+            for (Buffer* b : {&q, &k, &v, &out}) backend->free(*b);
+        }
     }
 
     // In chunks, the chunks done before the flag stay in the cache.

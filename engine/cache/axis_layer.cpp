@@ -151,7 +151,8 @@ void AxisLayer::store(int32_t p, const void* k, const void* v) {
     next_pos_ = p + 1;
 }
 
-void AxisLayer::attend(Buffer& q, const Buffer& k, const Buffer& v, const int32_t* pos, int64_t n, Buffer& out) {
+void AxisLayer::attend(Buffer& q, const Buffer& k, const Buffer& v, const int32_t* pos, int64_t n, Buffer& out,
+                       const std::atomic<bool>* cancel) {
     const AttentionShape& s = spec_.shape;
     check_room(pos[0], n);
     // The new keys (and values, when rounded) are changed on copies: k and v belong to the model.
@@ -210,6 +211,7 @@ void AxisLayer::attend(Buffer& q, const Buffer& k, const Buffer& v, const int32_
     in.n_q = n;
     in.window = retention_.recent();
     in.sink_end = retention_.sink_end();
+    in.cancel = cancel;
     const int64_t stride = 2 * kv_dim_;
     // Views end at the last slot ever written, not the allocation, so two caches with the same
     // tokens split the work the same way whatever their growth history (bit-equal results).
@@ -218,6 +220,8 @@ void AxisLayer::attend(Buffer& q, const Buffer& k, const Buffer& v, const int32_
     if (quant_) quant_->add_views(in, arena_);
     in.slots.push_back({kst, vst, pos, n, kv_dim_});
     backend_.attend(in, shape, out.data);
+    // Stopped part-way, `out` is incomplete: nothing of the chunk is kept.
+    if (cancel && cancel->load(std::memory_order_relaxed)) throw Cancelled("Prefilling was cancelled");
 
     // Keep the new tokens. A full-precision ring skips the ones this chunk would overwrite anyway.
     const bool ring = full() && !retention_.keeps_all();

@@ -43,7 +43,8 @@ public:
     // The layer's memory comes from `backend`, which also runs every operation on it.
     AxisLayer(const LayerSpec& spec, const LayerConfig& cfg, Backend& backend, OffloadTier* tier, int tier_index);
 
-    void attend(Buffer& q, const Buffer& k, const Buffer& v, const int32_t* pos, int64_t n, Buffer& out) override;
+    void attend(Buffer& q, const Buffer& k, const Buffer& v, const int32_t* pos, int64_t n, Buffer& out,
+                const std::atomic<bool>* cancel = nullptr) override;
     void crop(int64_t n_tokens) override;
     void reset() override;
     int64_t tokens_held() const override;

@@ -67,9 +67,11 @@ public:
     // tokens themselves; the new tokens are then kept as the layer's retention allows.
     // q: n x (n_head*head_dim), k and v: n x (n_head_kv*head_dim), q and k not yet rotated (the
     // layer rotates them; q is rotated in place, and with f16_rounding also scaled and rounded).
-    // out: n x (n_head*head_dim).
+    // out: n x (n_head*head_dim). A `cancel` set while it runs (from any thread) stops the
+    // attention between its work items: kvchat::Cancelled is thrown and the layer keeps none of
+    // the new tokens.
     virtual void attend(Buffer& q, const Buffer& k, const Buffer& v, const int32_t* pos, int64_t n,
-                        Buffer& out) = 0;
+                        Buffer& out, const std::atomic<bool>* cancel = nullptr) = 0;
     // Drops every token at position >= n_tokens.
     virtual void crop(int64_t n_tokens) = 0;
     virtual void reset() = 0;

@@ -588,6 +588,7 @@ void attend(const AttentionInput& in, const AttentionShape& shape, float* out, T
         thread_local Scratch w;
         thread_local std::vector<float> S;
         for (int64_t i = b; i < e; ++i) {
+            if (in.cancelled()) return;
             const QueryTiles::Item it = tiles.item(i);
             tile_rows(in, shape, it.t0, it.t1, it.g, out, cols, w);
             S.resize(static_cast<size_t>(static_cast<int64_t>(w.q.size()) * ldc));

@@ -7,6 +7,7 @@
 #include "engine/compute/kv_dtype.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <vector>
 
@@ -61,6 +62,10 @@ struct AttentionInput {
     // f16 matmul). The caller rounds q (already scaled: shape.scale must be 1), k and v. Only for
     // full-precision slots (no blocks). Where reference_order_applies, in llama.cpp's summation order too.
     bool f16_probs = false;
+    // Set from another thread: the work items not yet started are skipped, and `out` is left
+    // incomplete (the caller throws kvchat::Cancelled). A backend may also finish the call.
+    const std::atomic<bool>* cancel = nullptr;
+    bool cancelled() const { return cancel && cancel->load(std::memory_order_relaxed); }
 };
 
 // How a prefill's queries are cut into work items for the threads, shared by both kernels:

@@ -463,6 +463,7 @@ void attend_reference_order(const AttentionInput& in, const AttentionShape& s, f
     const int n_blocks = cols.n / 64;
     pool.parallel_for(static_cast<int64_t>(n_kv) * n_blocks, [&](int64_t b, int64_t e) {
         for (int64_t i = b; i < e; ++i) {
+            if (in.cancelled()) return;
             const int g = static_cast<int>(i / n_blocks), c = static_cast<int>(i % n_blocks) * 64;
             if (cols.dt == KvDtype::F16)
                 transpose_values<uint16_t>(cols, g * hd, hd, vt.data() + static_cast<int64_t>(g) * hd * ld, ld, c, c + 64);
@@ -471,11 +472,13 @@ void attend_reference_order(const AttentionInput& in, const AttentionShape& s, f
         }
     });
 
+    if (in.cancelled()) return;
     const QueryTiles tiles(n_q, group, n_kv, pool.size(), kTileRows);
     pool.parallel_for(tiles.items(), [&](int64_t b, int64_t e) {
         Rows rows;
         thread_local std::vector<float> S;
         for (int64_t i = b; i < e; ++i) {
+            if (in.cancelled()) return;
             const QueryTiles::Item it = tiles.item(i);
             prefill_item(in, s, cols, vt.data() + static_cast<int64_t>(it.g) * hd * ld, ld, it.t0, it.t1, it.g, out, rows, S);
         }
