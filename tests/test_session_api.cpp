@@ -78,6 +78,13 @@ std::vector<StoredMessage> stored(const ConversationRegistry& reg, int64_t id) {
     return out;
 }
 
+// A user message the tiny model's tokenizer turns into well over Conversation::kBatchTokens.
+std::string long_message() {
+    std::string text;
+    for (int i = 0; i < 12; ++i) text += "the cat sat on the mat ";
+    return text;
+}
+
 struct Setup {
     QTemporaryDir dir;
     std::unique_ptr<Model> m = tiny_model(dir);
@@ -237,14 +244,18 @@ private slots:
             Store store(s.db);
             ConversationRegistry reg(store, *s.m, *s.be);
             id = reg.create("figures");
-            const TurnResult first = reg.send(id, "the cat sat on the mat", greedy(6));
+            const TurnResult first = reg.send(id, long_message(), greedy(6));
             QCOMPARE(first.cached_tokens, int64_t(0));
+            QVERIFY(first.prefill_tokens >= Conversation::kBatchTokens);
             QVERIFY(!first.prefill_saved_ms.has_value() || *first.prefill_saved_ms == 0.0);
             second = reg.send(id, "a cat", greedy(6));
             QVERIFY(second.cached_tokens > 0);
+            QVERIFY(second.prefill_tokens < Conversation::kBatchTokens);
             QCOMPARE(second.cached_tokens + second.prefill_tokens, second.prompt_tokens);
+            // The saving is priced at the first turn's batch speed, not at the few tokens' own.
             QVERIFY(second.prefill_saved_ms.has_value());
-            QVERIFY(*second.prefill_saved_ms > 0);
+            QVERIFY(qFuzzyCompare(*second.prefill_saved_ms,
+                                  second.cached_tokens * first.prefill_ms / static_cast<double>(first.prefill_tokens)));
             QCOMPARE(second.prefix_tokens, int64_t(0));
 
             std::vector<std::string> notices;
@@ -261,6 +272,17 @@ private slots:
         ConversationRegistry reg(store, *s.m, *s.be);
         const auto msgs = reg.messages(id);
         QCOMPARE(msgs.size(), size_t(4));
+        {
+            // Reopened, the speed comes from the stored figures of the largest prefill (the first
+            // answer's time to first token over its computed tokens).
+            const GenerationStats& big = msgs[1].stats;
+            QVERIFY(big.ttft_ms.has_value());
+            const TurnResult third = reg.send(id, "one more", greedy(4));
+            QVERIFY(third.prefill_tokens < Conversation::kBatchTokens);
+            QVERIFY(third.prefill_saved_ms.has_value());
+            QVERIFY(qFuzzyCompare(*third.prefill_saved_ms,
+                                  third.cached_tokens * *big.ttft_ms / static_cast<double>(big.computed_tokens)));
+        }
         const GenerationStats& st = msgs[3].stats;
         QCOMPARE(st.cached_tokens, second.cached_tokens);
         QCOMPARE(st.computed_tokens, second.prefill_tokens);
@@ -272,6 +294,19 @@ private slots:
         QCOMPARE(pm.back().role, Role::Assistant);
         QCOMPARE(pm.back().stats.prefix_tokens, static_cast<int64_t>(prefix_tokens));
         QCOMPARE(pm.back().stats.cached_tokens, first_of_prefix.cached_tokens);
+    }
+
+    // Only small prefills so far: nothing to price the reuse by, so no saving is claimed.
+    void smallPrefillsClaimNoSaving() {
+        Setup s;
+        Store store(s.db);
+        ConversationRegistry reg(store, *s.m, *s.be);
+        const int64_t id = reg.create("small");
+        const TurnResult first = reg.send(id, "a cat", greedy(4));
+        QVERIFY(first.prefill_tokens < Conversation::kBatchTokens);
+        const TurnResult second = reg.send(id, "a mat", greedy(4));
+        QVERIFY(second.cached_tokens > 0);
+        QVERIFY(!second.prefill_saved_ms.has_value());
     }
 
     void loadModelReportsAndCancels() {

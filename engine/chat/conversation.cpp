@@ -5,6 +5,7 @@
 #include "engine/error.h"
 
 #include <algorithm>
+#include <cmath>
 #include <chrono>
 #include <new>
 
@@ -329,8 +330,8 @@ TurnResult Conversation::respond(const TurnOptions& options, const TurnCallbacks
     out.cached_tokens = keep;
     out.prefill_tokens = total - keep;
     out.prefill_ms = checkpointed_prefill_ms + r.prefill_ms;
-    if (out.prefill_ms > 0 && out.prefill_tokens > 0)
-        out.prefill_saved_ms = static_cast<double>(keep) * out.prefill_ms / static_cast<double>(out.prefill_tokens);
+    note_prefill_speed(out.prefill_tokens, out.prefill_ms);
+    if (const auto per_token = prefill_ms_per_token()) out.prefill_saved_ms = static_cast<double>(keep) * *per_token;
     out.decode_tok_s = r.decode_tok_s();
     out.stop_reason = r.stop_reason;
     if (!(r.stop_reason == "cancelled" && r.text.empty())) {
@@ -339,6 +340,17 @@ TurnResult Conversation::respond(const TurnOptions& options, const TurnCallbacks
     }
     out.kv_bytes = cache().bytes();
     return out;
+}
+
+void Conversation::note_prefill_speed(int64_t tokens, double ms) {
+    if (tokens < kBatchTokens || tokens <= speed_tokens_ || !(ms > 0.0) || !std::isfinite(ms)) return;
+    speed_tokens_ = tokens;
+    speed_ms_ = ms;
+}
+
+std::optional<double> Conversation::prefill_ms_per_token() const {
+    if (speed_tokens_ == 0) return std::nullopt;
+    return speed_ms_ / static_cast<double>(speed_tokens_);
 }
 
 void Conversation::close_reply() {

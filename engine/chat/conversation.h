@@ -44,8 +44,8 @@ struct TurnResult {
     int64_t cached_tokens = 0;     // tokens reused from the cache (or a prefix)
     int64_t prefix_tokens = 0;     // of cached_tokens, those a saved prefix's cache brought
     double prefill_ms = 0.0;       // computing the prefill_tokens
-    // cached_tokens at this turn's prefill speed: what the reuse saved (none when nothing was
-    // computed to measure the speed by).
+    // cached_tokens at the conversation's batch prefill speed (see note_prefill_speed): what the
+    // reuse saved; none until a prefill large enough to measure that speed by has run.
     std::optional<double> prefill_saved_ms;
     double ttft_ms = 0.0;          // from the turn's start to its first token
     double decode_tok_s = 0.0;
@@ -80,6 +80,15 @@ public:
     const std::string& cache_spec() const { return cache_spec_; }
     // Takes effect with the next cache made (release_cache() to drop the current one).
     void set_cache_spec(const std::string& spec);
+
+    // A prefill of `tokens` tokens took `ms`: the speed turns report savings by is that of the
+    // largest prefill of at least kBatchTokens tokens. (A prefill of a few tokens costs nearly
+    // what a batch costs, every weight being read once either way, so its time per token would
+    // overstate what reuse saves many times over.) Also fed from a reopened conversation's
+    // stored figures.
+    static constexpr int64_t kBatchTokens = 64;
+    void note_prefill_speed(int64_t tokens, double ms);
+    std::optional<double> prefill_ms_per_token() const;
 
     void append(Role role, std::string content);
     // Keeps the first n messages.
@@ -152,6 +161,8 @@ private:
     ChatTemplate template_;
     std::string cache_spec_;
     std::vector<ChatMessage> messages_;
+    int64_t speed_tokens_ = 0;  // the prefill the speed was measured on (0: none yet)
+    double speed_ms_ = 0.0;
     std::unique_ptr<Cache> cache_;
     std::vector<CacheCheckpoint> checkpoints_;
     std::future<LoadedCache> loading_;

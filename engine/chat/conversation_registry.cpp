@@ -105,7 +105,11 @@ ConversationRegistry::Entry& ConversationRegistry::entry(int64_t id) {
     e.id = rec->id;
     e.title = rec->title;
     e.conversation = std::make_unique<Conversation>(model_, backend_, template_, canonical_cache_spec(rec->cache_spec));
-    for (const MessageRecord& m : store_.list_messages(e.id)) e.conversation->append(m.role, m.content);
+    for (const MessageRecord& m : store_.list_messages(e.id)) {
+        e.conversation->append(m.role, m.content);
+        // Time to first token over the tokens computed: a prefill's speed, slightly low.
+        if (m.stats.ttft_ms) e.conversation->note_prefill_speed(m.stats.computed_tokens, *m.stats.ttft_ms);
+    }
     entries_.push_front(std::move(e));
     return entries_.front();
 }

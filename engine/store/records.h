@@ -33,7 +33,7 @@ struct GenerationStats {
     int64_t cached_tokens = 0;                // prompt tokens reused from the conversation's cache
     int64_t prefix_tokens = 0;                // of those, taken from a saved prefix's cache
     int64_t computed_tokens = 0;              // prompt tokens prefilled this turn
-    std::optional<double> prefill_saved_ms;   // cached_tokens at this turn's measured prefill speed
+    std::optional<double> prefill_saved_ms;   // cached_tokens at the conversation's batch prefill speed
 };
 
 struct MessageRecord {
