@@ -82,8 +82,7 @@ class TestUiCacheLab : public QObject {
 private Q_SLOTS:
     void initTestCase() {
         QVERIFY(home_.isValid());
-        qputenv("XDG_DATA_HOME", (home_.path() + "/data").toUtf8());
-        qputenv("XDG_CONFIG_HOME", (home_.path() + "/config").toUtf8());
+        kvchat::test::useFreshProfile(home_.path());
         model_ = home_.path() + "/tiny.gguf";
         test::write_tiny_gguf(test::chat_sized_spec(), model_.toStdString());
     }

@@ -15,6 +15,7 @@
 #include "ui/prefix_library_panel.h"
 #include "ui/settings_dialog.h"
 #include "ui/transcript_view.h"
+#include "support/ui_testing.h"
 
 #include <QAbstractItemView>
 #include <QAccessible>
@@ -118,8 +119,7 @@ class TestUiChat : public QObject {
 private Q_SLOTS:
     void initTestCase() {
         QVERIFY(home_.isValid());
-        qputenv("XDG_DATA_HOME", (home_.path() + "/data").toUtf8());
-        qputenv("XDG_CONFIG_HOME", (home_.path() + "/config").toUtf8());
+        kvchat::test::useFreshProfile(home_.path());
         model_ = home_.path() + "/tiny.gguf";
         test::write_tiny_gguf(test::chat_sized_spec(4), model_.toStdString());
     }

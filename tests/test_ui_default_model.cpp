@@ -6,6 +6,7 @@
 #include "ui/engine_worker.h"
 #include "ui/event_loop_stall.h"
 #include "ui/main_window.h"
+#include "support/ui_testing.h"
 
 #include <QMessageBox>
 #include <QProgressBar>
@@ -25,8 +26,7 @@ private Q_SLOTS:
     void initTestCase() {
         model_ = qEnvironmentVariable("KVCHAT_MODEL");
         if (model_.isEmpty() || !QFileInfo::exists(model_)) QSKIP("KVCHAT_MODEL is not set to the default model");
-        qputenv("XDG_DATA_HOME", (home_.path() + "/data").toUtf8());
-        qputenv("XDG_CONFIG_HOME", (home_.path() + "/config").toUtf8());
+        kvchat::test::useFreshProfile(home_.path());
     }
 
     void cancelledLoadKeepsTheModelInUse() {

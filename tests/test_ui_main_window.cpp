@@ -2,6 +2,7 @@
 // cannot be loaded is reported in a dialog naming the file and the problem.
 #define QT_NO_KEYWORDS  // the engine's headers use the words "emit" and "slots"
 #include "ui/main_window.h"
+#include "support/ui_testing.h"
 
 #include <QComboBox>
 #include <QDockWidget>
@@ -21,8 +22,7 @@ class TestMainWindow : public QObject {
 private Q_SLOTS:
     void initTestCase() {
         QVERIFY(home_.isValid());
-        qputenv("XDG_DATA_HOME", (home_.path() + "/data").toUtf8());
-        qputenv("XDG_CONFIG_HOME", (home_.path() + "/config").toUtf8());
+        kvchat::test::useFreshProfile(home_.path());
     }
 
     void layoutAndLoadError() {

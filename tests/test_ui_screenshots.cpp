@@ -13,6 +13,7 @@
 #include "ui/prefix_library_panel.h"
 #include "ui/settings_dialog.h"
 #include "ui/transcript_view.h"
+#include "support/ui_testing.h"
 
 #include <QAbstractItemView>
 #include <QDockWidget>
@@ -62,8 +63,7 @@ class TestUiScreenshots : public QObject {
 private Q_SLOTS:
     void initTestCase() {
         QVERIFY(home_.isValid());
-        qputenv("XDG_DATA_HOME", (home_.path() + "/data").toUtf8());
-        qputenv("XDG_CONFIG_HOME", (home_.path() + "/config").toUtf8());
+        kvchat::test::useFreshProfile(home_.path());
         out_ = qEnvironmentVariable("KVCHAT_SCREENSHOT_DIR");
         if (out_.isEmpty()) out_ = QCoreApplication::applicationDirPath() + "/../screenshots";
         QVERIFY(QDir().mkpath(out_));

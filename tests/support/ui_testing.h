@@ -1,6 +1,6 @@
 #pragma once
-// What the window suites share: where screenshots go, typing over a field's text as a user
-// does, and reading exported CSV back independently of the writer.
+// What the window suites share: a fresh user profile, where screenshots go, typing over a
+// field's text as a user does, and reading exported CSV back independently of the writer.
 #include <QDir>
 #include <QLineEdit>
 #include <QString>
@@ -8,6 +8,13 @@
 #include <QtTest>
 
 namespace kvchat::test {
+
+// Points the app's data (database, models, snapshots) and settings at folders under `home`, as a
+// user with a fresh profile has them.
+inline void useFreshProfile(const QString& home) {
+    qputenv("XDG_DATA_HOME", (home + "/data").toUtf8());
+    qputenv("XDG_CONFIG_HOME", (home + "/config").toUtf8());
+}
 
 // KVCHAT_SCREENSHOT_DIR, else build/screenshots; created if missing.
 inline QString screenshotDir() {
