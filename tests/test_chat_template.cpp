@@ -7,6 +7,9 @@
 #include <QTemporaryDir>
 #include <QtTest>
 
+#include <algorithm>
+#include <cstdio>
+
 using namespace kvchat;
 
 namespace {
@@ -206,6 +209,67 @@ private slots:
         const ChatTemplate t = ChatTemplate::for_model(*m);
         QCOMPARE(int(t.format()), format);
         QCOMPARE(!t.notice().empty(), notice);
+    }
+
+    // An answer keeps the ids the model wrote it as (what its cache holds), even where its text
+    // tokenizes otherwise; once the text no longer matches them (an edit), the text is tokenized.
+    void answerRenderedAsGenerated_data() {
+        QTest::addColumn<QString>("arch");
+        QTest::addColumn<QString>("jinja");
+        QTest::newRow("gemma") << "gemma3" << "";
+        QTest::newRow("chatml") << "llama" << "{{'<|im_start|>' + message['role'] + '\\n'}}";
+        QTest::newRow("llama2") << "llama" << "";
+    }
+    void answerRenderedAsGenerated() {
+        QFETCH(QString, arch);
+        QFETCH(QString, jinja);
+        QTemporaryDir dir;
+        auto m = tiny(dir, arch.toStdString(), jinja.toStdString());
+        const ChatTemplate t = ChatTemplate::for_model(*m);
+        const Tokenizer& tok = m->tokenizer();
+        const std::string answer = "the cat sat";
+        // The answer spelled byte by byte: the same text, not how the tokenizer would write it.
+        std::vector<int32_t> bytes;
+        for (unsigned char c : answer) {
+            char name[8];
+            std::snprintf(name, sizeof name, "<0x%02X>", c);
+            bytes.push_back(tok.find_piece(name));
+            QVERIFY(bytes.back() >= 0);
+        }
+        QCOMPARE(tok.decode(bytes), answer);
+        QVERIFY(tok.encode(answer, false) != bytes);
+
+        const std::vector<ChatMessage> as_text{{Role::User, "hi"}, {Role::Assistant, answer}};
+        const std::vector<ChatMessage> as_written{{Role::User, "hi"}, {Role::Assistant, answer, bytes}};
+        const RenderedChat text = t.render(as_text, false), written = t.render(as_written, false);
+        // The same up to the answer, then the written ids in place of the text's tokens.
+        const int64_t at = written.message_starts[1];
+        QCOMPARE(std::vector<int32_t>(written.tokens.begin(), written.tokens.begin() + at),
+                 std::vector<int32_t>(text.tokens.begin(), text.tokens.begin() + at));
+        const auto found = std::search(written.tokens.begin() + at, written.tokens.end(), bytes.begin(), bytes.end());
+        QVERIFY2(found != written.tokens.end(), "the answer's own ids are not in the rendering");
+        const auto in_text = std::search(text.tokens.begin() + at, text.tokens.end(), bytes.begin(), bytes.end());
+        QVERIFY(in_text == text.tokens.end());
+        QCOMPARE(written.tokens.size() - bytes.size(), text.tokens.size() - tok.encode(answer, false).size());
+
+        // Edited: the ids no longer spell the content, and the content's text is rendered.
+        const std::vector<ChatMessage> edited{{Role::User, "hi"}, {Role::Assistant, "the cat sat.", bytes}};
+        const std::vector<ChatMessage> edited_text{{Role::User, "hi"}, {Role::Assistant, "the cat sat."}};
+        QCOMPARE(t.render(edited, false).tokens, t.render(edited_text, false).tokens);
+
+        // Ids that would slip in a control token (it decodes to nothing) or lie outside the
+        // vocabulary are not used, even where the text matches.
+        const int32_t control = tok.special().bos;
+        QVERIFY(control >= 0 && tok.type(control) == TokenType::Control);
+        std::vector<int32_t> with_control = bytes;
+        with_control.insert(with_control.begin() + 3, control);
+        QCOMPARE(tok.decode(with_control), answer);
+        const std::vector<ChatMessage> hostile{{Role::User, "hi"}, {Role::Assistant, answer, with_control}};
+        QCOMPARE(t.render(hostile, false).tokens, text.tokens);
+        std::vector<int32_t> outside = bytes;
+        outside.push_back(tok.vocab_size());
+        const std::vector<ChatMessage> out_of_range{{Role::User, "hi"}, {Role::Assistant, answer, outside}};
+        QCOMPARE(t.render(out_of_range, false).tokens, text.tokens);
     }
 
     void llamaWithoutTemplateGetsLlama2() {

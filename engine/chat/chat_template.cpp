@@ -1,5 +1,7 @@
 #include "engine/chat/chat_template.h"
 
+#include <algorithm>
+
 #include "engine/error.h"
 
 namespace kvchat {
@@ -63,13 +65,29 @@ ChatTemplate::ChatTemplate(ChatFormat format, const Tokenizer& tokenizer) : form
 
 ChatTemplate::Piece ChatTemplate::marker(std::string_view piece) const {
     const int32_t id = tok_->find_piece(piece);
-    if (id >= 0 && tok_->type(id) != TokenType::Normal) return Piece{id, {}};
-    return Piece{-1, std::string(piece)};
+    if (id >= 0 && tok_->type(id) != TokenType::Normal) return Piece{id, {}, {}};
+    return Piece{-1, std::string(piece), {}};
+}
+
+ChatTemplate::Piece ChatTemplate::reply(const ChatMessage& m) const {
+    // Ids that came from a file are untrusted like the text: only in-vocabulary text pieces, never
+    // a control token (which decodes to nothing and would slip a marker into the prompt).
+    const auto text_piece = [this](int32_t id) {
+        if (id < 0 || id >= tok_->vocab_size()) return false;
+        const TokenType t = tok_->type(id);
+        return t == TokenType::Normal || t == TokenType::Byte || t == TokenType::UserDefined;
+    };
+    if (m.role == Role::Assistant && !m.tokens.empty() && std::all_of(m.tokens.begin(), m.tokens.end(), text_piece) &&
+        tok_->decode(m.tokens) == m.content)
+        return Piece{-1, {}, m.tokens};
+    return Piece{-1, m.content, {}};
 }
 
 void ChatTemplate::emit(std::vector<int32_t>& out, const std::vector<Piece>& pieces) const {
     for (const Piece& p : pieces) {
-        if (p.id >= 0) {
+        if (!p.ids.empty()) {
+            out.insert(out.end(), p.ids.begin(), p.ids.end());
+        } else if (p.id >= 0) {
             out.push_back(p.id);
         } else if (!p.text.empty()) {
             const std::vector<int32_t> ids = tok_->encode(p.text, false);
@@ -81,12 +99,12 @@ void ChatTemplate::emit(std::vector<int32_t>& out, const std::vector<Piece>& pie
 RenderedChat ChatTemplate::render(const std::vector<ChatMessage>& messages, bool add_generation_prompt) const {
     RenderedChat r;
     const SpecialTokens& sp = tok_->special();
-    const Piece bos{sp.bos, {}}, eos{sp.eos, {}};
+    const Piece bos{sp.bos, {}, {}}, eos{sp.eos, {}, {}};
     const bool always_bos = format_ == ChatFormat::Gemma || format_ == ChatFormat::Llama2 ||
                             format_ == ChatFormat::Mistral;
     if (sp.bos >= 0 && (always_bos || sp.add_bos)) r.tokens.push_back(sp.bos);
 
-    auto text = [](std::string s) { return Piece{-1, std::move(s)}; };
+    auto text = [](std::string s) { return Piece{-1, std::move(s), {}}; };
     // A system message opens the first user turn in Gemma, Llama 2 and Mistral: its pieces are
     // the turn's opening, and the user message that follows adds only its content.
     bool in_open_turn = false;
@@ -115,7 +133,7 @@ RenderedChat ChatTemplate::render(const std::vector<ChatMessage>& messages, bool
                     if (!continues_system) p.insert(p.end(), {marker("<start_of_turn>"), text("user\n")});
                     p.insert(p.end(), {text(m.content), marker("<end_of_turn>"), text("\n")});
                 } else {
-                    p.insert(p.end(), {marker("<start_of_turn>"), text("model\n"), text(m.content),
+                    p.insert(p.end(), {marker("<start_of_turn>"), text("model\n"), reply(m),
                                        marker("<end_of_turn>"), text("\n")});
                 }
                 break;
@@ -145,18 +163,18 @@ RenderedChat ChatTemplate::render(const std::vector<ChatMessage>& messages, bool
                     else
                         p.push_back(text(body + "[/INST]"));
                 } else {
-                    p.insert(p.end(), {text(m.content), eos});
+                    p.insert(p.end(), {reply(m), eos});
                 }
                 break;
             }
             case ChatFormat::ChatML: {
                 const char* role = m.role == Role::System ? "system\n" : m.role == Role::User ? "user\n" : "assistant\n";
-                p = {marker("<|im_start|>"), text(role), text(m.content), marker("<|im_end|>"), text("\n")};
+                p = {marker("<|im_start|>"), text(role), reply(m), marker("<|im_end|>"), text("\n")};
                 break;
             }
             case ChatFormat::Zephyr: {
                 const char* role = m.role == Role::System ? "<|system|>" : m.role == Role::User ? "<|user|>" : "<|assistant|>";
-                p = {marker(role), text("\n"), text(m.content), eos, text("\n")};
+                p = {marker(role), text("\n"), reply(m), eos, text("\n")};
                 break;
             }
             case ChatFormat::Plain:

@@ -23,8 +23,17 @@ enum class ChatFormat { Gemma, Llama2, ChatML, Mistral, Zephyr, Plain };
 std::string_view chat_format_name(ChatFormat f);  // "gemma", "llama2", "chatml", "mistral", "zephyr", "plain"
 
 struct ChatMessage {
+    ChatMessage() = default;
+    ChatMessage(Role r, std::string text, std::vector<int32_t> ids = {})
+        : role(r), content(std::move(text)), tokens(std::move(ids)) {}
+
     Role role = Role::User;
     std::string content;
+    // An answer's ids as the model generated them, which is what its cache holds. Rendered in
+    // place of its text's tokenization while they decode to exactly `content`: text written back
+    // may tokenize differently ("Purchase" as one piece where the model wrote two), and the
+    // cache would be recomputed from there.
+    std::vector<int32_t> tokens;
 };
 
 // The tokens of a rendered conversation and where each message's tokens begin.
@@ -59,11 +68,14 @@ public:
     const std::vector<std::string>& stop_strings() const { return stop_strings_; }
 
 private:
-    // A unit of rendering: a control id, or text tokenized on its own.
+    // A unit of rendering: a control id, text tokenized on its own, or an answer's own ids.
     struct Piece {
         int32_t id = -1;
         std::string text;
+        std::vector<int32_t> ids;
     };
+    // An assistant message's content: its generated ids where they still spell it, else its text.
+    Piece reply(const ChatMessage& m) const;
     Piece marker(std::string_view piece) const;  // by id when the vocabulary has it, else text
     void emit(std::vector<int32_t>& out, const std::vector<Piece>& pieces) const;
 

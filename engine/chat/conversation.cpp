@@ -80,7 +80,7 @@ std::unique_ptr<Cache> Conversation::release_cache() {
     return std::move(cache_);
 }
 
-void Conversation::append(Role role, std::string content) { messages_.push_back({role, std::move(content)}); }
+void Conversation::append(Role role, std::string content) { messages_.emplace_back(role, std::move(content)); }
 
 void Conversation::truncate(size_t n) {
     if (n < messages_.size()) messages_.resize(n);
@@ -91,6 +91,7 @@ void Conversation::edit(size_t i, std::string content) {
         throw Error("there is no message " + std::to_string(i) + " to edit (the conversation has " +
                     std::to_string(messages_.size()) + ")");
     messages_[i].content = std::move(content);
+    messages_[i].tokens.clear();  // no longer what the model wrote
     truncate(i + 1);
 }
 
@@ -336,6 +337,7 @@ TurnResult Conversation::respond(const TurnOptions& options, const TurnCallbacks
     out.stop_reason = r.stop_reason;
     if (!(r.stop_reason == "cancelled" && r.text.empty())) {
         append(Role::Assistant, r.text);
+        messages_.back().tokens = r.tokens;
         close_reply();
     }
     out.kv_bytes = cache().bytes();
