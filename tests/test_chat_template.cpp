@@ -257,19 +257,24 @@ private slots:
         const std::vector<ChatMessage> edited_text{{Role::User, "hi"}, {Role::Assistant, "the cat sat."}};
         QCOMPARE(t.render(edited, false).tokens, t.render(edited_text, false).tokens);
 
-        // Ids that would slip in a control token (it decodes to nothing) or lie outside the
-        // vocabulary are not used, even where the text matches.
-        const int32_t control = tok.special().bos;
-        QVERIFY(control >= 0 && tok.type(control) == TokenType::Control);
-        std::vector<int32_t> with_control = bytes;
-        with_control.insert(with_control.begin() + 3, control);
-        QCOMPARE(tok.decode(with_control), answer);
-        const std::vector<ChatMessage> hostile{{Role::User, "hi"}, {Role::Assistant, answer, with_control}};
-        QCOMPARE(t.render(hostile, false).tokens, text.tokens);
+        // Ids outside the vocabulary are not used, even where the rest matches.
         std::vector<int32_t> outside = bytes;
         outside.push_back(tok.vocab_size());
         const std::vector<ChatMessage> out_of_range{{Role::User, "hi"}, {Role::Assistant, answer, outside}};
         QCOMPARE(t.render(out_of_range, false).tokens, text.tokens);
+
+        // Ids read from a file: a turn marker decodes to nothing, so a list could slip a turn in
+        // unseen; such a list is not used. Other control ids a model may write (BOS here) are.
+        const int32_t eos = tok.special().eos, bos = tok.special().bos;
+        QVERIFY(eos >= 0 && tok.type(eos) == TokenType::Control);
+        for (int32_t control : {eos, bos}) {
+            std::vector<int32_t> with_control = bytes;
+            with_control.insert(with_control.begin() + 1, control);
+            QCOMPARE(tok.decode(with_control), answer);
+            QCOMPARE(t.answer_ids_from_file(with_control).empty(), control == eos);
+        }
+        QVERIFY(t.answer_ids_from_file(outside).empty());
+        QCOMPARE(t.answer_ids_from_file(bytes), bytes);
     }
 
     void llamaWithoutTemplateGetsLlama2() {

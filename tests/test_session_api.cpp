@@ -296,6 +296,37 @@ private slots:
         QCOMPARE(pm.back().stats.cached_tokens, first_of_prefix.cached_tokens);
     }
 
+    // After a restart, an answer whose text tokenizes otherwise than the model wrote it is still
+    // rendered as written (its ids are stored with it), so the snapshot's cache is reused whole.
+    void answerIdsReusedAfterRestart() {
+        Setup s;
+        const ChatTemplate tmpl = ChatTemplate::for_model(*s.m);
+        const char* openings[] = {"the cat", "a mat", "the mat sat", "cat", "on the", "sat on a cat", "the the", "a"};
+        bool found = false;
+        for (const char* opening : openings) {
+            int64_t id = 0, closed = 0;
+            {
+                Store store(s.db);
+                ConversationRegistry reg(store, *s.m, *s.be);
+                id = reg.create(opening);
+                const TurnResult first = reg.send(id, opening, greedy(24));
+                if (first.text.empty() || s.m->tokenizer().encode(first.text, false) == first.tokens) continue;
+                std::vector<ChatMessage> msgs;
+                for (const MessageRecord& m : reg.messages(id)) msgs.emplace_back(m.role, m.content);
+                msgs.back().tokens = tmpl.answer_ids_from_file(first.tokens);
+                if (msgs.back().tokens.empty()) continue;  // the answer holds a control id: not kept across restarts
+                closed = static_cast<int64_t>(tmpl.render(msgs, false).tokens.size());
+            }
+            found = true;
+            Store store(s.db);
+            ConversationRegistry reg(store, *s.m, *s.be);
+            const TurnResult second = reg.send(id, "the mat", greedy(4));
+            QCOMPARE(second.cached_tokens, closed);
+            break;
+        }
+        QVERIFY2(found, "no opening gave an answer that its text tokenizes differently");
+    }
+
     // Only small prefills so far: nothing to price the reuse by, so no saving is claimed.
     void smallPrefillsClaimNoSaving() {
         Setup s;

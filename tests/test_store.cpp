@@ -187,7 +187,7 @@ private slots:
             QVERIFY(QFileInfo(QString::fromStdString(store.snapshot_dir())).isDir());
             QVERIFY(contains(error_of([&] { store.pragma("user_version; DROP TABLE messages"); }), "not a pragma name"));
         }
-        QCOMPARE(raw_query(path, "PRAGMA user_version"), std::string("3"));
+        QCOMPARE(raw_query(path, "PRAGMA user_version"), std::to_string(Store::kSchemaVersion));
         QCOMPARE(raw_query(path, "PRAGMA journal_mode"), std::string("wal"));  // WAL is kept in the file
         QCOMPARE(raw_query(path, "SELECT group_concat(name, ',') FROM (SELECT name FROM sqlite_schema "
                                  "WHERE type = 'table' AND name NOT LIKE 'sqlite_%' AND name NOT LIKE '%_fts%' "
@@ -204,7 +204,7 @@ private slots:
         }
         Store again(path);
         QVERIFY(again.find_conversation("kept").has_value());
-        QCOMPARE(again.pragma("user_version"), std::string("3"));
+        QCOMPARE(again.pragma("user_version"), std::to_string(Store::kSchemaVersion));
     }
 
     void defaultPathFollowsXdgDataHome() {
@@ -613,6 +613,43 @@ PRAGMA user_version = 1;
         QCOMPARE(raw_query(path, "PRAGMA user_version"), std::to_string(Store::kSchemaVersion));
     }
 
+    // An answer's generated ids (schema 4) come back as stored; an edit drops them (they spelled
+    // the old text); a list that cannot be whole 4-byte ids is dropped on reading, and the
+    // conversation still opens.
+    void answerIdsSurviveReopening() {
+        QTemporaryDir dir;
+        const std::string path = (dir.path() + "/kvchat.db").toStdString();
+        kvchat::GenerationStats stats;
+        stats.token_ids = {5, 300, 70000, 2};
+        int64_t id = 0, answer = 0;
+        {
+            Store store(path);
+            id = store.create_conversation("ids", "fp", "dynamic").id;
+            store.append_message(id, Role::User, "question");
+            answer = store.append_message(id, Role::Assistant, "answer", stats).id;
+            store.append_message(id, Role::User, "again");
+            store.append_message(id, Role::Assistant, "answer 2", stats);
+        }
+        {
+            Store store(path);
+            const auto msgs = store.list_messages(id);
+            QCOMPARE(msgs[1].stats.token_ids, stats.token_ids);
+            QVERIFY(msgs[0].stats.token_ids.empty());
+            store.update_message_content(answer, "edited");
+        }
+        QCOMPARE(raw_query(path, "SELECT length(token_ids) FROM messages WHERE ordinal = 3"), std::string("16"));
+        {
+            Store store(path);
+            QVERIFY(store.list_messages(id)[1].stats.token_ids.empty());
+        }
+        QCOMPARE(raw_exec(path, "UPDATE messages SET token_ids = x'0102030405' WHERE ordinal = 3"), std::string("ok"));
+        Store store(path);
+        const auto msgs = store.list_messages(id);
+        QCOMPARE(msgs.size(), size_t(4));
+        QCOMPARE(msgs[3].content, std::string("answer 2"));
+        QVERIFY(msgs[3].stats.token_ids.empty());
+    }
+
     // Each answer's cache figures (schema 3) are stored with it and read back after reopening.
     void answerFiguresSurviveReopening() {
         QTemporaryDir dir;
@@ -674,7 +711,7 @@ PRAGMA user_version = 2;
 )sql";
         QCOMPARE(raw_exec(path, schema2), std::string("ok"));
         Store store(path);
-        QCOMPARE(store.pragma("user_version"), std::string("3"));
+        QCOMPARE(store.pragma("user_version"), std::to_string(Store::kSchemaVersion));
         QCOMPARE(store.pragma("integrity_check"), std::string("ok"));
         const auto lyon = *store.find_conversation("Lyon trip");
         const auto msgs = store.list_messages(lyon.id);
@@ -915,7 +952,7 @@ PRAGMA user_version = 2;
         QVERIFY(before.size() > 0);
         const std::string msg = error_of([&] { Store s(path); });
         QCOMPARE(msg, "database '" + path +
-                          "' is from a newer kvchat (schema 7, this build knows 3); it was left unchanged: open it "
+                          "' is from a newer kvchat (schema 7, this build knows " + std::to_string(Store::kSchemaVersion) + "); it was left unchanged: open it "
                           "with a newer kvchat or choose another database");
         QCOMPARE(file_bytes(qpath), before);
         QCOMPARE(raw_query(path, "PRAGMA user_version"), std::string("7"));
@@ -939,7 +976,7 @@ PRAGMA user_version = 2;
         QVERIFY(QFileInfo(qpath + "-wal").size() > 0);
         const QByteArray before = file_bytes(qpath);
         const QByteArray wal_before = file_bytes(qpath + "-wal");
-        QVERIFY(contains(error_of([&] { Store s(path); }), "is from a newer kvchat (schema 9, this build knows 3)"));
+        QVERIFY(contains(error_of([&] { Store s(path); }), "is from a newer kvchat (schema 9, this build knows " + std::to_string(Store::kSchemaVersion) + ")"));
         QCOMPARE(file_bytes(qpath), before);
         QCOMPARE(file_bytes(qpath + "-wal"), wal_before);
     }
@@ -969,7 +1006,7 @@ PRAGMA user_version = 2;
         write_bytes(qpath, QByteArray());
         {
             Store store(qpath.toStdString());
-            QCOMPARE(store.pragma("user_version"), std::string("3"));
+            QCOMPARE(store.pragma("user_version"), std::to_string(Store::kSchemaVersion));
             QCOMPARE(store.pragma("application_id"), std::to_string(0x4B564348));
             store.create_conversation("works", "", "");
         }
@@ -979,7 +1016,7 @@ PRAGMA user_version = 2;
         QCOMPARE(raw_exec(blank, "PRAGMA page_size = 4096; VACUUM"), std::string("ok"));
         QVERIFY(QFileInfo(QString::fromStdString(blank)).size() > 0);
         Store store(blank);
-        QCOMPARE(store.pragma("user_version"), std::string("3"));
+        QCOMPARE(store.pragma("user_version"), std::to_string(Store::kSchemaVersion));
     }
 
     void damagedRandomBytesRefused() {

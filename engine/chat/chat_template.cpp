@@ -70,17 +70,28 @@ ChatTemplate::Piece ChatTemplate::marker(std::string_view piece) const {
 }
 
 ChatTemplate::Piece ChatTemplate::reply(const ChatMessage& m) const {
-    // Ids that came from a file are untrusted like the text: only in-vocabulary text pieces, never
-    // a control token (which decodes to nothing and would slip a marker into the prompt).
-    const auto text_piece = [this](int32_t id) {
-        if (id < 0 || id >= tok_->vocab_size()) return false;
-        const TokenType t = tok_->type(id);
-        return t == TokenType::Normal || t == TokenType::Byte || t == TokenType::UserDefined;
-    };
-    if (m.role == Role::Assistant && !m.tokens.empty() && std::all_of(m.tokens.begin(), m.tokens.end(), text_piece) &&
+    // (Ids read from a file are checked for control tokens where they are read: see
+    // answer_ids_from_file.)
+    const auto in_vocabulary = [this](int32_t id) { return id >= 0 && id < tok_->vocab_size(); };
+    if (m.role == Role::Assistant && !m.tokens.empty() && std::all_of(m.tokens.begin(), m.tokens.end(), in_vocabulary) &&
         tok_->decode(m.tokens) == m.content)
         return Piece{-1, {}, m.tokens};
     return Piece{-1, m.content, {}};
+}
+
+std::vector<int32_t> ChatTemplate::answer_ids_from_file(std::vector<int32_t> ids) const {
+    // The markers that give a transcript its turns, and the ends of a reply.
+    std::vector<int32_t> turn_markers = stop_tokens_;
+    for (std::string_view m : {"<start_of_turn>", "<end_of_turn>", "<|im_start|>", "<|im_end|>", "[INST]", "[/INST]",
+                               "<|user|>", "<|assistant|>", "<|system|>"})
+        if (const Piece p = marker(m); p.id >= 0) turn_markers.push_back(p.id);
+    for (int32_t id : {tok_->special().eos, tok_->special().end_of_turn}) turn_markers.push_back(id);
+    const auto allowed = [&](int32_t id) {
+        return id >= 0 && id < tok_->vocab_size() &&
+               std::find(turn_markers.begin(), turn_markers.end(), id) == turn_markers.end();
+    };
+    if (!std::all_of(ids.begin(), ids.end(), allowed)) ids.clear();
+    return ids;
 }
 
 void ChatTemplate::emit(std::vector<int32_t>& out, const std::vector<Piece>& pieces) const {

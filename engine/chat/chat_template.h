@@ -62,6 +62,11 @@ public:
     // The messages, then (with add_generation_prompt) the opening of the assistant's reply.
     RenderedChat render(const std::vector<ChatMessage>& messages, bool add_generation_prompt) const;
 
+    // An answer's ids read from a file, if they may be rendered: no turn marker or end of reply
+    // among them (control ids decode to nothing, so a hostile list could slip a turn in unseen;
+    // other control ids, which a model may write, are kept).
+    std::vector<int32_t> answer_ids_from_file(std::vector<int32_t> ids) const;
+
     // Ids that end an assistant reply besides EOS and the tokenizer's end-of-turn.
     const std::vector<int32_t>& stop_tokens() const { return stop_tokens_; }
     // Text that ends a reply in formats without an end marker (plain).

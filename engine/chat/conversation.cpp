@@ -80,7 +80,9 @@ std::unique_ptr<Cache> Conversation::release_cache() {
     return std::move(cache_);
 }
 
-void Conversation::append(Role role, std::string content) { messages_.emplace_back(role, std::move(content)); }
+void Conversation::append(Role role, std::string content, std::vector<int32_t> tokens) {
+    messages_.emplace_back(role, std::move(content), std::move(tokens));
+}
 
 void Conversation::truncate(size_t n) {
     if (n < messages_.size()) messages_.resize(n);
@@ -336,8 +338,7 @@ TurnResult Conversation::respond(const TurnOptions& options, const TurnCallbacks
     out.decode_tok_s = r.decode_tok_s();
     out.stop_reason = r.stop_reason;
     if (!(r.stop_reason == "cancelled" && r.text.empty())) {
-        append(Role::Assistant, r.text);
-        messages_.back().tokens = r.tokens;
+        append(Role::Assistant, r.text, r.tokens);
         close_reply();
     }
     out.kv_bytes = cache().bytes();

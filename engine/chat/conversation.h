@@ -90,7 +90,8 @@ public:
     void note_prefill_speed(int64_t tokens, double ms);
     std::optional<double> prefill_ms_per_token() const;
 
-    void append(Role role, std::string content);
+    // tokens: an answer's ids as generated (see ChatMessage::tokens).
+    void append(Role role, std::string content, std::vector<int32_t> tokens = {});
     // Keeps the first n messages.
     void truncate(size_t n);
     // Replaces message i's content and drops every message after it.

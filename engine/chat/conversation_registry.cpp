@@ -105,11 +105,7 @@ ConversationRegistry::Entry& ConversationRegistry::entry(int64_t id) {
     e.id = rec->id;
     e.title = rec->title;
     e.conversation = std::make_unique<Conversation>(model_, backend_, template_, canonical_cache_spec(rec->cache_spec));
-    for (const MessageRecord& m : store_.list_messages(e.id)) {
-        e.conversation->append(m.role, m.content);
-        // Time to first token over the tokens computed: a prefill's speed, slightly low.
-        if (m.stats.ttft_ms) e.conversation->note_prefill_speed(m.stats.computed_tokens, *m.stats.ttft_ms);
-    }
+    for (const MessageRecord& m : store_.list_messages(e.id)) adopt(*e.conversation, m);
     entries_.push_front(std::move(e));
     return entries_.front();
 }
@@ -150,7 +146,7 @@ Conversation& ConversationRegistry::open(std::string_view title_in, const OpenOp
             store_.set_conversation_cache_spec(e.id, spec);
         }
         e.conversation = std::make_unique<Conversation>(model_, backend_, template_, spec);
-        for (const MessageRecord& m : store_.list_messages(e.id)) e.conversation->append(m.role, m.content);
+        for (const MessageRecord& m : store_.list_messages(e.id)) adopt(*e.conversation, m);
         if (!options.prefix.empty())
             notices_.push_back("conversation " + in_quotes(title.text) + " already exists; --prefix applies only to new ones");
     } else {
@@ -333,6 +329,12 @@ void ConversationRegistry::enforce_budget(const Entry& keep) {
     }
 }
 
+void ConversationRegistry::adopt(Conversation& c, const MessageRecord& m) const {
+    c.append(m.role, m.content, template_.answer_ids_from_file(m.stats.token_ids));
+    // Time to first token over the tokens computed: a prefill's speed, slightly low.
+    if (m.stats.ttft_ms) c.note_prefill_speed(m.stats.computed_tokens, *m.stats.ttft_ms);
+}
+
 void ConversationRegistry::finish_turn(Entry& e, const TurnResult& r, size_t messages_before,
                                        std::vector<std::string>& notices) {
     Conversation& c = *e.conversation;
@@ -347,6 +349,7 @@ void ConversationRegistry::finish_turn(Entry& e, const TurnResult& r, size_t mes
         stats.prefix_tokens = r.prefix_tokens;
         stats.computed_tokens = r.prefill_tokens;
         stats.prefill_saved_ms = r.prefill_saved_ms;
+        stats.token_ids = c.messages().back().tokens;
         store_.append_message(e.id, Role::Assistant, c.messages().back().content, stats);
     }
     if (const auto rec = store_.find_conversation_by_id(e.id); rec && rec->cache_spec != c.cache_spec())
@@ -376,7 +379,7 @@ void ConversationRegistry::restore_messages(Entry& e, const std::vector<MessageR
     store_.delete_messages_after(e.id, static_cast<int64_t>(keep) - 1);
     for (size_t i = keep; i < before.size(); ++i) {
         store_.append_message(e.id, before[i].role, before[i].content, before[i].stats);
-        c.append(before[i].role, before[i].content);
+        adopt(c, before[i]);
     }
 }
 

@@ -157,6 +157,9 @@ private:
     static TurnCallbacks callbacks_of(const std::function<void(std::string_view)>& on_text,
                                       const std::atomic<bool>* cancel);
     void save_snapshot(Entry& e, std::vector<std::string>& notices);
+    // A stored message into the conversation: its text, its ids when they may be rendered, and
+    // its prefill speed.
+    void adopt(Conversation& c, const MessageRecord& m) const;
     void finish_turn(Entry& e, const TurnResult& r, size_t messages_before, std::vector<std::string>& notices);
     void enforce_budget(const Entry& keep);
 

@@ -34,6 +34,9 @@ struct GenerationStats {
     int64_t prefix_tokens = 0;                // of those, taken from a saved prefix's cache
     int64_t computed_tokens = 0;              // prompt tokens prefilled this turn
     std::optional<double> prefill_saved_ms;   // cached_tokens at the conversation's batch prefill speed
+    // The reply's ids as the model generated them (schema 4; empty for earlier answers, or when
+    // the stored list is unusable): the next turn renders them instead of retokenizing the text.
+    std::vector<int32_t> token_ids;
 };
 
 struct MessageRecord {

@@ -143,6 +143,11 @@ END;
 INSERT INTO conversation_titles_fts (conversation_titles_fts) VALUES ('rebuild');
 INSERT INTO message_text_fts (message_text_fts) VALUES ('rebuild');
 )sql",
+    // 4: each answer keeps the ids it was generated as (little-endian int32), so the next turn
+    // renders it as its cache holds it; answers from before have none and are retokenized.
+    R"sql(
+ALTER TABLE messages ADD COLUMN token_ids BLOB;
+)sql",
 };
 static_assert(std::size(kMigrations) == Store::kSchemaVersion, "one migration step per schema version");
 static_assert(kApplicationId == 1263944520, "the migration text spells out kApplicationId");
@@ -339,7 +344,7 @@ private:
 #define KVCHAT_CONVERSATION_COLUMNS "id, title, model_fingerprint, cache_spec, snapshot, created_ms, updated_ms"
 #define KVCHAT_MESSAGE_COLUMNS                                                                             \
     "id, conversation_id, ordinal, role, content, content_repaired, prompt_tokens, generated_tokens, ttft_ms, " \
-    "tokens_per_second, created_ms, cached_tokens, prefix_tokens, computed_tokens, prefill_saved_ms"
+    "tokens_per_second, created_ms, cached_tokens, prefix_tokens, computed_tokens, prefill_saved_ms, token_ids"
 #define KVCHAT_PREFIX_COLUMNS                                                                                  \
     "id, name, text, text_repaired, model_fingerprint, cache_spec, tokens, snapshot, created_ms, last_used_ms, " \
     "use_count"
@@ -381,6 +386,11 @@ MessageRecord read_message(const Statement& st, const std::string& path) {
     m.stats.prefix_tokens = st.integer(12);
     m.stats.computed_tokens = st.integer(13);
     m.stats.prefill_saved_ms = st.optional_real(14);
+    // Only an acceleration: a list that cannot be right is dropped, and the answer's text is
+    // tokenized instead (the renderer also checks the ids against the text and the vocabulary).
+    constexpr size_t kMaxIdBytes = size_t(4) << 20;
+    if (const std::string ids = st.blob(15); ids.size() % 4 == 0 && ids.size() <= kMaxIdBytes)
+        m.stats.token_ids = decode_tokens(ids);
     return m;
 }
 
@@ -850,8 +860,8 @@ MessageRecord Store::insert_message(int64_t conversation_id, Role role, std::str
     Statement insert(db_, path_,
                      "INSERT INTO messages (conversation_id, ordinal, role, content, content_repaired, prompt_tokens, "
                      "generated_tokens, ttft_ms, tokens_per_second, created_ms, cached_tokens, prefix_tokens, "
-                     "computed_tokens, prefill_saved_ms) "
-                     "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)");
+                     "computed_tokens, prefill_saved_ms, token_ids) "
+                     "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)");
     insert.bind_int(1, conversation_id)
         .bind_int(2, ordinal)
         .bind_text(3, role_name(role))
@@ -866,6 +876,7 @@ MessageRecord Store::insert_message(int64_t conversation_id, Role role, std::str
         .bind_int(12, stats.prefix_tokens)
         .bind_int(13, stats.computed_tokens)
         .bind_real(14, stats.prefill_saved_ms)
+        .bind_blob(15, encode_tokens(stats.token_ids))
         .change();
     MessageRecord m;
     m.id = sqlite3_last_insert_rowid(db_);
@@ -891,7 +902,8 @@ std::vector<MessageRecord> Store::list_messages(int64_t conversation_id) const {
 bool Store::update_message_content(int64_t message_id, std::string_view content) {
     const RepairedUtf8 text = repair_utf8(content);
     Transaction t(db_, path_);
-    Statement st(db_, path_, "UPDATE messages SET content = ?1, content_repaired = ?2 WHERE id = ?3");
+    // The ids spelled the old text: dropped with it.
+    Statement st(db_, path_, "UPDATE messages SET content = ?1, content_repaired = ?2, token_ids = NULL WHERE id = ?3");
     st.bind_text(1, text.text).bind_int(2, text.replaced ? 1 : 0).bind_int(3, message_id);
     if (st.change() == 0) throw Error("no message with id " + std::to_string(message_id));
     Statement touch(db_, path_,

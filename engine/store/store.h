@@ -24,7 +24,7 @@ namespace kvchat {
 class Store {
 public:
     // The schema version this build writes; PRAGMA user_version of an up-to-date database.
-    static constexpr int kSchemaVersion = 3;
+    static constexpr int kSchemaVersion = 4;
     // The statements that bring a database from version - 1 to `version` (1..kSchemaVersion), as
     // the migration runs them; tests build older databases with them.
     static const char* migration_sql(int version);
