@@ -445,10 +445,112 @@ void ordered_q6_k_panel(TensorType t, const uint8_t* rows, size_t stride, int n_
     }
 }
 
+// --- Q5_0 for a batch ----------------------------------------------------------------------------
+// reference_order.inc's tile, less one instruction per product: Q5_0 values are small (|w| <= 16),
+// so the token's values go in unsigned (x + 128, at most 255 * 16 * 2 per maddubs pair: no
+// saturation) and the row's values signed, with no sign fix-up; each lane's exact sum is then
+// corrected by -128 * (the lane's 4 weights), computed once per row when the panel is packed.
+// (Q8_0's values reach 127: 255 * 127 * 2 would saturate, so it keeps the sign trick.)
+struct Q5Panel {
+    int8_t* vals;    // [row][block][32]
+    int32_t* bias;   // [row][block][8]: -128 * the sum of the lane's 4 values
+    float* scl;      // [pair][block][8], as Rows32Panel
+    float* dt;       // [block][8]
+    uint8_t* xu;     // [4][cols]: the tile's tokens, x + 128
+    Q5Panel(void* scratch, int64_t nb) {
+        vals = static_cast<int8_t*>(scratch);
+        bias = reinterpret_cast<int32_t*>(vals + kOrderedRows * nb * 32);
+        scl = reinterpret_cast<float*>(bias + kOrderedRows * nb * 8);
+        dt = scl + (kOrderedRows / 2) * nb * 8;
+        xu = reinterpret_cast<uint8_t*>(dt + nb * 8);
+    }
+};
+
+void pack_q5_0(const uint8_t* rows, size_t stride, int n_rows, int64_t nb, const Q5Panel& k) {
+    const __m256i u128 = _mm256_set1_epi8(char(0x80)), minus1 = _mm256_set1_epi16(-1);
+    for (int r = 0; r < n_rows; ++r) {
+        const auto* b = reinterpret_cast<const BlockQ5_0*>(rows + r * stride);
+        for (int64_t i = 0; i < nb; ++i) {
+            const __m256i w = signed_values(b[i]);
+            _mm256_storeu_si256(reinterpret_cast<__m256i*>(k.vals + (r * nb + i) * 32), w);
+            _mm256_storeu_si256(reinterpret_cast<__m256i*>(k.bias + (r * nb + i) * 8),
+                                _mm256_madd_epi16(_mm256_maddubs_epi16(u128, w), minus1));
+            const float d = half(b[i].d);
+            float* s = k.scl + ((r / 2) * nb + i) * 8 + 4 * (r % 2);
+            s[0] = s[1] = s[2] = s[3] = d;
+        }
+    }
+    if (n_rows % 2)  // the missing partner of the last row
+        for (int64_t i = 0; i < nb; ++i) {
+            float* s = k.scl + ((n_rows / 2) * nb + i) * 8 + 4;
+            s[0] = s[1] = s[2] = s[3] = 0.0f;
+        }
+}
+
+// Rows 2p, 2p + 1 (2p + 1 may be missing: its values are not read, its products are dropped)
+// against the NT tokens in k.xu.
+template <int NT>
+void q5_0_tile(const Q5Panel& k, int64_t nb, int p, bool second, int64_t cols, int64_t t, float* y, int64_t y_stride) {
+    const int8_t* w0 = k.vals + (2 * p) * nb * 32;
+    const int8_t* w1 = second ? w0 + nb * 32 : w0;
+    const int32_t* b0 = k.bias + (2 * p) * nb * 8;
+    const int32_t* b1 = second ? b0 + nb * 8 : b0;
+    const float* scl = k.scl + p * nb * 8;
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256 acc0[NT], acc1[NT];
+    for (int j = 0; j < NT; ++j) acc0[j] = acc1[j] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < nb; ++i) {
+        // Lane j: dw(2p) * dx(t + j); lane 4 + j: dw(2p + 1) * dx(t + j).
+        const __m256 d = _mm256_mul_ps(_mm256_loadu_ps(scl + 8 * i), _mm256_loadu_ps(k.dt + 8 * i));
+        const __m256i a = load256(w0 + 32 * i), b = load256(w1 + 32 * i);
+        const __m256i ba = load256(b0 + 8 * i), bb = load256(b1 + 8 * i);
+        for (int j = 0; j < NT; ++j) {
+            const __m256i xv = load256(k.xu + j * cols + 32 * i);
+            const __m256i sa = _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(xv, a), ones), ba);
+            const __m256i sb = _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(xv, b), ones), bb);
+            acc0[j] = _mm256_fmadd_ps(_mm256_permutevar8x32_ps(d, _mm256_set1_epi32(j)), _mm256_cvtepi32_ps(sa), acc0[j]);
+            acc1[j] = _mm256_fmadd_ps(_mm256_permutevar8x32_ps(d, _mm256_set1_epi32(4 + j)), _mm256_cvtepi32_ps(sb), acc1[j]);
+        }
+    }
+    for (int j = 0; j < NT; ++j) {
+        y[(t + j) * y_stride + 2 * p] = hsum(acc0[j]);
+        if (second) y[(t + j) * y_stride + 2 * p + 1] = hsum(acc1[j]);
+    }
+}
+
+void ordered_blocks32_avx2(TensorType type, const uint8_t* rows, size_t stride, int n_rows, int64_t cols,
+                           const QuantizedActivations& x, int64_t t0, int64_t t1, float* y, int64_t y_stride,
+                           void* scratch) {
+    if (type != TensorType::Q5_0 || t1 - t0 <= 2)
+        return ordered_blocks32(type, rows, stride, n_rows, cols, x, t0, t1, y, y_stride, scratch);
+    const int64_t nb = cols / 32;
+    const Q5Panel k(scratch, nb);
+    pack_q5_0(rows, stride, n_rows, nb, k);
+    const __m256i u128 = _mm256_set1_epi8(char(0x80));
+    for (int64_t t = t0; t < t1; t += 4) {
+        const int nt = int(t1 - t < 4 ? t1 - t : 4);
+        for (int64_t i = 0; i < nb; ++i)
+            for (int j = 0; j < 4; ++j) k.dt[8 * i + j] = k.dt[8 * i + 4 + j] = j < nt ? x.d_row(t + j)[i] : 0.0f;
+        for (int j = 0; j < nt; ++j)
+            for (int64_t c = 0; c < cols; c += 32)
+                _mm256_storeu_si256(reinterpret_cast<__m256i*>(k.xu + j * cols + c), _mm256_xor_si256(load256(x.q_row(t + j) + c), u128));
+        for (int p = 0; 2 * p < n_rows; ++p) {
+            const bool second = 2 * p + 1 < n_rows;
+            switch (nt) {
+                case 4: q5_0_tile<4>(k, nb, p, second, cols, t, y, y_stride); break;
+                case 3: q5_0_tile<3>(k, nb, p, second, cols, t, y, y_stride); break;
+                case 2: q5_0_tile<2>(k, nb, p, second, cols, t, y, y_stride); break;
+                default: q5_0_tile<1>(k, nb, p, second, cols, t, y, y_stride); break;
+            }
+        }
+    }
+}
+
 KernelSet make_kernels() {
     KernelSet k;
     install_fused(k);
     install_ordered(k);
+    k.ordered_blocks32 = ordered_blocks32_avx2;
     k.ordered_q4_k = ordered_q4_k_panel;
     k.ordered_q6_k_tiled = ordered_q6_k_panel;
     k.panel_bytes = panel_bytes;
