@@ -456,13 +456,15 @@ struct Q5Panel {
     int32_t* bias;   // [row][block][8]: -128 * the sum of the lane's 4 values
     float* scl;      // [pair][block][8], as Rows32Panel
     float* dt;       // [block][8]
+    float* dd;       // [block][8]: scl * dt of the row pair being computed
     uint8_t* xu;     // [4][cols]: the tile's tokens, x + 128
     Q5Panel(void* scratch, int64_t nb) {
         vals = static_cast<int8_t*>(scratch);
         bias = reinterpret_cast<int32_t*>(vals + kOrderedRows * nb * 32);
         scl = reinterpret_cast<float*>(bias + kOrderedRows * nb * 8);
         dt = scl + (kOrderedRows / 2) * nb * 8;
-        xu = reinterpret_cast<uint8_t*>(dt + nb * 8);
+        dd = dt + nb * 8;
+        xu = reinterpret_cast<uint8_t*>(dd + nb * 8);
     }
 };
 
@@ -499,17 +501,20 @@ void q5_0_tile(const Q5Panel& k, int64_t nb, int p, bool second, int64_t cols, i
     const __m256i ones = _mm256_set1_epi16(1);
     __m256 acc0[NT], acc1[NT];
     for (int j = 0; j < NT; ++j) acc0[j] = acc1[j] = _mm256_setzero_ps();
+    // Lane j: dw(2p) * dx(t + j); lane 4 + j: dw(2p + 1) * dx(t + j). Made before the loop so that
+    // the loop broadcasts them from memory (a load, where a permute would take a vector port).
+    for (int64_t i = 0; i < nb; ++i)
+        _mm256_storeu_ps(k.dd + 8 * i, _mm256_mul_ps(_mm256_loadu_ps(scl + 8 * i), _mm256_loadu_ps(k.dt + 8 * i)));
     for (int64_t i = 0; i < nb; ++i) {
-        // Lane j: dw(2p) * dx(t + j); lane 4 + j: dw(2p + 1) * dx(t + j).
-        const __m256 d = _mm256_mul_ps(_mm256_loadu_ps(scl + 8 * i), _mm256_loadu_ps(k.dt + 8 * i));
         const __m256i a = load256(w0 + 32 * i), b = load256(w1 + 32 * i);
         const __m256i ba = load256(b0 + 8 * i), bb = load256(b1 + 8 * i);
+        const float* d = k.dd + 8 * i;
         for (int j = 0; j < NT; ++j) {
             const __m256i xv = load256(k.xu + j * cols + 32 * i);
             const __m256i sa = _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(xv, a), ones), ba);
             const __m256i sb = _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(xv, b), ones), bb);
-            acc0[j] = _mm256_fmadd_ps(_mm256_permutevar8x32_ps(d, _mm256_set1_epi32(j)), _mm256_cvtepi32_ps(sa), acc0[j]);
-            acc1[j] = _mm256_fmadd_ps(_mm256_permutevar8x32_ps(d, _mm256_set1_epi32(4 + j)), _mm256_cvtepi32_ps(sb), acc1[j]);
+            acc0[j] = _mm256_fmadd_ps(_mm256_broadcast_ss(d + j), _mm256_cvtepi32_ps(sa), acc0[j]);
+            acc1[j] = _mm256_fmadd_ps(_mm256_broadcast_ss(d + 4 + j), _mm256_cvtepi32_ps(sb), acc1[j]);
         }
     }
     for (int j = 0; j < NT; ++j) {
