@@ -323,14 +323,11 @@ void q4_k_tile8(const KPanel8& k, int half, const QuantizedActivations& x, int64
 template <bool GEMM>
 void q4_k_tokens8(const KPanel8& k, int half, const QuantizedActivations& x, int64_t t0, int64_t t1, float* y,
                   int64_t y_stride, int n_rows) {
+    // Two tokens at a time: with four, the int16 sums, the pair sums and the float accumulators
+    // outgrow the 16 vector registers and the spills cost more than the shared weight loads save.
     int64_t t = t0;
-    for (; t + 4 <= t1; t += 4) q4_k_tile8<4, GEMM>(k, half, x, t, y, y_stride, n_rows);
-    switch (t1 - t) {
-        case 3: q4_k_tile8<3, GEMM>(k, half, x, t, y, y_stride, n_rows); break;
-        case 2: q4_k_tile8<2, GEMM>(k, half, x, t, y, y_stride, n_rows); break;
-        case 1: q4_k_tile8<1, GEMM>(k, half, x, t, y, y_stride, n_rows); break;
-        default: break;
-    }
+    for (; t + 2 <= t1; t += 2) q4_k_tile8<2, GEMM>(k, half, x, t, y, y_stride, n_rows);
+    if (t < t1) q4_k_tile8<1, GEMM>(k, half, x, t, y, y_stride, n_rows);
 }
 
 void ordered_q4_k_panel(TensorType t, const uint8_t* rows, size_t stride, int n_rows, int64_t cols,
