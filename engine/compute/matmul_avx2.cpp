@@ -451,17 +451,18 @@ void ordered_q6_k_panel(TensorType t, const uint8_t* rows, size_t stride, int n_
 struct Q5Panel {
     int8_t* vals;    // [row][block][32]
     int32_t* bias;   // [row][block][8]: -128 * the sum of the lane's 4 values
-    float* scl;      // [pair][block][8], as Rows32Panel
-    float* dt;       // [block][8]
-    float* dd;       // [block][8]: scl * dt of the row pair being computed
+    float* scl;      // [pair][block][8]: dw(2p) x4, dw(2p + 1) x4
+    // [pair][block][8]: the tile's products, lane j dw(2p) * dx(t + j), lane 4 + j dw(2p + 1) *
+    // dx(t + j). Made once per tile so that the tiles broadcast them from memory (a load, where a
+    // permute would take a vector port the products need).
+    float* dd;
     uint8_t* xu;     // [4][cols]: the tile's tokens, x + 128
     Q5Panel(void* scratch, int64_t nb) {
         vals = static_cast<int8_t*>(scratch);
         bias = reinterpret_cast<int32_t*>(vals + kOrderedRows * nb * 32);
         scl = reinterpret_cast<float*>(bias + kOrderedRows * nb * 8);
-        dt = scl + (kOrderedRows / 2) * nb * 8;
-        dd = dt + nb * 8;
-        xu = reinterpret_cast<uint8_t*>(dd + nb * 8);
+        dd = scl + (kOrderedRows / 2) * nb * 8;
+        xu = reinterpret_cast<uint8_t*>(dd + (kOrderedRows / 2) * nb * 8);
     }
 };
 
@@ -494,18 +495,14 @@ void q5_0_tile(const Q5Panel& k, int64_t nb, int p, bool second, int64_t cols, i
     const int8_t* w1 = second ? w0 + nb * 32 : w0;
     const int32_t* b0 = k.bias + (2 * p) * nb * 8;
     const int32_t* b1 = second ? b0 + nb * 8 : b0;
-    const float* scl = k.scl + p * nb * 8;
+    const float* dd = k.dd + p * nb * 8;
     const __m256i ones = _mm256_set1_epi16(1);
     __m256 acc0[NT], acc1[NT];
     for (int j = 0; j < NT; ++j) acc0[j] = acc1[j] = _mm256_setzero_ps();
-    // Lane j: dw(2p) * dx(t + j); lane 4 + j: dw(2p + 1) * dx(t + j). Made before the loop so that
-    // the loop broadcasts them from memory (a load, where a permute would take a vector port).
-    for (int64_t i = 0; i < nb; ++i)
-        _mm256_storeu_ps(k.dd + 8 * i, _mm256_mul_ps(_mm256_loadu_ps(scl + 8 * i), _mm256_loadu_ps(k.dt + 8 * i)));
     for (int64_t i = 0; i < nb; ++i) {
         const __m256i a = load256(w0 + 32 * i), b = load256(w1 + 32 * i);
         const __m256i ba = load256(b0 + 8 * i), bb = load256(b1 + 8 * i);
-        const float* d = k.dd + 8 * i;
+        const float* d = dd + 8 * i;
         for (int j = 0; j < NT; ++j) {
             const __m256i xv = load256(k.xu + j * cols + 32 * i);
             const __m256i sa = _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(xv, a), ones), ba);
@@ -531,8 +528,15 @@ void ordered_blocks32_avx2(TensorType type, const uint8_t* rows, size_t stride, 
     const __m256i u128 = _mm256_set1_epi8(char(0x80));
     for (int64_t t = t0; t < t1; t += 4) {
         const int nt = int(t1 - t < 4 ? t1 - t : 4);
-        for (int64_t i = 0; i < nb; ++i)
-            for (int j = 0; j < 4; ++j) k.dt[8 * i + j] = k.dt[8 * i + 4 + j] = j < nt ? x.d_row(t + j)[i] : 0.0f;
+        // Lanes of missing tokens are never read: they repeat token t.
+        const float* dx[4];
+        for (int j = 0; j < 4; ++j) dx[j] = x.d_row(j < nt ? t + j : t);
+        const int n_pairs = (n_rows + 1) / 2;
+        for (int64_t i = 0; i < nb; ++i) {
+            const __m256 dxv = _mm256_setr_ps(dx[0][i], dx[1][i], dx[2][i], dx[3][i], dx[0][i], dx[1][i], dx[2][i], dx[3][i]);
+            for (int p = 0; p < n_pairs; ++p)
+                _mm256_storeu_ps(k.dd + (p * nb + i) * 8, _mm256_mul_ps(_mm256_loadu_ps(k.scl + (p * nb + i) * 8), dxv));
+        }
         for (int j = 0; j < nt; ++j)
             for (int64_t c = 0; c < cols; c += 32)
                 _mm256_storeu_si256(reinterpret_cast<__m256i*>(k.xu + j * cols + c), _mm256_xor_si256(load256(x.q_row(t + j) + c), u128));
