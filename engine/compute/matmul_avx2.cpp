@@ -197,7 +197,8 @@ struct KPanel8 {
         dmin = d + (cols / 256) * 16;
     }
     const uint8_t* half_vals(int half) const { return vals + half * 8 * cols; }
-    // Row r's entry of table t (groups per row `per_row`) for group g.
+    // Index of row r's entry for group g in a table of `per_row` groups per row (8 rows of a half
+    // side by side per group).
     static int64_t at(int r, int64_t per_row, int64_t g) { return ((r / 8) * per_row + g) * 8 + r % 8; }
 };
 
