@@ -295,6 +295,8 @@ bool in_reference_order(TensorType t) {
 // The smallest call llama.cpp's tiled K-quant matmul takes (ggml_tiled_min_batch); below, Q6_K
 // goes through ggml_vec_dot_q6_K_q8_K, whose float order differs.
 constexpr int64_t kTiledMinTokens = 8;
+// From this many tokens on, ordered_product hands out one 16-row chunk at a time.
+constexpr int64_t kFewTokens = 16;
 
 void ordered_product(const KernelSet& ks, const WeightMatrix& w, const float* x, int64_t n_tokens, float* y,
                      ThreadPool& pool) {
@@ -322,7 +324,12 @@ void ordered_product(const KernelSet& ks, const WeightMatrix& w, const float* x,
         }
     };
     if (n_chunks >= 4 * pool.size() || n_tokens < pool.size()) {
-        pool.parallel_for_dynamic(n_chunks, row_grain(n_chunks, pool), [&](int64_t c0, int64_t c1) { run(c0, c1, 0, n_tokens); });
+        // A prefill chunk is heavy (16 rows against every token: about a millisecond at 512
+        // tokens): one per piece, so the thread that finishes last keeps the other waiting for at
+        // most one chunk, not the 8 that row_grain gives the largest matrices. Decode chunks are
+        // light, and take the usual grain.
+        const int64_t grain = n_tokens >= kFewTokens ? 1 : row_grain(n_chunks, pool);
+        pool.parallel_for_dynamic(n_chunks, grain, [&](int64_t c0, int64_t c1) { run(c0, c1, 0, n_tokens); });
     } else {
         // Few rows, many tokens: every thread takes all rows and a share of the tokens.
         pool.parallel_for(n_tokens, [&](int64_t t0, int64_t t1) { run(0, n_chunks, t0, t1); });
@@ -461,7 +468,8 @@ void matmul(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y, T
     else panel_product(ks, layout, w, xq, g, y, pool);
 }
 
-size_t kernels::ordered_scratch_bytes(int64_t cols) { return size_t(cols) * 48 + 4096; }
+// The largest user: the AVX2 Q5_0 panel (matmul_avx2.cpp), 52 bytes per column.
+size_t kernels::ordered_scratch_bytes(int64_t cols) { return size_t(cols) * 56 + 4096; }
 
 void weight_row(const WeightMatrix& w, int64_t r, float* dst) {
     if (r < 0 || r >= w.rows) throw Error("weight_row: row " + std::to_string(r) + " out of range");
