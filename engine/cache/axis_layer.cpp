@@ -291,7 +291,7 @@ void AxisLayer::save_state(std::string& out, int64_t file_offset) const { snapsh
 
 void AxisLayer::load_state(ByteReader& in) { snapshot_format().read(in); }
 
-void AxisLayer::export_tokens(TokenRows& rows) const { conversion().export_to(rows); }
+void AxisLayer::export_tokens(TokenRows& rows, TokenRows::Form form) const { conversion().export_to(rows, form); }
 
 bool AxisLayer::can_import(const TokenRows& rows, int64_t length) const { return conversion().can_import(rows, length); }
 

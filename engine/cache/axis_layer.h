@@ -60,7 +60,8 @@ public:
     void save_state(std::string& out, int64_t file_offset = -1) const override;
     void load_state(ByteReader& in) override;
     std::string layout() const override;
-    void export_tokens(TokenRows& rows) const override;
+    using CacheLayer::export_tokens;
+    void export_tokens(TokenRows& rows, TokenRows::Form form) const override;
     bool can_import(const TokenRows& rows, int64_t length) const override;
     void import_tokens(const TokenRows& rows, int64_t length) override;
 

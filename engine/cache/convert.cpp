@@ -43,7 +43,9 @@ ConvertResult convert(Cache& cache, const std::string& target, const ConvertOpti
                 to.load_state(r);
                 continue;
             }
-            from.export_tokens(rows);
+            // Exact rows as the old layer keeps them: a target of the same dtype takes them as
+            // they are (the same bytes a round trip through f32 would give, without the trip).
+            from.export_tokens(rows, TokenRows::Form::Kept);
             ok[static_cast<size_t>(i)] = to.can_import(rows, length);
             if (ok[static_cast<size_t>(i)]) to.import_tokens(rows, length);
         }

@@ -15,7 +15,8 @@ constexpr uint32_t kLayerMagic2 = 0x3259414C;  // "LAY2"
 constexpr uint32_t kLayerMagic3 = 0x3359414C;  // "LAY3"
 constexpr size_t kFilePage = 4096;
 constexpr int32_t kEmpty = SlotPositions::kEmpty;
-// Records converted from an older format per upload: a few hundred KiB, cache-sized.
+// Records moved through host memory at a time (written, or converted from an older format as
+// they load): a few hundred KiB, cache-sized.
 constexpr int64_t kConvertRecords = 128;
 
 // Calls fn(first, end) for each run of consecutive filled slots among positions [0, n).
@@ -65,10 +66,17 @@ void LayerSnapshotFormat::write(std::string& out, int64_t file_offset) const {
     }
     w.put<uint32_t>(pad);
     out.append(pad, '\0');
-    // The filled slots' records, one download per run of consecutive filled slots.
+    // The filled slots' records, runs of consecutive filled slots a bounded number of records at
+    // a time through a cache-sized host buffer (ByteWriter::extend would zero-fill megabytes that
+    // the download then overwrites).
+    std::vector<uint8_t> host;
     for_each_filled_run(c_.slots.positions(), n_slots, [&](int64_t i, int64_t j) {
-        const size_t n = static_cast<size_t>(j - i) * rb;
-        backend_.kv_download(w.extend(n), c_.arena.slot(i), n);
+        for (int64_t s = i; s < j; s += kConvertRecords) {
+            const size_t n = static_cast<size_t>(std::min(kConvertRecords, j - s)) * rb;
+            host.resize(std::max(host.size(), n));
+            backend_.kv_download(host.data(), c_.arena.slot(s), n);
+            w.bytes(host.data(), n);
+        }
     });
     if (c_.quant) c_.quant->save(w, c_.arena, backend_);
     use.finish();

@@ -171,9 +171,8 @@ void QuantizedTokens::load(ByteReader& r, KvDtype src, int32_t next, int layer_i
     }
 }
 
-void QuantizedTokens::import_contiguous(const float* k, const float* v, int64_t length, KvArena& arena, Backend& backend) {
+void QuantizedTokens::import_contiguous(int64_t length, const RecordSource& records, KvArena& arena, Backend& backend) {
     const int64_t G = kivi_.group, R = residual_;
-    const int64_t d = kivi_.kv_dim;
     const size_t rb = arena.record_bytes();
     const int64_t nb = length > R ? (length - R + G - 1) / G : 0;
     arena.reserve_blocks(nb);
@@ -189,7 +188,7 @@ void QuantizedTokens::import_contiguous(const float* k, const float* v, int64_t 
     }
     for (int64_t b0 = 0; b0 < nb; b0 += per_stage) {
         const int64_t m = std::min(per_stage, nb - b0);
-        kv_store_records(dtype_, k + b0 * G * d, v + b0 * G * d, d, m * G, host.data());
+        records(b0 * G, m * G, host.data());
         backend.kv_upload(staged->data(), host.data(), static_cast<size_t>(m * G) * rb);
         for (int64_t b = 0; b < m; ++b) {
             const int32_t rec = arena.add_block();
@@ -202,7 +201,7 @@ void QuantizedTokens::import_contiguous(const float* k, const float* v, int64_t 
     res_count_ = length - nb * G;
     if (res_count_ > 0) {
         host.resize(static_cast<size_t>(res_count_) * rb);
-        kv_store_records(dtype_, k + nb * G * d, v + nb * G * d, d, res_count_, host.data());
+        records(nb * G, res_count_, host.data());
         backend.kv_upload(arena.residual_slot(0), host.data(), host.size());
     }
 }

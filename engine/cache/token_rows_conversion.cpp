@@ -24,10 +24,32 @@ TokenRowsConversion::TokenRowsConversion(LayerContents& contents, const LayerCon
 
 void TokenRowsConversion::records_of(const TokenRows& rows, size_t first, int64_t n, uint8_t* host) const {
     const size_t d = static_cast<size_t>(kv_dim_);
-    kv_store_records(cfg_.dtype, rows.k.data() + first * d, rows.v.data() + first * d, kv_dim_, n, host);
+    if (rows.form == TokenRows::Form::F32) {
+        kv_store_records(cfg_.dtype, rows.k.data() + first * d, rows.v.data() + first * d, kv_dim_, n, host);
+        return;
+    }
+    // Kept records go through as they are when the dtype agrees (what a round trip through f32
+    // would give), converted otherwise; dequantized rows come from their f32 values.
+    const size_t src_rb = rows.record_bytes(), rb = c_.record_bytes();
+    for (size_t i = first; i < first + static_cast<size_t>(n); ++i, host += rb) {
+        if (rows.exact[i])
+            kv_convert_row(rows.dtype, rows.records.data() + i * src_rb, cfg_.dtype, host, 2 * kv_dim_);
+        else
+            kv_store_records(cfg_.dtype, rows.k.data() + i * d, rows.v.data() + i * d, kv_dim_, 1, host);
+    }
 }
 
-void TokenRowsConversion::export_to(TokenRows& rows) const {
+bool TokenRowsConversion::representable(const TokenRows& rows, size_t i) const {
+    const size_t d = static_cast<size_t>(kv_dim_);
+    if (rows.form == TokenRows::Form::F32)
+        return kv_representable(cfg_.dtype, rows.k.data() + i * d, kv_dim_) &&
+               kv_representable(cfg_.dtype, rows.v.data() + i * d, kv_dim_);
+    std::vector<float> f32(2 * d);
+    kv_load_row(rows.dtype, rows.records.data() + i * rows.record_bytes(), f32.data(), 2 * kv_dim_);
+    return kv_representable(cfg_.dtype, f32.data(), 2 * kv_dim_);
+}
+
+void TokenRowsConversion::export_to(TokenRows& rows, TokenRows::Form form) const {
     const KvArena& arena = c_.arena;
     KvArena::Use use(arena, c_.slots);
     // Where each held token is: slot `index`, residual record `index`, or token j of block `index`
@@ -58,13 +80,18 @@ void TokenRowsConversion::export_to(TokenRows& rows) const {
     rows.nbits = cfg_.nbits;
     rows.group = cfg_.group;
     rows.dtype = cfg_.dtype;
+    rows.form = form;
+    const bool kept = form == TokenRows::Form::Kept;
+    const bool dequantized = c_.quant && !c_.quant->blocks().empty();
     rows.pos.resize(n);
-    rows.k.resize(n * d);
-    rows.v.resize(n * d);
+    rows.k.resize(kept && !dequantized ? 0 : n * d);
+    rows.v.resize(kept && !dequantized ? 0 : n * d);
     rows.exact.resize(n);
-    // Records come down a run of consecutive slots (or residual records) at a time, blocks one at
-    // a time, into host memory the size of one run.
     const size_t rb = c_.record_bytes(), half = rb / 2;
+    rows.records.resize(kept ? n * rb : 0);
+    // Records come down a run of consecutive slots (or residual records) at a time: straight into
+    // rows.records when kept, else into host memory the size of one run and on to f32. Blocks
+    // come down one at a time.
     std::vector<uint8_t> host;
     for (size_t i = 0; i < n;) {
         const Src& s = src[i];
@@ -83,10 +110,19 @@ void TokenRowsConversion::export_to(TokenRows& rows) const {
             continue;
         }
         size_t e = i + 1;
-        while (e < n && e - i < static_cast<size_t>(kRunRecords) && src[e].kind == s.kind &&
+        while (e < n && (kept || e - i < static_cast<size_t>(kRunRecords)) && src[e].kind == s.kind &&
                src[e].index == src[e - 1].index + 1)
             ++e;
         const uint8_t* at = s.kind == Kind::Slot ? arena.slot(s.index) : arena.residual_slot(s.index);
+        if (kept) {
+            backend_.kv_download(rows.records.data() + i * rb, at, (e - i) * rb);
+            for (size_t t = i; t < e; ++t) {
+                rows.pos[t] = src[t].pos;
+                rows.exact[t] = 1;
+            }
+            i = e;
+            continue;
+        }
         host.resize(std::max(host.size(), (e - i) * rb));
         backend_.kv_download(host.data(), at, (e - i) * rb);
         for (size_t t = i; t < e; ++t) {
@@ -124,7 +160,6 @@ bool TokenRowsConversion::can_import(const TokenRows& rows, int64_t length) cons
     // or a smaller group cannot be recovered from its codes.
     const bool requantize = !full && cfg_.nbits <= rows.nbits && cfg_.group >= rows.group;
     const bool narrower = cfg_.dtype != KvDtype::F32 && rows.dtype != cfg_.dtype;
-    const size_t d = static_cast<size_t>(kv_dim_);
     // rows.pos is sorted; walk the needed positions alongside.
     size_t i = 0;
     for (int64_t p = 0; p < length; ++p) {
@@ -137,10 +172,7 @@ bool TokenRowsConversion::can_import(const TokenRows& rows, int64_t length) cons
         if (!rows.exact[i] && !requantize) return false;
         // A row kept in another format must fit this layer's exactly (f32 rows of a GGUF model lie
         // on the f16 grid; bf16 and f16 hold different grids). Quantized rows are checked below.
-        if (rows.exact[i] && full && narrower &&
-            !(kv_representable(cfg_.dtype, rows.k.data() + i * d, kv_dim_) &&
-              kv_representable(cfg_.dtype, rows.v.data() + i * d, kv_dim_)))
-            return false;
+        if (rows.exact[i] && full && narrower && !representable(rows, i)) return false;
     }
     if (full) return true;
     // Which rows import leaves in full precision (the sinks and the final residual): the
@@ -166,10 +198,7 @@ bool TokenRowsConversion::can_import(const TokenRows& rows, int64_t length) cons
         const int32_t p = rows.pos[r];
         const bool kept_full = p < sink_end || (p >= rf && p < rf + rc);
         if (kept_full && !rows.exact[r]) return false;
-        if (kept_full && narrower &&
-            !(kv_representable(cfg_.dtype, rows.k.data() + r * d, kv_dim_) &&
-              kv_representable(cfg_.dtype, rows.v.data() + r * d, kv_dim_)))
-            return false;
+        if (kept_full && narrower && !representable(rows, r)) return false;
     }
     return true;
 }
@@ -182,7 +211,9 @@ void TokenRowsConversion::import(const TokenRows& rows, int64_t length) {
     if (!c_.full() && retention_.keeps_all() && contiguous) {
         // The blocks and residual that adding the tokens one by one would leave (a block each
         // time the residual passes `residual`), quantized straight from the rows.
-        c_.quant->import_contiguous(rows.k.data(), rows.v.data(), length, c_.arena, backend_);
+        c_.quant->import_contiguous(
+            length, [&](int64_t first, int64_t n, uint8_t* host) { records_of(rows, static_cast<size_t>(first), n, host); },
+            c_.arena, backend_);
         c_.arena.mark(0, c_.used_bytes());
     } else if (c_.full()) {
         import_full(rows, length);

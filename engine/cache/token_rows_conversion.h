@@ -19,8 +19,8 @@ public:
     TokenRowsConversion(LayerContents& contents, const LayerConfig& config, const Retention& retention, Backend& backend,
                         int64_t kv_dim);
 
-    // Every token the layer holds.
-    void export_to(TokenRows& rows) const;
+    // Every token the layer holds, exact ones in `form`.
+    void export_to(TokenRows& rows, TokenRows::Form form) const;
     // Whether the layer can be rebuilt from `rows` for a cache of `length` tokens (CacheLayer::can_import).
     bool can_import(const TokenRows& rows, int64_t length) const;
     // Replaces the contents with what adding positions [0, length) of `rows` one by one would
@@ -35,6 +35,8 @@ private:
     void import_by_store(const TokenRows& rows, int64_t length);
     // Records (key row, then value row, in the layer's dtype) of rows [first, first + n) at host.
     void records_of(const TokenRows& rows, size_t first, int64_t n, uint8_t* host) const;
+    // Whether exact row i survives storage in the layer's dtype unchanged.
+    bool representable(const TokenRows& rows, size_t i) const;
 
     LayerContents& c_;
     const LayerConfig& cfg_;
