@@ -1,7 +1,6 @@
 #include "engine/cache/axis_layer.h"
 
 #include "engine/compute/attention.h"
-#include "engine/cache/byte_io.h"
 #include "engine/cache/offload_tier.h"
 #include "engine/cache/offloaded_memory.h"
 #include "engine/cache/resident_memory.h"
@@ -15,12 +14,6 @@
 namespace kvchat {
 
 namespace {
-
-constexpr uint32_t kLayerMagic = 0x5259414C;   // "LAYR": the first format
-constexpr uint32_t kLayerMagic2 = 0x3259414C;  // "LAY2": slot data after a padding that page-aligns it in a file
-constexpr uint32_t kLayerMagic3 = 0x3359414C;  // "LAY3": as LAY2, records in the dtype its layout names (the
-                                               // earlier formats hold f32 records and a layout without dtype)
-constexpr size_t kFilePage = 4096;
 
 // The quantized format of a layer (checked against its head size), if it quantizes.
 std::optional<KiviFormat> kivi_format(const LayerSpec& spec, const LayerConfig& cfg) {
@@ -101,21 +94,27 @@ AxisLayer::AxisLayer(const LayerSpec& spec, const LayerConfig& cfg, Backend& bac
     : spec_(spec), cfg_(cfg), backend_(backend), kv_dim_(static_cast<int64_t>(spec.shape.n_head_kv) * spec.shape.head_dim),
       retention_(cfg.retention, cfg.window, cfg.sinks, spec.model_window),
       memory_(layer_memory(cfg, backend, tier, tier_index)),
-      arena_(make_arena(*memory_, spec, cfg, retention_, kivi)),
-      slots_(retention_.slot_positions(kivi.has_value())),
-      staged_(backend.alloc_kv()) {
-    if (kivi) quant_.emplace(*kivi, cfg.residual, cfg.dtype);
-    slots_.grow(arena_.slot_capacity());
+      contents_(make_arena(*memory_, spec, cfg, retention_, kivi), retention_.slot_positions(kivi.has_value()),
+                kivi ? std::optional<QuantizedTokens>(std::in_place, *kivi, cfg.residual, cfg.dtype) : std::nullopt),
+      staged_(backend.alloc_kv()) {}
+
+LayerSnapshotFormat AxisLayer::snapshot_format() const {
+    return LayerSnapshotFormat(contents_, backend_, cfg_.dtype, spec_.index, layout(), layout_core());
+}
+
+TokenRowsConversion AxisLayer::conversion() const {
+    return TokenRowsConversion(contents_, cfg_, retention_, backend_, kv_dim_);
 }
 
 size_t AxisLayer::bytes_after(int64_t first, int64_t n) const {
-    if (cfg_.fixed) return arena_.capacity_bytes();
+    const KvArena& arena = contents_.arena;
+    if (cfg_.fixed) return arena.capacity_bytes();
     if (full()) {
         // A slot's index never exceeds its position (see SlotPositions), and rings stop at their limit.
-        const int64_t slots = std::max<int64_t>(slots_.used(), std::min<int64_t>(arena_.slot_limit(), first + n));
-        return arena_.bytes_with(slots, 0);
+        const int64_t slots = std::max<int64_t>(contents_.slots.used(), std::min<int64_t>(arena.slot_limit(), first + n));
+        return arena.bytes_with(slots, 0);
     }
-    return arena_.bytes_with(0, quant_->blocks_after(n, arena_.blocks_used()));
+    return arena.bytes_with(0, contents_.quant->blocks_after(n, arena.blocks_used()));
 }
 
 void AxisLayer::check_room(int64_t first, int64_t n) const {
@@ -128,27 +127,6 @@ void AxisLayer::check_room(int64_t first, int64_t n) const {
     // The disk the new tokens will take, reserved now: a full disk then stops the forward pass
     // before any layer has changed, rather than half-way through it.
     if (memory_->offloaded()) memory_->reserve(bytes_after(first, n));
-}
-
-void AxisLayer::store(int32_t p, const void* k, const void* v) {
-    if (full() || p < retention_.sink_end()) {
-        const int64_t i = slots_.slot_for(p);
-        if (i >= arena_.slot_capacity()) {
-            arena_.grow_slots(i + 1);
-            slots_.grow(arena_.slot_capacity());
-        }
-        const size_t half = row_bytes();
-        uint8_t* dst = arena_.slot(i);
-        backend_.kv_copy(dst, k, half);
-        backend_.kv_copy(dst + half, v, half);
-        arena_.mark(arena_.slot_offset(i), arena_.slot_offset(i + 1));
-        if (slots_.put(i, p)) ++evicted_;
-    } else {
-        const int32_t keep_from = retention_.recent() > 0 && !retention_.keeps_all() ? p + 1 - retention_.recent()
-                                                                                      : std::numeric_limits<int32_t>::min();
-        evicted_ += quant_->append(p, k, v, keep_from, arena_, backend_);
-    }
-    next_pos_ = p + 1;
 }
 
 void AxisLayer::attend(Buffer& q, const Buffer& k, const Buffer& v, const int32_t* pos, int64_t n, Buffer& out,
@@ -201,7 +179,8 @@ void AxisLayer::attend(Buffer& q, const Buffer& k, const Buffer& v, const int32_
     backend_.kv_store(cfg_.dtype, knew, n, kst);
     backend_.kv_store(cfg_.dtype, *vsrc, n, vst);
 
-    KvArena::Use use(arena_, slots_);
+    LayerContents& c = contents_;
+    KvArena::Use use(c.arena, c.slots);
     AttentionInput in;
     in.dtype = cfg_.dtype;
     in.f16_probs = f16;
@@ -215,9 +194,9 @@ void AxisLayer::attend(Buffer& q, const Buffer& k, const Buffer& v, const int32_
     const int64_t stride = 2 * kv_dim_;
     // Views end at the last slot ever written, not the allocation, so two caches with the same
     // tokens split the work the same way whatever their growth history (bit-equal results).
-    const int64_t n_slots = slots_.used();
-    if (n_slots > 0) in.slots.push_back({arena_.slot(0), arena_.slot(0) + row_bytes(), slots_.positions(), n_slots, stride});
-    if (quant_) quant_->add_views(in, arena_);
+    const int64_t n_slots = c.slots.used();
+    if (n_slots > 0) in.slots.push_back({c.arena.slot(0), c.arena.slot(0) + row_bytes(), c.slots.positions(), n_slots, stride});
+    if (c.quant) c.quant->add_views(in, c.arena);
     in.slots.push_back({kst, vst, pos, n, kv_dim_});
     backend_.attend(in, shape, out.data);
     // Stopped part-way, `out` is incomplete: nothing of the chunk is kept.
@@ -227,45 +206,35 @@ void AxisLayer::attend(Buffer& q, const Buffer& k, const Buffer& v, const int32_
     const bool ring = full() && !retention_.keeps_all();
     for (int64_t t = 0; t < n; ++t) {
         if (ring && retention_.skips(pos[t], pos[n - 1])) {
-            ++evicted_;
+            ++c.evicted;
             continue;
         }
-        store(pos[t], kst + t * row_bytes(), vst + t * row_bytes());
+        c.store(pos[t], kst + t * row_bytes(), vst + t * row_bytes(), retention_, backend_);
     }
-    next_pos_ = pos[n - 1] + 1;
+    c.next_pos = pos[n - 1] + 1;
     use.finish();
 }
 
 void AxisLayer::crop(int64_t n_tokens) {
     const int32_t n = static_cast<int32_t>(std::min<int64_t>(n_tokens, std::numeric_limits<int32_t>::max()));
-    if (n >= next_pos_) return;
-    slots_.crop(n);
-    if (quant_) quant_->crop(n);
-    next_pos_ = n;
-    memory_->shrink(used_bytes());
+    LayerContents& c = contents_;
+    if (n >= c.next_pos) return;
+    c.slots.crop(n);
+    if (c.quant) c.quant->crop(n);
+    c.next_pos = n;
+    memory_->shrink(c.used_bytes());
 }
 
-void AxisLayer::clear_meta() {
-    slots_.clear();
-    if (quant_) quant_->clear(arena_);
-    next_pos_ = 0;
-    evicted_ = 0;
-    memory_->shrink(0);
+void AxisLayer::reset() { contents_.clear(); }
+
+int64_t AxisLayer::tokens_held() const { return contents_.tokens_held(); }
+
+bool AxisLayer::can_crop_to(int64_t n) const {
+    return retention_.can_crop_to(n, contents_.next_pos, contents_.oldest_recent(retention_));
 }
-
-void AxisLayer::reset() { clear_meta(); }
-
-int64_t AxisLayer::tokens_held() const { return slots_.held() + (quant_ ? quant_->tokens() : 0); }
-
-int32_t AxisLayer::oldest_recent() const {
-    int32_t oldest = slots_.oldest(retention_.sink_end());
-    if (quant_) oldest = std::min(oldest, quant_->oldest());
-    return oldest;
-}
-
-bool AxisLayer::can_crop_to(int64_t n) const { return retention_.can_crop_to(n, next_pos_, oldest_recent()); }
 
 LayerTelemetry AxisLayer::telemetry() const {
+    const LayerContents& c = contents_;
     LayerTelemetry t;
     t.kind = spec_.model_window > 0 ? "sliding" : "global";
     std::string st = cfg_.fixed ? "fixed" : "growable";
@@ -276,29 +245,29 @@ LayerTelemetry AxisLayer::telemetry() const {
     t.storage = st;
     t.dtype = dt;
     t.tokens_held = tokens_held();
-    const int64_t rb = static_cast<int64_t>(rec_bytes());
+    const int64_t rb = static_cast<int64_t>(c.record_bytes());
     if (full()) {
-        t.capacity = arena_.slot_capacity();
+        t.capacity = c.arena.slot_capacity();
         t.bytes_full_precision = t.tokens_held * rb;
     } else {
-        const int64_t sinks = slots_.held();
-        t.quantized_tokens = quant_->quantized_count();
-        t.residual_tokens = quant_->residual_count();
-        t.capacity = arena_.slot_capacity() + arena_.residual_capacity() + arena_.block_capacity() * cfg_.group;
-        t.bytes_full_precision = (sinks + quant_->residual_count()) * rb;
-        t.bytes_quantized = static_cast<int64_t>(quant_->blocks().size()) * static_cast<int64_t>(quant_->format().block_bytes);
+        const int64_t sinks = c.slots.held();
+        t.quantized_tokens = c.quant->quantized_count();
+        t.residual_tokens = c.quant->residual_count();
+        t.capacity = c.arena.slot_capacity() + c.arena.residual_capacity() + c.arena.block_capacity() * cfg_.group;
+        t.bytes_full_precision = (sinks + c.quant->residual_count()) * rb;
+        t.bytes_quantized = static_cast<int64_t>(c.quant->blocks().size()) * static_cast<int64_t>(c.quant->format().block_bytes);
     }
     const int64_t held_bytes = t.bytes_full_precision + t.bytes_quantized;
     (memory_->offloaded() ? t.bytes_slow : t.bytes_fast) = held_bytes;
-    t.bytes_reserved = static_cast<int64_t>(arena_.capacity_bytes());
+    t.bytes_reserved = static_cast<int64_t>(c.arena.capacity_bytes());
     const int sink_end = retention_.sink_end();
-    if (sink_end > 0) t.sink_end = std::min<int64_t>(sink_end, next_pos_);
-    const int32_t oldest = oldest_recent();
-    if (oldest != kEmpty) {
+    if (sink_end > 0) t.sink_end = std::min<int64_t>(sink_end, c.next_pos);
+    const int32_t oldest = c.oldest_recent(retention_);
+    if (oldest != SlotPositions::kEmpty) {
         t.window_begin = oldest;
-        t.window_end = next_pos_;
+        t.window_end = c.next_pos;
     }
-    t.evicted = evicted_;
+    t.evicted = c.evicted;
     if (const TierTraffic* tr = memory_->traffic()) {
         t.moved_in_step = tr->in_step;
         t.moved_out_step = tr->out_step;
@@ -322,285 +291,17 @@ std::string AxisLayer::layout_core() const {
     return s;
 }
 
-void AxisLayer::save_state(std::string& out, int64_t file_offset) const {
-    KvArena::Use use(arena_, slots_);
-    const int64_t n_slots = slots_.used();
-    const size_t rb = rec_bytes();
-    // One allocation: a checkpoint is taken inside a turn's time to first token, and growing the
-    // string by doubling would copy and fault in its megabytes several times.
-    out.reserve(out.size() + 256 + static_cast<size_t>(n_slots) * (sizeof(int32_t) + rb) +
-                (full() ? 0
-                        : static_cast<size_t>(quant_->residual_count()) * rb +
-                              quant_->blocks().size() * (8 + quant_->format().block_bytes)));
-    const size_t begin = out.size();
-    ByteWriter w(out);
-    w.put<uint32_t>(kLayerMagic3);
-    w.str(layout());
-    w.put<int32_t>(next_pos_);
-    w.put<int64_t>(evicted_);
-    w.put<int64_t>(n_slots);
-    w.bytes(slots_.positions(), static_cast<size_t>(n_slots) * sizeof(int32_t));
-    uint32_t pad = 0;
-    if (file_offset >= 0 && full() && n_slots > 0) {
-        const size_t data_at = static_cast<size_t>(file_offset) + (out.size() - begin) + sizeof pad;
-        pad = static_cast<uint32_t>((kFilePage - data_at % kFilePage) % kFilePage);
-    }
-    w.put<uint32_t>(pad);
-    out.append(pad, '\0');
-    // The filled slots' records, in runs of consecutive filled slots.
-    for (int64_t i = 0; i < n_slots;) {
-        if (slots_.at(i) == kEmpty) {
-            ++i;
-            continue;
-        }
-        int64_t j = i + 1;
-        while (j < n_slots && slots_.at(j) != kEmpty) ++j;
-        const size_t n = static_cast<size_t>(j - i) * rb;
-        backend_.kv_download(w.extend(n), arena_.slot(i), n);
-        i = j;
-    }
-    if (quant_) quant_->save(w, arena_, backend_);
-    use.finish();
-}
+void AxisLayer::save_state(std::string& out, int64_t file_offset) const { snapshot_format().write(out, file_offset); }
 
-void AxisLayer::load_state(ByteReader& r) {
-    clear_meta();
-    try {
-        const std::string layer = "layer " + std::to_string(spec_.index);
-        const uint32_t magic = r.get<uint32_t>("layer magic");
-        if (magic != kLayerMagic && magic != kLayerMagic2 && magic != kLayerMagic3) r.fail(layer + " has a bad magic number");
-        // The formats before LAY3 kept f32 records under a layout without dtype: they load into a
-        // layer of any dtype, converted (exact for GGUF models, whose values lie on the f16 grid).
-        const KvDtype src = magic == kLayerMagic3 ? cfg_.dtype : KvDtype::F32;
-        const std::string want = magic == kLayerMagic3 ? layout() : layout_core();
-        const std::string lay = r.str("layer layout", 4096);
-        if (lay != want) r.fail("the snapshot's layer is '" + lay + "' but this cache's is '" + want + "'");
-        const size_t src_rec = 2 * static_cast<size_t>(kv_dim_) * kv_dtype_bytes(src);
-        const int32_t next = r.get<int32_t>("next position");
-        const int64_t evicted = r.get<int64_t>("evicted count");
-        if (next < 0 || evicted < 0) r.fail(layer + ": negative counts");
-        const int64_t n_slots = r.get<int64_t>("slot count");
-        if (n_slots < 0 || n_slots > arena_.slot_limit() ||
-            static_cast<uint64_t>(n_slots) * sizeof(int32_t) > r.remaining())
-            r.fail(layer + ": bad slot count " + std::to_string(n_slots));
-        std::vector<int32_t> pos(static_cast<size_t>(n_slots));
-        const char* pos_bytes = r.take(pos.size() * sizeof(int32_t), "slot positions");
-        if (!pos.empty()) std::memcpy(pos.data(), pos_bytes, pos.size() * sizeof(int32_t));
-        if (!slots_.valid(pos.data(), n_slots, next)) r.fail(layer + ": its slots hold impossible positions");
-        if (magic != kLayerMagic) {
-            const uint32_t pad = r.get<uint32_t>("padding length");
-            if (pad >= kFilePage) r.fail(layer + ": bad padding");
-            r.take(pad, "padding");
-        }
-        KvArena::Use use(arena_, slots_);
-        // The capacity the layer had when it was saved (it grows by doubling from 16), so the
-        // first turn after a reopen does not reallocate and copy the whole layer.
-        int64_t cap = 16;
-        while (cap < n_slots) cap *= 2;
-        cap = std::max(n_slots, std::min(cap, arena_.slot_limit()));
-        // The records of the filled slots, in slot order.
-        const int64_t n_records = std::count_if(pos.begin(), pos.end(), [](int32_t p) { return p != kEmpty; });
-        const char* data = r.take(static_cast<size_t>(n_records) * src_rec, "slot data");
-        // Every slot filled and the data page-aligned in a snapshot file: the layer maps it
-        // (copy-on-write) instead of reading it, so reopening a long conversation costs no copy.
-        bool mapped = false;
-        const int64_t at = r.file_offset(data);
-        if (n_records == n_slots && n_slots > 0 && !memory_->offloaded() && full() && cap >= arena_.slot_capacity() &&
-            at >= 0 && src == cfg_.dtype) {
-            mapped = arena_.adopt_slots(r.file_fd(), static_cast<uint64_t>(at), n_slots, cap);
-            if (mapped) slots_.grow(cap);
-        }
-        if (!mapped) {
-            if (n_slots > arena_.slot_capacity()) {
-                arena_.grow_slots(cap);
-                slots_.grow(arena_.slot_capacity());
-            }
-            const size_t rb = rec_bytes();
-            std::vector<uint8_t> rec(src == cfg_.dtype ? 0 : rb);
-            for (int64_t i = 0; i < n_slots; ++i)
-                if (pos[static_cast<size_t>(i)] != kEmpty) {
-                    if (src == cfg_.dtype) {
-                        backend_.kv_upload(arena_.slot(i), data, rb);
-                    } else {
-                        kv_convert_row(src, data, cfg_.dtype, rec.data(), 2 * kv_dim_);
-                        backend_.kv_upload(arena_.slot(i), rec.data(), rb);
-                    }
-                    data += src_rec;
-                }
-        }
-        slots_.assign(pos.data(), n_slots);
-        if (quant_) quant_->load(r, src, next, spec_.index, arena_, backend_);
-        next_pos_ = next;
-        evicted_ = evicted;
-        arena_.mark(0, used_bytes());
-        use.finish();
-    } catch (...) {
-        clear_meta();
-        throw;
-    }
-}
+void AxisLayer::load_state(ByteReader& in) { snapshot_format().read(in); }
 
-void AxisLayer::export_tokens(TokenRows& rows) const {
-    KvArena::Use use(arena_, slots_);
-    rows = TokenRows{};
-    rows.kv_dim = kv_dim_;
-    // The layer's bytes in host memory, read at the same offsets.
-    const size_t used = used_bytes();
-    std::vector<uint8_t> host(used);
-    if (used) backend_.kv_download(host.data(), arena_.slot(0), used);
-    auto on_host = [&](const uint8_t* p) { return host.data() + (p - arena_.slot(0)); };
-    struct Src {
-        int32_t pos;
-        const uint8_t* rec;  // full-precision record (host), or null for a quantized token
-        const uint8_t* block;
-        int j;
-    };
-    std::vector<Src> src;
-    for (int64_t i = 0; i < slots_.used(); ++i)
-        if (slots_.at(i) != kEmpty) src.push_back({slots_.at(i), on_host(arena_.slot(i)), nullptr, 0});
-    if (quant_) {
-        for (const QuantizedTokens::Block& b : quant_->blocks())
-            for (int j = 0; j < b.count; ++j) src.push_back({b.first + j, nullptr, on_host(arena_.block(b.record)), j});
-        for (int64_t i = 0; i < quant_->residual_count(); ++i) {
-            const int32_t p = quant_->residual_first() + static_cast<int32_t>(i);
-            src.push_back({p, on_host(quant_->residual_record(p, arena_)), nullptr, 0});
-        }
-    }
-    std::sort(src.begin(), src.end(), [](const Src& a, const Src& b) { return a.pos < b.pos; });
-    rows.nbits = cfg_.nbits;
-    rows.group = cfg_.group;
-    rows.dtype = cfg_.dtype;
-    const size_t n = src.size(), d = static_cast<size_t>(kv_dim_);
-    rows.pos.resize(n);
-    rows.k.resize(n * d);
-    rows.v.resize(n * d);
-    rows.exact.resize(n);
-    for (size_t i = 0; i < n; ++i) {
-        rows.pos[i] = src[i].pos;
-        if (src[i].rec) {
-            kv_load_row(cfg_.dtype, src[i].rec, rows.k.data() + i * d, kv_dim_);
-            kv_load_row(cfg_.dtype, src[i].rec + row_bytes(), rows.v.data() + i * d, kv_dim_);
-            rows.exact[i] = 1;
-        } else {
-            kivi_dequantize_token(quant_->format(), src[i].block, src[i].j, rows.k.data() + i * d, rows.v.data() + i * d);
-            rows.exact[i] = 0;
-        }
-    }
-    use.finish();
-}
+void AxisLayer::export_tokens(TokenRows& rows, TokenRows::Form form) const { conversion().export_to(rows, form); }
 
-size_t AxisLayer::import_from(const TokenRows& rows, int64_t length) const {
-    // Rows past a gap in positions (a sink cache's sinks, then its recent tokens) can only be ones
-    // this layer does not need; a residual, whose positions run on from its first, must not take
-    // them.
-    size_t from = 0;
-    bool any = false;
-    int32_t prev = 0;
-    for (size_t i = 0; i < rows.pos.size() && rows.pos[i] < length; ++i) {
-        if (rows.pos[i] < retention_.sink_end()) continue;
-        if (!any || rows.pos[i] != prev + 1) from = i;
-        any = true;
-        prev = rows.pos[i];
-    }
-    return from;
-}
-
-bool AxisLayer::can_import(const TokenRows& rows, int64_t length) const {
-    const int sink_end = retention_.sink_end(), recent = retention_.recent();
-    // A dequantized row may only be quantized again, into blocks no finer than its own: more bits
-    // or a smaller group cannot be recovered from its codes.
-    const bool requantize = !full() && cfg_.nbits <= rows.nbits && cfg_.group >= rows.group;
-    const bool narrower = cfg_.dtype != KvDtype::F32 && rows.dtype != cfg_.dtype;
-    const size_t d = static_cast<size_t>(kv_dim_);
-    // rows.pos is sorted; walk the needed positions alongside.
-    size_t i = 0;
-    for (int64_t p = 0; p < length; ++p) {
-        if (!retention_.needed(p, length)) {
-            if (!retention_.keeps_all() && p >= sink_end) p = std::max<int64_t>(p, length - recent);
-            continue;
-        }
-        while (i < rows.pos.size() && rows.pos[i] < p) ++i;
-        if (i >= rows.pos.size() || rows.pos[i] != p) return false;
-        if (!rows.exact[i] && !requantize) return false;
-        // A row kept in another format must fit this layer's exactly (f32 rows of a GGUF model lie
-        // on the f16 grid; bf16 and f16 hold different grids). Quantized rows are checked below.
-        if (rows.exact[i] && full() && narrower &&
-            !(kv_representable(cfg_.dtype, rows.k.data() + i * d, kv_dim_) &&
-              kv_representable(cfg_.dtype, rows.v.data() + i * d, kv_dim_)))
-            return false;
-    }
-    if (full()) return true;
-    // Which rows import_tokens leaves in full precision (the sinks and the final residual): the
-    // residual's bookkeeping of store(), without the data. Those rows must be exact.
-    const size_t from = import_from(rows, length);
-    int64_t rf = 0, rc = 0;
-    for (size_t r = from; r < rows.pos.size() && rows.pos[r] < length; ++r) {
-        const int32_t p = rows.pos[r];
-        if (p < sink_end) continue;
-        if (rc == 0) rf = p;
-        ++rc;
-        if (recent > 0 && !retention_.keeps_all() && rf < p + 1 - recent) {
-            const int64_t d = std::min<int64_t>(rc, p + 1 - recent - rf);
-            rf += d;
-            rc -= d;
-        }
-        if (rc > cfg_.residual) {
-            rf += cfg_.group;
-            rc -= cfg_.group;
-        }
-    }
-    for (size_t r = 0; r < rows.pos.size() && rows.pos[r] < length; ++r) {
-        const int32_t p = rows.pos[r];
-        const bool kept_full = p < sink_end || (p >= rf && p < rf + rc);
-        if (kept_full && !rows.exact[r]) return false;
-        if (kept_full && narrower &&
-            !(kv_representable(cfg_.dtype, rows.k.data() + r * d, kv_dim_) &&
-              kv_representable(cfg_.dtype, rows.v.data() + r * d, kv_dim_)))
-            return false;
-    }
-    return true;
-}
+bool AxisLayer::can_import(const TokenRows& rows, int64_t length) const { return conversion().can_import(rows, length); }
 
 void AxisLayer::import_tokens(const TokenRows& rows, int64_t length) {
     check_room(0, length);
-    clear_meta();
-    KvArena::Use use(arena_, slots_);
-    const size_t d = static_cast<size_t>(kv_dim_);
-    bool contiguous = static_cast<int64_t>(rows.pos.size()) == length;
-    for (size_t i = 0; contiguous && i < rows.pos.size(); ++i) contiguous = rows.pos[i] == static_cast<int32_t>(i);
-    if (!full() && retention_.keeps_all() && contiguous) {
-        // The blocks and residual that adding the tokens one by one would leave (a block each
-        // time the residual passes `residual`), quantized straight from the rows.
-        quant_->import_contiguous(rows.k.data(), rows.v.data(), length, arena_, backend_);
-        next_pos_ = static_cast<int32_t>(length);
-        arena_.mark(0, used_bytes());
-        use.finish();
-        return;
-    }
-    const int32_t last = static_cast<int32_t>(length - 1);
-    const bool ring = full() && !retention_.keeps_all();
-    const size_t from = import_from(rows, length);
-    // Each row goes through the append's path: converted on the host, then into KV memory.
-    const size_t rb = rec_bytes();
-    std::vector<uint8_t> rec(rb);
-    if (staged_bytes_ < rb) {
-        staged_->resize(rb);
-        staged_bytes_ = rb;
-    }
-    for (size_t i = 0; i < rows.pos.size(); ++i) {
-        const int32_t p = rows.pos[i];
-        if (p >= length) break;
-        if ((ring && retention_.skips(p, last)) || (p >= retention_.sink_end() && i < from)) {
-            ++evicted_;
-            continue;
-        }
-        kv_store_row(cfg_.dtype, rows.k.data() + i * d, rec.data(), kv_dim_);
-        kv_store_row(cfg_.dtype, rows.v.data() + i * d, rec.data() + row_bytes(), kv_dim_);
-        backend_.kv_upload(staged_->data(), rec.data(), rb);
-        store(p, staged_->data(), staged_->data() + row_bytes());
-    }
-    next_pos_ = static_cast<int32_t>(length);
-    use.finish();
+    conversion().import(rows, length);
 }
 
 }  // namespace kvchat

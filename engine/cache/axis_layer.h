@@ -7,15 +7,18 @@
 //   retention  Retention (all, a ring window, or sinks plus a ring) over SlotPositions, which
 //              remembers the position of each full-precision slot;
 //   placement  LayerMemory: ResidentMemory, or OffloadedMemory lent by an OffloadTier.
-// The layer itself runs the append and attention as backend operations over those pieces, and
-// writes and reads its state (snapshots, conversion between strategies).
+// What the layer holds (the arena, slot positions, quantized tokens and counters) is one
+// LayerContents. The layer runs the append, attention and crop over it as backend operations;
+// two pieces of their own read and write the same contents: LayerSnapshotFormat (snapshots and
+// checkpoints, in the LAYR/LAY2/LAY3 formats) and TokenRowsConversion (TokenRows out and back in,
+// for conversion between strategies).
 #include "engine/cache/cache_layer.h"
 #include "engine/cache/cache_spec.h"
-#include "engine/cache/kv_arena.h"
+#include "engine/cache/layer_contents.h"
 #include "engine/cache/layer_memory.h"
-#include "engine/cache/quantized_tokens.h"
+#include "engine/cache/layer_snapshot_format.h"
 #include "engine/cache/retention.h"
-#include "engine/cache/slot_positions.h"
+#include "engine/cache/token_rows_conversion.h"
 
 #include <memory>
 #include <optional>
@@ -48,7 +51,7 @@ public:
     void crop(int64_t n_tokens) override;
     void reset() override;
     int64_t tokens_held() const override;
-    int64_t end_position() const override { return next_pos_; }
+    int64_t end_position() const override { return contents_.next_pos; }
     LayerTelemetry telemetry() const override;
     void check_room(int64_t first, int64_t n) const override;
     bool can_crop_to(int64_t n) const override;
@@ -58,33 +61,26 @@ public:
     void save_state(std::string& out, int64_t file_offset = -1) const override;
     void load_state(ByteReader& in) override;
     std::string layout() const override;
-    void export_tokens(TokenRows& rows) const override;
+    using CacheLayer::export_tokens;
+    void export_tokens(TokenRows& rows, TokenRows::Form form) const override;
     bool can_import(const TokenRows& rows, int64_t length) const override;
     void import_tokens(const TokenRows& rows, int64_t length) override;
 
     const LayerConfig& config() const { return cfg_; }
 
 private:
-    static constexpr int32_t kEmpty = SlotPositions::kEmpty;
-
     AxisLayer(const LayerSpec& spec, const LayerConfig& cfg, Backend& backend, OffloadTier* tier, int tier_index,
               const std::optional<KiviFormat>& kivi);
 
-    bool full() const { return !quant_; }
+    bool full() const { return contents_.full(); }
     // A record: the key row, then the value row, kv_dim values each in cfg_.dtype.
     size_t row_bytes() const { return static_cast<size_t>(kv_dim_) * kv_dtype_bytes(cfg_.dtype); }
-    size_t rec_bytes() const { return 2 * row_bytes(); }
-    size_t used_bytes() const { return arena_.used_bytes(slots_.used()); }
-    // At most used_bytes() once positions [first, first + n) have been added.
+    // At most the bytes in use once positions [first, first + n) have been added.
     size_t bytes_after(int64_t first, int64_t n) const;
-    // Keeps position p, whose key and value rows (in cfg_.dtype) are in KV memory at k and v.
-    void store(int32_t p, const void* k, const void* v);
-    int32_t oldest_recent() const;  // oldest non-sink position held; kEmpty if none
-    void clear_meta();
-    // The first row import_tokens may put in the residual (see there).
-    size_t import_from(const TokenRows& rows, int64_t length) const;
     // layout() without the dtype: what the formats before the dtype was recorded (all f32) wrote.
     std::string layout_core() const;
+    LayerSnapshotFormat snapshot_format() const;
+    TokenRowsConversion conversion() const;
 
     LayerSpec spec_;
     LayerConfig cfg_;
@@ -92,15 +88,13 @@ private:
     int64_t kv_dim_;
     Retention retention_;
     std::unique_ptr<LayerMemory> memory_;
-    KvArena arena_;
-    SlotPositions slots_;  // of the full-precision slots (a quantized layer's: its sinks)
-    std::optional<QuantizedTokens> quant_;
+    // Mutable for the const save_state and export_tokens, which open the arena (an offloaded
+    // layer's bytes come in from the slow tier) but change no token.
+    mutable LayerContents contents_;
     // The new tokens' keys and values in cfg_.dtype (keys of all of them, then values), read by
     // attention beside the stored ones before they are stored.
     std::unique_ptr<KvMemory> staged_;
     size_t staged_bytes_ = 0;
-    int32_t next_pos_ = 0;
-    int64_t evicted_ = 0;
 };
 
 }  // namespace kvchat

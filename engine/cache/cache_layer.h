@@ -50,12 +50,23 @@ struct LayerTelemetry {
 // conversion between strategies. exact[i] is 0 where the value was reconstructed from a
 // quantized store.
 struct TokenRows {
+    // How exact rows are given: in f32 (k and v), or as the records the layer keeps them in, so a
+    // target of the same dtype takes them as they are, without a round trip through f32.
+    enum class Form : uint8_t { F32, Kept };
+
     int64_t kv_dim = 0;
     std::vector<int32_t> pos;
-    std::vector<float> k, v;  // pos.size() x kv_dim each
+    // pos.size() x kv_dim each; in Form::Kept, only the rows with exact == 0 are set (and k, v
+    // are empty when there are none).
+    std::vector<float> k, v;
     std::vector<uint8_t> exact;
     int nbits = 0, group = 0;  // the quantized format the rows with exact == 0 came from
     KvDtype dtype = KvDtype::F32;  // the format the rows with exact == 1 were kept in
+    Form form = Form::F32;
+    // Form::Kept: row i's record at i * record_bytes() (its key row, then its value row, in
+    // dtype), set where exact[i].
+    std::vector<uint8_t> records;
+    size_t record_bytes() const { return 2 * static_cast<size_t>(kv_dim) * kv_dtype_bytes(dtype); }
 };
 
 class ByteReader;
@@ -101,7 +112,8 @@ public:
     // cache of `length` tokens: every needed token present, and exact wherever this layer keeps it
     // in full precision or quantizes it more finely than `rows` did (a dequantized token may only
     // go into a block of no more bits and no smaller group).
-    virtual void export_tokens(TokenRows& rows) const = 0;
+    void export_tokens(TokenRows& rows) const { export_tokens(rows, TokenRows::Form::F32); }
+    virtual void export_tokens(TokenRows& rows, TokenRows::Form form) const = 0;
     virtual bool can_import(const TokenRows& rows, int64_t length) const = 0;
     virtual void import_tokens(const TokenRows& rows, int64_t length) = 0;
 };

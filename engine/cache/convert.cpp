@@ -26,8 +26,10 @@ ConvertResult convert(Cache& cache, const std::string& target, const ConvertOpti
     const size_t n = cache.n_layers();
     std::vector<char> ok(n, 1);
     const bool serial = !cache.spill_path().empty() || !fresh->spill_path().empty();
-    auto check = [&](int64_t b, int64_t e) {
-        TokenRows rows;
+    // One TokenRows per thread, kept from layer to layer: largest layers come first, so later
+    // ones fit in memory already faulted in rather than zero-filling fresh megabytes each time.
+    std::vector<TokenRows> rows_of(static_cast<size_t>(pool.size()));
+    auto check = [&](int64_t b, int64_t e, TokenRows& rows) {
         std::string state;
         for (int64_t i = b; i < e; ++i) {
             CacheLayer& from = cache.layer(static_cast<size_t>(i));
@@ -41,13 +43,15 @@ ConvertResult convert(Cache& cache, const std::string& target, const ConvertOpti
                 to.load_state(r);
                 continue;
             }
-            from.export_tokens(rows);
+            // Exact rows as the old layer keeps them: a target of the same dtype takes them as
+            // they are (the same bytes a round trip through f32 would give, without the trip).
+            from.export_tokens(rows, TokenRows::Form::Kept);
             ok[static_cast<size_t>(i)] = to.can_import(rows, length);
             if (ok[static_cast<size_t>(i)]) to.import_tokens(rows, length);
         }
     };
     if (serial) {
-        check(0, static_cast<int64_t>(n));
+        check(0, static_cast<int64_t>(n), rows_of[0]);
     } else {
         // Largest layers first, taken one at a time, so threads finish together.
         std::vector<int64_t> order(n);
@@ -56,8 +60,8 @@ ConvertResult convert(Cache& cache, const std::string& target, const ConvertOpti
             return cache.layer(static_cast<size_t>(a)).tokens_held() > cache.layer(static_cast<size_t>(b)).tokens_held();
         });
         std::atomic<size_t> next{0};
-        pool.run([&](int, int) {
-            for (size_t k; (k = next.fetch_add(1)) < n;) check(order[k], order[k] + 1);
+        pool.run([&](int thread, int) {
+            for (size_t k; (k = next.fetch_add(1)) < n;) check(order[k], order[k] + 1, rows_of[static_cast<size_t>(thread)]);
         });
     }
     bool all = true;

@@ -171,38 +171,38 @@ void QuantizedTokens::load(ByteReader& r, KvDtype src, int32_t next, int layer_i
     }
 }
 
-void QuantizedTokens::import_contiguous(const float* k, const float* v, int64_t length, KvArena& arena, Backend& backend) {
+void QuantizedTokens::import_contiguous(int64_t length, const RecordSource& records, KvArena& arena, Backend& backend) {
     const int64_t G = kivi_.group, R = residual_;
-    const size_t d = static_cast<size_t>(kivi_.kv_dim);
+    const size_t rb = arena.record_bytes();
     const int64_t nb = length > R ? (length - R + G - 1) / G : 0;
     arena.reserve_blocks(nb);
-    // Blocks are quantized from the residual's rows, which hold the layer's dtype: round as it.
-    std::vector<float> kr, vr;
-    const float* kq = k;
-    const float* vq = v;
-    if (dtype_ != KvDtype::F32 && nb > 0) {
-        const int64_t m = nb * G * kivi_.kv_dim;
-        std::vector<uint8_t> tmp(static_cast<size_t>(m) * kv_dtype_bytes(dtype_));
-        kr.resize(static_cast<size_t>(m)), vr.resize(static_cast<size_t>(m));
-        kv_store_row(dtype_, kq, tmp.data(), m), kv_load_row(dtype_, tmp.data(), kr.data(), m);
-        kv_store_row(dtype_, vq, tmp.data(), m), kv_load_row(dtype_, tmp.data(), vr.data(), m);
-        kq = kr.data(), vq = vr.data();
+    // The blocks' records in the residual's dtype, staged in KV memory a few blocks at a time (one
+    // upload each), are quantized as the append quantizes the residual: the same values (rounded
+    // to the dtype first) give the same codes.
+    const int64_t per_stage = std::max<int64_t>(1, 256 / G);
+    std::vector<uint8_t> host(static_cast<size_t>(std::min(nb, per_stage) * G) * rb);
+    std::unique_ptr<KvMemory> staged;
+    if (nb > 0) {
+        staged = backend.alloc_kv();
+        staged->resize(host.size());
     }
-    std::vector<uint8_t> block(kivi_.block_bytes);
-    for (int64_t b = 0; b < nb; ++b) {
-        const int32_t rec = arena.add_block();
-        kivi_quantize_block(kivi_, kq + b * G * d, vq + b * G * d, static_cast<int64_t>(d), static_cast<int>(G), block.data());
-        backend.kv_upload(arena.block(rec), block.data(), block.size());
-        blocks_.push_back({static_cast<int32_t>(b * G), static_cast<int32_t>(G), rec});
+    for (int64_t b0 = 0; b0 < nb; b0 += per_stage) {
+        const int64_t m = std::min(per_stage, nb - b0);
+        records(b0 * G, m * G, host.data());
+        backend.kv_upload(staged->data(), host.data(), static_cast<size_t>(m * G) * rb);
+        for (int64_t b = 0; b < m; ++b) {
+            const int32_t rec = arena.add_block();
+            backend.kv_quantize(kivi_, dtype_, staged->data() + static_cast<size_t>(b * G) * rb, static_cast<int>(G),
+                                arena.block(rec));
+            blocks_.push_back({static_cast<int32_t>((b0 + b) * G), static_cast<int32_t>(G), rec});
+        }
     }
     res_first_ = static_cast<int32_t>(nb * G);
     res_count_ = length - nb * G;
-    const size_t rb = arena.record_bytes();
-    std::vector<uint8_t> rec(rb);
-    for (int64_t i = 0; i < res_count_; ++i) {
-        kv_store_row(dtype_, k + (nb * G + i) * d, rec.data(), kivi_.kv_dim);
-        kv_store_row(dtype_, v + (nb * G + i) * d, rec.data() + rb / 2, kivi_.kv_dim);
-        backend.kv_upload(arena.residual_slot(i), rec.data(), rb);
+    if (res_count_ > 0) {
+        host.resize(static_cast<size_t>(res_count_) * rb);
+        records(nb * G, res_count_, host.data());
+        backend.kv_upload(arena.residual_slot(0), host.data(), host.size());
     }
 }
 

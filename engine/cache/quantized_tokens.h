@@ -11,6 +11,7 @@
 #include "engine/compute/kv_dtype.h"
 
 #include <deque>
+#include <functional>
 #include <vector>
 
 namespace kvchat {
@@ -58,9 +59,11 @@ public:
     // seen positions below `next`; throws through `in` on damaged data.
     void save(ByteWriter& w, const KvArena& arena, Backend& backend) const;
     void load(ByteReader& in, KvDtype src, int32_t next, int layer_index, KvArena& arena, Backend& backend);
-    // Conversion: the rows of the tokens [0, length) of f32 rows k and v (kv_dim apart), as adding
-    // them one by one would leave them.
-    void import_contiguous(const float* k, const float* v, int64_t length, KvArena& arena, Backend& backend);
+    // Conversion: the tokens [0, length), as adding them one by one would leave them.
+    // records(first, n, host) writes the records of tokens [first, first + n) in the residual's
+    // dtype (a key row then a value row each) at host.
+    using RecordSource = std::function<void(int64_t first, int64_t n, uint8_t* host)>;
+    void import_contiguous(int64_t length, const RecordSource& records, KvArena& arena, Backend& backend);
     // Position p's residual record (null if p is not in the residual).
     const uint8_t* residual_record(int32_t p, const KvArena& arena) const;
 

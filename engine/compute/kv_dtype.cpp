@@ -61,6 +61,15 @@ void kv_load_row(KvDtype t, const void* src, float* dst, int64_t n) {
     }
 }
 
+void kv_store_records(KvDtype t, const float* k, const float* v, int64_t kv_dim, int64_t n, void* dst) {
+    const size_t row = static_cast<size_t>(kv_dim) * kv_dtype_bytes(t);
+    uint8_t* out = static_cast<uint8_t*>(dst);
+    for (int64_t i = 0; i < n; ++i, out += 2 * row) {
+        kv_store_row(t, k + i * kv_dim, out, kv_dim);
+        kv_store_row(t, v + i * kv_dim, out + row, kv_dim);
+    }
+}
+
 void kv_convert_row(KvDtype from, const void* src, KvDtype to, void* dst, int64_t n) {
     if (from == to) {
         std::memcpy(dst, src, static_cast<size_t>(n) * kv_dtype_bytes(from));
