@@ -92,7 +92,7 @@ GenerationResult Generator::generate(Cache& cache, const std::vector<int32_t>& i
         if (on_text) on_text(s);
     };
 
-    // Prefill. A cancel during it stops it between layers; the cache keeps the chunks done.
+    // Prefill. A cancel during it stops it within a layer step; the cache keeps the chunks done.
     const int64_t held_before = cache.seq_length();
     try {
         if (config.use_cache) {

@@ -83,8 +83,9 @@ public:
     // Runs tokens[0..n) at positions cache.seq_length() onward through the model, in chunks of at
     // most `chunk` tokens, adding them to the cache. Fills `logits` (n_vocab floats per wanted
     // position: the last one, or all n) unless `want` is None. A set `cancel` (from any thread) is
-    // seen between layers: kvchat::Cancelled is thrown and the cache keeps the chunks completed
-    // before it, so a long prefill stops within about one layer's time.
+    // seen before every step of a layer and inside attention: kvchat::Cancelled is thrown and the
+    // cache keeps the chunks completed before it, so a long prefill stops within about one matrix
+    // product's time.
     void forward(Backend& backend, Cache& cache, const int32_t* tokens, int64_t n, Logits want,
                  std::vector<float>& logits, int64_t chunk = 512, const std::atomic<bool>* cancel = nullptr) const;
 
