@@ -43,6 +43,58 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }
 
+// The shortest prompt, doubling from `n` tokens (at most `most`), whose prefill in one chunk takes
+// at least `seconds`: its tokens (3 + (i * stride) % 300), how long it took and how many tokens
+// the cache took.
+struct TimedPrefill {
+    std::vector<int32_t> tokens;
+    double seconds = 0;
+    int64_t cached = 0;
+};
+TimedPrefill prefill_of_at_least(const Model& model, Backend& backend, int64_t n, int64_t most, double seconds,
+                                 int stride) {
+    TimedPrefill p;
+    std::vector<float> logits;
+    for (;; n *= 2) {
+        p.tokens.resize(static_cast<size_t>(n));
+        for (int64_t i = 0; i < n; ++i) p.tokens[static_cast<size_t>(i)] = static_cast<int32_t>(3 + (i * stride) % 300);
+        auto full = model.make_cache(backend, "dynamic");
+        const auto t0 = std::chrono::steady_clock::now();
+        model.forward(backend, *full, p.tokens.data(), n, Logits::None, logits, n);
+        p.seconds = seconds_since(t0);
+        p.cached = full->seq_length();
+        if (p.seconds >= seconds || n >= most) return p;
+    }
+}
+
+// The same prefill into `cache`, in one chunk, with the cancel flag set `delay` seconds in:
+// whether it stopped, and how long after the flag it returned.
+struct StoppedPrefill {
+    bool cancelled = false;
+    double after_flag = 0;
+};
+StoppedPrefill prefill_cancelled_after(const Model& model, Backend& backend, Cache& cache,
+                                       const std::vector<int32_t>& tokens, double delay) {
+    std::atomic<bool> cancel{false};
+    std::chrono::steady_clock::time_point set_at;
+    std::thread stopper([&] {
+        std::this_thread::sleep_for(std::chrono::duration<double>(delay));
+        set_at = std::chrono::steady_clock::now();
+        cancel = true;
+    });
+    StoppedPrefill r;
+    std::vector<float> logits;
+    const auto n = static_cast<int64_t>(tokens.size());
+    try {
+        model.forward(backend, cache, tokens.data(), n, Logits::None, logits, n, &cancel);
+    } catch (const Cancelled&) {
+        r.cancelled = true;
+    }
+    stopper.join();
+    r.after_flag = seconds_since(set_at);
+    return r;
+}
+
 }  // namespace
 
 class TestPrefillCancel : public QObject {
@@ -60,45 +112,23 @@ private Q_SLOTS:
     void cancelStopsWithinAChunk() {
         auto model = Model::load(model_path_);
         auto backend = make_cpu_backend(1);
-        std::vector<float> logits;
-        int64_t n = 256;
-        double whole = 0;
-        std::vector<int32_t> tokens;
-        for (;; n *= 2) {
-            tokens.resize(static_cast<size_t>(n));
-            for (int64_t i = 0; i < n; ++i) tokens[static_cast<size_t>(i)] = static_cast<int32_t>(3 + (i * 7) % 300);
-            auto full = model->make_cache(*backend, "dynamic");
-            const auto t0 = std::chrono::steady_clock::now();
-            model->forward(*backend, *full, tokens.data(), n, Logits::None, logits, n);
-            whole = seconds_since(t0);
-            QCOMPARE(full->seq_length(), n);
-            if (whole >= 0.3 || n >= 4096) break;
-        }
-        qInfo("a prefill of %lld tokens in one chunk takes %.3f s", static_cast<long long>(n), whole);
+        const TimedPrefill whole = prefill_of_at_least(*model, *backend, 256, 4096, 0.3, 7);
+        const auto n = static_cast<int64_t>(whole.tokens.size());
+        QCOMPARE(whole.cached, n);
+        qInfo("a prefill of %lld tokens in one chunk takes %.3f s", static_cast<long long>(n), whole.seconds);
 
         auto cache = model->make_cache(*backend, "dynamic");
-        std::atomic<bool> cancel{false};
-        std::chrono::steady_clock::time_point set_at;
-        std::thread stopper([&] {
-            std::this_thread::sleep_for(std::chrono::duration<double>(whole / 4));
-            set_at = std::chrono::steady_clock::now();
-            cancel = true;
-        });
-        bool cancelled = false;
-        try {
-            model->forward(*backend, *cache, tokens.data(), n, Logits::None, logits, n, &cancel);
-        } catch (const Cancelled&) {
-            cancelled = true;
-        }
-        stopper.join();
-        const double after_flag = seconds_since(set_at);
-        QVERIFY2(cancelled, "the prefill ran to its end");
+        const StoppedPrefill stopped = prefill_cancelled_after(*model, *backend, *cache, whole.tokens, whole.seconds / 4);
+        QVERIFY2(stopped.cancelled, "the prefill ran to its end");
         QCOMPARE(cache->seq_length(), int64_t{0});  // the interrupted chunk was rolled back
         // Three quarters of the prefill were left; the stop came within half of the whole.
-        QVERIFY2(after_flag < whole / 2,
-                 qPrintable(QString("stopped %1 s after the flag; a full prefill takes %2 s").arg(after_flag).arg(whole)));
-        // The cache still works: it takes the tokens again and matches the uninterrupted one.
-        model->forward(*backend, *cache, tokens.data(), n, Logits::None, logits, n);
+        QVERIFY2(stopped.after_flag < whole.seconds / 2,
+                 qPrintable(QString("stopped %1 s after the flag; a full prefill takes %2 s")
+                                .arg(stopped.after_flag)
+                                .arg(whole.seconds)));
+        // The cache still works: it takes the tokens again.
+        std::vector<float> logits;
+        model->forward(*backend, *cache, whole.tokens.data(), n, Logits::None, logits, n);
         QCOMPARE(cache->seq_length(), n);
     }
 
@@ -121,41 +151,18 @@ private Q_SLOTS:
         test::write_tiny_gguf(s, path);
         auto model = Model::load(path);
         auto backend = make_cpu_backend(1);
-        std::vector<float> logits;
-        std::vector<int32_t> tokens;
-        int64_t n = 512;
-        double whole = 0;
-        for (;; n *= 2) {
-            tokens.resize(static_cast<size_t>(n));
-            for (int64_t i = 0; i < n; ++i) tokens[static_cast<size_t>(i)] = static_cast<int32_t>(3 + (i * 5) % 300);
-            auto full = model->make_cache(*backend, "dynamic");
-            const auto t0 = std::chrono::steady_clock::now();
-            model->forward(*backend, *full, tokens.data(), n, Logits::None, logits, n);
-            whole = seconds_since(t0);
-            if (whole >= 0.4 || n >= 16384) break;
-        }
-        qInfo("one layer over %lld tokens in one chunk takes %.3f s", static_cast<long long>(n), whole);
+        const TimedPrefill whole = prefill_of_at_least(*model, *backend, 512, 16384, 0.4, 5);
+        qInfo("one layer over %lld tokens in one chunk takes %.3f s", static_cast<long long>(whole.tokens.size()),
+              whole.seconds);
 
         auto cache = model->make_cache(*backend, "dynamic");
-        std::atomic<bool> cancel{false};
-        std::chrono::steady_clock::time_point set_at;
-        std::thread stopper([&] {
-            std::this_thread::sleep_for(std::chrono::duration<double>(whole / 4));
-            set_at = std::chrono::steady_clock::now();
-            cancel = true;
-        });
-        bool cancelled = false;
-        try {
-            model->forward(*backend, *cache, tokens.data(), n, Logits::None, logits, n, &cancel);
-        } catch (const Cancelled&) {
-            cancelled = true;
-        }
-        stopper.join();
-        const double after_flag = seconds_since(set_at);
-        QVERIFY2(cancelled, "the prefill ran to its end");
+        const StoppedPrefill stopped = prefill_cancelled_after(*model, *backend, *cache, whole.tokens, whole.seconds / 4);
+        QVERIFY2(stopped.cancelled, "the prefill ran to its end");
         QCOMPARE(cache->seq_length(), int64_t{0});
-        QVERIFY2(after_flag < whole / 2,
-                 qPrintable(QString("stopped %1 s after the flag; the whole layer takes %2 s").arg(after_flag).arg(whole)));
+        QVERIFY2(stopped.after_flag < whole.seconds / 2,
+                 qPrintable(QString("stopped %1 s after the flag; the whole layer takes %2 s")
+                                .arg(stopped.after_flag)
+                                .arg(whole.seconds)));
     }
 
     // A cache layer asked to attend with the flag already set does no attention work (its output
