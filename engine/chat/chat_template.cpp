@@ -61,6 +61,13 @@ ChatTemplate::ChatTemplate(ChatFormat format, const Tokenizer& tokenizer) : form
         case ChatFormat::Plain: stop_strings_ = {"\nUser:"}; break;
         default: break;
     }
+    // The markers that give a transcript its turns, and the ends of a reply.
+    turn_markers_ = stop_tokens_;
+    for (std::string_view m : {"<start_of_turn>", "<end_of_turn>", "<|im_start|>", "<|im_end|>", "[INST]", "[/INST]",
+                               "<|user|>", "<|assistant|>", "<|system|>"})
+        if (const Piece p = marker(m); p.id >= 0) turn_markers_.push_back(p.id);
+    for (int32_t id : {tokenizer.special().eos, tokenizer.special().end_of_turn})
+        if (id >= 0) turn_markers_.push_back(id);
 }
 
 ChatTemplate::Piece ChatTemplate::marker(std::string_view piece) const {
@@ -80,15 +87,9 @@ ChatTemplate::Piece ChatTemplate::reply(const ChatMessage& m) const {
 }
 
 std::vector<int32_t> ChatTemplate::answer_ids_from_file(std::vector<int32_t> ids) const {
-    // The markers that give a transcript its turns, and the ends of a reply.
-    std::vector<int32_t> turn_markers = stop_tokens_;
-    for (std::string_view m : {"<start_of_turn>", "<end_of_turn>", "<|im_start|>", "<|im_end|>", "[INST]", "[/INST]",
-                               "<|user|>", "<|assistant|>", "<|system|>"})
-        if (const Piece p = marker(m); p.id >= 0) turn_markers.push_back(p.id);
-    for (int32_t id : {tok_->special().eos, tok_->special().end_of_turn}) turn_markers.push_back(id);
     const auto allowed = [&](int32_t id) {
         return id >= 0 && id < tok_->vocab_size() &&
-               std::find(turn_markers.begin(), turn_markers.end(), id) == turn_markers.end();
+               std::find(turn_markers_.begin(), turn_markers_.end(), id) == turn_markers_.end();
     };
     if (!std::all_of(ids.begin(), ids.end(), allowed)) ids.clear();
     return ids;

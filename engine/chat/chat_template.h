@@ -88,6 +88,7 @@ private:
     const Tokenizer* tok_;
     std::string notice_;
     std::vector<int32_t> stop_tokens_;
+    std::vector<int32_t> turn_markers_;  // ids answer_ids_from_file refuses
     std::vector<std::string> stop_strings_;
     bool space_prefix_ = false;  // the tokenizer puts a space before each encoded text
 };
