@@ -200,7 +200,7 @@ void AxisLayer::attend(Buffer& q, const Buffer& k, const Buffer& v, const int32_
     in.slots.push_back({kst, vst, pos, n, kv_dim_});
     backend_.attend(in, shape, out.data);
     // Stopped part-way, `out` is incomplete: nothing of the chunk is kept.
-    if (cancel && cancel->load(std::memory_order_relaxed)) throw Cancelled("Prefilling was cancelled");
+    if (in.cancelled()) throw Cancelled("Prefilling was cancelled");
 
     // Keep the new tokens. A full-precision ring skips the ones this chunk would overwrite anyway.
     const bool ring = full() && !retention_.keeps_all();
