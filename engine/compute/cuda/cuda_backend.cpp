@@ -450,23 +450,20 @@ public:
             check(cudaMemcpyAsync(dst, tmp, bytes, cudaMemcpyDefault, stream_), "copying cache memory");
             st.finish();
         } else {
-            check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream_), "copying cache memory");
-            done("kv_copy");
+            copy_and_wait(dst, src, bytes, "copying cache memory", "kv_copy");
         }
     }
     void kv_upload(void* dst, const void* host, size_t bytes) override {
         if (bytes == 0) return;
         std::lock_guard lock(mu_);
         select();
-        check(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyDefault, stream_), "copying into cache memory");
-        done("kv_upload");
+        copy_and_wait(dst, host, bytes, "copying into cache memory", "kv_upload");
     }
     void kv_download(void* host, const void* src, size_t bytes) override {
         if (bytes == 0) return;
         std::lock_guard lock(mu_);
         select();
-        check(cudaMemcpyAsync(host, src, bytes, cudaMemcpyDefault, stream_), "copying out of cache memory");
-        done("kv_download");
+        copy_and_wait(host, src, bytes, "copying out of cache memory", "kv_download");
     }
 
     // The spill file is read into host memory first, without the lock (the tier's prefetch thread
@@ -555,6 +552,13 @@ private:
     void done(const char* what) {
         check(cudaGetLastError(), what);
         check(cudaStreamSynchronize(stream_), what);
+    }
+
+    // A copy between any two of host, managed and device memory, finished before it returns.
+    // what: the failure's words; op: the operation's name. The caller holds the lock.
+    void copy_and_wait(void* dst, const void* src, size_t bytes, const char* what, const char* op) {
+        check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream_), what);
+        done(op);
     }
 
     static cuda::KiviLayout layout(const KiviFormat& f) {
