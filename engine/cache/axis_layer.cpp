@@ -7,9 +7,7 @@
 #include "engine/error.h"
 
 #include <algorithm>
-#include <cstring>
 #include <limits>
-#include <numeric>
 
 namespace kvchat {
 
