@@ -39,7 +39,7 @@ std::string text_of(const nlohmann::json& entry) {
 }
 
 QString shown(const std::string& text) {
-    QString s = QString::fromUtf8(text.substr(0, 60).c_str()).toHtmlEscaped();
+    QString s = QString::fromUtf8(text.substr(0, 60).c_str());
     return s.replace('\n', "\\n").replace('\r', "\\r").replace('\t', "\\t");
 }
 

@@ -69,6 +69,7 @@ TEXTS = [
     "   \n   \n\t\n",
     "\u00a0no-break\u00a0space\u3000ideographic\u2009thin\u202fnarrow",
     "next line\u0085and\u2028line\u2029paragraph\u180emongolian",
+    "U+180E is no whitespace: !\u180e!?\u180e\u180e, \u180e  \u180e",
     "Hello!!! ??? ... --- *** ### $$$ @user #tag 50% a+b=c <tag> {x} [y] (z) ~tilde `code` ^caret |pipe \\back",
     "∑ x² ≤ ∞ → ★ © ® ™ ½ ≠ ±",
     "ﬁ ligature, ＡＢＣ ｆｕｌｌｗｉｄｔｈ ！？（） ‘single’ “double” 「括弧」",
