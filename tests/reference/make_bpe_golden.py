@@ -14,7 +14,8 @@ typed in the text stay text and user-defined pieces ("<think>") are matched. Voc
              pre-tokenizer is checked against llama.cpp without its model.
 The corpus: English, code, accents and combining marks, CJK, other scripts, emoji, numbers and
 long digit runs, whitespace runs, tabs and newlines, typed special pieces, control characters,
-invalid UTF-8, and chunks of this repository's README and sources; for the real vocabularies also
+invalid UTF-8, chunks of this repository's README and sources, and 150 random texts made of tricky
+pieces (RANDOM_PIECES, a fixed seed); for the real vocabularies also
 each of their control and user-defined pieces typed inside text. The texts are stored with the ids
 (as hex when they are not UTF-8), so the test needs nothing but this file and the vocabularies.
 
@@ -30,6 +31,7 @@ import collections
 import hashlib
 import json
 import os
+import random
 import re
 import struct
 import sys
@@ -110,6 +112,29 @@ INVALID = [
     b"\x80\x81\x82 continuation",
     b"mixed \xf8\x88\x80\x80\x80 five \xfe\xff",
 ]
+
+
+# Pieces random texts are made of: letters of several scripts and cases (titlecase, modifier
+# letters), combining marks, digits of other scripts, number-like symbols, every kind of space and
+# line break (U+180E and U+0085 included), contractions, punctuation and symbols, typed special and
+# user-defined pieces and their fragments, emoji with joiners, and invalid or cut UTF-8.
+RANDOM_PIECES = [
+    b"a", b"Z", b"q", "\u00e9".encode(), "e\u0301".encode(), "\u00df".encode(), "\u01c5".encode(), "\u02b0".encode(),
+    "\u2102".encode(), "\u65e5".encode(), "\u672c".encode(), "\ud55c".encode(), "\u0436".encode(), "\u0627".encode(),
+    "\u0e2a".encode(), "\u0915\u094d".encode(), b"1", b"12", b"123", "\u0663".encode(), "\u00bd".encode(),
+    "\u00b2".encode(), "\u216b".encode(), b" ", b"  ", b"\t", b"\n", b"\r\n", b"\r", "\u00a0".encode(),
+    "\u3000".encode(), "\u180e".encode(), "\u0085".encode(), "\u2028".encode(), b"'s", b"'S", b"'ll", b"'Re",
+    b"'", b"!", b"...", b"-", b"_", b"$", b"+", b"<", b"|", b">", b"/", b"\\", "\uff01".encode(),
+    "\u201c".encode(), "\u3002".encode(), b"<think>", b"</think>", b"<tool_call>", b"<tool", b"<|im_start|>",
+    b"<|im_end|>", b"<s>", b"<|fim_prefix|>", "\U0001f642".encode(), "\U0001f468\u200d\U0001f469".encode(),
+    "\ufe0f".encode(), b"\x00", b"\x7f", b"\xff", b"\xe2\x82", b"\xed\xa0\x80", b"\xc0\xaf", b"\x80",
+    b"zz", b"xyzzy", b"Hello", b"world", b"the", b"ing", b"McD", b"iPhone",
+]
+
+
+def random_texts(count, seed=20):
+    rng = random.Random(seed)
+    return [b"".join(rng.choice(RANDOM_PIECES) for _ in range(rng.randint(1, 24))) for _ in range(count)]
 
 
 def repository_chunks():
@@ -253,7 +278,11 @@ def write_tiny(path, tokens, types, merges, pre, add_bos=None):
 def main():
     smollm2 = sys.argv[1] if len(sys.argv) > 1 else SMOLLM2
     qwen2 = sys.argv[2] if len(sys.argv) > 2 else QWEN2
-    texts = [entry(t) for t in TEXTS] + [entry(b) for b in INVALID] + [entry(c) for c in repository_chunks()]
+    # KVCHAT_BPE_RANDOM=N and KVCHAT_BPE_GOLDEN=PATH make a larger golden file for a one-off check
+    # (the test reads KVCHAT_BPE_GOLDEN too); the committed one has 150 random texts.
+    n_random = int(os.environ.get("KVCHAT_BPE_RANDOM", "150"))
+    texts = [entry(t) for t in TEXTS] + [entry(b) for b in INVALID] + [entry(c) for c in repository_chunks()] + \
+        [entry(t) for t in random_texts(n_random)]
     out = {"source": "tests/reference/make_bpe_golden.py with llama-cpp-python " + llama_cpp.__version__,
            "texts": texts, "vocabularies": {}}
 
@@ -282,7 +311,7 @@ def main():
     out["tiny_sha256"] = sha256(tiny_path)
 
     text = json.dumps(out, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
-    with open(os.path.join(DATA, "bpe_golden.json.zlib"), "wb") as f:
+    with open(os.environ.get("KVCHAT_BPE_GOLDEN", os.path.join(DATA, "bpe_golden.json.zlib")), "wb") as f:
         f.write(struct.pack(">I", len(text)) + zlib.compress(text, 9))
     print("texts:", len(texts), "json bytes:", len(text))
 
