@@ -339,6 +339,7 @@ private slots:
             QFAIL("pre-tokenizer chameleon was accepted");
         } catch (const kvchat::Error& e) {
             QVERIFY2(std::string(e.what()).find("'chameleon'") != std::string::npos, e.what());
+            QVERIFY2(std::string(e.what()).find(path) != std::string::npos, e.what());  // and the file
         }
         // Without tokenizer.ggml.pre llama.cpp uses "default"; so does kvchat.
         w.remove("tokenizer.ggml.pre");

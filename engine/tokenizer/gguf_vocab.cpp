@@ -174,7 +174,14 @@ BpeVocab read_bpe_vocab(const GgufFile& file) {
 
 std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const GgufFile& file) {
     const std::string kind = file.get_string("tokenizer.ggml.model", "");
-    if (kind == "gpt2") return from_bpe_vocab(read_bpe_vocab(file));
+    if (kind == "gpt2") {
+        BpeVocab vocab = read_bpe_vocab(file);
+        try {
+            return from_bpe_vocab(vocab);
+        } catch (const Error& e) {
+            throw Error(file.path() + ": " + e.what());  // which file has the unsupported pre-tokenizer
+        }
+    }
     if (kind != "llama")
         throw Error(file.path() + ": tokenizer type '" + kind +
                     "' is not supported (SentencePiece 'llama' and byte-level BPE 'gpt2' vocabularies are)");
