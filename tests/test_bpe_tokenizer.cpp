@@ -15,8 +15,10 @@
 #include <QCryptographicHash>
 #include <QTemporaryDir>
 #include <QtTest>
+#include <atomic>
 #include <cstdlib>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 using kvchat::BpeVocab;
 using kvchat::TokenType;
@@ -292,6 +294,24 @@ private slots:
             }
         }
         // Words longer than the flat merge handles are in the golden texts ("a" * 200, " " * 100, "z" * 81).
+    }
+
+    // One tokenizer serves the window's worker and the API server at once: encode keeps no state
+    // between calls (each call has its own PCRE2 match data and word cache).
+    void concurrentEncode() {
+        const auto tok = tiny("deepseek-llm");
+        std::vector<std::vector<int32_t>> want;
+        for (const std::string& text : texts_) want.push_back(tok->encode(text, false));
+        std::vector<std::thread> threads;
+        std::atomic<int> mismatches{0};
+        for (int t = 0; t < 4; ++t)
+            threads.emplace_back([&, t] {
+                for (int round = 0; round < 20; ++round)
+                    for (size_t i = (t + round) % texts_.size(); i < texts_.size(); i += 3)
+                        if (tok->encode(texts_[i], false) != want[i]) ++mismatches;
+            });
+        for (auto& th : threads) th.join();
+        QCOMPARE(mismatches.load(), 0);
     }
 
     void byteLevelMapping() {
