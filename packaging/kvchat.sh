@@ -23,7 +23,7 @@ BUILD_DIR=${KVCHAT_BUILD_DIR:-$ROOT/build}
 APT_PACKAGES=(
   build-essential cmake ninja-build pkg-config ccache clang
   qt6-base-dev qt6-charts-dev libqt6sql6-sqlite libgl-dev
-  libsentencepiece-dev libsqlite3-dev sqlite3 nlohmann-json3-dev
+  libsentencepiece-dev libpcre2-dev libsqlite3-dev sqlite3 nlohmann-json3-dev
   xvfb xauth x11-utils fonts-dejavu-core
   python3 python3-venv
   librsvg2-bin file desktop-file-utils appstream shared-mime-info

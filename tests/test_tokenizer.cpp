@@ -428,8 +428,8 @@ private slots:
 
     void refusesOtherVocabularyTypes_data() {
         QTest::addColumn<QString>("model");
-        QTest::newRow("gpt2") << "gpt2";
         QTest::newRow("bert") << "bert";
+        QTest::newRow("t5") << "t5";
         QTest::newRow("rwkv") << "rwkv";
         QTest::newRow("absent") << "";
     }

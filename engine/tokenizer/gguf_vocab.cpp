@@ -1,12 +1,14 @@
-// The GGUF side of the tokenizer: tokenizer.ggml.* metadata into an SpmVocab. Kept apart from
-// the SentencePiece code so the conversion can be used and tested without a GGUF file.
+// The GGUF side of the tokenizer: tokenizer.ggml.* metadata into an SpmVocab or a BpeVocab. Kept
+// apart from the tokenizers so the conversion can be used and tested without a GGUF file.
 #include "engine/error.h"
 #include "engine/format/gguf_file.h"
+#include "engine/tokenizer/bpe_vocab.h"
 #include "engine/tokenizer/spm_vocab.h"
 #include "engine/tokenizer/tokenizer.h"
 
 #include <cmath>
 #include <cstdint>
+#include <optional>
 
 namespace kvchat {
 
@@ -122,6 +124,68 @@ SpmVocab read_spm_vocab(const GgufFile& file) {
     return v;
 }
 
-std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const GgufFile& file) { return from_vocab(read_spm_vocab(file)); }
+namespace {
+
+std::vector<std::string> string_array(const GgufFile& file, std::string_view key) {
+    const GgufArray& a = file.get_array(key);
+    std::vector<std::string> out;
+    out.reserve(a.items.size());
+    for (const GgufValue& t : a.items) {
+        const auto* s = std::get_if<std::string>(&t.v);
+        if (!s) throw Error(file.path() + ": " + std::string(key) + " holds a non-string");
+        out.push_back(*s);
+    }
+    return out;
+}
+
+std::optional<bool> optional_bool(const GgufFile& file, std::string_view key) {
+    if (!file.find(key)) return std::nullopt;
+    return file.get_bool(key);
+}
+
+}  // namespace
+
+BpeVocab read_bpe_vocab(const GgufFile& file) {
+    const std::string kind = file.get_string("tokenizer.ggml.model", "");
+    if (kind != "gpt2")
+        throw Error(file.path() + ": tokenizer type '" + kind + "' is not a byte-level BPE vocabulary ('gpt2')");
+    BpeVocab v;
+    v.tokens = string_array(file, "tokenizer.ggml.tokens");
+    const size_t n = v.tokens.size();
+    if (!file.find("tokenizer.ggml.merges"))
+        throw Error(file.path() + ": byte-level BPE vocabulary ('gpt2') without tokenizer.ggml.merges");
+    v.merges = string_array(file, "tokenizer.ggml.merges");
+    v.pre = file.get_string("tokenizer.ggml.pre", "");
+    if (const GgufArray* types = optional_array(file, "tokenizer.ggml.token_type", n)) {
+        v.types.reserve(n);
+        for (const GgufValue& t : types->items)
+            v.types.push_back(static_cast<TokenType>(
+                integer_item(file, "tokenizer.ggml.token_type", v.types.size(), t, INT32_MIN, INT32_MAX)));
+    }
+    v.special.bos = optional_id(file, "tokenizer.ggml.bos_token_id", n);
+    v.special.eos = optional_id(file, "tokenizer.ggml.eos_token_id", n);
+    v.special.unk = optional_id(file, "tokenizer.ggml.unknown_token_id", n);
+    v.special.pad = optional_id(file, "tokenizer.ggml.padding_token_id", n);
+    v.special.end_of_turn = optional_id(file, "tokenizer.ggml.eot_token_id", n);
+    v.add_bos = optional_bool(file, "tokenizer.ggml.add_bos_token");
+    v.special.add_eos = file.get_bool("tokenizer.ggml.add_eos_token", false);
+    return v;
+}
+
+std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const GgufFile& file) {
+    const std::string kind = file.get_string("tokenizer.ggml.model", "");
+    if (kind == "gpt2") {
+        BpeVocab vocab = read_bpe_vocab(file);
+        try {
+            return from_bpe_vocab(vocab);
+        } catch (const Error& e) {
+            throw Error(file.path() + ": " + e.what());  // which file has the unsupported pre-tokenizer
+        }
+    }
+    if (kind != "llama")
+        throw Error(file.path() + ": tokenizer type '" + kind +
+                    "' is not supported (SentencePiece 'llama' and byte-level BPE 'gpt2' vocabularies are)");
+    return from_vocab(read_spm_vocab(file));
+}
 
 }  // namespace kvchat

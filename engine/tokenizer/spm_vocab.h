@@ -30,7 +30,10 @@ enum class TokenType : int32_t { Normal = 1, Unknown = 2, Control = 3, UserDefin
 
 struct SpecialTokens {
     int32_t bos = -1, eos = -1, unk = -1, pad = -1;
-    int32_t start_of_turn = -1, end_of_turn = -1;  // Gemma's turn markers, when the vocabulary has them
+    int32_t start_of_turn = -1;  // Gemma's <start_of_turn>, when the vocabulary has it
+    // The marker that ends a turn: Gemma's <end_of_turn>, ChatML's <|im_end|>, Llama 3's <|eot_id|>
+    // (for byte-level BPE vocabularies tokenizer.ggml.eot_token_id, else found by name as llama.cpp does).
+    int32_t end_of_turn = -1;
     bool add_bos = true;   // encode(text, true) prepends bos
     bool add_eos = false;  // what the metadata says; encode never appends eos (chat templates place it)
 };

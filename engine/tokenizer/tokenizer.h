@@ -1,7 +1,8 @@
 #pragma once
-// SentencePiece tokenizer, built from a GGUF vocabulary or loaded from a tokenizer.model.
-// User text is always plain text: strings like "<start_of_turn>" in it are never turned into
-// control tokens. Control tokens are inserted by id by the chat template code.
+// The tokenizer: SentencePiece (built from a GGUF vocabulary or loaded from a tokenizer.model) or
+// byte-level BPE (a GGUF "gpt2" vocabulary; bpe_vocab.h). User text is always plain text: strings
+// like "<start_of_turn>" or "<|im_start|>" in it are never turned into control tokens. Control
+// tokens are inserted by id by the chat template code.
 #include "engine/tokenizer/spm_vocab.h"
 
 #include <cstdint>
@@ -14,14 +15,18 @@
 namespace kvchat {
 
 class GgufFile;
+struct BpeVocab;
 
 class Tokenizer {
 public:
     // The core: a tokenizer over a SentencePiece vocabulary (see spm_vocab.h for how it is
     // converted). Throws kvchat::Error when the vocabulary is unusable.
     static std::unique_ptr<Tokenizer> from_vocab(const SpmVocab& vocab);
-    // From a GGUF whose tokenizer.ggml.model is "llama" (SentencePiece); throws kvchat::Error
-    // naming the vocabulary type for anything else (e.g. "gpt2" BPE of Llama 3 and Qwen).
+    // A byte-level BPE tokenizer (see bpe_vocab.h). Throws kvchat::Error when the vocabulary is
+    // unusable or its pre-tokenizer is not supported (the message names it).
+    static std::unique_ptr<Tokenizer> from_bpe_vocab(const BpeVocab& vocab);
+    // From a GGUF whose tokenizer.ggml.model is "llama" (SentencePiece) or "gpt2" (byte-level BPE);
+    // throws kvchat::Error naming the vocabulary type for anything else ("bert", "rwkv", ...).
     static std::unique_ptr<Tokenizer> from_gguf(const GgufFile& file);
     // From a SentencePiece tokenizer.model file (a Hugging Face model folder); special ids from
     // the model itself unless the caller passes them (from the folder's tokenizer_config.json).
@@ -34,7 +39,8 @@ public:
     // Invalid UTF-8 in `text` is tokenized as U+FFFD.
     virtual std::vector<int32_t> encode(std::string_view text, bool add_bos) const = 0;
     // The bytes of one token as the model produces them (byte-fallback tokens give single bytes,
-    // "▁" becomes a space). Control and unused tokens give "", the unknown token " ⁇ ".
+    // "▁" becomes a space, byte-level BPE text becomes its bytes). Control and unused tokens give
+    // "", the unknown token " ⁇ " (SentencePiece) or "" (BPE, as in llama.cpp).
     // Throws kvchat::Error for an id outside the vocabulary.
     virtual std::string token_bytes(int32_t id) const = 0;
     // The concatenated token bytes as valid UTF-8 (invalid sequences become U+FFFD). A space
