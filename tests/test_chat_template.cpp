@@ -2,13 +2,17 @@
 // (markers by id, text as text), system folding, prefix stability and message boundaries.
 #include "engine/chat/chat_template.h"
 #include "engine/model/model.h"
+#include "support/test_paths.h"
 #include "support/tiny_model.h"
 
 #include <QTemporaryDir>
 #include <QtTest>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cstdio>
+#include <fstream>
+#include <sstream>
 
 using namespace kvchat;
 
@@ -21,6 +25,8 @@ std::string shown(const Tokenizer& tok, const std::vector<int32_t>& ids) {
     for (int32_t id : ids) s += tok.type(id) == TokenType::Control ? tok.piece(id) : tok.token_bytes(id);
     return s;
 }
+
+bool contains_text(const std::string& s, const std::string& what) { return s.find(what) != std::string::npos; }
 
 int count(const std::vector<int32_t>& ids, int32_t id) { return static_cast<int>(std::count(ids.begin(), ids.end(), id)); }
 
@@ -37,6 +43,28 @@ std::unique_ptr<Model> tiny(const QTemporaryDir& dir, const std::string& arch, c
     const std::string path = (dir.path() + "/" + QString::fromStdString(arch) + ".gguf").toStdString();
     test::write_tiny_gguf(spec, path);
     return Model::load(path);
+}
+
+std::string read_file(const std::string& path) {
+    std::ifstream f(path, std::ios::binary);
+    std::stringstream ss;
+    ss << f.rdbuf();
+    return ss.str();
+}
+
+std::string template_text(const std::string& name) { return read_file(test::data_path("templates/" + name)); }
+
+std::vector<ChatMessage> messages_from(const nlohmann::json& list) {
+    std::vector<ChatMessage> out;
+    for (const auto& m : list) {
+        const std::string role = m.at("role");
+        out.push_back({role == "system" ? Role::System : role == "user" ? Role::User : Role::Assistant, m.at("content")});
+    }
+    return out;
+}
+
+bool is_prefix(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
+    return a.size() <= b.size() && std::equal(a.begin(), a.end(), b.begin());
 }
 
 }  // namespace
@@ -74,6 +102,116 @@ private slots:
         QFETCH(QString, jinja);
         QFETCH(QString, family);
         QCOMPARE(QString::fromUtf8(chat_format_name(recognise_chat_template(jinja.toStdString())).data()), family);
+    }
+
+    // The published templates (tests/data/templates, SOURCES.md says where each came from).
+    void recognisesRealTemplates_data() {
+        QTest::addColumn<QString>("file");
+        QTest::addColumn<QString>("family");
+        QTest::newRow("smollm2") << "smollm2.jinja" << "chatml";
+        QTest::newRow("qwen2.5") << "qwen2.5.jinja" << "chatml";
+        QTest::newRow("qwen3") << "qwen3.jinja" << "qwen3";
+        QTest::newRow("llama3.1") << "llama3.1.jinja" << "llama3";
+        QTest::newRow("llama3.2") << "llama3.2.jinja" << "llama3";
+        QTest::newRow("deepseek-r1") << "deepseek-r1-distill-qwen.jinja" << "deepseek-r1";
+        QTest::newRow("deepseek-r1-think") << "deepseek-r1-distill-qwen-think.jinja" << "deepseek-r1";
+        QTest::newRow("mistral-nemo") << "mistral-nemo.jinja" << "mistral-v3-tekken";
+        QTest::newRow("phi3.5") << "phi3.5.jinja" << "phi3";
+        QTest::newRow("phi4") << "phi4.jinja" << "phi4";
+    }
+    void recognisesRealTemplates() {
+        QFETCH(QString, file);
+        QFETCH(QString, family);
+        const std::string jinja = template_text(file.toStdString());
+        QVERIFY2(!jinja.empty(), qPrintable("missing " + file));
+        QCOMPARE(QString::fromUtf8(chat_format_name(recognise_chat_template(jinja)).data()), family);
+    }
+
+    // What the templates say beyond their family, read from their text.
+    void readsTemplateDetails() {
+        const TemplateDetails smol = read_chat_template(template_text("smollm2.jinja"));
+        QCOMPARE(smol.default_system, std::string("You are a helpful AI assistant named SmolLM, trained by Hugging Face"));
+        const TemplateDetails qwen = read_chat_template(template_text("qwen2.5.jinja"));
+        QCOMPARE(qwen.default_system, std::string("You are Qwen, created by Alibaba Cloud. You are a helpful assistant."));
+        QVERIFY(read_chat_template(template_text("qwen3.jinja")).default_system.empty());
+        const TemplateDetails l31 = read_chat_template(template_text("llama3.1.jinja"));
+        QVERIFY(l31.dated_header);
+        QCOMPARE(l31.fixed_date, std::string("26 Jul 2024"));
+        QVERIFY(l31.date_format.empty());
+        const TemplateDetails l32 = read_chat_template(template_text("llama3.2.jinja"));
+        QCOMPARE(l32.date_format, std::string("%d %b %Y"));
+        QVERIFY(!read_chat_template(template_text("deepseek-r1-distill-qwen.jinja")).prompt_opens_thinking);
+        QVERIFY(read_chat_template(template_text("deepseek-r1-distill-qwen-think.jinja")).prompt_opens_thinking);
+    }
+
+    // Every family's text against the real Jinja engine: golden prompts rendered by jinja2 from
+    // each template (tests/reference/make_chat_template_golden.py), with and without the
+    // generation prompt, over message lists with and without a system message, multi-turn,
+    // unicode, empty content, surrounding whitespace, marker strings typed as text and thinking
+    // answers; the template's own error where it raises.
+    void matchesJinja() {
+        const std::string doc = read_file(test::data_path("chat_template_golden.json"));
+        QVERIFY(!doc.empty());
+        const nlohmann::json golden = nlohmann::json::parse(doc);
+        int year = 0, month = 0, day = 0;
+        QCOMPARE(std::sscanf(golden.at("date").get<std::string>().c_str(), "%d-%d-%d", &year, &month, &day), 3);
+        int checked = 0, refused = 0;
+        for (const auto& c : golden.at("cases")) {
+            const std::string name = c.at("template").get<std::string>() + " / " + c.at("messages_name").get<std::string>() +
+                                     (c.at("add_generation_prompt").get<bool>() ? " + prompt" : "");
+            const TemplateDetails details = read_chat_template(template_text(c.at("template")));
+            QCOMPARE(std::string(chat_format_name(details.format)), c.at("family").get<std::string>());
+            ChatTemplate t(details, c.at("bos_token").get<std::string>(), c.at("eos_token").get<std::string>());
+            t.set_date(year, month, day);
+            const std::vector<ChatMessage> msgs = messages_from(c.at("messages"));
+            if (c.contains("error")) {
+                QVERIFY2(t.refusal(msgs) == c.at("error").get<std::string>(), qPrintable(QString::fromStdString(name)));
+                ++refused;
+                continue;
+            }
+            QVERIFY2(t.refusal(msgs).empty(), qPrintable(QString::fromStdString(name)));
+            const std::string text = t.render_text(msgs, c.at("add_generation_prompt").get<bool>());
+            const std::string want = c.at("text").get<std::string>();
+            if (text != want)
+                QFAIL(qPrintable(QString("%1\n--- kvchat\n%2\n--- jinja2\n%3")
+                                     .arg(QString::fromStdString(name), QString::fromStdString(text), QString::fromStdString(want))));
+            ++checked;
+        }
+        QVERIFY(checked > 300);
+        QVERIFY(refused > 0);
+    }
+
+    // Rendered for the next turn, a thinking answer is already in the form the template gives
+    // earlier answers (thinking dropped), so the transcript ending with it is a token prefix of
+    // the next turn's; Jinja's own text for that transcript keeps the thinking.
+    void thinkingAnswerRenderedAsNextTurnDropsIt_data() {
+        QTest::addColumn<int>("format");
+        QTest::addColumn<QString>("answer");  // what the next turn renders of the stored answer
+        QTest::newRow("qwen3") << int(ChatFormat::Qwen3) << "It is 4.";
+        QTest::newRow("deepseek-r1") << int(ChatFormat::DeepSeekR1) << "\n\nIt is 4.";
+    }
+    void thinkingAnswerRenderedAsNextTurnDropsIt() {
+        QFETCH(int, format);
+        QFETCH(QString, answer);
+        QTemporaryDir dir;
+        auto m = tiny(dir, "llama");
+        const Tokenizer& tok = m->tokenizer();
+        const ChatTemplate t(static_cast<ChatFormat>(format), tok);
+        const std::string stored = "<think>\nTwo and two.\n</think>\n\nIt is 4.";
+        std::vector<ChatMessage> msgs = {{Role::User, "What is 2+2?"}, {Role::Assistant, stored, tok.encode(stored, false)}};
+        const RenderedChat finished = t.render(msgs, false);
+        msgs.push_back({Role::User, "And 3+3?"});
+        const RenderedChat next = t.render(msgs, true);
+        QVERIFY2(is_prefix(finished.tokens, next.tokens), "the finished turn is not a prefix of the next one");
+        QCOMPARE(finished.message_starts, std::vector<int64_t>(next.message_starts.begin(), next.message_starts.begin() + 2));
+        // The answer's ids are those of the dropped text, not the generated ones.
+        const std::vector<int32_t> dropped = tok.encode(answer.toStdString(), false);
+        QVERIFY(std::search(finished.tokens.begin(), finished.tokens.end(), dropped.begin(), dropped.end()) != finished.tokens.end());
+        const std::vector<int32_t> thought = tok.encode("Two and two.", false);
+        QVERIFY(std::search(next.tokens.begin(), next.tokens.end(), thought.begin(), thought.end()) == next.tokens.end());
+        // Jinja's text of the finished transcript keeps Qwen 3's thinking of the last answer.
+        msgs.pop_back();
+        QCOMPARE(contains_text(t.render_text(msgs, false), "Two and two."), format == int(ChatFormat::Qwen3));
     }
 
     void gemmaTurnsAsWrittenByHand() {
@@ -130,6 +268,13 @@ private slots:
         QTest::newRow("chatml") << int(ChatFormat::ChatML) << "llama";
         QTest::newRow("zephyr") << int(ChatFormat::Zephyr) << "llama";
         QTest::newRow("plain") << int(ChatFormat::Plain) << "gemma3";
+        QTest::newRow("qwen3") << int(ChatFormat::Qwen3) << "llama";
+        QTest::newRow("llama3") << int(ChatFormat::Llama3) << "llama";
+        QTest::newRow("deepseek-r1") << int(ChatFormat::DeepSeekR1) << "llama";
+        QTest::newRow("phi3") << int(ChatFormat::Phi3) << "llama";
+        QTest::newRow("phi4") << int(ChatFormat::Phi4) << "llama";
+        // Mistral v3-tekken moves a system message into the last user turn: stable without one.
+        QTest::newRow("mistral-v3-tekken") << int(ChatFormat::MistralTekken) << "llama";
     }
     void prefixStableWithMessageStarts() {
         QFETCH(int, format);
@@ -137,9 +282,10 @@ private slots:
         QTemporaryDir dir;
         auto m = tiny(dir, arch.toStdString());
         const ChatTemplate t(static_cast<ChatFormat>(format), m->tokenizer());
-        const std::vector<ChatMessage> msgs = {{Role::System, "sys"},       {Role::User, "the cat"},
-                                               {Role::Assistant, "sat on"}, {Role::User, "a mat"},
-                                               {Role::Assistant, "the end"}, {Role::User, "again"}};
+        std::vector<ChatMessage> msgs = {{Role::System, "sys"},       {Role::User, "the cat"},
+                                         {Role::Assistant, "sat on"}, {Role::User, "a mat"},
+                                         {Role::Assistant, "the end"}, {Role::User, "again"}};
+        if (format == int(ChatFormat::MistralTekken)) msgs.erase(msgs.begin());
         const RenderedChat all = t.render(msgs, true);
         QCOMPARE(all.message_starts.size(), msgs.size());
         for (size_t k = 1; k <= msgs.size(); ++k) {
