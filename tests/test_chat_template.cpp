@@ -1,10 +1,13 @@
 // Chat templates: recognition of the families' Jinja texts, the Gemma format written out by hand
 // (markers by id, text as text), system folding, prefix stability and message boundaries.
 #include "engine/chat/chat_template.h"
+#include "engine/error.h"
 #include "engine/model/model.h"
 #include "support/test_paths.h"
 #include "support/tiny_model.h"
 
+#include <QDir>
+#include <QProcess>
 #include <QTemporaryDir>
 #include <QtTest>
 #include <nlohmann/json.hpp>
@@ -62,6 +65,9 @@ std::vector<ChatMessage> messages_from(const nlohmann::json& list) {
     }
     return out;
 }
+
+// The instruct model of the issue (SmolLM2-135M-Instruct, ChatML with a default system prompt).
+std::string smollm2_path() { return QDir::homePath().toStdString() + "/.local/share/kvchat/models/smollm2-135m-instruct-q4_1.gguf"; }
 
 bool is_prefix(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
     return a.size() <= b.size() && std::equal(a.begin(), a.end(), b.begin());
@@ -212,6 +218,68 @@ private slots:
         // Jinja's text of the finished transcript keeps Qwen 3's thinking of the last answer.
         msgs.pop_back();
         QCOMPARE(contains_text(t.render_text(msgs, false), "Two and two."), format == int(ChatFormat::Qwen3));
+    }
+
+    // `kvchat-cli template --messages FILE.json` prints exactly what jinja2 renders from the
+    // model's own template (read from the GGUF's metadata, so it works before the BPE vocabulary
+    // loads), and refuses bad input by name.
+    void cliPrintsJinjaText() {
+        if (!QFile::exists(QString::fromStdString(smollm2_path()))) QSKIP("the SmolLM2 instruct GGUF is not installed");
+        const nlohmann::json golden = nlohmann::json::parse(read_file(test::data_path("chat_template_golden.json")));
+        QTemporaryDir dir;
+        int run = 0;
+        for (const auto& c : golden.at("cases")) {
+            if (c.at("template") != "smollm2.jinja" || !c.at("add_generation_prompt").get<bool>()) continue;
+            const QString file = dir.filePath("messages.json");
+            {
+                std::ofstream out(file.toStdString(), std::ios::binary);
+                out << c.at("messages").dump();
+            }
+            QProcess p;
+            p.start(test::cli_path(), {"template", "--messages", file, "--model", QString::fromStdString(smollm2_path())});
+            QVERIFY(p.waitForFinished(60000));
+            QCOMPARE(p.exitCode(), 0);
+            QCOMPARE(p.readAllStandardOutput().toStdString(), c.at("text").get<std::string>());
+            ++run;
+        }
+        QVERIFY(run >= 10);
+
+        const QString bad = dir.filePath("bad.json");
+        {
+            std::ofstream out(bad.toStdString(), std::ios::binary);
+            out << R"([{"role": "user", "content": "hi"}, {"role": "tool", "content": "x"}])";
+        }
+        QProcess p;
+        p.start(test::cli_path(), {"template", "--messages", bad, "--model", QString::fromStdString(smollm2_path())});
+        QVERIFY(p.waitForFinished(60000));
+        QCOMPARE(p.exitCode(), 2);
+        QVERIFY(p.readAllStandardOutput().isEmpty());
+        QVERIFY(p.readAllStandardError().contains("message 2: role must be"));
+    }
+
+    void messagesFileIsChecked_data() {
+        QTest::addColumn<QString>("json");
+        QTest::addColumn<QString>("error");
+        QTest::newRow("not json") << "[{" << "not valid JSON";
+        QTest::newRow("not an array") << R"({"role": "user"})" << "JSON array";
+        QTest::newRow("not an object") << R"(["hi"])" << "message 1 is not";
+        QTest::newRow("no role") << R"([{"content": "hi"}])" << "message 1 has no \"role\"";
+        QTest::newRow("content not text") << R"([{"role": "user", "content": 3}])" << "no \"content\" string";
+        QTest::newRow("unknown role") << R"([{"role": "user", "content": "a"}, {"role": "robot", "content": "b"}])"
+                                      << "message 2: role must be";
+    }
+    void messagesFileIsChecked() {
+        QFETCH(QString, json);
+        QFETCH(QString, error);
+        try {
+            parse_chat_messages(json.toStdString());
+            QFAIL("accepted");
+        } catch (const Error& e) {
+            QVERIFY2(QString::fromUtf8(e.what()).contains(error), e.what());
+        }
+        const std::vector<ChatMessage> ok = parse_chat_messages(R"([{"role": "system", "content": "s"}, {"role": "user", "content": "ü"}])");
+        QCOMPARE(ok.size(), size_t(2));
+        QCOMPARE(ok[1].content, std::string("ü"));
     }
 
     void gemmaTurnsAsWrittenByHand() {

@@ -6,6 +6,9 @@
 #include <initializer_list>
 
 #include "engine/error.h"
+#include "engine/format/gguf_file.h"
+
+#include <nlohmann/json.hpp>
 
 namespace kvchat {
 
@@ -238,6 +241,51 @@ ThinkingSplit split_thinking(std::string_view content) {
         s.answer = std::string(content);
     }
     return s;
+}
+
+std::vector<ChatMessage> parse_chat_messages(std::string_view json) {
+    const nlohmann::json doc = nlohmann::json::parse(json.begin(), json.end(), nullptr, false);
+    if (doc.is_discarded()) throw Error("the messages are not valid JSON");
+    if (!doc.is_array()) throw Error("the messages must be a JSON array of {\"role\", \"content\"} objects");
+    std::vector<ChatMessage> out;
+    for (size_t i = 0; i < doc.size(); ++i) {
+        const nlohmann::json& m = doc[i];
+        const std::string where = "message " + std::to_string(i + 1);
+        if (!m.is_object()) throw Error(where + " is not a {\"role\", \"content\"} object");
+        if (!m.contains("role") || !m["role"].is_string()) throw Error(where + " has no \"role\" string");
+        if (!m.contains("content") || !m["content"].is_string()) throw Error(where + " has no \"content\" string");
+        const std::string role = m["role"].get<std::string>();
+        if (role != "system" && role != "user" && role != "assistant")
+            throw Error(where + ": role must be \"system\", \"user\" or \"assistant\", not \"" + role + "\"");
+        out.push_back({role == "system" ? Role::System : role == "user" ? Role::User : Role::Assistant,
+                       m["content"].get<std::string>()});
+    }
+    return out;
+}
+
+ChatTemplate ChatTemplate::text_from_gguf(const GgufFile& file) {
+    const std::string jinja = file.get_string("tokenizer.chat_template", std::string());
+    std::string bos, eos;
+    if (const GgufValue* tokens = file.find("tokenizer.ggml.tokens"); tokens && tokens->type == GgufType::ARRAY) {
+        const GgufArray& list = file.get_array("tokenizer.ggml.tokens");
+        auto piece = [&](std::string_view key) {
+            const uint64_t id = file.get_uint(key, UINT64_MAX);
+            if (id >= list.items.size()) return std::string();
+            const auto* s = std::get_if<std::string>(&list.items[id].v);
+            return s ? *s : std::string();
+        };
+        bos = piece("tokenizer.ggml.bos_token_id");
+        eos = piece("tokenizer.ggml.eos_token_id");
+    }
+    TemplateDetails d = read_chat_template(jinja);
+    if (jinja.empty()) {  // the architecture's format, as for_model chooses it
+        const std::string arch = file.get_string("general.architecture", std::string());
+        d = usual_details(arch == "gemma3" ? ChatFormat::Gemma : arch == "mistral" ? ChatFormat::Mistral : ChatFormat::Llama2);
+    }
+    ChatTemplate t(d, std::move(bos), std::move(eos));
+    if (!jinja.empty() && t.format() == ChatFormat::Plain)
+        t.notice_ = "the model's chat template is not one kvchat recognises; using a plain \"User:\" / \"Assistant:\" format";
+    return t;
 }
 
 ChatTemplate ChatTemplate::for_model(const Model& model) {

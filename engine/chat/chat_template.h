@@ -32,6 +32,8 @@
 
 namespace kvchat {
 
+class GgufFile;
+
 enum class ChatFormat { Gemma, Llama2, ChatML, Mistral, Zephyr, Plain, Qwen3, Llama3, DeepSeekR1, MistralTekken, Phi3, Phi4 };
 // "gemma", "llama2", "chatml", "mistral", "zephyr", "plain", "qwen3", "llama3", "deepseek-r1",
 // "mistral-v3-tekken", "phi3", "phi4"
@@ -78,6 +80,10 @@ struct RenderedChat {
 TemplateDetails read_chat_template(std::string_view jinja);
 inline ChatFormat recognise_chat_template(std::string_view jinja) { return read_chat_template(jinja).format; }
 
+// A JSON array of {"role", "content"} objects (roles "system", "user", "assistant"), as
+// `kvchat-cli template --messages` reads it. Throws kvchat::Error naming the first problem.
+std::vector<ChatMessage> parse_chat_messages(std::string_view json);
+
 // An answer split where a thinking model closed its reasoning: the text up to "</think>" (without
 // an opening "<think>", which a generation prompt may already hold) and the answer after it.
 struct ThinkingSplit {
@@ -98,6 +104,10 @@ public:
     // Text only (render_text, refusal), for a template whose vocabulary is not loaded: bos and eos
     // as the vocabulary spells them ("" where it has none).
     ChatTemplate(const TemplateDetails& details, std::string bos_text, std::string eos_text);
+    // Text only, from a GGUF's metadata (its template, and its BOS and EOS pieces): works where the
+    // vocabulary or the architecture is not one kvchat loads. A GGUF without a template gives the
+    // plain format with a notice.
+    static ChatTemplate text_from_gguf(const GgufFile& file);
 
     ChatFormat format() const { return details_.format; }
     const TemplateDetails& details() const { return details_; }
