@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <map>
 #include <fstream>
 #include <sstream>
 
@@ -68,6 +69,79 @@ std::vector<ChatMessage> messages_from(const nlohmann::json& list) {
 
 // The instruct model of the issue (SmolLM2-135M-Instruct, ChatML with a default system prompt).
 std::string smollm2_path() { return QDir::homePath().toStdString() + "/.local/share/kvchat/models/smollm2-135m-instruct-q4_1.gguf"; }
+
+// A SentencePiece vocabulary holding every family's markers as control pieces (thinking tags as
+// user-defined, as Qwen's and DeepSeek's vocabularies have them), BOS and EOS spelled as the
+// template's model spells them (added where the model adds it), the 256 bytes and a few words; no space prefix.
+std::unique_ptr<Tokenizer> marker_vocabulary(const std::string& bos, const std::string& eos, bool add_bos) {
+    SpmVocab v;
+    auto add = [&](const std::string& piece, TokenType type) {
+        if (std::find(v.tokens.begin(), v.tokens.end(), piece) != v.tokens.end()) return;
+        v.tokens.push_back(piece);
+        v.types.push_back(type);
+    };
+    add("<unk>", TokenType::Unknown);
+    add(bos.empty() ? "<bos>" : bos, TokenType::Control);
+    add(eos.empty() ? "<eos>" : eos, TokenType::Control);
+    for (const char* m : {"<|im_start|>", "<|im_end|>", "<|im_sep|>", "<|endoftext|>", "<|start_header_id|>",
+                          "<|end_header_id|>", "<|eot_id|>", "<|eom_id|>", "<|end_of_text|>", "<｜User｜>", "<｜Assistant｜>",
+                          "<｜end▁of▁sentence｜>", "[INST]", "[/INST]", "<|user|>", "<|assistant|>", "<|system|>", "<|end|>"})
+        add(m, TokenType::Control);
+    add("<think>", TokenType::UserDefined);
+    add("</think>", TokenType::UserDefined);
+    for (int b = 0; b < 256; ++b) {
+        char name[8];
+        std::snprintf(name, sizeof name, "<0x%02X>", b);
+        add(name, TokenType::Byte);
+    }
+    for (const char* w : {"Hello", "user", "assistant", "system", "the", "is", "\xe2\x96\x81"}) add(w, TokenType::Normal);
+    v.scores.assign(v.tokens.size(), 0.0f);
+    for (size_t i = 0; i < v.tokens.size(); ++i)
+        if (v.types[i] == TokenType::Normal) v.scores[i] = -static_cast<float>(i);
+    v.special.unk = 0;
+    v.special.bos = 1;
+    v.special.eos = 2;
+    v.special.add_bos = add_bos;
+    v.add_space_prefix = false;
+    return Tokenizer::from_vocab(v);
+}
+
+// The text tokenized the way llama.cpp tokenizes a rendered template (special tokens parsed:
+// every control or user-defined piece of the vocabulary found in the text is its id, the text
+// between them is encoded whole; one BOS where the vocabulary adds it).
+std::vector<int32_t> tokenize_like_llama_cpp(const Tokenizer& tok, const std::string& text) {
+    std::vector<std::string> specials;
+    for (int32_t id = 0; id < tok.vocab_size(); ++id)
+        if (tok.type(id) == TokenType::Control || tok.type(id) == TokenType::UserDefined) specials.push_back(tok.piece(id));
+    std::vector<int32_t> out;
+    const std::string bos = tok.piece(tok.special().bos);
+    size_t at = 0;
+    if (tok.special().add_bos) {
+        out.push_back(tok.special().bos);
+        if (text.rfind(bos, 0) == 0) at = bos.size();
+    }
+    std::string fragment;
+    auto flush = [&] {
+        if (fragment.empty()) return;
+        const std::vector<int32_t> ids = tok.encode(fragment, false);
+        out.insert(out.end(), ids.begin(), ids.end());
+        fragment.clear();
+    };
+    while (at < text.size()) {
+        size_t best = 0;
+        for (const std::string& sp : specials)
+            if (sp.size() > best && text.compare(at, sp.size(), sp) == 0) best = sp.size();
+        if (best == 0) {
+            fragment += text[at++];
+            continue;
+        }
+        flush();
+        out.push_back(tok.find_piece(text.substr(at, best)));
+        at += best;
+    }
+    flush();
+    return out;
+}
 
 bool is_prefix(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
     return a.size() <= b.size() && std::equal(a.begin(), a.end(), b.begin());
@@ -185,6 +259,67 @@ private slots:
         }
         QVERIFY(checked > 300);
         QVERIFY(refused > 0);
+    }
+
+    // The id form: what kvchat renders (markers by id, the text between two markers of a message
+    // as one piece) equals Jinja's golden text tokenized the way llama.cpp does, on a vocabulary
+    // holding every family's markers. Left out: typed marker strings (kvchat keeps them text,
+    // llama.cpp's parse would make them turns) and transcripts ending with an answer (rendered as
+    // the next turn renders them).
+    void idsMatchJinjaTextTokenized() {
+        const nlohmann::json golden = nlohmann::json::parse(read_file(test::data_path("chat_template_golden.json")));
+        int year = 0, month = 0, day = 0;
+        QCOMPARE(std::sscanf(golden.at("date").get<std::string>().c_str(), "%d-%d-%d", &year, &month, &day), 3);
+        std::map<std::string, std::unique_ptr<Tokenizer>> vocabularies;
+        int checked = 0;
+        for (const auto& c : golden.at("cases")) {
+            const std::vector<ChatMessage> msgs = messages_from(c.at("messages"));
+            if (!c.contains("text") || !c.at("add_generation_prompt").get<bool>() || c.at("messages_name") == "markers_as_text" ||
+                msgs.back().role != Role::User)
+                continue;
+            const std::string bos = c.at("bos_token"), eos = c.at("eos_token");
+            const std::string jinja = template_text(c.at("template"));
+            // The models whose templates write BOS add it (Llama 3, DeepSeek, Mistral); SmolLM2's
+            // BOS is <|im_start|> and is not added.
+            const bool add_bos = contains_text(jinja, "bos_token");
+            auto& tok = vocabularies[bos + "|" + eos + "|" + (add_bos ? "+" : "-")];
+            if (!tok) tok = marker_vocabulary(bos, eos, add_bos);
+            ChatTemplate t(read_chat_template(jinja), *tok);
+            t.set_date(year, month, day);
+            const std::vector<int32_t> got = t.render(msgs, true).tokens;
+            const std::vector<int32_t> want = tokenize_like_llama_cpp(*tok, c.at("text"));
+            const std::string name = c.at("template").get<std::string>() + " / " + c.at("messages_name").get<std::string>();
+            QVERIFY2(got == want, qPrintable(QString::fromStdString(name + ": " + shown(*tok, got) + "\n  vs " + shown(*tok, want))));
+            ++checked;
+        }
+        QVERIFY(checked > 100);
+    }
+
+    // Each family ends an answer at its own end markers, as the vocabulary holds them, and an
+    // answer read from a file may not hold a turn marker.
+    void familiesStopAtTheirMarkers_data() {
+        QTest::addColumn<QString>("file");
+        QTest::addColumn<QStringList>("stops");
+        QTest::newRow("smollm2") << "smollm2.jinja" << QStringList{"<|im_end|>", "<|endoftext|>"};
+        QTest::newRow("qwen3") << "qwen3.jinja" << QStringList{"<|im_end|>", "<|endoftext|>"};
+        QTest::newRow("llama3") << "llama3.1.jinja" << QStringList{"<|eot_id|>", "<|eom_id|>", "<|end_of_text|>"};
+        QTest::newRow("deepseek-r1") << "deepseek-r1-distill-qwen.jinja" << QStringList{"<｜end▁of▁sentence｜>"};
+        QTest::newRow("mistral-v3-tekken") << "mistral-nemo.jinja" << QStringList{"</s>"};
+        QTest::newRow("phi3") << "phi3.5.jinja" << QStringList{"<|end|>", "<|endoftext|>"};
+        QTest::newRow("phi4") << "phi4.jinja" << QStringList{"<|im_end|>", "<|endoftext|>"};
+    }
+    void familiesStopAtTheirMarkers() {
+        QFETCH(QString, file);
+        QFETCH(QStringList, stops);
+        const auto tok = marker_vocabulary("<s>", "</s>", true);
+        const ChatTemplate t(read_chat_template(template_text(file.toStdString())), *tok);
+        std::vector<int32_t> want;
+        for (const QString& s : stops) want.push_back(tok->find_piece(s.toStdString()));
+        QCOMPARE(t.stop_tokens(), want);
+        for (int32_t id : want) QVERIFY(t.answer_ids_from_file({tok->find_piece("Hello"), id}).empty());
+        // Thinking tags are the model's own words, not turns.
+        const std::vector<int32_t> thinking = {tok->find_piece("<think>"), tok->find_piece("Hello"), tok->find_piece("</think>")};
+        QCOMPARE(t.answer_ids_from_file(thinking), thinking);
     }
 
     // Rendered for the next turn, a thinking answer is already in the form the template gives
