@@ -1,6 +1,8 @@
 // Chat templates: recognition of the families' Jinja texts, the Gemma format written out by hand
 // (markers by id, text as text), system folding, prefix stability and message boundaries.
 #include "engine/chat/chat_template.h"
+#include "engine/chat/conversation.h"
+#include "engine/compute/backend.h"
 #include "engine/error.h"
 #include "engine/format/gguf_file.h"
 #include "engine/model/model.h"
@@ -352,6 +354,45 @@ private slots:
             }
         }
         QVERIFY(checked >= 10);
+    }
+
+    // Answers that end: SmolLM2-135M-Instruct, greeted, answers briefly and stops at <|im_end|>
+    // (greedy, far below the token limit). Runs when kvchat loads SmolLM2 (its byte-level BPE
+    // vocabulary: the bpe branch).
+    void instructModelAnswersAGreetingAndStops() {
+        if (!QFile::exists(QString::fromStdString(smollm2_path()))) QSKIP("the SmolLM2 instruct GGUF is not installed");
+        std::unique_ptr<Model> model;
+        try {
+            model = Model::load(smollm2_path());
+        } catch (const Error& e) {
+            QSKIP(qPrintable(QString("kvchat does not load SmolLM2 yet: %1").arg(e.what())));
+        }
+        const Tokenizer& tok = model->tokenizer();
+        const ChatTemplate t = ChatTemplate::for_model(*model);
+        QCOMPARE(t.format(), ChatFormat::ChatML);
+        QCOMPARE(t.details().default_system, std::string("You are a helpful AI assistant named SmolLM, trained by Hugging Face"));
+        const int32_t im_end = tok.find_piece("<|im_end|>");
+        QVERIFY(im_end >= 0);
+        QVERIFY(tok.special().eos == im_end ||
+                std::find(t.stop_tokens().begin(), t.stop_tokens().end(), im_end) != t.stop_tokens().end());
+
+        auto backend = make_cpu_backend(2);
+        Conversation c(*model, *backend, t, "dynamic");
+        TurnOptions options;
+        options.generation.max_new_tokens = 200;
+        options.generation.sampling.greedy = true;
+        const TurnResult r = c.send("Hello!", options);
+        qInfo("SmolLM2 answered in %zu tokens (%s): %s", r.tokens.size(), r.stop_reason.c_str(), r.text.c_str());
+        QVERIFY2(r.stop_reason == "eos" || r.stop_reason == "end_of_turn", r.stop_reason.c_str());
+        QVERIFY(!r.text.empty());
+        QVERIFY(r.tokens.size() < 100);
+        QVERIFY(!contains_text(r.text, "<|im_end|>") && !contains_text(r.text, "<|im_start|>"));
+        // The prompt it answered is jinja2's text (the default system turn, then the greeting).
+        const nlohmann::json golden = nlohmann::json::parse(read_file(test::data_path("chat_template_golden.json")));
+        for (const auto& g : golden.at("cases"))
+            if (g.at("template") == "smollm2.jinja" && g.at("messages_name") == "greeting" && g.at("add_generation_prompt").get<bool>())
+                QCOMPARE(t.render_text({{Role::User, "Hello!"}}, true), g.at("text").get<std::string>());
+        QCOMPARE(r.prompt_tokens, static_cast<int64_t>(t.render({{Role::User, "Hello!"}}, true).tokens.size()));
     }
 
     // Each family ends an answer at its own end markers, as the vocabulary holds them, and an
