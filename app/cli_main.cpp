@@ -10,6 +10,7 @@
 #include "engine/cache/cache_factory.h"
 #include "engine/cache/cache_spec.h"
 #include "engine/cache/convert.h"
+#include "engine/chat/chat_template.h"
 #include "engine/generate/comparison.h"
 #include "engine/generate/generator.h"
 #include "engine/format/gguf_file.h"
@@ -27,6 +28,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -45,6 +47,8 @@ const char* kUsage =
     "commands:\n"
     "  info       what the model file holds\n"
     "  tokenize   --text TEXT: the token ids the prompt gets (JSON array, BOS included when the model adds it)\n"
+    "  template   --messages FILE.json: the exact prompt text the model's chat template gives a JSON array\n"
+    "             of {\"role\", \"content\"} messages, with the generation prompt (a GGUF's metadata is enough)\n"
     "  generate   --prompt TEXT [-n N] [--greedy | --temp T --top-k K --top-p P --min-p M\n"
     "             --repeat-penalty R --seed S] [--stop STR]... [--no-cache] [--cache SPEC] [--json]\n"
     "             continue a prompt; --json prints one object with text, tokens, timings and the\n"
@@ -116,6 +120,32 @@ int cmd_tokenize(const Options& o) {
     auto model = kvchat::Model::load(path);
     const auto ids = model->tokenizer().encode(o.str("--text"), true);
     std::printf("%s\n", json(ids).dump(-1, ' ', false, json::error_handler_t::replace).c_str());
+    return 0;
+}
+
+int cmd_template(const Options& o) {
+    if (!o.has("--messages")) throw kvchat::Error("template needs --messages FILE.json");
+    const std::string file = o.str("--messages");
+    std::ifstream in(file, std::ios::binary);
+    if (!in) throw kvchat::Error("cannot read " + file);
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const std::vector<kvchat::ChatMessage> messages = kvchat::parse_chat_messages(text);
+    if (messages.empty()) throw kvchat::Error(file + " holds no messages");
+    // A GGUF's metadata is read alone, so a template renders whatever vocabulary the file has.
+    const std::string path = kvchat::find_model(o.str("--model"));
+    std::unique_ptr<kvchat::Model> model;
+    std::optional<kvchat::ChatTemplate> t;
+    if (path.size() >= 5 && path.compare(path.size() - 5, 5, ".gguf") == 0) {
+        t = kvchat::ChatTemplate::text_from_gguf(*kvchat::GgufFile::open(path));
+    } else {
+        model = kvchat::Model::load(path);
+        t = kvchat::ChatTemplate::for_model(*model);
+    }
+    if (!t->notice().empty()) std::fprintf(stderr, "kvchat-cli: %s\n", t->notice().c_str());
+    if (const std::string refused = t->refusal(messages); !refused.empty())
+        throw kvchat::Error("the model's chat template refuses these messages: " + refused);
+    const std::string prompt = t->render_text(messages, true);
+    std::fwrite(prompt.data(), 1, prompt.size(), stdout);
     return 0;
 }
 
@@ -451,6 +481,7 @@ int main(int argc, char** argv) {
         }
         if (o.command == "info") return cmd_info(o);
         if (o.command == "tokenize") return cmd_tokenize(o);
+        if (o.command == "template") return cmd_template(o);
         if (o.command == "generate") return cmd_generate(o);
         if (o.command == "bench") return cmd_bench(o);
         if (o.command == "chat") return kvchat::cli::cmd_chat(o);

@@ -195,6 +195,57 @@ private Q_SLOTS:
             QDateTime::fromMSecsSinceEpoch(now - 10LL * 86'400'000).date().day())));
     }
 
+    // A thinking answer shows its answer, and its reasoning folded under a "Thinking" button the
+    // user can open and close; Copy still copies the whole message. Plain answers have no button.
+    void thinkingIsFolded() {
+        MessageItem m;
+        m.role = MessageRole::Assistant;
+        m.content = "<think>\nThe user greets me.\nI greet back.\n</think>\n\nHello there!";
+        MessageView v(m);
+        v.resize(600, 300);
+        v.show();
+        QVERIFY(QTest::qWaitForWindowExposed(&v));
+        auto* toggle = v.findChild<QToolButton*>("thinkingToggle");
+        auto* reasoning = v.findChild<QTextBrowser*>("thinkingText");
+        auto* answer = v.findChild<QTextBrowser*>("messageText");
+        QVERIFY(toggle && reasoning && answer);
+        QVERIFY(toggle->isVisible());
+        QVERIFY(!reasoning->isVisible());
+        QCOMPARE(answer->toPlainText(), QString("Hello there!"));
+        QVERIFY(!answer->toPlainText().contains("think"));
+        QTest::mouseClick(toggle, Qt::LeftButton);
+        QVERIFY(reasoning->isVisible());
+        QCOMPARE(reasoning->toPlainText(), QString("The user greets me.\nI greet back."));
+        QTest::mouseClick(toggle, Qt::LeftButton);
+        QVERIFY(!reasoning->isVisible());
+        QTest::mouseClick(v.findChild<QToolButton*>("copyMessageButton"), Qt::LeftButton);
+        QCOMPARE(QApplication::clipboard()->text(), m.content);
+
+        // While streaming, the reasoning grows folded until the answer begins.
+        MessageItem empty;
+        empty.role = MessageRole::Assistant;
+        MessageView s(empty);
+        s.show();
+        s.startStreaming();
+        s.appendText("<think>\nHmm");
+        QTest::qWait(3 * MessageView::kReparseMs);
+        auto* t2 = s.findChild<QToolButton*>("thinkingToggle");
+        QVERIFY(t2->isVisible());
+        QCOMPARE(t2->text(), QString("Thinking…"));
+        QVERIFY(!s.findChild<QTextBrowser*>("thinkingText")->isVisible());
+        s.appendText("\n</think>\n\nHi!");
+        QTest::qWait(3 * MessageView::kReparseMs);
+        QCOMPARE(t2->text(), QString("Thinking"));
+        QCOMPARE(s.findChild<QTextBrowser*>("messageText")->toPlainText(), QString("Hi!"));
+
+        MessageItem plain;
+        plain.role = MessageRole::Assistant;
+        plain.content = "No reasoning here.";
+        MessageView p(plain);
+        p.show();
+        QVERIFY(!p.findChild<QToolButton*>("thinkingToggle")->isVisible());
+    }
+
     void megabyteMessageIsShownCut() {
         MessageItem m;
         m.role = MessageRole::User;

@@ -2,6 +2,8 @@
 
 #include "ui/markdown_segments.h"
 
+#include "engine/chat/chat_template.h"
+
 #include <QAbstractTextDocumentLayout>
 #include <QClipboard>
 #include <QFontDatabase>
@@ -161,6 +163,30 @@ MessageView::MessageView(const MessageItem& message, QWidget* parent) : QFrame(p
             [this] { QGuiApplication::clipboard()->setText(message_.content); });
     outer->addLayout(header);
 
+    if (message.role == MessageRole::Assistant) {
+        // Folded by default: the reasoning can be long, and the answer is what was asked for.
+        thinkingToggle_ = new QToolButton;
+        thinkingToggle_->setObjectName(QStringLiteral("thinkingToggle"));
+        thinkingToggle_->setCheckable(true);
+        thinkingToggle_->setAutoRaise(true);
+        thinkingToggle_->setToolButtonStyle(Qt::ToolButtonTextBesideIcon);
+        thinkingToggle_->setArrowType(Qt::RightArrow);
+        thinkingToggle_->setToolTip(tr("Show or hide the model's reasoning"));
+        thinkingToggle_->setVisible(false);
+        outer->addWidget(thinkingToggle_);
+        auto* text = new TextPiece;
+        text->setObjectName(QStringLiteral("thinkingText"));
+        text->setAccessibleName(tr("Reasoning"));
+        text->setForegroundRole(QPalette::PlaceholderText);
+        text->setVisible(false);
+        thinkingText_ = text;
+        outer->addWidget(thinkingText_);
+        connect(thinkingToggle_, &QToolButton::toggled, this, [this](bool open) {
+            thinkingToggle_->setArrowType(open ? Qt::DownArrow : Qt::RightArrow);
+            thinkingText_->setVisible(open);
+        });
+    }
+
     body_ = new QVBoxLayout;
     body_->setSpacing(4);
     outer->addLayout(body_);
@@ -271,8 +297,26 @@ void MessageView::updateSegmentWidget(QWidget* w, const MarkdownSegment& s) {
     code->show(s.text, false);
 }
 
+void MessageView::showThinking(bool has, const QString& thinking, bool answered) {
+    if (!thinkingToggle_) return;
+    thinkingToggle_->setVisible(has);
+    thinkingToggle_->setText(answered || !streaming_ ? tr("Thinking") : tr("Thinking…"));
+    thinkingToggle_->setAccessibleName(thinkingToggle_->text());
+    if (!has) thinkingToggle_->setChecked(false);
+    if (thinking != thinkingShown_) {
+        static_cast<TextPiece*>(thinkingText_)->show(thinking, false);
+        thinkingShown_ = thinking;
+    }
+}
+
 void MessageView::render() {
     QString text = message_.content;
+    if (message_.role == MessageRole::Assistant) {
+        // The same split the chat template makes when it drops the reasoning from earlier answers.
+        const ThinkingSplit split = split_thinking(text.toStdString());
+        showThinking(split.has_thinking, QString::fromStdString(split.thinking), !split.answer.empty());
+        if (split.has_thinking) text = QString::fromStdString(split.answer);
+    }
     const bool cut = text.size() > kShownChars;
     if (cut) text.truncate(kShownChars);
     cutNote_->setVisible(cut);

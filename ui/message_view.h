@@ -1,6 +1,8 @@
 #pragma once
 // One message of the transcript: who said it, its text rendered as Markdown (code blocks in a
 // monospace frame with a Copy button), and under an answer the figures it was produced with.
+// A thinking model's reasoning (<think>…</think>) is folded into a "Thinking" line the user can
+// open.
 // Each message has its own documents, so a growing answer re-lays out only itself: while it
 // streams, the text is parsed again on a short timer, and only its last piece (see
 // markdown_segments.h); finish() parses once more when it ends.
@@ -52,6 +54,7 @@ private:
     void render();
     QWidget* makeSegmentWidget(const MarkdownSegment& s);
     void updateSegmentWidget(QWidget* w, const MarkdownSegment& s);
+    void showThinking(bool has, const QString& thinking, bool answered);
 
     MessageItem message_;
     bool streaming_ = false;
@@ -63,6 +66,9 @@ private:
     QToolButton* copy_ = nullptr;
     QToolButton* edit_ = nullptr;
     QToolButton* regenerate_ = nullptr;
+    QToolButton* thinkingToggle_ = nullptr;
+    QWidget* thinkingText_ = nullptr;
+    QString thinkingShown_;
     QVBoxLayout* body_ = nullptr;
     QList<MarkdownSegment> shown_;
     QList<QWidget*> segmentWidgets_;
