@@ -119,7 +119,8 @@ private slots:
             refusal = error_of([&] { reg.send(id, message, greedy(12)); });
             if (!refusal.empty()) {
                 QCOMPARE(stored(reg, id), before);
-                const ConversationSummary* sum = find(reg.list(), id);
+                const std::vector<ConversationSummary> list = reg.list();
+                const ConversationSummary* sum = find(list, id);
                 QVERIFY(sum && !sum->last_unanswered);
             }
         }
