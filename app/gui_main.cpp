@@ -13,6 +13,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 
 namespace {
 
@@ -21,7 +22,8 @@ namespace {
 // stall: the longest the GUI event loop went without running) and quits.
 void reportStartup(kvchat::MainWindow& window, const QElapsedTimer& since, const QString& message) {
     auto* stall = new kvchat::EventLoopStall(&window);
-    auto* report = new QJsonObject;
+    // Shared by the handlers below and freed with the last of them (when the window goes).
+    auto report = std::make_shared<QJsonObject>();
     QTimer::singleShot(0, &window, [&window, stall, report, since] {
         // The first turn of the event loop after show(): the window is on screen.
         (*report)["window_ms"] = static_cast<double>(since.nsecsElapsed()) / 1e6;
