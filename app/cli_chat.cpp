@@ -7,6 +7,7 @@
 #include "engine/chat/conversation_registry.h"
 #include "engine/common/quoted.h"
 #include "engine/common/regular_file.h"
+#include "engine/common/utf8.h"
 #include "engine/compute/thread_pool.h"
 #include "engine/error.h"
 #include "engine/store/store.h"
@@ -33,15 +34,26 @@ namespace {
 
 using nlohmann::json;
 
-// Ctrl-C stops the answer being generated; the partial answer is kept.
+// Ctrl-C, SIGTERM and SIGHUP stop the answer being generated; the partial answer is kept.
 std::atomic<bool> g_stop{false};
-extern "C" void on_interrupt(int) { g_stop.store(true); }
+std::atomic<int> g_signal{0};
+std::atomic<int> g_output_errno{0};
+extern "C" void on_stop_signal(int sig) {
+    g_signal.store(sig);
+    g_stop.store(true);
+}
 
 void catch_interrupts() {
     struct sigaction sa {};
-    sa.sa_handler = on_interrupt;
+    sa.sa_handler = on_stop_signal;
     sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, nullptr);
+    for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaction(sig, &sa, nullptr);
+}
+
+// SIGTERM and SIGHUP end the program; Ctrl-C in the interactive session stops only the answer.
+bool terminating() {
+    const int sig = g_signal.load();
+    return sig == SIGTERM || sig == SIGHUP;
 }
 
 }  // namespace
@@ -51,9 +63,36 @@ const std::atomic<bool>& stop_on_interrupt() {
     return g_stop;
 }
 
+int stop_signal() { return g_signal.load(); }
+
+int stopped_exit_status() {
+    const int sig = g_signal.load();
+    return sig ? 128 + sig : kInterruptedExit;
+}
+
+void write_answer_piece(std::string_view piece) {
+    if (g_output_errno.load()) return;
+    errno = 0;
+    const bool ok = std::fwrite(piece.data(), 1, piece.size(), stdout) == piece.size() && std::fflush(stdout) == 0;
+    if (!ok) {
+        g_output_errno.store(errno ? errno : EIO);
+        g_stop.store(true);
+    }
+}
+
+int output_error() { return g_output_errno.load(); }
+
 namespace {
 
-void note(const std::string& s) { std::fprintf(stderr, "kvchat-cli: note: %s\n", s.c_str()); }
+// The error of an answer cut short because standard output failed.
+Error output_failed(const std::string& kept) {
+    return Error("cannot write the answer to standard output (" + std::string(std::strerror(output_error())) +
+                 "); it was stopped there" + kept);
+}
+
+void note(const std::string& s) {
+    std::fprintf(stderr, "kvchat-cli: note: %s\n", escape_controls(s, "\n\t", false).c_str());
+}
 
 std::string db_path(const Options& o) { return o.str("--db", Store::default_path()); }
 
@@ -105,24 +144,41 @@ void print_turn_footer(const TurnResult& r) {
                  r.decode_tok_s, static_cast<double>(r.kv_bytes) / (1024.0 * 1024.0), r.stop_reason.c_str());
 }
 
-void print_piece(std::string_view piece) {
-    std::fwrite(piece.data(), 1, piece.size(), stdout);
-    std::fflush(stdout);
-}
+void print_piece(std::string_view piece) { write_answer_piece(piece); }
+
+// The conversation `chat` created, removed again when the command ends without having stored a
+// message in it (a blank or refused first message, Ctrl-C before the first token, an interactive
+// session left at once): a conversation nobody wrote to is not kept.
+struct CreatedConversation {
+    ConversationRegistry* reg = nullptr;
+    Store* store = nullptr;
+    int64_t id = 0;
+    size_t opening = 0;  // messages it was created with (a system prompt, a prefix's messages)
+    ~CreatedConversation() {
+        if (!reg) return;
+        try {
+            if (store->list_messages(id).size() <= opening) reg->remove(id);
+        } catch (const std::exception&) {
+            // An empty conversation left behind costs nothing but a line in the list.
+        }
+    }
+};
 
 int interactive(ConversationRegistry& reg, const std::string& title, const TurnOptions& t) {
     std::fprintf(stderr,
                  "conversation '%s' (%s format). Type a message and press Enter; /regenerate replaces the last "
                  "answer, /quit or end of input leaves. Ctrl-C stops an answer.\n",
-                 title.c_str(), std::string(chat_format_name(reg.chat_template().format())).c_str());
+                 escape_controls(title).c_str(), std::string(chat_format_name(reg.chat_template().format())).c_str());
     std::string line;
-    while (true) {
+    while (!terminating()) {
         std::fputs("> ", stderr);
         std::fflush(stderr);
         if (!std::getline(std::cin, line)) break;
         if (line == "/quit") break;
-        if (line.find_first_not_of(" \t\r") == std::string::npos) continue;  // a blank line sends nothing
+        if (is_blank_text(line)) continue;  // a blank line sends nothing
+        if (terminating()) break;
         g_stop = false;
+        if (terminating()) g_stop = true;  // SIGTERM or SIGHUP between the check and the reset
         try {
             const TurnResult r = line == "/regenerate" ? reg.regenerate(title, t, print_piece, &g_stop)
                                                        : reg.send(title, line, t, print_piece, &g_stop);
@@ -132,10 +188,11 @@ int interactive(ConversationRegistry& reg, const std::string& title, const TurnO
         } catch (const Cancelled&) {
             note("stopped before the answer began; the message was not sent");
         } catch (const Error& e) {
-            std::fprintf(stderr, "kvchat-cli: error: %s\n", e.what());
+            std::fprintf(stderr, "kvchat-cli: error: %s\n", escape_controls(e.what(), "\n\t", false).c_str());
         }
+        if (output_error()) throw output_failed(" and is kept in conversation " + in_quotes(title));
     }
-    return 0;
+    return terminating() ? stopped_exit_status() : 0;
 }
 
 }  // namespace
@@ -143,6 +200,11 @@ int interactive(ConversationRegistry& reg, const std::string& title, const TurnO
 int cmd_chat(const Options& o) {
     if (!o.has("--conversation")) throw Error("chat needs --conversation NAME");
     const std::string title = o.str("--conversation");
+    const bool regenerate = o.flag("--regenerate");
+    if (regenerate && o.has("--message")) throw Error("give --message or --regenerate, not both");
+    // Refused before anything is opened or created (the engine refuses it too).
+    if (o.has("--message") && is_blank_text(o.str("--message")))
+        throw Error("the message is empty (only white space): nothing was sent");
     Store store(db_path(o));
     // Settings the window writes are the defaults here too; options on the command line win.
     const ChatSettings settings = ChatSettings::load(store);
@@ -157,28 +219,31 @@ int cmd_chat(const Options& o) {
     open.cache_spec = o.str("--cache");
     open.prefix = o.str("--prefix");
     open.system = o.str("--system");
+    const bool existed = store.find_conversation(title).has_value();
     reg.open(title, open);
+    CreatedConversation created;
+    if (!existed) {
+        created.id = reg.id_of(title);
+        created.opening = store.list_messages(created.id).size();
+        created.store = &store;
+        created.reg = &reg;
+    }
     catch_interrupts();
-    const bool regenerate = o.flag("--regenerate");
-    if (regenerate && o.has("--message")) throw Error("give --message or --regenerate, not both");
     if (!o.has("--message") && !regenerate) return interactive(reg, title, t);
 
     const bool as_json = o.flag("--json");
     const auto on_text = as_json ? std::function<void(std::string_view)>() : print_piece;
     TurnResult r;
     try {
-        if (regenerate) {
-            r = reg.regenerate(title, t, on_text, &g_stop);
-        } else {
-            const std::string message = o.str("--message");
-            if (message.empty()) throw Error("the message is empty: give --message some text");
-            r = reg.send(title, message, t, on_text, &g_stop);
-        }
+        r = regenerate ? reg.regenerate(title, t, on_text, &g_stop) : reg.send(title, o.str("--message"), t, on_text, &g_stop);
     } catch (const Cancelled&) {
-        // Ctrl-C before the first token: the turn is taken back, the conversation is as it was.
-        note("stopped before the answer began; the conversation is unchanged");
-        return kInterruptedExit;
+        // Ctrl-C (or SIGTERM, SIGHUP) before the first token: the turn is taken back, the
+        // conversation is as it was.
+        note(existed ? "stopped before the answer began; the conversation is unchanged"
+                     : "stopped before the answer began; the conversation was not created");
+        return stopped_exit_status();
     }
+    if (output_error()) throw output_failed(" and is kept in conversation " + in_quotes(title));
     if (as_json) {
         std::printf("%s\n", turn_json(r, title).dump(-1, ' ', false, json::error_handler_t::replace).c_str());
     } else {
@@ -186,30 +251,11 @@ int cmd_chat(const Options& o) {
         for (const std::string& n : r.notices) note(n);
         print_turn_footer(r);
     }
-    return 0;
+    return stop_signal() ? stopped_exit_status() : 0;
 }
-
-namespace {
-
-// A title as one field of a tab-separated line: a tab, newline or carriage return in it would
-// split the line, so they (and the backslash that escapes them) are written as \\t, \\n, \\r, \\\\.
-std::string tsv_field(std::string_view s) {
-    std::string out;
-    out.reserve(s.size());
-    for (char ch : s) switch (ch) {
-            case '\t': out += "\\t"; break;
-            case '\n': out += "\\n"; break;
-            case '\r': out += "\\r"; break;
-            case '\\': out += "\\\\"; break;
-            default: out += ch;
-        }
-    return out;
-}
-
-}  // namespace
 
 int cmd_conversations(const Options& o) {
-    Store store(existing_db_path(o));
+    Store store(existing_db_path(o), Store::Access::ReadOnly);
     const auto list = store.list_conversation_overviews();
     if (o.flag("--json")) {
         json a = json::array();
@@ -229,7 +275,7 @@ int cmd_conversations(const Options& o) {
     for (const ConversationOverview& v : list) {
         const ConversationRecord& c = v.conversation;
         std::printf("%s\t%lld messages\t%s%s%s\n", tsv_field(c.title).c_str(), static_cast<long long>(v.message_count),
-                    c.cache_spec.c_str(), c.snapshot.empty() ? "" : "\tcache saved",
+                    tsv_field(c.cache_spec).c_str(), c.snapshot.empty() ? "" : "\tcache saved",
                     v.last_unanswered ? "\tunanswered" : "");
     }
     return 0;
@@ -272,7 +318,9 @@ int cmd_prefix(const Options& o) {
     auto need_words = [&](size_t n, const char* usage) {
         if (o.positional.size() != n + 1) throw Error(std::string("usage: kvchat-cli prefix ") + usage);
     };
-    Store store(action == "save" ? db_path(o) : existing_db_path(o));
+    // Listing only reads: it works on a database that cannot be written.
+    Store store(action == "save" ? db_path(o) : existing_db_path(o),
+                action == "list" ? Store::Access::ReadOnly : Store::Access::ReadWrite);
     if (action == "list") {
         need_words(0, "list");
         const auto list = store.list_prefixes();
@@ -294,8 +342,9 @@ int cmd_prefix(const Options& o) {
         } else {
             if (list.empty()) std::fprintf(stderr, "no saved prefixes in %s\n", store.path().c_str());
             for (const PrefixRecord& p : list)
-                std::printf("%s\t%zu message%s\t%zu tokens\t%s\tused %lld times\n", p.name.c_str(), p.messages.size(),
-                            p.messages.size() == 1 ? "" : "s", p.tokens.size(), p.cache_spec.c_str(),
+                std::printf("%s\t%zu message%s\t%zu tokens\t%s\tused %lld times\n", tsv_field(p.name).c_str(),
+                            p.messages.size(), p.messages.size() == 1 ? "" : "s", p.tokens.size(),
+                            tsv_field(p.cache_spec).c_str(),
                             static_cast<long long>(p.use_count));
         }
         return 0;
@@ -313,7 +362,7 @@ int cmd_prefix(const Options& o) {
         const auto p = store.find_prefix(o.positional[1]);
         if (!p) throw Error("there is no prefix named '" + o.positional[1] + "'");
         const std::string snapshot = store.delete_prefix(p->id);
-        if (!snapshot.empty()) std::remove(store.snapshot_path(snapshot).c_str());
+        if (!snapshot.empty()) store.remove_snapshot_file(snapshot);
         return 0;
     }
     if (action == "save" || action == "edit") {
@@ -324,7 +373,7 @@ int cmd_prefix(const Options& o) {
             throw Error("prefix " + action + " needs --text TEXT or --conversation NAME (one of them)");
         if (o.has("--messages") && !from_conversation)
             throw Error("--messages counts the messages taken from --conversation NAME");
-        if (from_text && o.str("--text").find_first_not_of(" \t\n\r\f\v") == std::string::npos)
+        if (from_text && is_blank_text(o.str("--text")))
             throw Error("the prefix text is empty (only white space): give --text the text to keep");
         // Everything the user can get wrong is checked before the model loads.
         const std::string& name = o.positional[1];
@@ -377,6 +426,10 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
 }  // namespace
 
 int cmd_chat_bench(const Options& o) {
+    // The figures as lines of text on standard output; with --json one object there instead (and
+    // the lines on standard error, as progress).
+    const bool as_json = o.flag("--json");
+    FILE* const lines = as_json ? stderr : stdout;
     const int turns = static_cast<int>(o.integer("--turns", 10, 2, 100));
     const int64_t prefix_tokens = o.integer("--prefix-tokens", 2000, 16, 1 << 20);
     const int64_t history_tokens = o.integer("--history-tokens", 4000, 64, 1 << 20);
@@ -387,13 +440,9 @@ int cmd_chat_bench(const Options& o) {
         throw Error("cannot create a temporary folder for the benchmark database in " +
                     in_quotes(dir_template.substr(0, dir_template.rfind('/'))) + ": " + std::strerror(errno));
     const std::string dir = dir_template;
-    // Ctrl-C or a plain kill stops the benchmark at the next turn through an exception, so the
+    // Ctrl-C, a plain kill or a hang-up stops the benchmark at the next turn through an exception, so the
     // folder below is removed as on every other error path.
-    struct sigaction sa {};
-    sa.sa_handler = on_interrupt;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, nullptr);
-    sigaction(SIGTERM, &sa, nullptr);
+    catch_interrupts();
     const auto check_interrupted = [] {
         if (g_stop) throw Error("chat-bench was interrupted");
     };
@@ -452,7 +501,7 @@ int cmd_chat_bench(const Options& o) {
             scratch.release_cache();  // from scratch: the whole history is prefilled again
             const TurnResult b = scratch.send(message(i), t);
             without.push_back(b.ttft_ms);
-            std::fprintf(stderr, "turn %2d: %5lld tokens in context, ttft %.1f ms with the cache (%lld prefilled), "
+            std::fprintf(lines, "turn %2d: %5lld tokens in context, ttft %.1f ms with the cache (%lld prefilled), "
                                  "%.1f ms from scratch\n",
                          i + 1, hist[static_cast<size_t>(i)].get<long long>(), best[static_cast<size_t>(i)],
                          prefilled[static_cast<size_t>(i)].get<long long>(), b.ttft_ms);
@@ -493,7 +542,7 @@ int cmd_chat_bench(const Options& o) {
                          {"prefill_tokens_from_prefix", w.prefill_tokens},
                          {"same_answer", c.text == w.text},
                          {"ratio", (w.ttft_ms + open_ms) / c.ttft_ms}};
-        std::fprintf(stderr, "prefix of %zu tokens: cold ttft %.1f ms, from the saved prefix %.1f ms (load %.1f ms)\n",
+        std::fprintf(lines, "prefix of %zu tokens: cold ttft %.1f ms, from the saved prefix %.1f ms (load %.1f ms)\n",
                      p.tokens.size(), c.ttft_ms, w.ttft_ms + open_ms, open_ms);
     }
 
@@ -542,10 +591,21 @@ int cmd_chat_bench(const Options& o) {
                          {"ttft_ms_after_reopen_best_of_5", reopen_ms},
                          {"prefill_tokens_after_reopen", prefilled},
                          {"ratio", reopen_ms / live_ms}};
-        std::fprintf(stderr, "reopening a %lld-token conversation: ttft %.1f ms (snapshot load included), live %.1f ms (best of %d each, alternating)\n",
+        std::fprintf(lines, "reopening a %lld-token conversation: ttft %.1f ms (snapshot load included), live %.1f ms (best of %d each, alternating)\n",
                      static_cast<long long>(context), reopen_ms, live_ms, kRepeats);
     }
-    std::printf("%s\n", out.dump(o.flag("--json") ? -1 : 2, ' ', false, json::error_handler_t::replace).c_str());
+    if (as_json) {
+        std::printf("%s\n", out.dump(-1, ' ', false, json::error_handler_t::replace).c_str());
+    } else if (out.contains("turns")) {
+        const json& tr = out["turns"];
+        std::printf("turn %d / turn 1 time to first token: %.2fx with the cache, %.2fx from scratch\n", turns,
+                    tr["ratio_last_first_cached"].get<double>(), tr["ratio_last_first_from_scratch"].get<double>());
+    }
+    if (!as_json && out.contains("prefix"))
+        std::printf("from the saved prefix / cold: %.3fx (%s answer)\n", out["prefix"]["ratio"].get<double>(),
+                    out["prefix"]["same_answer"].get<bool>() ? "the same" : "a different");
+    if (!as_json && out.contains("reopen"))
+        std::printf("reopened / live: %.2fx\n", out["reopen"]["ratio"].get<double>());
     return 0;
 }
 

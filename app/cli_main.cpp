@@ -23,7 +23,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cerrno>
 #include <csignal>
+#include <cstring>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -52,7 +54,7 @@ const char* kUsage =
     "  generate   --prompt TEXT [-n N] [--greedy | --temp T --top-k K --top-p P --min-p M\n"
     "             --repeat-penalty R --seed S] [--stop STR]... [--no-cache] [--cache SPEC] [--json]\n"
     "             continue a prompt; --json prints one object with text, tokens, timings and the\n"
-    "             cache's telemetry\n"
+    "             cache's telemetry; --stop reads \\n, \\t, \\\\, \\xHH (as llama.cpp): --stop \"\\n\\n\"\n"
     "  bench      [--prompt-tokens 512] [--gen-tokens 128] [--runs 3] [--simd avx2|avx512-vnni|amx] [--json]\n"
     "             prefill and decode tokens per second (median, min and max of the runs), the bytes a\n"
     "             decoded token reads and the share of the memory bandwidth that makes\n"
@@ -90,7 +92,9 @@ const char* kUsage =
     "  --help          print this help and exit\n";
 
 int fail(const std::string& msg) {
-    std::fprintf(stderr, "kvchat-cli: error: %s\n", msg.c_str());
+    // Messages quote titles, names and paths the user or a database gave: no control character
+    // reaches the terminal.
+    std::fprintf(stderr, "kvchat-cli: error: %s\n", kvchat::cli::escape_controls(msg, "\n\t", false).c_str());
     return 2;
 }
 
@@ -184,7 +188,11 @@ int cmd_generate(const Options& o) {
     kvchat::GenerationConfig g;
     g.max_new_tokens = static_cast<int>(o.integer("-n", 128, 0, 1 << 24));
     g.sampling = sampling_options(o);
-    g.stop_strings = o.repeated.count("--stop") ? o.repeated.at("--stop") : std::vector<std::string>{};
+    if (o.repeated.count("--stop"))
+        for (const std::string& stop : o.repeated.at("--stop")) {
+            g.stop_strings.push_back(process_escapes(stop));
+            if (g.stop_strings.back().empty()) throw kvchat::Error("--stop needs a non-empty string");
+        }
     g.use_cache = !o.flag("--no-cache");
     const bool as_json = o.flag("--json");
 
@@ -193,12 +201,11 @@ int cmd_generate(const Options& o) {
     auto cache = l.model->make_cache(*l.backend, o.str("--cache", "dynamic"));
     kvchat::Generator gen(*l.model, *l.backend);
     std::function<void(std::string_view)> stream;
-    if (!as_json)
-        stream = [](std::string_view piece) {
-            std::fwrite(piece.data(), 1, piece.size(), stdout);
-            std::fflush(stdout);
-        };
+    if (!as_json) stream = kvchat::cli::write_answer_piece;
     const kvchat::GenerationResult r = gen.generate(*cache, ids, g, stream, &kvchat::cli::stop_on_interrupt());
+    if (const int err = kvchat::cli::output_error())
+        throw kvchat::Error("cannot write to standard output (" + std::string(std::strerror(err)) +
+                            "); generation was stopped there");
     if (as_json) {
         json j;
         j["text"] = r.text;
@@ -220,11 +227,11 @@ int cmd_generate(const Options& o) {
                      r.stop_reason.c_str());
     }
     if (r.stop_reason == "cancelled") {
-        // Ctrl-C: nothing is left to save, so end now; freeing the model and its 262,144-piece
-        // tokenizer would add a tenth of a second or more.
+        // Ctrl-C, SIGTERM or SIGHUP: nothing is left to save, so end now; freeing the model and
+        // its 262,144-piece tokenizer would add a tenth of a second or more.
         std::fflush(stdout);
         std::fflush(stderr);
-        std::_Exit(kvchat::cli::kInterruptedExit);
+        std::_Exit(kvchat::cli::stopped_exit_status());
     }
     return 0;
 }
@@ -456,10 +463,17 @@ int cmd_bench(const Options& o) {
 
 }  // namespace
 
+namespace {
+int run_command(const std::vector<std::string>& args);
+}  // namespace
+
 int main(int argc, char** argv) {
     // A file size limit (ulimit -f) would otherwise kill the process with SIGXFSZ when a spill
     // file reaches it; ignored, the write fails with EFBIG and the cache reports a clear error.
     std::signal(SIGXFSZ, SIG_IGN);
+    // A reader that goes away (`| head`) must not kill a chat mid-answer and lose the answer
+    // shown: the write fails with EPIPE instead, and the command stops as by Ctrl-C.
+    std::signal(SIGPIPE, SIG_IGN);
     const std::vector<std::string> args(argv + 1, argv + argc);
     for (const std::string& a : args) {
         if (a == "--help" || a == "-h") {
@@ -471,7 +485,31 @@ int main(int argc, char** argv) {
             return 0;
         }
     }
+    int status = 0;
     try {
+        status = run_command(args);
+    } catch (const kvchat::Error& e) {
+        return fail(e.what());
+    } catch (const std::bad_alloc&) {
+        return fail("out of memory");
+    } catch (const std::exception& e) {
+        // Anything else (a library's own exception): still a message and exit 2, never an abort.
+        return fail(std::string("unexpected error: ") + e.what());
+    } catch (...) {
+        return fail("unexpected error");
+    }
+    // What is still buffered must reach its reader: a full disk or a closed pipe is an error,
+    // not a silent loss of the output.
+    errno = 0;
+    if (std::fflush(stdout) != 0 || std::ferror(stdout))
+        return fail(std::string("cannot write to standard output (") + std::strerror(errno ? errno : EIO) + ")");
+    return status;
+}
+
+namespace {
+
+int run_command(const std::vector<std::string>& args) {
+    {
         const Options o = parse(args);
         if (!o.positional.empty() && o.command != "prefix")
             return fail("unexpected argument '" + o.positional[0] + "' (see --help)");
@@ -489,14 +527,7 @@ int main(int argc, char** argv) {
         if (o.command == "prefix") return kvchat::cli::cmd_prefix(o);
         if (o.command == "chat-bench") return kvchat::cli::cmd_chat_bench(o);
         return fail("unknown command '" + o.command + "' (see --help)");
-    } catch (const kvchat::Error& e) {
-        return fail(e.what());
-    } catch (const std::bad_alloc&) {
-        return fail("out of memory");
-    } catch (const std::exception& e) {
-        // Anything else (a library's own exception): still a message and exit 2, never an abort.
-        return fail(std::string("unexpected error: ") + e.what());
-    } catch (...) {
-        return fail("unexpected error");
     }
 }
+
+}  // namespace

@@ -118,4 +118,82 @@ double rss_mib() {
     return static_cast<double>(resident) * static_cast<double>(sysconf(_SC_PAGESIZE)) / (1024.0 * 1024.0);
 }
 
+std::string process_escapes(std::string_view text) {
+    std::string out;
+    out.reserve(text.size());
+    const auto hex = [](char c) -> int {
+        if (c >= '0' && c <= '9') return c - '0';
+        if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+        if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+        return -1;
+    };
+    for (size_t i = 0; i < text.size(); ++i) {
+        if (text[i] != '\\' || i + 1 >= text.size()) {
+            out += text[i];
+            continue;
+        }
+        const char e = text[i + 1];
+        char c = 0;
+        switch (e) {
+            case 'n': c = '\n'; break;
+            case 'r': c = '\r'; break;
+            case 't': c = '\t'; break;
+            case 'a': c = '\a'; break;
+            case 'b': c = '\b'; break;
+            case 'f': c = '\f'; break;
+            case 'v': c = '\v'; break;
+            case '0': c = '\0'; break;
+            case '\'': case '"': case '\\': c = e; break;
+            case 'x':
+                if (i + 3 < text.size() && hex(text[i + 2]) >= 0 && hex(text[i + 3]) >= 0) {
+                    out += static_cast<char>(hex(text[i + 2]) * 16 + hex(text[i + 3]));
+                    i += 3;
+                    continue;
+                }
+                [[fallthrough]];
+            default:
+                out += '\\';  // not an escape: the backslash stays
+                continue;
+        }
+        out += c;
+        ++i;
+    }
+    return out;
+}
+
+std::string escape_controls(std::string_view text, std::string_view keep, bool backslash) {
+    std::string out;
+    out.reserve(text.size());
+    char buf[8];
+    for (size_t i = 0; i < text.size(); ++i) {
+        const auto c = static_cast<unsigned char>(text[i]);
+        if (c == '\\' && backslash) {
+            out += "\\\\";
+        } else if ((c < 0x20 || c == 0x7F) && keep.find(static_cast<char>(c)) == std::string_view::npos) {
+            std::snprintf(buf, sizeof buf, "\\x%02x", c);
+            out += buf;
+        } else if (c == 0xC2 && i + 1 < text.size() && static_cast<unsigned char>(text[i + 1]) >= 0x80 &&
+                   static_cast<unsigned char>(text[i + 1]) <= 0x9F) {
+            // A C1 control in UTF-8 (U+0080..U+009F): terminals act on some of them (CSI, OSC).
+            std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned char>(text[i + 1]));
+            out += buf;
+            ++i;
+        } else {
+            out += static_cast<char>(c);
+        }
+    }
+    return out;
+}
+
+std::string tsv_field(std::string_view text) {
+    std::string out;
+    for (char c : escape_controls(text, "\t\n\r")) switch (c) {
+            case '\t': out += "\\t"; break;
+            case '\n': out += "\\n"; break;
+            case '\r': out += "\\r"; break;
+            default: out += c;
+        }
+    return out;
+}
+
 }  // namespace kvchat::cli

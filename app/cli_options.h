@@ -9,6 +9,7 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace kvchat::cli {
@@ -42,5 +43,18 @@ struct Loaded {
 Loaded load_model(const Options& o);
 
 double rss_mib();
+
+// --stop's escapes, as llama.cpp's tools read them: \n \r \t \' \" \\ \a \b \f \v \0 and
+// \xHH; a backslash before anything else stays as typed. The shell passes "\n\n" as a backslash
+// and an n twice, and a stop string is meant to be the newlines.
+std::string process_escapes(std::string_view text);
+
+// Text for the terminal: every control character (C0 but the ones `keep` lists, DEL, and the C1
+// controls U+0080..U+009F) written as \xHH or \u00HH, and (when `backslash`) the backslash as \\,
+// so a title or name read from the database cannot move the cursor, retitle or clear the user's
+// terminal.
+std::string escape_controls(std::string_view text, std::string_view keep = {}, bool backslash = true);
+// One field of a tab-separated line: escape_controls with \t, \n and \r written as such.
+std::string tsv_field(std::string_view text);
 
 }  // namespace kvchat::cli

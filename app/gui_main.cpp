@@ -13,6 +13,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 
 namespace {
 
@@ -21,7 +22,8 @@ namespace {
 // stall: the longest the GUI event loop went without running) and quits.
 void reportStartup(kvchat::MainWindow& window, const QElapsedTimer& since, const QString& message) {
     auto* stall = new kvchat::EventLoopStall(&window);
-    auto* report = new QJsonObject;
+    // Shared by the handlers below and freed with the last of them (when the window goes).
+    auto report = std::make_shared<QJsonObject>();
     QTimer::singleShot(0, &window, [&window, stall, report, since] {
         // The first turn of the event loop after show(): the window is on screen.
         (*report)["window_ms"] = static_cast<double>(since.nsecsElapsed()) / 1e6;
@@ -81,8 +83,8 @@ int main(int argc, char** argv) try {
     parser.setApplicationDescription("Local chat with a persistent, inspectable KV cache.");
     parser.addHelpOption();
     parser.addVersionOption();
-    QCommandLineOption modelOpt("model", "Model (GGUF file or Hugging Face folder). Default: the last one used, "
-                                         "$KVCHAT_MODEL, or the installed default model.", "path");
+    QCommandLineOption modelOpt("model", "Model (GGUF file or Hugging Face folder). Default: $KVCHAT_MODEL, the "
+                                         "last one used, or the installed default model.", "path");
     QCommandLineOption dbOpt("db", "The database. Default: kvchat.db in the data folder.", "path");
     QCommandLineOption reportOpt("startup-report", "Start, send one message when the model is ready, print the "
                                                    "startup timings as JSON and quit.");
@@ -96,6 +98,17 @@ int main(int argc, char** argv) try {
     options.databasePath = parser.value(dbOpt);
     kvchat::MainWindow window(options);
     if (parser.isSet(reportOpt)) reportStartup(window, since, parser.value(messageOpt));
+    // Without a screen (--startup-report, an offscreen or minimal platform) no one can answer the
+    // dialog that a database in use or damaged opens: the refusal is printed and the program ends.
+    const QString platform = QGuiApplication::platformName();
+    if (parser.isSet(reportOpt) || platform == QLatin1String("offscreen") || platform == QLatin1String("minimal"))
+        QObject::connect(&window, &kvchat::MainWindow::storeOpenFailed, &window,
+                         [](const QString& path, const QString& problem) {
+                             std::fprintf(stderr, "kvchat: error: the database %s cannot be used: %s\n",
+                                          qPrintable(path), qPrintable(problem));
+                             std::fflush(stderr);
+                             QCoreApplication::exit(2);
+                         });
     window.show();
     return app.exec();
 } catch (const std::exception& e) {

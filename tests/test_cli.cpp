@@ -182,6 +182,30 @@ private slots:
         QVERIFY(!QFileInfo::exists(dir.path() + "/typo"));
     }
 
+    // --stop reads escapes as llama.cpp's tools do: the README's --stop "\n\n" reaches kvchat-cli as
+    // a backslash and an n (the shell keeps them), and must stop at two newlines. Here: a character
+    // of the unstopped text given as \xHH stops the text just before it.
+    void stopStringEscapes() {
+        QTemporaryDir dir;
+        const QString model = tiny_model(dir);
+        const QStringList args = {"generate", "--model", model, "--prompt", "the cat", "-n", "40", "--greedy", "--json"};
+        const Run full = cli(args);
+        QVERIFY2(full.code == 0, qPrintable(full.err));
+        const QByteArray text = QJsonDocument::fromJson(full.out.toUtf8()).object()["text"].toString().toUtf8();
+        int at = -1;
+        for (int i = 1; i < text.size() && at < 0; ++i)
+            if (text[i] > 0x20 && text[i] < 0x7f && text[i] != '\\') at = i;
+        if (at < 0) QSKIP("the tiny model's text has no printable ASCII character to stop at");
+        const int first = text.indexOf(text[at]);
+        const QString escaped = QString::asprintf("\\x%02x", static_cast<unsigned char>(text[at]));
+        const Run stopped = cli(args + QStringList{"--stop", escaped});
+        QVERIFY2(stopped.code == 0, qPrintable(stopped.err));
+        QCOMPARE(QJsonDocument::fromJson(stopped.out.toUtf8()).object()["text"].toString().toUtf8(), text.left(first));
+        // The same character typed with an escaped backslash before it is a different stop string.
+        const Run literal = cli(args + QStringList{"--stop", "\\\\" + escaped});
+        QCOMPARE(QJsonDocument::fromJson(literal.out.toUtf8()).object()["text"].toString().toUtf8(), text);
+    }
+
     // --json output stays valid JSON when a path holds bytes that are not UTF-8 (it used to abort
     // in nlohmann's dump): the bytes become U+FFFD.
     void jsonWithInvalidUtf8() {

@@ -17,6 +17,10 @@
 #include <QTemporaryDir>
 #include <QtTest>
 
+#include <grp.h>
+#include <pwd.h>
+#include <unistd.h>
+
 #include <csignal>
 #include <filesystem>
 
@@ -45,6 +49,43 @@ Run cli(const QStringList& args, const QByteArray& input = {}, int timeout_ms = 
 }
 
 QJsonObject json_of(const Run& r) { return QJsonDocument::fromJson(r.out).object(); }
+
+// The messages of conversation `title` in `db` (none when it does not exist), read without writing.
+std::vector<MessageRecord> stored_messages(const QString& db, const QString& title) {
+    Store store(db.toStdString(), Store::Access::ReadOnly);
+    const auto c = store.find_conversation(title.toStdString());
+    return c ? store.list_messages(c->id) : std::vector<MessageRecord>{};
+}
+
+bool conversation_exists(const QString& db, const QString& title) {
+    return Store(db.toStdString(), Store::Access::ReadOnly).find_conversation(title.toStdString()).has_value();
+}
+
+// Starts a chat turn on the default model that answers at length and waits until its answer is
+// streaming (at least `bytes` of it printed).
+bool start_long_answer(QProcess& p, const QString& db, const QString& title, QByteArray& streamed, int bytes = 8) {
+    p.start(QString::fromUtf8(test::cli_path()),
+            {"chat", "--db", db, "--conversation", title, "--message", "Tell me a very long story about a dragon.",
+             "-n", "2000", "--greedy"});
+    if (!p.waitForStarted()) return false;
+    for (int i = 0; i < 1200 && streamed.size() < bytes && p.state() == QProcess::Running; ++i) {
+        p.waitForReadyRead(100);
+        streamed += p.readAllStandardOutput();
+    }
+    return streamed.size() >= bytes;
+}
+
+// Whether the bytes hold a control character other than tab and newline (ESC, BEL, BS, DEL, C1).
+bool has_control_character(const QByteArray& bytes) {
+    for (int i = 0; i < bytes.size(); ++i) {
+        const auto c = static_cast<unsigned char>(bytes[i]);
+        if ((c < 0x20 && c != '\t' && c != '\n') || c == 0x7F) return true;
+        if (c == 0xC2 && i + 1 < bytes.size() && static_cast<unsigned char>(bytes[i + 1]) >= 0x80 &&
+            static_cast<unsigned char>(bytes[i + 1]) <= 0x9F)
+            return true;
+    }
+    return false;
+}
 
 QString tiny_model_path(const QTemporaryDir& dir) {
     const QString path = dir.path() + "/tiny.gguf";
@@ -447,6 +488,283 @@ private slots:
         // The command line wins.
         r = cli(args + QStringList{"--policy", "refuse"});
         QVERIFY2(r.code != 0 && r.err.contains("context holds"), qPrintable(r.err));
+    }
+
+    // SIGTERM (systemd, `timeout`) and SIGHUP (a closed terminal) during an answer stop it as
+    // Ctrl-C does: what was printed is stored as the answer, the conversation is answered, and the
+    // exit status is the shell's 128 + the signal.
+    void terminationSignalsKeepTheAnswer() {
+        for (const int sig : {SIGTERM, SIGHUP}) {
+            QTemporaryDir dir;
+            const QString db = dir.path() + "/kv.db";
+            QProcess p;
+            QByteArray streamed;
+            QVERIFY2(start_long_answer(p, db, "story", streamed), "the answer never started");
+            ::kill(static_cast<pid_t>(p.processId()), sig);
+            QVERIFY(p.waitForFinished(120000));
+            streamed += p.readAllStandardOutput();
+            const QString err = QString::fromUtf8(p.readAllStandardError());
+            QCOMPARE(p.exitStatus(), QProcess::NormalExit);
+            QCOMPARE(p.exitCode(), 128 + sig);
+            const auto msgs = stored_messages(db, "story");
+            QCOMPARE(msgs.size(), size_t(2));
+            QCOMPARE(msgs[1].role, Role::Assistant);
+            QVERIFY(!msgs[1].content.empty());
+            // Everything printed is what was stored (and the line end the command adds).
+            QCOMPARE(QString::fromUtf8(streamed).trimmed(), QString::fromStdString(msgs[1].content).trimmed());
+            QVERIFY2(!cli({"conversations", "--db", db}).out.contains("unanswered"), qPrintable(err));
+        }
+    }
+
+    // A reader that goes away (`| head -c 20`) and a full disk (`> /dev/full`): the answer stops,
+    // is kept, and the command says why and exits non-zero instead of dying silently by SIGPIPE.
+    void outputFailuresStopAndKeepTheAnswer() {
+        QTemporaryDir dir;
+        const QString db = dir.path() + "/kv.db";
+        {
+            QProcess sh;
+            sh.start("bash", {"-c", "\"$0\" chat --db \"$1\" --conversation piped --message 'Tell me a very long story "
+                                    "about a dragon.' -n 2000 --greedy | head -c 20 >/dev/null; echo \"${PIPESTATUS[0]}\"",
+                              QString::fromUtf8(test::cli_path()), db});
+            QVERIFY(sh.waitForFinished(300000));
+            const QString err = QString::fromUtf8(sh.readAllStandardError());
+            QCOMPARE(sh.readAllStandardOutput().trimmed(), QByteArray("2"));
+            QVERIFY2(err.contains("cannot write the answer to standard output") && err.contains("is kept"),
+                     qPrintable(err));
+            const auto msgs = stored_messages(db, "piped");
+            QCOMPARE(msgs.size(), size_t(2));
+            QCOMPARE(msgs[1].role, Role::Assistant);
+            QVERIFY(!msgs[1].content.empty());
+        }
+        for (const bool as_json : {false, true}) {
+            QProcess p;
+            p.setStandardOutputFile("/dev/full");
+            const QString title = as_json ? "full json" : "full";
+            QStringList args = {"chat", "--db", db, "--conversation", title, "--message", "Name a colour.", "-n", "16",
+                                "--greedy"};
+            if (as_json) args << "--json";
+            p.start(QString::fromUtf8(test::cli_path()), args);
+            QVERIFY(p.waitForFinished(300000));
+            const QString err = QString::fromUtf8(p.readAllStandardError());
+            QCOMPARE(p.exitStatus(), QProcess::NormalExit);
+            QVERIFY2(p.exitCode() == 2, qPrintable(err));
+            QVERIFY2(err.contains("cannot write") && err.contains("standard output"), qPrintable(err));
+            const auto msgs = stored_messages(db, title);
+            QCOMPARE(msgs.size(), size_t(2));
+            QCOMPARE(msgs[1].role, Role::Assistant);
+        }
+        // A listing to a full disk fails too, rather than exiting 0 with nothing written.
+        QProcess l;
+        l.setStandardOutputFile("/dev/full");
+        l.start(QString::fromUtf8(test::cli_path()), {"conversations", "--db", db});
+        QVERIFY(l.waitForFinished(60000));
+        QCOMPARE(l.exitCode(), 2);
+    }
+
+    // A turn refused because the conversation no longer fits its static cache (each turn a new
+    // process, so the cache is read from its snapshot) leaves the conversation as it was: no
+    // unanswered message, and the next message is refused for the same reason, not as left by a crash.
+    void refusedTurnLeavesTheConversation() {
+        QTemporaryDir dir;
+        const QString model = tiny_model_path(dir);
+        const QString db = dir.path() + "/kv.db";
+        const QString message = "the cat sat on the mat and looked at the dog for a while.";
+        auto turn = [&] {
+            return cli({"chat", "--model", model, "--db", db, "--conversation", "small", "--cache",
+                        "static:max_len=256", "--message", message, "-n", "12", "--greedy", "--json"});
+        };
+        Run refused{0, {}, {}};
+        size_t answered = 0;
+        for (int i = 0; i < 20; ++i) {
+            const Run r = turn();
+            if (r.code != 0) {
+                refused = r;
+                break;
+            }
+            answered += 2;
+        }
+        QVERIFY2(refused.code == 2, "no turn was refused");
+        QVERIFY2(answered >= 2, "the first turn was refused");
+        QVERIFY2(refused.err.contains("context holds") && refused.err.contains("left as it was"), qPrintable(refused.err));
+        QCOMPARE(stored_messages(db, "small").size(), answered);
+        QVERIFY(!cli({"conversations", "--db", db}).out.contains("unanswered"));
+        const Run again = turn();
+        QCOMPARE(again.code, 2);
+        QVERIFY2(again.err.contains("context holds") && !again.err.contains("has no answer"), qPrintable(again.err));
+        QCOMPARE(stored_messages(db, "small").size(), answered);
+    }
+
+    // A title or prefix name holding ESC, BEL, BS, DEL or a C1 control (a pasted first message
+    // titles a chat in the window) is printed escaped: it cannot retitle or clear the terminal.
+    void controlCharactersAreEscaped() {
+        QTemporaryDir dir;
+        const QString model = tiny_model_path(dir);
+        const QString db = dir.path() + "/kv.db";
+        const QString title = QString::fromUtf8("\x1b]0;owned\x07 title\x08\x7f \xc2\x9b" "2J end");
+        QVERIFY(cli({"chat", "--model", model, "--db", db, "--conversation", title, "--message", "hi", "-n", "2",
+                     "--greedy"}).code == 0);
+        QVERIFY(cli({"prefix", "save", title, "--text", "be brief", "--model", model, "--db", db}).code == 0);
+        const Run list = cli({"conversations", "--db", db});
+        QCOMPARE(list.code, 0);
+        QVERIFY2(!has_control_character(list.out), list.out.toHex().constData());
+        QVERIFY2(list.out.startsWith("\\x1b]0;owned\\x07 title\\x08\\x7f \\u009b2J end\t"), list.out.constData());
+        const Run prefixes = cli({"prefix", "list", "--db", db});
+        QCOMPARE(prefixes.code, 0);
+        QVERIFY2(!has_control_character(prefixes.out), prefixes.out.toHex().constData());
+        QVERIFY2(prefixes.out.startsWith("\\x1b]0;owned\\x07 title"), prefixes.out.constData());
+        // Messages that quote the name, too.
+        const Run dup = cli({"prefix", "save", title, "--text", "again", "--model", model, "--db", db});
+        QCOMPARE(dup.code, 2);
+        QVERIFY2(!has_control_character(dup.err.toUtf8()), qPrintable(dup.err));
+        // The JSON list keeps the title exactly.
+        QCOMPARE(QJsonDocument::fromJson(cli({"conversations", "--db", db, "--json"}).out)[0]["title"].toString(), title);
+    }
+
+    // A message of Unicode white space only is as blank as one of ASCII white space: refused, and
+    // a new conversation is not left behind (nor by a blank ASCII one).
+    void unicodeBlankMessagesAreRefused() {
+        QTemporaryDir dir;
+        const QString model = tiny_model_path(dir);
+        const QString db = dir.path() + "/kv.db";
+        for (const QString& blank : {QString::fromUtf8("\u00a0\u3000\u2003"), QString("  \t"), QString()}) {
+            const Run r = cli({"chat", "--model", model, "--db", db, "--conversation", "new one", "--message", blank});
+            QCOMPARE(r.code, 2);
+            QVERIFY2(r.err.contains("empty") && r.err.contains("nothing was sent"), qPrintable(r.err));
+            QVERIFY(!std::filesystem::exists(db.toStdString()) || !conversation_exists(db, "new one"));
+            const Run p = cli({"prefix", "save", "blank", "--text", blank.isEmpty() ? QString(" ") : blank, "--model",
+                               model, "--db", db});
+            QCOMPARE(p.code, 2);
+        }
+        // Typed into the interactive session, it sends nothing either.
+        const Run i = cli({"chat", "--model", model, "--db", db, "--conversation", "typed", "-n", "2", "--greedy"},
+                          QByteArray("\xc2\xa0\xe3\x80\x80\xe2\x80\x83\nthe cat\n/quit\n"));
+        QVERIFY2(i.code == 0, qPrintable(i.err));
+        const auto msgs = stored_messages(db, "typed");
+        QCOMPARE(msgs.size(), size_t(2));
+        QCOMPARE(msgs[0].content, std::string("the cat"));
+        // An interactive session left without a message leaves no conversation.
+        QCOMPARE(cli({"chat", "--model", model, "--db", db, "--conversation", "left at once"}, "/quit\n").code, 0);
+        QVERIFY(!conversation_exists(db, "left at once"));
+    }
+
+    // Ctrl-C before the first token of a new conversation (here: during the prefill of a long
+    // first message) takes the message back and leaves no conversation behind.
+    void interruptedFirstTurnLeavesNoConversation() {
+        QTemporaryDir dir;
+        const QString db = dir.path() + "/kv.db";
+        QString text;
+        for (int i = 0; i < 300; ++i) text += "The quick brown fox jumps over the lazy dog number " + QString::number(i) + ". ";
+        QProcess p;
+        p.start(QString::fromUtf8(test::cli_path()),
+                {"chat", "--db", db, "--conversation", "long first", "--message", text, "-n", "8", "--greedy"});
+        QVERIFY(p.waitForStarted());
+        // The conversation's row exists once the model is loaded and the turn begins its prefill.
+        bool created = false;
+        for (int i = 0; i < 1200 && !created && p.state() == QProcess::Running; ++i) {
+            QTest::qWait(50);
+            try {
+                created = std::filesystem::exists(db.toStdString()) && conversation_exists(db, "long first");
+            } catch (const std::exception&) {
+                // The database is being created: look again.
+            }
+        }
+        QVERIFY2(created, "the turn never began");
+        QTest::qWait(300);
+        ::kill(static_cast<pid_t>(p.processId()), SIGINT);
+        QVERIFY(p.waitForFinished(120000));
+        const QString err = QString::fromUtf8(p.readAllStandardError());
+        QVERIFY2(p.exitCode() == 130, qPrintable(err));
+        QVERIFY2(err.contains("stopped before the answer began"), qPrintable(err));
+        QVERIFY2(!conversation_exists(db, "long first"), qPrintable(err));
+    }
+
+    // Two databases in one folder keep their conversations' snapshots (and locks) apart: a turn in
+    // one no longer overwrites the other's cache, so the next turn there reuses its whole history.
+    void twoDatabasesInOneFolder() {
+        QTemporaryDir dir;
+        const QString model = tiny_model_path(dir);
+        const QString a = dir.path() + "/a.db", b = dir.path() + "/b.db";
+        auto turn = [&](const QString& db, const QString& message) {
+            const Run r = cli({"chat", "--model", model, "--db", db, "--conversation", "one", "--message", message, "-n",
+                               "8", "--greedy", "--json"});
+            return r;
+        };
+        const Run a1 = turn(a, "the cat sat on the mat and the dog sat on the log.");
+        QVERIFY2(a1.code == 0, qPrintable(a1.err));
+        const Run b1 = turn(b, "a completely different opening about ships at sea.");
+        QVERIFY2(b1.code == 0, qPrintable(b1.err));
+        const Run a2 = turn(a, "and then?");
+        QVERIFY2(a2.code == 0, qPrintable(a2.err));
+        const QJsonObject j1 = json_of(a1), j2 = json_of(a2);
+        // The first turn's prompt and answer come from the cache (the answer's closing marker too).
+        QVERIFY2(j2["cached_tokens"].toInteger() >= j1["prompt_tokens"].toInteger() + static_cast<qint64>(ids_of(j1["tokens"]).size()),
+                 qPrintable(QString("reused %1 of %2").arg(j2["cached_tokens"].toInteger()).arg(j2["prompt_tokens"].toInteger())));
+        const std::string snap_a = Store(a.toStdString()).find_conversation("one")->snapshot;
+        const std::string snap_b = Store(b.toStdString()).find_conversation("one")->snapshot;
+        QVERIFY(!snap_a.empty() && !snap_b.empty());
+        QVERIFY(snap_a != snap_b);
+        QVERIFY(std::filesystem::exists((dir.path() + "/snapshots/").toStdString() + snap_a));
+        QVERIFY(std::filesystem::exists((dir.path() + "/snapshots/").toStdString() + snap_b));
+    }
+
+    // A database that cannot be written (a read-only mount, no write permission) is named as
+    // read-only, and the commands that only read it work. Root writes whatever the permissions
+    // say, so as root the commands run as the unprivileged user "nobody".
+    void readOnlyDatabase() {
+        QTemporaryDir dir;
+        const QString model = tiny_model_path(dir);
+        const QString folder = dir.path() + "/ro";
+        QVERIFY(QDir().mkpath(folder));
+        const QString db = folder + "/kv.db";
+        QCOMPARE(cli({"chat", "--model", model, "--db", db, "--conversation", "kept", "--message", "hi", "-n", "2",
+                      "--greedy"}).code, 0);
+        QCOMPARE(cli({"prefix", "save", "brief", "--text", "be brief", "--model", model, "--db", db}).code, 0);
+        const bool root = ::geteuid() == 0;
+        struct passwd* nobody = root ? ::getpwnam("nobody") : nullptr;
+        if (root && !nobody) QSKIP("running as root and there is no user 'nobody' to run the commands as");
+        const uid_t uid = nobody ? nobody->pw_uid : 0;
+        const gid_t gid = nobody ? nobody->pw_gid : 0;
+        // Readable by all, writable by none.
+        std::filesystem::permissions(dir.path().toStdString(), std::filesystem::perms(0755));
+        for (const auto& e : std::filesystem::recursive_directory_iterator(folder.toStdString()))
+            std::filesystem::permissions(e.path(), e.is_directory() ? std::filesystem::perms(0555) : std::filesystem::perms(0444));
+        std::filesystem::permissions(folder.toStdString(), std::filesystem::perms(0555));
+        std::filesystem::permissions(model.toStdString(), std::filesystem::perms(0444));
+        auto as_reader = [&](const QStringList& args) {
+            QProcess p;
+            if (root)
+                p.setChildProcessModifier([uid, gid] {
+                    if (::setgroups(0, nullptr) != 0 || ::setgid(gid) != 0 || ::setuid(uid) != 0) ::_exit(120);
+                });
+            p.start(QString::fromUtf8(test::cli_path()), args);
+            p.waitForFinished(120000);
+            return Run{p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -2, p.readAllStandardOutput(),
+                       QString::fromUtf8(p.readAllStandardError())};
+        };
+        const Run list = as_reader({"conversations", "--db", db});
+        QVERIFY2(list.code == 0, qPrintable(list.err));
+        QVERIFY2(list.out.startsWith("kept\t2 messages"), list.out.constData());
+        const Run prefixes = as_reader({"prefix", "list", "--db", db});
+        QVERIFY2(prefixes.code == 0, qPrintable(prefixes.err));
+        QVERIFY2(prefixes.out.startsWith("brief\t"), prefixes.out.constData());
+        const Run chat = as_reader({"chat", "--model", model, "--db", db, "--conversation", "kept", "--message", "more",
+                                    "-n", "2", "--greedy"});
+        QCOMPARE(chat.code, 2);
+        QVERIFY2(chat.err.contains("read-only") && !chat.err.contains("unable to open"), qPrintable(chat.err));
+        std::filesystem::permissions(folder.toStdString(), std::filesystem::perms(0755));
+    }
+
+    // chat-bench prints lines of text, and JSON only with --json (tiny model, short runs).
+    void chatBenchPrintsJsonOnlyWhenAsked() {
+        QTemporaryDir dir;
+        const QString model = tiny_model_path(dir);
+        const QStringList args = {"chat-bench", "--model", model, "--only", "turns", "--turns", "2", "-n", "2"};
+        const Run text = cli(args);
+        QVERIFY2(text.code == 0, qPrintable(text.err));
+        QVERIFY2(!text.out.trimmed().startsWith('{') && text.out.contains("turn  1:"), text.out.constData());
+        const Run js = cli(args + QStringList{"--json"});
+        QVERIFY2(js.code == 0, qPrintable(js.err));
+        QVERIFY(QJsonDocument::fromJson(js.out).object().contains("turns"));
     }
 
     void chatNeedsConversation() {

@@ -115,6 +115,8 @@ private slots:
         std::string snapshots;
         std::vector<int64_t> conversations, prefixes;
         std::unique_ptr<ConversationLock> held;
+        // This database's snapshot names start with its file name.
+        const std::string own = Store::file_key("kv.db") + ".";
         {
             Store store(db);
             snapshots = store.snapshot_dir();
@@ -126,8 +128,8 @@ private slots:
                 p.text = "Be brief.";
                 prefixes.push_back(store.save_prefix(p).id);
             }
-            for (int64_t id : conversations) plant(snapshots + "/" + Store::conversation_snapshot_name(id), 0);
-            for (int64_t id : prefixes) plant(snapshots + "/" + Store::prefix_snapshot_name(id), 0);
+            for (int64_t id : conversations) plant(snapshots + "/" + store.conversation_snapshot_name(id), 0);
+            for (int64_t id : prefixes) plant(snapshots + "/" + store.prefix_snapshot_name(id), 0);
             // The rows go, the files stay: what a crash between the two deletes leaves.
             QVERIFY(store.delete_conversation(conversations[1]).empty());
             QVERIFY(store.delete_conversation(conversations[2]).empty());
@@ -138,14 +140,14 @@ private slots:
             QCOMPARE(::mkdir((dir.path() + "/locks").toStdString().c_str(), 0700), 0);
             held = std::make_unique<ConversationLock>(store.conversation_lock_path(conversations[2]), "held");
         }
-        const auto file = [&](int64_t id) { return snapshots + "/" + Store::conversation_snapshot_name(id); };
+        const auto file = [&](int64_t id) { return snapshots + "/" + own + Store::legacy_conversation_snapshot_name(id); };
         // Conversation 4's name is a symbolic link: kvchat never makes one, so it is not touched.
         const std::string target = (dir.path() + "/elsewhere").toStdString();
         plant(target, 0);
         QVERIFY(std::remove(file(conversations[3]).c_str()) == 0);
         QVERIFY(::symlink(target.c_str(), file(conversations[3]).c_str()) == 0);
         const std::string future = file(conversations.back() + 100);
-        const std::string zero_padded = snapshots + "/conversation-0" + std::to_string(conversations[1]) + ".kvcache";
+        const std::string zero_padded = snapshots + "/" + own + "conversation-0" + std::to_string(conversations[1]) + ".kvcache";
         const std::string other = snapshots + "/notes.kvcache";
         for (const std::string& p : {future, zero_padded, other}) plant(p, 0);
 
@@ -154,8 +156,8 @@ private slots:
         }
         QVERIFY(exists(file(conversations[0])));
         QVERIFY(!exists(file(conversations[1])));
-        QVERIFY(exists(snapshots + "/" + Store::prefix_snapshot_name(prefixes[0])));
-        QVERIFY(!exists(snapshots + "/" + Store::prefix_snapshot_name(prefixes[1])));
+        QVERIFY(exists(snapshots + "/" + own + Store::legacy_prefix_snapshot_name(prefixes[0])));
+        QVERIFY(!exists(snapshots + "/" + own + Store::legacy_prefix_snapshot_name(prefixes[1])));
         QVERIFY(exists(file(conversations[2])));  // held: left alone
         QVERIFY(QFileInfo(QString::fromStdString(file(conversations[3]))).isSymLink());
         QVERIFY(exists(target));

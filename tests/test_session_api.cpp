@@ -97,6 +97,116 @@ struct Setup {
 class TestSessionApi : public QObject {
     Q_OBJECT
 private slots:
+    // A turn refused because the conversation no longer fits its static cache (the cache read
+    // from its snapshot, as after a restart) leaves the conversation as it was, through the API
+    // the window uses: no unanswered message, and the refusal says so.
+    void refusedTurnLeavesTheConversation() {
+        Setup s;
+        const std::string message = "the cat sat on the mat and looked at the dog for a while.";
+        int64_t id = 0;
+        std::vector<StoredMessage> before;
+        std::string refusal;
+        for (int i = 0; i < 20 && refusal.empty(); ++i) {
+            // A new store and registry for every turn: the cache comes back from its snapshot.
+            Store store(s.db);
+            ConversationRegistry reg(store, *s.m, *s.be);
+            if (id == 0) {
+                OpenOptions o;
+                o.cache_spec = "static:max_len=256";
+                id = reg.create("small", o);
+            }
+            before = stored(reg, id);
+            refusal = error_of([&] { reg.send(id, message, greedy(12)); });
+            if (!refusal.empty()) {
+                QCOMPARE(stored(reg, id), before);
+                const std::vector<ConversationSummary> list = reg.list();
+                const ConversationSummary* sum = find(list, id);
+                QVERIFY(sum && !sum->last_unanswered);
+            }
+        }
+        QVERIFY2(contains(refusal, "context holds") && contains(refusal, "left as it was"), refusal.c_str());
+        QVERIFY(before.size() >= 2);
+        // The next message is refused for the same reason, not as one a crash left unanswered.
+        Store store(s.db);
+        ConversationRegistry reg(store, *s.m, *s.be);
+        const std::string again = error_of([&] { reg.send(id, "short", greedy(12)); });
+        QVERIFY2(!contains(again, "has no answer"), again.c_str());
+        QCOMPARE(stored(reg, id), before);
+    }
+
+    // Unicode white space alone is a blank message, as ASCII white space is: refused, nothing stored.
+    void unicodeBlankMessagesAreRefused() {
+        Setup s;
+        Store store(s.db);
+        ConversationRegistry reg(store, *s.m, *s.be);
+        const int64_t id = reg.create("blank");
+        for (const char* blank : {"\u00a0\u3000\u2003", "\u2028\u205f\u1680\u0085", " \t\n", "\u202f\u2009"}) {
+            const std::string e = error_of([&] { reg.send(id, blank, greedy(4)); });
+            QVERIFY2(contains(e, "empty"), blank);
+        }
+        QVERIFY(reg.messages(id).empty());
+        // Text next to the white space is a message.
+        QVERIFY(error_of([&] { reg.send(id, "\u00a0cat\u3000", greedy(2)); }).empty());
+        QCOMPARE(reg.messages(id).size(), size_t(2));
+    }
+
+    // Snapshots are named after the database, so two databases in one folder keep their caches
+    // apart; a snapshot saved under an earlier version's shared name still serves its conversation,
+    // and is replaced by the new name at the next save (while no other database shares the folder).
+    void snapshotsKeyedByDatabase() {
+        Setup s;
+        const std::string other = (s.dir.path() + "/other.db").toStdString();
+        int64_t id = 0;
+        std::string legacy;
+        {
+            Store store(s.db);
+            ConversationRegistry reg(store, *s.m, *s.be);
+            id = reg.create("one");
+            reg.send(id, "the cat sat on the mat and the dog sat on the log.", greedy(8));
+            const std::string name = store.find_conversation_by_id(id)->snapshot;
+            QCOMPARE(name, store.conversation_snapshot_name(id));
+            QVERIFY(contains(name, "kv.db"));
+            QVERIFY(store.conversation_lock_path(id).find("kv.db") != std::string::npos);
+            // What an earlier version left: the same file under the shared name.
+            legacy = Store::legacy_conversation_snapshot_name(id);
+            std::filesystem::rename(store.snapshot_path(name), store.snapshot_path(legacy));
+            store.set_conversation_snapshot(id, legacy);
+        }
+        const std::string snapshots = (s.dir.path() + "/snapshots/").toStdString();
+        {
+            Store store(s.db);
+            QVERIFY(std::filesystem::exists(snapshots + legacy));  // not swept: its row names it
+            ConversationRegistry reg(store, *s.m, *s.be);
+            const TurnResult r = reg.send(id, "and then?", greedy(4));
+            QVERIFY2(r.cached_tokens > 20, std::to_string(r.cached_tokens).c_str());
+            QCOMPARE(store.find_conversation_by_id(id)->snapshot, store.conversation_snapshot_name(id));
+            QVERIFY(!std::filesystem::exists(snapshots + legacy));
+        }
+        // With another database in the folder a shared name may be that one's: it is left in place.
+        {
+            Store o(other);
+            const int64_t oid = o.create_conversation("theirs", "fp", "dynamic").id;
+            QCOMPARE(oid, id);
+        }
+        {
+            Store store(s.db);
+            const std::string name = store.find_conversation_by_id(id)->snapshot;
+            std::filesystem::copy_file(store.snapshot_path(name), store.snapshot_path(legacy));
+            store.set_conversation_snapshot(id, legacy);
+            std::filesystem::remove(store.snapshot_path(name));
+        }
+        {
+            Store store(s.db);
+            ConversationRegistry reg(store, *s.m, *s.be);
+            const TurnResult r = reg.send(id, "and after that?", greedy(4));
+            QVERIFY(r.cached_tokens > 20);
+            QVERIFY(std::filesystem::exists(snapshots + legacy));
+            QVERIFY(std::filesystem::exists(store.snapshot_path(store.conversation_snapshot_name(id))));
+        }
+        // Each database writes its own names.
+        QCOMPARE(Store(other).conversation_snapshot_name(id), Store::file_key("other.db") + "." + legacy);
+    }
+
     void lifecycleById() {
         Setup s;
         Store store(s.db);

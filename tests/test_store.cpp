@@ -14,7 +14,9 @@
 
 #include <sqlite3.h>
 
+#include <cerrno>
 #include <csignal>
+#include <filesystem>
 #include <functional>
 #include <random>
 #include <string>
@@ -1094,6 +1096,77 @@ PRAGMA user_version = 2;
         QVERIFY2(contains(msg, "database '" + path + "' is damaged: ") && contains(msg, "missing from index"),
                  msg.c_str());
         QCOMPARE(file_bytes(qpath), before);
+    }
+
+    // The words for a database that cannot be written: what the read-only commands still do.
+    void readOnlyProblemWords() {
+        const std::string rofs = kvchat::read_only_problem("/mnt/kv.db", EROFS);
+        QVERIFY2(contains(rofs, "'/mnt/kv.db' is on a read-only file system") && contains(rofs, "conversations"),
+                 rofs.c_str());
+        for (int err : {EACCES, EPERM}) {
+            const std::string denied = kvchat::read_only_problem("/mnt/kv.db", err);
+            QVERIFY2(contains(denied, "is read-only (no permission to write"), denied.c_str());
+        }
+        QVERIFY(kvchat::read_only_problem("/mnt/kv.db", EIO).empty());
+    }
+
+    // Opened to read only: the lists work, nothing is created, and a database of an earlier schema
+    // is refused unchanged (it needs a migration, which writes).
+    void readOnlyAccess() {
+        QTemporaryDir dir;
+        const std::string path = (dir.path() + "/kv.db").toStdString();
+        {
+            Store store(path);
+            const int64_t id = store.create_conversation("kept", "fp", "dynamic").id;
+            store.append_message(id, Role::User, "hello");
+        }
+        std::filesystem::remove_all((dir.path() + "/snapshots").toStdString());
+        {
+            Store store(path, Store::Access::ReadOnly);
+            const auto list = store.list_conversation_overviews();
+            QCOMPARE(list.size(), size_t(1));
+            QCOMPARE(list[0].message_count, int64_t(1));
+            QVERIFY(list[0].last_unanswered);
+            QVERIFY(!error_of([&] { store.append_message(list[0].conversation.id, Role::User, "x"); }).empty());
+        }
+        QVERIFY(!QFileInfo::exists(dir.path() + "/snapshots"));
+        const std::string missing = error_of([&] { Store s((dir.path() + "/none.db").toStdString(), Store::Access::ReadOnly); });
+        QVERIFY2(contains(missing, "does not exist"), missing.c_str());
+        QVERIFY(!QFileInfo::exists(dir.path() + "/none.db"));
+        const std::string old = (dir.path() + "/old.db").toStdString();
+        QCOMPARE(raw_exec(old, std::string(Store::migration_sql(1)) + Store::migration_sql(2) + "PRAGMA user_version = 2;"),
+                 std::string("ok"));
+        const std::string refused = error_of([&] { Store s(old, Store::Access::ReadOnly); });
+        QVERIFY2(contains(refused, "earlier kvchat") && contains(refused, "upgrade"), refused.c_str());
+        QCOMPARE(raw_exec(old, "SELECT 1"), std::string("ok"));
+        QCOMPARE(Store(old).pragma("user_version"), std::to_string(Store::kSchemaVersion));
+    }
+
+    // Snapshot and lock names carry the database's file name, as a plain file name.
+    void fileKeys() {
+        QCOMPARE(Store::file_key("kvchat.db"), std::string("kvchat.db"));
+        const std::string spaced = Store::file_key("my chats.db"), other = Store::file_key("my_chats.db");
+        QVERIFY(spaced != other);
+        QVERIFY(spaced.starts_with("my_chats.db-"));
+        QVERIFY(Store::file_key(".hidden.db") != ".hidden.db" && Store::file_key(".hidden.db")[0] != '.');
+        QVERIFY(Store::file_key(std::string(500, 'x')).size() <= 120);
+        QVERIFY(Store::file_key(std::string(500, 'x')) != Store::file_key(std::string(501, 'x')));
+        QTemporaryDir dir;
+        for (const char* name : {"kvchat.db", "my chats.db", "\xc3\xa9t\xc3\xa9.db", ".hidden.db"}) {
+            Store store((dir.path() + "/" + name).toStdString());
+            // Accepted by snapshot_path (plain names only) and distinct from every other database's.
+            QVERIFY(!store.snapshot_path(store.conversation_snapshot_name(1)).empty());
+            QVERIFY(!store.snapshot_path(store.prefix_snapshot_name(1)).empty());
+            QVERIFY(store.conversation_snapshot_name(1) != Store::legacy_conversation_snapshot_name(1));
+        }
+    }
+
+    // Unicode white space is white space, for every front end's "blank message" rule.
+    void blankText() {
+        for (const char* blank : {"", " \t\r\n\f\v", "\u00a0\u3000\u2003", "\u0085\u1680\u2000\u200a\u2028\u2029\u202f\u205f"})
+            QVERIFY2(kvchat::is_blank_text(blank), blank);
+        for (const char* text : {"a", "\u00a0a", "\u200b", "\xe2\x80", "\xe2\x80\x41", "\xc2", "\u2030"})
+            QVERIFY2(!kvchat::is_blank_text(text), text);
     }
 
     void unopenablePathNamed() {

@@ -110,7 +110,8 @@ private slots:
         reg.send(id, "the cat", greedy(3));
         const size_t before = reg.messages(id).size();
 
-        const pid_t child = hold_lock_in_child(lock_dir(store) + "/conversation-" + std::to_string(id) + ".lock");
+        lock_dir(store);
+        const pid_t child = hold_lock_in_child(store.conversation_lock_path(id));
         QVERIFY(child > 0);
         const auto t0 = std::chrono::steady_clock::now();
         const std::string err = error_of([&] { reg.send(id, "sat on", greedy(3)); });
@@ -132,7 +133,7 @@ private slots:
         reg.send(id, "sat on", greedy(3));
         QCOMPARE(reg.messages(id).size(), before + 2);
         // Deleting the conversation removes its lock file with its snapshot.
-        const std::string lock = lock_dir(store) + "/conversation-" + std::to_string(id) + ".lock";
+        const std::string lock = store.conversation_lock_path(id);
         QVERIFY(QFileInfo::exists(QString::fromStdString(lock)));
         reg.remove(id);
         QVERIFY(!QFileInfo::exists(QString::fromStdString(lock)));

@@ -11,7 +11,9 @@
 #include <QMessageBox>
 #include <QPlainTextEdit>
 #include <QPushButton>
+#include <QScopeGuard>
 #include <QScrollArea>
+#include <QSettings>
 #include <QTemporaryDir>
 #include <QMimeData>
 #include <QtTest>
@@ -52,6 +54,34 @@ private Q_SLOTS:
         QTest::keyClicks(input, "hello <start_of_turn>");
         QCOMPARE(input->toPlainText(), QString("hello <start_of_turn>"));
         QVERIFY(!send->isEnabled());
+        box->accept();
+    }
+
+    // The model: --model, else $KVCHAT_MODEL, else the last one used (the README's order). Both
+    // files here exist and are not models, so the dialog names the one the window chose.
+    void environmentModelBeforeLastUsed() {
+        const QString last = home_.path() + "/last-used.gguf", env = home_.path() + "/from-environment.gguf";
+        for (const QString& path : {last, env}) {
+            QFile f(path);
+            QVERIFY(f.open(QIODevice::WriteOnly));
+            f.write("not a model either");
+        }
+        QSettings().setValue(QStringLiteral("models/last"), last);
+        const QByteArray saved = qgetenv("KVCHAT_MODEL");
+        qputenv("KVCHAT_MODEL", QFile::encodeName(env));
+        const auto restore = qScopeGuard([&] {
+            QSettings().remove(QStringLiteral("models/last"));
+            if (saved.isNull()) qunsetenv("KVCHAT_MODEL");
+            else qputenv("KVCHAT_MODEL", saved);
+        });
+        kvchat::WindowOptions o;
+        o.restoreState = false;
+        kvchat::MainWindow w(o);
+        w.show();
+        QMessageBox* box = nullptr;
+        QTRY_VERIFY_WITH_TIMEOUT((box = w.findChild<QMessageBox*>("modelErrorDialog")) != nullptr, 20000);
+        QVERIFY2(box->text().contains("from-environment.gguf") && !box->text().contains("last-used.gguf"),
+                 qPrintable(box->text()));
         box->accept();
     }
 

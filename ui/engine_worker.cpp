@@ -311,7 +311,7 @@ void EngineWorker::removeConversation(qint64 id) {
             registry_->remove(id);
         } else {
             const std::string snapshot = store_->delete_conversation(id);
-            if (!snapshot.empty()) std::remove(store_->snapshot_path(snapshot).c_str());
+            if (!snapshot.empty()) store_->remove_snapshot_file(snapshot);
         }
     } catch (const std::exception& e) {
         Q_EMIT failed(tr("Delete"), qs(e.what()));
@@ -561,7 +561,7 @@ void EngineWorker::removePrefix(qint64 id) {
     if (!store_) return;
     try {
         const std::string snapshot = store_->delete_prefix(id);
-        if (!snapshot.empty()) std::remove(store_->snapshot_path(snapshot).c_str());
+        if (!snapshot.empty()) store_->remove_snapshot_file(snapshot);
     } catch (const std::exception& e) {
         Q_EMIT failed(tr("Delete prefix"), qs(e.what()));
     }

@@ -104,10 +104,11 @@ MainWindow::MainWindow(const WindowOptions& options, QWidget* parent)
 
     if (options_.restoreState) restoreWindowState();
     storePath_ = options_.databasePath.isEmpty() ? QString::fromStdString(Store::default_path()) : options_.databasePath;
-    // The model asked for (even one that is missing: the user is told), else the last one used
-    // while it still exists, else the default model.
+    // The model asked for (even one that is missing: the user is told), else $KVCHAT_MODEL (the
+    // worker resolves it, as kvchat-cli does), else the last one used while it still exists, else
+    // the default model.
     QString model = options_.modelPath;
-    if (model.isEmpty()) {
+    if (model.isEmpty() && qEnvironmentVariableIsEmpty("KVCHAT_MODEL")) {
         model = QSettings().value(QStringLiteral("models/last")).toString();
         // Empty: the worker looks for the default model (and says how to install it when missing).
         if (!model.isEmpty() && !QFileInfo::exists(model)) model.clear();
@@ -509,6 +510,7 @@ void MainWindow::onStoreOpened(const QString& path, const QList<ConversationItem
 
 void MainWindow::onStoreFailed(const QString& path, const QString& problem) {
     storeReady_ = false;
+    Q_EMIT storeOpenFailed(path, problem);
     auto* box = new QMessageBox(QMessageBox::Critical, tr("The database cannot be opened"),
                                 tr("kvchat cannot use the database\n%1\n\n%2\n\nThe file was not changed. You can start "
                                    "a fresh database elsewhere and keep this one as it is.")

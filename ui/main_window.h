@@ -81,6 +81,9 @@ Q_SIGNALS:
     void requestSaveSettings(const kvchat::ChatSettings& settings);
     // The model could not be loaded (problem empty: the load was cancelled).
     void modelLoadFailed(const QString& path, const QString& problem);
+    // The database cannot be used (another kvchat holds it, it is damaged, ...), just before the
+    // dialog that says so opens: a start without a screen (--startup-report) reports it instead.
+    void storeOpenFailed(const QString& path, const QString& problem);
 
 protected:
     void showEvent(QShowEvent* e) override;

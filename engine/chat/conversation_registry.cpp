@@ -23,14 +23,16 @@ namespace {
 // message start.
 constexpr size_t kSnapshotCheckpoints = 3;
 
-std::string snapshot_name_for(int64_t conversation_id) { return Store::conversation_snapshot_name(conversation_id); }
-
 std::filesystem::path lock_file_for(const Store& store, int64_t conversation_id) {
     return store.conversation_lock_path(conversation_id);
 }
 
-bool blank(std::string_view text) {
-    return text.find_first_not_of(" \t\n\r\f\v") == std::string_view::npos;
+bool blank(std::string_view text) { return is_blank_text(text); }
+
+// A turn that failed before its answer was stored leaves the conversation as it was: the error
+// says so, so the user knows the message was not kept (the window puts it back in the box).
+[[noreturn]] void rethrow_untouched(const char* what) {
+    throw Error(std::string(what) + " (the conversation was left as it was)");
 }
 
 // The start of a message, for a refusal that quotes it.
@@ -276,7 +278,7 @@ void ConversationRegistry::lock_and_sync(Entry& e, std::vector<std::string>& not
 
 void ConversationRegistry::save_snapshot(Entry& e, std::vector<std::string>& notices) {
     if (!e.conversation->has_cache()) return;
-    const std::string name = snapshot_name_for(e.id);
+    const std::string name = store_.conversation_snapshot_name(e.id);
     // The snapshot is installed under the conversation's lock, and only when its cache was made
     // for the stored transcript: one made before another process moved the conversation on is
     // older than what that process saved, and must not replace it.
@@ -304,8 +306,7 @@ void ConversationRegistry::save_snapshot(Entry& e, std::vector<std::string>& not
                           "); the next session prefills it again");
         return;
     }
-    const std::string old = store_.set_conversation_snapshot(e.id, name);
-    if (!old.empty()) std::remove(store_.snapshot_path(old).c_str());
+    store_.remove_snapshot_file(store_.set_conversation_snapshot(e.id, name));
     e.dirty = false;
 }
 
@@ -380,6 +381,19 @@ void ConversationRegistry::restore_messages(Entry& e, const std::vector<MessageR
     for (size_t i = keep; i < before.size(); ++i) {
         store_.append_message(e.id, before[i].role, before[i].content, before[i].stats);
         adopt(c, before[i]);
+    }
+}
+
+bool ConversationRegistry::take_back(Entry& e, const std::vector<MessageRecord>& before, size_t keep) {
+    try {
+        // Every turn stores its answer last: once it is there, the turn happened and stays.
+        const std::vector<MessageRecord> now = store_.list_messages(e.id);
+        if (!now.empty() && now.back().role == Role::Assistant) return false;
+        restore_messages(e, before, keep);
+        return true;
+    } catch (const std::exception&) {
+        // The store itself failed (a full disk): what it holds stays, as a crash would leave it.
+        return false;
     }
 }
 
@@ -477,6 +491,14 @@ TurnResult ConversationRegistry::send(int64_t id, std::string_view text, const T
     } catch (const Cancelled&) {
         restore_messages(e, before, before.size());
         throw;
+    } catch (const Error& err) {
+        // Refused (the conversation no longer fits the cache) or failed: the message is taken back,
+        // or the next one would be refused as left unanswered.
+        if (!take_back(e, before, before.size())) throw;
+        rethrow_untouched(err.what());
+    } catch (...) {
+        take_back(e, before, before.size());
+        throw;
     }
 }
 
@@ -500,6 +522,13 @@ TurnResult ConversationRegistry::regenerate(int64_t id, const TurnOptions& optio
         return answer(e, t0, options, callbacks, notices);
     } catch (const Cancelled&) {
         restore_messages(e, before, keep);
+        throw;
+    } catch (const Error& err) {
+        // The answer it was to replace comes back.
+        if (!take_back(e, before, keep)) throw;
+        rethrow_untouched(err.what());
+    } catch (...) {
+        take_back(e, before, keep);
         throw;
     }
 }
@@ -530,6 +559,12 @@ TurnResult ConversationRegistry::edit(int64_t id, size_t ordinal, std::string_vi
     } catch (const Cancelled&) {
         // The edited message goes back to its old text and what followed it comes back.
         restore_messages(e, stored, ordinal);
+        throw;
+    } catch (const Error& err) {
+        if (!take_back(e, stored, ordinal)) throw;
+        rethrow_untouched(err.what());
+    } catch (...) {
+        take_back(e, stored, ordinal);
         throw;
     }
 }
@@ -585,8 +620,7 @@ void ConversationRegistry::rename(int64_t id, std::string_view title) {
 }
 
 void ConversationRegistry::remove(int64_t id) {
-    const std::string snapshot = store_.delete_conversation(id);
-    if (!snapshot.empty()) std::remove(store_.snapshot_path(snapshot).c_str());
+    store_.remove_snapshot_file(store_.delete_conversation(id));
     // Its lock file too (ids are never reused, so no later conversation can need this one).
     std::remove(lock_file_for(store_, id).c_str());
     // Its cache goes unsaved: nothing owns it any more.

@@ -62,10 +62,12 @@ public:
     int64_t id_of(std::string_view title);
 
     // One turn: the user's message, then the reply. Refuses (kvchat::Error) before storing
-    // anything when the turn cannot fit (Refuse policy), when the message is empty or only white
-    // space, and when the conversation ends with a user message left unanswered (by a crash or a
+    // anything when the message is empty or only (Unicode) white space, and when the conversation ends with a user message left unanswered (by a crash or a
     // failed turn): regenerate() answers that one first, so two questions are never stacked
     // (the opening of a conversation just started from a prefix is not such a message).
+    // A turn refused or failed before its answer is stored (it no longer fits the context or a
+    // static cache, a write failed) leaves the conversation as it was: send() takes the message
+    // back, regenerate() and edit() bring back what they replaced; the error says so.
     TurnResult send(std::string_view title, std::string_view text, const TurnOptions& options,
                     const std::function<void(std::string_view)>& on_text = {},
                     const std::atomic<bool>* cancel = nullptr);
@@ -150,6 +152,9 @@ private:
     // After a cancelled turn: the transcript and the stored messages become `before` again from
     // message `keep` on (the messages the turn removed come back, those it added go).
     void restore_messages(Entry& e, const std::vector<MessageRecord>& before, size_t keep);
+    // The same after a failed turn; false when its answer was stored after all (the turn stays) or
+    // the store could not be changed back.
+    bool take_back(Entry& e, const std::vector<MessageRecord>& before, size_t keep);
     // Answers the last message and records the turn; t0 is when the call began.
     TurnResult answer(Entry& e, std::chrono::steady_clock::time_point t0, const TurnOptions& options,
                       const TurnCallbacks& callbacks, std::vector<std::string>& notices);

@@ -14,8 +14,6 @@ namespace {
 
 std::string messages_count(size_t n) { return std::to_string(n) + (n == 1 ? " message" : " messages"); }
 
-std::string snapshot_name_for(const PrefixRecord& p) { return Store::prefix_snapshot_name(p.id); }
-
 }  // namespace
 
 PrefixLibrary::PrefixLibrary(Store& store, const Model& model, Backend& backend, const ChatTemplate& chat_template)
@@ -70,7 +68,7 @@ std::unique_ptr<Cache> PrefixLibrary::prefill(const std::vector<int32_t>& tokens
 }
 
 void PrefixLibrary::write_snapshot(const PrefixRecord& prefix, const Cache& cache, std::vector<std::string>& notices) {
-    const std::string name = snapshot_name_for(prefix);
+    const std::string name = store_.prefix_snapshot_name(prefix.id);
     try {
         save_cache_snapshot(cache, {}, model_, store_.snapshot_path(name));
     } catch (const Error& e) {
@@ -78,8 +76,7 @@ void PrefixLibrary::write_snapshot(const PrefixRecord& prefix, const Cache& cach
                           "); it will be prefilled again when used");
         return;
     }
-    const std::string old = store_.set_prefix_snapshot(prefix.id, name, model_.fingerprint(), cache.spec());
-    if (!old.empty()) std::remove(store_.snapshot_path(old).c_str());
+    store_.remove_snapshot_file(store_.set_prefix_snapshot(prefix.id, name, model_.fingerprint(), cache.spec()));
 }
 
 PrefixRecord PrefixLibrary::save(std::string_view name, std::string_view text, const std::string& cache_spec,
@@ -138,7 +135,7 @@ PrefixRecord PrefixLibrary::edit_messages(std::string_view name, const std::vect
     // The new cache first: a cancel leaves the prefix as it was.
     auto cache = prefill(tokens, spec, progress, "Saving prefix");
     const PrefixTextUpdate u = store_.update_prefix_messages(p.id, fixed, tokens);
-    if (!u.dropped_snapshot.empty()) std::remove(store_.snapshot_path(u.dropped_snapshot).c_str());
+    store_.remove_snapshot_file(u.dropped_snapshot);
     p = *store_.find_prefix_by_id(p.id);
     p.cache_spec = spec;
     write_snapshot(p, *cache, notices);
@@ -147,8 +144,7 @@ PrefixRecord PrefixLibrary::edit_messages(std::string_view name, const std::vect
 
 void PrefixLibrary::remove(std::string_view name) {
     const PrefixRecord p = find(name);
-    const std::string snapshot = store_.delete_prefix(p.id);
-    if (!snapshot.empty()) std::remove(store_.snapshot_path(snapshot).c_str());
+    store_.remove_snapshot_file(store_.delete_prefix(p.id));
 }
 
 std::unique_ptr<Cache> PrefixLibrary::load_cache(const PrefixRecord& prefix, const std::string& cache_spec,

@@ -21,6 +21,11 @@ struct RepairedUtf8 {
 // U+FFFD (EF BF BD). Valid input comes back unchanged with replaced == false.
 RepairedUtf8 repair_utf8(std::string_view text);
 
+// True when `text` holds nothing but Unicode White_Space (tab, newline, space, U+0085, U+00A0,
+// U+1680, U+2000..U+200A, U+2028, U+2029, U+202F, U+205F, U+3000): a message of it says nothing,
+// whichever of them it is made of. Invalid UTF-8 is not white space.
+bool is_blank_text(std::string_view text);
+
 // The streaming form, for text that arrives in pieces (a model's tokens): appends `bytes` to `out`
 // repaired as repair_utf8 does, except that an incomplete but so far valid sequence at the end is
 // left unconsumed unless `at_end`, so the caller can wait for its remaining bytes. Returns how many

@@ -15,6 +15,8 @@
 #include <sys/statvfs.h>
 
 #include <cerrno>
+#include <cstdio>
+#include <cstring>
 
 #include <algorithm>
 #include <chrono>
@@ -216,6 +218,23 @@ int no_room_errno(const std::string& path, int reported) {
     if (::statvfs(folder.c_str(), &vfs) == 0 && static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize < (uint64_t{1} << 20))
         return ENOSPC;
     return 0;
+}
+
+// `path` as the path part of an SQLite URI: everything but unreserved characters and '/' escaped.
+std::string uri_path(const std::string& path) {
+    std::string out;
+    for (unsigned char c : path) {
+        const bool plain = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '/' ||
+                           c == '.' || c == '_' || c == '-' || c == '~';
+        if (plain) {
+            out += static_cast<char>(c);
+        } else {
+            char hex[4];
+            std::snprintf(hex, sizeof hex, "%%%02X", c);
+            out += hex;
+        }
+    }
+    return out;
 }
 
 [[noreturn]] void fail(sqlite3* db, const std::string& path, const std::string& what, int rc) {
@@ -434,28 +453,71 @@ void check_name(std::string_view kind, std::string_view name) {
 
 std::string Store::default_path() { return data_dir() + "/kvchat.db"; }
 
+std::string read_only_problem(const std::string& path, int err) {
+    const std::string name = "database " + in_quotes(path);
+    const char* reading = ": it can be read (kvchat-cli conversations, prefix list) but not changed";
+    if (err == EROFS) return name + " is on a read-only file system" + reading;
+    if (err == EACCES || err == EPERM)
+        return name + " is read-only (no permission to write it or its folder)" + reading;
+    return {};
+}
+
 const char* Store::migration_sql(int version) {
     if (version < 1 || version > kSchemaVersion) throw Error("store: no schema version " + std::to_string(version));
     return kMigrations[version - 1];
 }
 
-Store::Store(const std::string& path) : path_(path) {
+Store::Store(const std::string& path, Access access) : path_(path) {
     namespace fs = std::filesystem;
     if (path_.empty()) throw Error("the database path is empty");
     // Only a regular file (or nothing yet) is a database: SQLite would open /dev/null or a FIFO and
     // create a "-journal" file beside it.
+    bool exists = false;
     try {
-        regular_file_exists(path_);
+        exists = regular_file_exists(path_);
     } catch (const Error& e) {
         throw Error(std::string("database ") + e.what());
     }
+    key_ = file_key(fs::path(path_).filename().string());
     fs::path folder = fs::path(path_).parent_path();
     if (folder.empty()) folder = ".";
+    snapshot_dir_ = (folder / "snapshots").string();
+    if (access == Access::ReadOnly) {
+        if (!exists) throw Error("database " + in_quotes(path_) + " does not exist");
+        // A WAL database is read through its -shm file, which a folder that cannot be written
+        // cannot hold: there the file is read as immutable (nothing can change it meanwhile).
+        const bool folder_writable = ::access(folder.c_str(), W_OK) == 0;
+        const std::string uri = "file:" + uri_path(path_) + (folder_writable ? "" : "?immutable=1");
+        const int rc = sqlite3_open_v2(uri.c_str(), &db_, SQLITE_OPEN_READONLY | SQLITE_OPEN_URI | SQLITE_OPEN_EXRESCODE,
+                                       nullptr);
+        if (rc != SQLITE_OK) {
+            const std::string msg = db_ ? sqlite3_errmsg(db_) : sqlite3_errstr(rc);
+            sqlite3_close(db_);
+            db_ = nullptr;
+            throw Error("cannot open database " + in_quotes(path_) + ": " + msg);
+        }
+        try {
+            open_checked(false);
+        } catch (...) {
+            sqlite3_close(db_);
+            db_ = nullptr;
+            throw;
+        }
+        return;
+    }
     std::error_code ec;
     fs::create_directories(folder, ec);
     if (ec)
         throw Error("cannot create the folder " + in_quotes(folder.string()) + " for database " + in_quotes(path_) + ": " +
                     ec.message());
+    // SQLite would open a file it cannot write read-only and then fail at the first statement
+    // with "unable to open database file": say what is wrong instead.
+    for (const std::string& target : {exists ? path_ : std::string(), folder.string()}) {
+        if (target.empty() || ::access(target.c_str(), W_OK) == 0) continue;
+        const int err = errno;
+        const std::string why = read_only_problem(path_, err);
+        if (!why.empty()) throw Error(why);
+    }
     const int rc =
         sqlite3_open_v2(path_.c_str(), &db_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_EXRESCODE, nullptr);
     if (rc != SQLITE_OK) {
@@ -465,8 +527,7 @@ Store::Store(const std::string& path) : path_(path) {
         throw Error("cannot open database " + in_quotes(path_) + ": " + msg);
     }
     try {
-        open_checked();
-        snapshot_dir_ = (folder / "snapshots").string();
+        open_checked(true);
         fs::create_directories(snapshot_dir_, ec);
         if (ec) throw Error("cannot create the snapshot folder " + in_quotes(snapshot_dir_) + ": " + ec.message());
         // Snapshot writes a killed process left half done (a snapshot can be tens of MB).
@@ -483,7 +544,7 @@ Store::~Store() {
     if (db_) sqlite3_close(db_);
 }
 
-void Store::open_checked() {
+void Store::open_checked(bool writable) {
     sqlite3_extended_result_codes(db_, 1);
     sqlite3_busy_timeout(db_, kBusyTimeoutMs);
     // Until the file is known to be ours and current, closing must not checkpoint a leftover
@@ -518,6 +579,14 @@ void Store::open_checked() {
         if (check != "ok") throw Error("database " + in_quotes(path_) + " is damaged: " + first_finding(check));
     }
 
+    if (!writable) {
+        // Nothing is migrated here: the queries below expect the current schema.
+        if (version < kSchemaVersion)
+            throw Error("database " + in_quotes(path_) + (version == 0 ? " holds no kvchat data yet" :
+                        " is from an earlier kvchat (schema " + std::to_string(version) +
+                        "): open it once where it can be written (kvchat-cli chat or the window) to upgrade it"));
+        return;
+    }
     exec(db_, path_, "PRAGMA journal_mode = WAL");
     exec(db_, path_, "PRAGMA foreign_keys = ON");
     // FULL: a committed message survives a power cut, not only a crash of the program.
@@ -544,16 +613,89 @@ std::string Store::snapshot_path(std::string_view name) const {
     return snapshot_dir_ + "/" + std::string(name);
 }
 
-std::string Store::conversation_snapshot_name(int64_t conversation_id) {
+std::string Store::legacy_conversation_snapshot_name(int64_t conversation_id) {
     return "conversation-" + std::to_string(conversation_id) + ".kvcache";
 }
 
-std::string Store::prefix_snapshot_name(int64_t prefix_id) { return "prefix-" + std::to_string(prefix_id) + ".kvcache"; }
+std::string Store::legacy_prefix_snapshot_name(int64_t prefix_id) {
+    return "prefix-" + std::to_string(prefix_id) + ".kvcache";
+}
+
+std::string Store::conversation_snapshot_name(int64_t conversation_id) const {
+    return key_ + "." + legacy_conversation_snapshot_name(conversation_id);
+}
+
+std::string Store::prefix_snapshot_name(int64_t prefix_id) const {
+    return key_ + "." + legacy_prefix_snapshot_name(prefix_id);
+}
+
+std::string Store::file_key(std::string_view name) {
+    // Snapshot names must be plain (is_plain_file_name, at most 200 characters) and leave room for
+    // ".conversation-<id>.kvcache".
+    constexpr size_t kMaxKey = 120;
+    std::string key;
+    bool changed = false;
+    for (char c : name) {
+        const bool plain = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+                           c == '_' || c == '-';
+        key += plain ? c : '_';
+        changed |= !plain;
+    }
+    if (key.empty() || key.front() == '.') {
+        key.insert(key.begin(), '_');
+        changed = true;
+    }
+    if (key.size() > kMaxKey - 17) {
+        key.resize(kMaxKey - 17);
+        changed = true;
+    }
+    if (changed) {
+        // Two names that differ only in replaced characters must not meet: FNV-1a of the original.
+        uint64_t h = 14695981039346656037ull;
+        for (char c : name) h = (h ^ static_cast<uint8_t>(c)) * 1099511628211ull;
+        char hex[17];
+        std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
+        key += "-";
+        key += hex;
+    }
+    return key;
+}
 
 std::string Store::conversation_lock_path(int64_t conversation_id) const {
     return (std::filesystem::path(path_).parent_path() / "locks" /
-            ("conversation-" + std::to_string(conversation_id) + ".lock"))
+            (key_ + ".conversation-" + std::to_string(conversation_id) + ".lock"))
         .string();
+}
+
+void Store::remove_snapshot_file(std::string_view name) const {
+    if (name.empty()) return;
+    const std::string path = snapshot_path(name);
+    if (!name.starts_with(key_ + ".") && !alone_in_folder()) return;
+    std::remove(path.c_str());
+}
+
+bool Store::alone_in_folder() const {
+    namespace fs = std::filesystem;
+    fs::path folder = fs::path(path_).parent_path();
+    if (folder.empty()) folder = ".";
+    std::error_code ec;
+    const fs::path self = fs::path(path_);
+    for (const auto& entry : fs::directory_iterator(folder, ec)) {
+        std::error_code type_ec;
+        if (!entry.is_regular_file(type_ec)) continue;
+        if (fs::equivalent(entry.path(), self, type_ec)) continue;
+        // A kvchat database: SQLite's header with kvchat's application id (offset 68, big-endian).
+        unsigned char header[72] = {};
+        FILE* f = std::fopen(entry.path().c_str(), "rb");
+        if (!f) continue;
+        const size_t got = std::fread(header, 1, sizeof header, f);
+        std::fclose(f);
+        if (got < sizeof header || std::memcmp(header, "SQLite format 3", 16) != 0) continue;
+        const uint32_t app = (uint32_t{header[68]} << 24) | (uint32_t{header[69]} << 16) | (uint32_t{header[70]} << 8) |
+                             uint32_t{header[71]};
+        if (app == static_cast<uint32_t>(kApplicationId)) return false;
+    }
+    return !ec;
 }
 
 namespace {
@@ -593,12 +735,22 @@ size_t Store::remove_orphan_snapshots() {
     size_t removed = 0;
     try {
         const int64_t last_conversation = highest("conversations"), last_prefix = highest("prefixes");
+        const bool alone = alone_in_folder();
         std::error_code ec;
         for (const auto& entry : std::filesystem::directory_iterator(snapshot_dir_, ec)) {
             const std::string name = entry.path().filename().string();
-            const int64_t conversation = snapshot_id(name, "conversation-");
-            const int64_t prefix = snapshot_id(name, "prefix-");
-            if (conversation < 0 && prefix < 0) continue;
+            // This database's names, and the shared names of earlier versions when no other
+            // database of the folder can own them.
+            int64_t conversation = snapshot_id(name, key_ + ".conversation-");
+            int64_t prefix = snapshot_id(name, key_ + ".prefix-");
+            bool legacy = false;
+            if (conversation < 0 && prefix < 0) {
+                conversation = snapshot_id(name, "conversation-");
+                prefix = snapshot_id(name, "prefix-");
+                if (conversation < 0 && prefix < 0) continue;
+                if (!alone) continue;
+                legacy = true;
+            }
             std::error_code type_ec;
             if (!entry.is_regular_file(type_ec) || entry.is_symlink(type_ec)) continue;
             if (prefix >= 0) {
@@ -609,7 +761,10 @@ size_t Store::remove_orphan_snapshots() {
             if (conversation > last_conversation) continue;
             // A lock file exists once a process has changed the conversation; without one, none holds it.
             std::unique_ptr<ConversationLock> lock;
-            const std::string lock_path = conversation_lock_path(conversation);
+            const std::string lock_path =
+                legacy ? (std::filesystem::path(path_).parent_path() / "locks" /
+                          ("conversation-" + std::to_string(conversation) + ".lock")).string()
+                       : conversation_lock_path(conversation);
             if (std::filesystem::exists(lock_path, type_ec)) {
                 try {
                     lock = std::make_unique<ConversationLock>(lock_path, name, std::chrono::milliseconds(0));

@@ -1,7 +1,8 @@
 #pragma once
 // The persistent store: one SQLite database holding conversations, their messages, saved prefix
 // prompts and settings. Cache snapshots are files in a snapshots/ folder beside the database,
-// named by the rows that own them; the database is the source of truth and a snapshot is only an
+// named by the database's file name and the rows that own them (two databases in one folder must
+// not write each other's files); the database is the source of truth and a snapshot is only an
 // acceleration that may be missing (a crash between a message's commit and its snapshot costs the
 // cache, never the message).
 //
@@ -21,8 +22,18 @@ struct sqlite3;
 
 namespace kvchat {
 
+// Why a database cannot be written, in words, for `err` (errno of a write check): EROFS "is on a
+// read-only file system", EACCES/EPERM "is read-only (no permission to write ...)". Empty for
+// other errors.
+std::string read_only_problem(const std::string& path, int err);
+
 class Store {
 public:
+    // ReadOnly: for commands that only list (kvchat-cli conversations, prefix list). Nothing is
+    // created, migrated or swept, so a database on a read-only mount or without write permission
+    // can still be read; a database that needs upgrading is refused.
+    enum class Access { ReadWrite, ReadOnly };
+
     // The schema version this build writes; PRAGMA user_version of an up-to-date database.
     static constexpr int kSchemaVersion = 4;
     // The statements that bring a database from version - 1 to `version` (1..kSchemaVersion), as
@@ -37,7 +48,8 @@ public:
     // a newer kvchat, a file that is not a kvchat database, and a damaged one.
     // Snapshot files left by a crash (half-written ones, and ones whose conversation or prefix was
     // deleted) are removed on open.
-    explicit Store(const std::string& path = default_path());
+    // A database that cannot be written is refused with read_only_problem's words (ReadWrite).
+    explicit Store(const std::string& path = default_path(), Access access = Access::ReadWrite);
     ~Store();
     Store(const Store&) = delete;
     Store& operator=(const Store&) = delete;
@@ -50,12 +62,23 @@ public:
     std::string snapshot_path(std::string_view name) const;
     // Every snapshot name the database refers to, so files no row owns can be removed.
     std::vector<std::string> snapshot_names() const;
-    // The names kvchat gives snapshot files: conversation-ID.kvcache and prefix-ID.kvcache.
-    static std::string conversation_snapshot_name(int64_t conversation_id);
-    static std::string prefix_snapshot_name(int64_t prefix_id);
-    // The lock file of a conversation (engine/store/conversation_lock.h): in locks/ beside the
-    // database, not among the snapshots, since a snapshot folder that cannot be written (a full or
-    // broken disk) must cost the cache, never the turn.
+    // The names this database gives snapshot files: KEY.conversation-ID.kvcache and
+    // KEY.prefix-ID.kvcache, KEY being file_key() (the database's file name made a plain name).
+    std::string conversation_snapshot_name(int64_t conversation_id) const;
+    std::string prefix_snapshot_name(int64_t prefix_id) const;
+    // The names earlier versions gave, shared by every database of a folder: conversation-ID.kvcache
+    // and prefix-ID.kvcache. Rows that still name such a file keep using it until the next save.
+    static std::string legacy_conversation_snapshot_name(int64_t conversation_id);
+    static std::string legacy_prefix_snapshot_name(int64_t prefix_id);
+    // The database's file name as a plain file name: itself when it is one ("kvchat.db"), else
+    // with the other characters replaced and a hash of the whole name added.
+    static std::string file_key(std::string_view database_file_name);
+    // Removes a snapshot file a row no longer names. A file of an earlier version's shared names is
+    // left alone while another kvchat database lives in the same folder (it may be that one's).
+    void remove_snapshot_file(std::string_view name) const;
+    // The lock file of a conversation (engine/store/conversation_lock.h): locks/KEY.conversation-ID.lock
+    // beside the database, not among the snapshots, since a snapshot folder that cannot be written
+    // (a full or broken disk) must cost the cache, never the turn.
     std::string conversation_lock_path(int64_t conversation_id) const;
 
     // The value of a read-only PRAGMA on this connection (journal_mode, foreign_keys,
@@ -131,11 +154,14 @@ public:
     void remove_setting(std::string_view key);
 
 private:
-    void open_checked();
+    void open_checked(bool writable);
     // Snapshot files kvchat named for a conversation or prefix whose row was deleted (a crash
     // between the row's delete and the file's) are removed when the database is opened; see
     // store.cpp for why no live one can be taken. Returns how many were removed.
     size_t remove_orphan_snapshots();
+    // True when no other kvchat database is in this one's folder, so files with the shared names
+    // of earlier versions are this database's.
+    bool alone_in_folder() const;
     void migrate(int from_version);
     int64_t next_update_time() const;
     void require_conversation(int64_t id) const;
@@ -146,6 +172,7 @@ private:
     void read_prefix_messages(PrefixRecord& p) const;
 
     std::string path_;
+    std::string key_;  // file_key() of the database's file name
     std::string snapshot_dir_;
     sqlite3* db_ = nullptr;
 };
