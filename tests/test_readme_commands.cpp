@@ -88,6 +88,10 @@ private slots:
         env_.insert("TMPDIR", dir_.path() + "/tmp");
         env_.insert("KVCHAT_MODEL", model);
         env_.insert("QT_QPA_PLATFORM", "offscreen");
+        // The messages file the README's `template --messages chat.json` line reads: the README's own example.
+        QFile messages(dir_.path() + "/chat.json");
+        QVERIFY(messages.open(QIODevice::WriteOnly));
+        messages.write(R"([{"role": "user", "content": "Hello! Who are you?"}])");
     }
 
     void commandsRunAsWritten() {
