@@ -86,15 +86,15 @@ void q4_1_product(const WeightMatrix& w, const float* x, int64_t n_tokens, float
     const int64_t n_blocks = w.cols / QK4_1;
     thread_local std::vector<BlockQ8_1> xq;
     xq.resize(static_cast<size_t>(n_tokens * n_blocks));
+    BlockQ8_1* const xb = xq.data();  // the calling thread's: the lambdas run on the pool's threads too
     auto quantize = [&](int64_t t0, int64_t t1) {
-        for (int64_t t = t0; t < t1; ++t) quantize_q8_1(x + t * w.cols, w.cols, xq.data() + t * n_blocks);
+        for (int64_t t = t0; t < t1; ++t) quantize_q8_1(x + t * w.cols, w.cols, xb + t * n_blocks);
     };
     if (n_tokens * w.cols >= 32768) pool.parallel_for(n_tokens, quantize);
     else quantize(0, n_tokens);
 
     const size_t stride = row_bytes(w.type, w.cols);
     const auto* base = static_cast<const uint8_t*>(w.data);
-    const BlockQ8_1* xb = xq.data();
     // Pieces of 16 rows: a few tokens reuse them from L1, and the threads share them as they go.
     constexpr int64_t kRowStep = 16;
     const int64_t n_steps = (w.rows + kRowStep - 1) / kRowStep;
