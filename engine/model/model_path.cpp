@@ -39,6 +39,20 @@ std::string data_dir() {
 
 std::string installed_model_path(const std::string& file) { return data_dir() + "/models/" + file; }
 
+std::vector<InstalledModel> installed_models() {
+    std::vector<InstalledModel> out;
+    const InstalledModel known[] = {
+        {"SmolLM2 135M Instruct (chat)", installed_model_path(kChatModelFile)},
+        {"Gemma 3 270M (base model, sliding-window layers; the reference of the engine's tests)",
+         installed_model_path(kDefaultModelFile)},
+    };
+    for (const InstalledModel& m : known) {
+        struct stat st {};
+        if (::stat(m.path.c_str(), &st) == 0) out.push_back(m);
+    }
+    return out;
+}
+
 std::string resolve_model_path(const std::string& cli_model) {
     if (!cli_model.empty()) return cli_model;
     const char* env = std::getenv("KVCHAT_MODEL");

@@ -1,6 +1,7 @@
 #pragma once
 // Where the default model lives, how a user's choice overrides it, and how to get it when missing.
 #include <string>
+#include <vector>
 
 namespace kvchat {
 
@@ -19,6 +20,14 @@ std::string data_dir();
 
 // data_dir()/models/<file>: where packaging/kvchat.sh model puts the models it installs.
 std::string installed_model_path(const std::string& file);
+
+// A model packaging/kvchat.sh model installs.
+struct InstalledModel {
+    std::string name;  // what a menu shows: the model and what it is for
+    std::string path;
+};
+// The installed models that are present, the chat model first.
+std::vector<InstalledModel> installed_models();
 
 // --model PATH (when non-empty) > $KVCHAT_MODEL > data_dir()/models/<default file>.
 std::string resolve_model_path(const std::string& cli_model);
