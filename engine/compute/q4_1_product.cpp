@@ -66,15 +66,15 @@ void dot_rows(const uint8_t* rows, size_t stride, int64_t n_blocks, const BlockQ
     for (int r = 0; r < ROWS; ++r) acc[r] = _mm256_setzero_ps(), mins[r] = 0.0f;
     for (int64_t b = 0; b < n_blocks; ++b) {
         const __m256i qx = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].qs));
-        const float dx = fp16_to_fp32(x[b].d), sx = fp16_to_fp32(x[b].s);
+        const float dx = _cvtsh_ss(x[b].d), sx = _cvtsh_ss(x[b].s);  // F16C: exact, as fp16_to_fp32
         for (int r = 0; r < ROWS; ++r) {
             const auto* wb = reinterpret_cast<const BlockQ4_1*>(rows + r * stride) + b;
             const __m128i nib = _mm_loadu_si128(reinterpret_cast<const __m128i*>(wb->qs));
             const __m256i qw = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(nib, 4), nib), low);
             // Exact: 4 products of at most 15 * 127 per lane.
             const __m256 s = _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_maddubs_epi16(qw, qx), ones));
-            mins[r] = std::fma(fp16_to_fp32(wb->m), sx, mins[r]);
-            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(fp16_to_fp32(wb->d) * dx), s, acc[r]);
+            mins[r] = std::fma(_cvtsh_ss(wb->m), sx, mins[r]);
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(wb->d) * dx), s, acc[r]);
         }
     }
     for (int r = 0; r < ROWS; ++r) y[r] = hsum8(acc[r]) + mins[r];

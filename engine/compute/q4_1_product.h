@@ -8,8 +8,9 @@ namespace kvchat {
 // backend computes it, bit for bit: x quantized to Q8_1 blocks (quantize_row_q8_1), then per row
 // and token ggml_vec_dot_q4_1_q8_1 (its AVX2/AVX-512 build): per block of 32 and lane l of 8 the
 // exact integer s = sum of the products of columns 4l..4l+3, acc[l] = fma(dw * dx, float(s),
-// acc[l]) over the blocks in order, the minimum's part m = fma(m_w, s_x, m) in one float (Q8_1's s
-// is fp16(dx * sum(q)) with dx unrounded); y = hsum8(acc) + m. llama.cpp has no batched kernel
+// acc[l]) over the blocks in order, the minimum's part m += m_w * s_x in one float (Q8_1's s is
+// fp16(dx * sum(q)) with dx unrounded; the product of two fp16 values is exact, so fused or not
+// is the same); y = hsum8(acc) + m. llama.cpp has no batched kernel
 // for Q4_1 on x86 (no tinyBLAS, no repacking), so every token count takes this same dot product.
 // One AVX2 kernel serves every SIMD level: its sums are exact integers, so wider vectors would
 // only change the speed.
