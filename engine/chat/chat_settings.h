@@ -14,6 +14,20 @@ namespace kvchat {
 
 class Store;
 
+// Sampling for chat, where the generic SamplerConfig (kvchat-cli generate's) is a text completer's:
+// somewhat cooler and narrower, as LM Studio's and llama.cpp's chat defaults (temperature 0.7-0.8,
+// top-k 40, top-p 0.9-0.95, min-p 0.05), and a repetition penalty of 1.1, so a small model does not
+// answer with one line over and over.
+inline SamplerConfig chat_sampling_defaults() {
+    SamplerConfig c;
+    c.temperature = 0.7f;
+    c.top_k = 40;
+    c.top_p = 0.9f;
+    c.min_p = 0.05f;
+    c.repetition_penalty = 1.1f;
+    return c;
+}
+
 struct ChatSettings {
     int threads = 0;                    // 0: one per core
     std::string device = "cpu";         // where the model computes: cpu, cuda or cuda:N (engine/compute/device.h)
@@ -21,9 +35,9 @@ struct ChatSettings {
     int64_t cache_memory_budget = 0;    // bytes; 0: no limit
     ContextPolicy context_policy = ContextPolicy::Refuse;
     std::string default_strategy = "dynamic";
-    SamplerConfig sampling;             // temperature, top_k, top_p, min_p, repetition penalty, seed
+    SamplerConfig sampling = chat_sampling_defaults();  // temperature, top_k, top_p, min_p, repetition penalty, seed
     bool random_seed = true;            // a new seed each turn (sampling.seed is then unused)
-    int max_new_tokens = 512;
+    int max_new_tokens = 1024;          // a long answer fits; the model's end of turn ends it sooner
     std::string system_prompt;          // default system prompt of new conversations
 
     // What load() found wrong (a value that could not be used; its default stands instead).

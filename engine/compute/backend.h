@@ -27,6 +27,12 @@ struct NormWeight {
     int64_t size = 0;
 };
 
+// A bias vector in float (Qwen 2's q, k and v projections); size 0: none.
+struct BiasVector {
+    const float* data = nullptr;
+    int64_t size = 0;
+};
+
 enum class GatedActivation { GeluTanh, Silu };
 
 class ThreadPool;
@@ -69,6 +75,8 @@ public:
     virtual void matmul(const WeightMatrix& w, const Buffer& x, int64_t n_rows, Buffer& y) = 0;
     // x += y (first n_rows rows)
     virtual void add(Buffer& x, const Buffer& y, int64_t n_rows) = 0;
+    // x[r] += b for the first n_rows rows (b.size == x.cols)
+    virtual void add_bias(Buffer& x, int64_t n_rows, const BiasVector& b) = 0;
     // gate = act(gate) * up (first n_rows rows)
     virtual void gated(GatedActivation act, Buffer& gate, const Buffer& up, int64_t n_rows) = 0;
     // x = cap * tanh(x / cap) (first n_rows rows)

@@ -3,6 +3,7 @@
 #include "engine/common/file_range_io.h"
 #include "engine/common/growable_arena.h"
 #include "engine/compute/attention.h"
+#include "engine/compute/ggml_expf.h"
 #include "engine/compute/kivi_block.h"
 #include "engine/compute/kv_dtype.h"
 #include "engine/compute/rope.h"
@@ -69,6 +70,19 @@ private:
 const GeluTable& gelu_table() {
     static const GeluTable table;
     return table;
+}
+
+// gate = silu(gate) * up over one row, as ggml_vec_swiglu_f32 (AVX-512 build): x / (1 + e^-x)
+// with ggml_v_expf in 16-column steps, libm's expf for the columns past the last whole step.
+void silu_gated_row(float* gate, const float* up, int64_t cols) {
+    const __m256 one = _mm256_set1_ps(1.0f);
+    const int64_t vec = cols / 16 * 16;
+    for (int64_t i = 0; i < vec; i += 8) {
+        const __m256 x = _mm256_loadu_ps(gate + i);
+        const __m256 silu = _mm256_div_ps(x, _mm256_add_ps(one, ggml_expf8(_mm256_sub_ps(_mm256_setzero_ps(), x))));
+        _mm256_storeu_ps(gate + i, _mm256_mul_ps(silu, _mm256_loadu_ps(up + i)));
+    }
+    for (int64_t i = vec; i < cols; ++i) gate[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
 }
 
 // Host memory: an arena that grows by mremap and can map a snapshot's pages in place.
@@ -149,15 +163,20 @@ public:
         });
     }
 
+    void add_bias(Buffer& x, int64_t n_rows, const BiasVector& b) override {
+        for (int64_t r = 0; r < n_rows; ++r) {
+            float* row = x.data + r * x.cols;
+            for (int64_t i = 0; i < b.size; ++i) row[i] += b.data[i];
+        }
+    }
+
     void gated(GatedActivation act, Buffer& gate, const Buffer& up, int64_t n_rows) override {
-        for_range(n_rows * gate.cols, 1, [&](int64_t b, int64_t e) {
-            float* g = gate.data;
-            const float* u = up.data;
-            if (act == GatedActivation::GeluTanh) {
-                gelu_table().apply(g, u, b, e);
-            } else {
-                for (int64_t i = b; i < e; ++i) g[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
-            }
+        if (act == GatedActivation::GeluTanh) {
+            for_range(n_rows * gate.cols, 1, [&](int64_t b, int64_t e) { gelu_table().apply(gate.data, up.data, b, e); });
+            return;
+        }
+        for_range(n_rows, gate.cols, [&](int64_t b, int64_t e) {
+            for (int64_t r = b; r < e; ++r) silu_gated_row(gate.data + r * gate.cols, up.data + r * gate.cols, gate.cols);
         });
     }
 

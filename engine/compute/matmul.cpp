@@ -5,6 +5,7 @@
 #include "engine/compute/matmul.h"
 
 #include "engine/compute/matmul_kernels.h"
+#include "engine/compute/q4_1_product.h"
 #include "engine/compute/quant_blocks.h"
 #include "engine/compute/thread_pool.h"
 #include "engine/error.h"
@@ -452,6 +453,7 @@ void matmul(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y, T
         case TensorType::BF16: return float_product<TensorType::BF16>(w, x, n_tokens, y, pool);
         default: break;
     }
+    if (w.type == TensorType::Q4_1) return q4_1_product(w, x, n_tokens, y, pool);  // llama.cpp's order
     const KernelSet& ks = kernel_set();
     if (in_reference_order(w.type)) return ordered_product(ks, w, x, n_tokens, y, pool);
     const Int8Layout layout = kernels::int8_layout(w.type);

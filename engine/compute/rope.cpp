@@ -18,7 +18,7 @@ void RopeAngles::set_position(int64_t pos) {
     const float freq_scale = static_cast<float>(1.0 / spec_.linear_scale);
     float theta = static_cast<float>(pos);
     for (size_t i = 0; i < cos_.size(); ++i) {
-        const float t = freq_scale * theta;
+        const float t = rope_pair_angle(spec_, freq_scale, theta, i);
         cos_[i] = std::cos(t);
         sin_[i] = std::sin(t);
         theta *= theta_scale;

@@ -1,6 +1,7 @@
 #pragma once
 // Rotary position embedding, applied by the cache layers (so a layer that re-positions tokens,
 // like a sink cache, can rotate with the positions it chooses).
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -16,7 +17,16 @@ struct RopeSpec {
     int dims = 0;               // rotated dimensions per head (the head size for supported models)
     double base = 10000.0;
     double linear_scale = 1.0;  // positions are divided by this ("linear" RoPE scaling)
+    // Llama 3's scaling (its GGUF's rope_freqs.weight): pair i's frequency is divided by
+    // freq_factors[i] (dims / 2 values); empty: 1 for every pair.
+    std::vector<float> freq_factors;
 };
+
+// Pair i's angle at position theta (pair 0's): freq_scale * (theta / factor_i), as ggml's rope
+// cache computes it (an empty factor list divides by 1, which changes nothing).
+inline float rope_pair_angle(const RopeSpec& spec, float freq_scale, float theta, size_t i) {
+    return freq_scale * (spec.freq_factors.empty() ? theta : theta / spec.freq_factors[i]);
+}
 
 // The cos/sin pairs of one position, computed once and applied to every head of q and k.
 class RopeAngles {

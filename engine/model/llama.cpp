@@ -1,48 +1,22 @@
-// Llama family (Llama 2, TinyLlama, Mistral): pre-norm blocks, grouped-query attention with
-// RoPE, SwiGLU feed-forward.
+// Llama family (Llama 2 and 3, TinyLlama, Mistral, SmolLM): pre-norm blocks, grouped-query
+// attention with RoPE (Llama 3: with per-pair frequency factors, in the layers' RopeSpec), SwiGLU
+// feed-forward. Phi-3 runs this pass too: its fused weights (attn_qkv holding q, k and v; ffn_up
+// holding gate then up) are row ranges of one tensor each, which the loader hands out as the
+// separate matrices (a row's dot product does not depend on its neighbours, so the parts give the
+// fused product's numbers).
 #include "engine/model/architectures.h"
 
 namespace kvchat {
 
 void forward_llama(const Model& m, Backend& be, Cache& cache, const int32_t* tokens, const int32_t* pos,
                    int64_t n, Buffer& x, const std::atomic<bool>* cancel) {
-    const ModelConfig& c = m.config();
-    const int q_dim = c.n_head * c.head_dim, kv_dim = c.n_head_kv * c.head_dim;
-    PassBuffers bufs(be);
-    Buffer &xn = bufs.alloc(n, c.n_embd), &q = bufs.alloc(n, q_dim), &k = bufs.alloc(n, kv_dim), &v = bufs.alloc(n, kv_dim);
-    Buffer &att = bufs.alloc(n, q_dim), &proj = bufs.alloc(n, c.n_embd);
-    Buffer &gate = bufs.alloc(n, c.n_ff), &up = bufs.alloc(n, c.n_ff);
-
-    be.embed(m.token_embedding(), tokens, n, c.embed_scale, x);
-    // A stop is seen before every step below and inside attention: one layer's attention over a
-    // few thousand tokens alone takes about 100 ms.
-    const auto step = [&] { stop_if_cancelled(cancel); };
-    for (int il = 0; il < c.n_layer; ++il) {
-        step();
-        const LayerWeights& w = m.layer(il);
-        // attention
-        be.rms_norm(x, n, w.attn_norm, c.rms_eps, xn);
-        be.matmul(w.wq, xn, n, q);
-        step();
-        be.matmul(w.wk, xn, n, k);
-        be.matmul(w.wv, xn, n, v);
-        step();
-        cache.layer(il).attend(q, k, v, pos, n, att, cancel);
-        step();
-        be.matmul(w.wo, att, n, proj);
-        be.add(x, proj, n);
-        // feed-forward
-        step();
-        be.rms_norm(x, n, w.ffn_norm, c.rms_eps, xn);
-        be.matmul(w.w_gate, xn, n, gate);
-        step();
-        be.matmul(w.w_up, xn, n, up);
-        be.gated(GatedActivation::Silu, gate, up, n);
-        step();
-        be.matmul(w.w_down, gate, n, proj);
-        be.add(x, proj, n);
+    DecoderPass pass(m, be, cache, pos, n, x, cancel);
+    pass.embed(tokens);
+    for (int il = 0; il < m.config().n_layer; ++il) {
+        pass.attention(il, {});
+        pass.feed_forward(il, {.activation = GatedActivation::Silu});
     }
-    be.rms_norm(x, n, m.output_norm(), c.rms_eps, x);
+    pass.output_norm();
 }
 
 }  // namespace kvchat

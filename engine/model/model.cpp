@@ -51,23 +51,39 @@ std::string read_hf_chat_template(const std::string& dir) {
 }
 
 // Where one layer's weights are in a file; an empty name: the architecture has no such weight.
+// qkv: one fused matrix holding q, k and v (then wq, wk, wv are empty); an empty gate with an up:
+// up holds gate then up (Phi-3).
 struct LayerTensorNames {
-    std::string wq, wk, wv, wo, gate, up, down;
+    std::string wq, wk, wv, wo, gate, up, down, qkv;
+    std::string bq, bk, bv;
     std::string attn_norm, ffn_norm, q_norm, k_norm, post_attn_norm, post_ffn_norm;
 };
 
-LayerTensorNames gguf_layer_names(int i, bool gemma) {
+LayerTensorNames gguf_layer_names(const GgufFile& f, int i, Architecture arch) {
     const std::string p = "blk." + std::to_string(i) + ".";
     LayerTensorNames n;
     n.wq = p + "attn_q.weight"; n.wk = p + "attn_k.weight"; n.wv = p + "attn_v.weight";
     n.wo = p + "attn_output.weight";
     n.gate = p + "ffn_gate.weight"; n.up = p + "ffn_up.weight"; n.down = p + "ffn_down.weight";
     n.attn_norm = p + "attn_norm.weight"; n.ffn_norm = p + "ffn_norm.weight";
-    if (gemma) {
-        n.q_norm = p + "attn_q_norm.weight";
-        n.k_norm = p + "attn_k_norm.weight";
+    if (arch == Architecture::Gemma3) {
         n.post_attn_norm = p + "post_attention_norm.weight";
         n.post_ffn_norm = p + "post_ffw_norm.weight";
+    }
+    if (arch == Architecture::Gemma3 || arch == Architecture::Qwen3) {
+        n.q_norm = p + "attn_q_norm.weight";
+        n.k_norm = p + "attn_k_norm.weight";
+    }
+    if (arch == Architecture::Qwen2) {
+        n.bq = p + "attn_q.bias"; n.bk = p + "attn_k.bias"; n.bv = p + "attn_v.bias";
+    }
+    if (arch == Architecture::Phi3) {
+        // Phi-3's converter fuses q, k and v; llama.cpp also takes them apart.
+        if (f.tensor(p + "attn_qkv.weight")) {
+            n.qkv = p + "attn_qkv.weight";
+            n.wq.clear(), n.wk.clear(), n.wv.clear();
+        }
+        n.gate.clear();
     }
     return n;
 }
@@ -161,19 +177,47 @@ static WeightMatrix as_matrix(const TensorView& t) {
     return WeightMatrix{t.type, t.ne[1], t.ne[0], t.data};
 }
 
+// Rows [first, first + count) of w: a matrix of its own, read in place (every row of a GGUF or
+// safetensors matrix starts on a block boundary).
+static WeightMatrix row_range(const WeightMatrix& w, int64_t first, int64_t count) {
+    return WeightMatrix{w.type, count, w.cols,
+                        static_cast<const uint8_t*>(w.data) + static_cast<size_t>(first) * row_bytes(w.type, w.cols)};
+}
+
 // norm_plus_one: the file stores w for a model that multiplies by 1 + w (Gemma's HF checkpoints).
 template <class Names, class Need>
 void Model::read_layers(Names names_of, Need need, bool norm_plus_one) {
+    const ModelConfig& c = config_;
+    const int64_t q_dim = int64_t(c.n_head) * c.head_dim, kv_dim = int64_t(c.n_head_kv) * c.head_dim;
     layers_.resize(static_cast<size_t>(config_.n_layer));
     for (int i = 0; i < config_.n_layer; ++i) {
         const LayerTensorNames n = names_of(i);
         LayerWeights& w = layers_[static_cast<size_t>(i)];
-        w.wq = as_matrix(need(n.wq));
-        w.wk = as_matrix(need(n.wk));
-        w.wv = as_matrix(need(n.wv));
+        if (!n.qkv.empty()) {
+            const WeightMatrix qkv = as_matrix(need(n.qkv));
+            if (qkv.rows != q_dim + 2 * kv_dim)
+                throw Error("model '" + path_ + "': tensor '" + n.qkv + "' has " + std::to_string(qkv.rows) +
+                            " rows, expected " + std::to_string(q_dim + 2 * kv_dim) + " (q, k and v)");
+            w.wq = row_range(qkv, 0, q_dim);
+            w.wk = row_range(qkv, q_dim, kv_dim);
+            w.wv = row_range(qkv, q_dim + kv_dim, kv_dim);
+        } else {
+            w.wq = as_matrix(need(n.wq));
+            w.wk = as_matrix(need(n.wk));
+            w.wv = as_matrix(need(n.wv));
+        }
         w.wo = as_matrix(need(n.wo));
-        w.w_gate = as_matrix(need(n.gate));
-        w.w_up = as_matrix(need(n.up));
+        if (n.gate.empty()) {
+            const WeightMatrix gate_up = as_matrix(need(n.up));
+            if (gate_up.rows != 2 * int64_t(c.n_ff))
+                throw Error("model '" + path_ + "': tensor '" + n.up + "' has " + std::to_string(gate_up.rows) +
+                            " rows, expected " + std::to_string(2 * int64_t(c.n_ff)) + " (gate and up)");
+            w.w_gate = row_range(gate_up, 0, c.n_ff);
+            w.w_up = row_range(gate_up, c.n_ff, c.n_ff);
+        } else {
+            w.w_gate = as_matrix(need(n.gate));
+            w.w_up = as_matrix(need(n.up));
+        }
         w.w_down = as_matrix(need(n.down));
         auto norm = [&](const std::string& name, NormWeight& out) {
             if (!name.empty()) out = own_norm(norm_store_, need(name), norm_plus_one);
@@ -184,6 +228,14 @@ void Model::read_layers(Names names_of, Need need, bool norm_plus_one) {
         norm(n.k_norm, w.k_norm);
         norm(n.post_attn_norm, w.post_attn_norm);
         norm(n.post_ffn_norm, w.post_ffn_norm);
+        auto bias = [&](const std::string& name, BiasVector& out) {
+            if (name.empty()) return;
+            const NormWeight v = own_norm(norm_store_, need(name), false);
+            out = BiasVector{v.data, v.size};
+        };
+        bias(n.bq, w.bq);
+        bias(n.bk, w.bk);
+        bias(n.bv, w.bv);
     }
 }
 
@@ -197,9 +249,15 @@ void Model::load_gguf(const std::string& path) {
         c.arch = Architecture::Gemma3;
     else if (c.arch_name == "llama" || c.arch_name == "mistral")
         c.arch = Architecture::Llama;
+    else if (c.arch_name == "qwen2")
+        c.arch = Architecture::Qwen2;
+    else if (c.arch_name == "qwen3")
+        c.arch = Architecture::Qwen3;
+    else if (c.arch_name == "phi3")
+        c.arch = Architecture::Phi3;
     else
         throw Error("model '" + path + "': unsupported architecture '" + c.arch_name +
-                    "' (kvchat runs gemma3 and llama-family models)");
+                    "' (kvchat runs gemma3, llama, mistral, qwen2, qwen3 and phi3 models)");
     const std::string a = c.arch_name + ".";
     c.n_layer = static_cast<int>(f.get_uint(a + "block_count"));
     check_range(path, "block_count", c.n_layer, 1, kMaxLayers);
@@ -257,14 +315,35 @@ void Model::load_gguf(const std::string& path) {
         // Gemma 3: layer i is sliding unless (i + 1) is a multiple of 6. Sliding layers use the
         // local RoPE base of 10,000, which the GGUF does not store.
         c.embed_scale = std::sqrt(static_cast<float>(c.n_embd));
-        c.rope_global = RopeSpec{RopeStyle::HalfSplit, c.head_dim, base, scale};
-        c.rope_sliding = RopeSpec{RopeStyle::HalfSplit, c.head_dim, 10000.0, 1.0};
+        c.rope_global = RopeSpec{RopeStyle::HalfSplit, c.head_dim, base, scale, {}};
+        c.rope_sliding = RopeSpec{RopeStyle::HalfSplit, c.head_dim, 10000.0, 1.0, {}};
         for (int i = 0; i < c.n_layer; ++i) c.layer_sliding[static_cast<size_t>(i)] = c.sliding_window > 0 && i % 6 < 5;
-    } else {
+    } else if (c.arch == Architecture::Llama) {
         // llama.cpp's converter permutes Llama's q/k weights for adjacent-pair rotation.
-        c.rope_global = RopeSpec{RopeStyle::Interleaved, c.head_dim, base, scale};
+        c.rope_global = RopeSpec{RopeStyle::Interleaved, c.head_dim, base, scale, {}};
+        // Llama 3's RoPE scaling: its converter stores the per-pair frequency divisors.
+        if (const TensorView* ff = f.tensor("rope_freqs.weight")) {
+            if (ff->n_dims != 1 || ff->elements() != c.head_dim / 2)
+                throw Error("model '" + path + "': tensor 'rope_freqs.weight' has " + std::to_string(ff->elements()) +
+                            " values, expected " + std::to_string(c.head_dim / 2) + " (one per rotated pair)");
+            c.rope_global.freq_factors.resize(static_cast<size_t>(c.head_dim / 2));
+            dequantize_row(ff->type, ff->data, c.rope_global.freq_factors.data(), ff->elements());
+            for (float v : c.rope_global.freq_factors)
+                if (!(std::isfinite(v) && v > 0.0f))
+                    throw Error("model '" + path + "': tensor 'rope_freqs.weight' holds " + shown(v) +
+                                ", not a positive frequency factor");
+        }
         c.rope_sliding = c.rope_global;
         for (int i = 0; i < c.n_layer; ++i) c.layer_sliding[static_cast<size_t>(i)] = c.sliding_window > 0;
+    } else {
+        // Qwen 2, Qwen 3, Phi-3: rotate-half RoPE, every layer global. llama.cpp ignores the
+        // sliding window their GGUFs may state (Phi-3's is disabled there, Qwen's unused), and so
+        // does kvchat, to compute what it computes.
+        if (c.arch == Architecture::Phi3 && (f.tensor("rope_factors_long.weight") || f.tensor("blk.0.rope_factors_long.weight")))
+            throw Error("model '" + path + "': Phi-3's long-context RoPE (rope_factors_long/short) is not supported");
+        c.sliding_window = 0;
+        c.rope_global = RopeSpec{RopeStyle::HalfSplit, c.head_dim, base, scale, {}};
+        c.rope_sliding = c.rope_global;
     }
 
     tokenizer_ = Tokenizer::from_gguf(f);
@@ -283,7 +362,7 @@ void Model::load_gguf(const std::string& path) {
     output_ = out ? as_matrix(*out) : tok_embd_;  // tied embeddings when there is no output matrix
     output_norm_ = own_norm(norm_store_, need("output_norm.weight"), false);
     c.n_vocab = static_cast<int>(tok_embd_.rows);
-    read_layers([&](int i) { return gguf_layer_names(i, c.arch == Architecture::Gemma3); }, need, false);
+    read_layers([&](int i) { return gguf_layer_names(f, i, c.arch); }, need, false);
 }
 
 // A Hugging Face folder. Gemma's checkpoints store norm weights w where the model multiplies by
@@ -366,15 +445,15 @@ void Model::load_hf(const std::string& dir) {
         c.query_scale = static_cast<float>(1.0 / std::sqrt(check_real(dir, "config.json 'query_pre_attn_scalar'",
                                                                       num("query_pre_attn_scalar", c.head_dim, false), 0.0, 1e9)));
         c.embed_scale = std::sqrt(static_cast<float>(c.n_embd));
-        c.rope_global = RopeSpec{RopeStyle::HalfSplit, c.head_dim, base, scale};
+        c.rope_global = RopeSpec{RopeStyle::HalfSplit, c.head_dim, base, scale, {}};
         c.rope_sliding = RopeSpec{RopeStyle::HalfSplit, c.head_dim,
                                   check_real(dir, "config.json 'rope_local_base_freq'", num("rope_local_base_freq", 10000.0, false), 1.0, 1e12),
-                                  1.0};
+                                  1.0, {}};
         const int pattern = count("sliding_window_pattern", 6, false, 1, 1 << 20);
         for (int i = 0; i < c.n_layer; ++i) c.layer_sliding[static_cast<size_t>(i)] = c.sliding_window > 0 && (i + 1) % pattern != 0;
     } else {
         c.query_scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
-        c.rope_global = RopeSpec{RopeStyle::HalfSplit, c.head_dim, base, scale};
+        c.rope_global = RopeSpec{RopeStyle::HalfSplit, c.head_dim, base, scale, {}};
         c.rope_sliding = c.rope_global;
         for (int i = 0; i < c.n_layer; ++i) c.layer_sliding[static_cast<size_t>(i)] = c.sliding_window > 0;
     }
@@ -470,9 +549,16 @@ void Model::check_shapes() const {
         expect(w.w_down, c.n_embd, c.n_ff, l + "down projection");
         expect_norm(w.attn_norm, c.n_embd, l + "attention norm");
         expect_norm(w.ffn_norm, c.n_embd, l + "feed-forward norm");
-        if (c.arch == Architecture::Gemma3) {
+        if (c.arch == Architecture::Gemma3 || c.arch == Architecture::Qwen3) {
             expect_norm(w.q_norm, c.head_dim, l + "q norm");
             expect_norm(w.k_norm, c.head_dim, l + "k norm");
+        }
+        if (c.arch == Architecture::Qwen2) {
+            expect_norm(NormWeight{w.bq.data, w.bq.size}, q_dim, l + "q bias");
+            expect_norm(NormWeight{w.bk.data, w.bk.size}, kv_dim, l + "k bias");
+            expect_norm(NormWeight{w.bv.data, w.bv.size}, kv_dim, l + "v bias");
+        }
+        if (c.arch == Architecture::Gemma3) {
             expect_norm(w.post_attn_norm, c.n_embd, l + "post-attention norm");
             expect_norm(w.post_ffn_norm, c.n_embd, l + "post-feed-forward norm");
         }
@@ -521,10 +607,15 @@ void Model::forward(Backend& be, Cache& cache, const int32_t* tokens, int64_t n,
         for (int64_t i = 0; i < m; ++i) pos[static_cast<size_t>(i)] = static_cast<int32_t>(cache.seq_length() + i);
         Buffer hidden = be.alloc(m, c.n_embd);
         try {
-            if (c.arch == Architecture::Gemma3)
-                forward_gemma3(*this, be, cache, tokens + off, pos.data(), m, hidden, cancel);
-            else
-                forward_llama(*this, be, cache, tokens + off, pos.data(), m, hidden, cancel);
+            switch (c.arch) {
+                case Architecture::Gemma3: forward_gemma3(*this, be, cache, tokens + off, pos.data(), m, hidden, cancel); break;
+                case Architecture::Qwen2: forward_qwen2(*this, be, cache, tokens + off, pos.data(), m, hidden, cancel); break;
+                case Architecture::Qwen3: forward_qwen3(*this, be, cache, tokens + off, pos.data(), m, hidden, cancel); break;
+                case Architecture::Llama:
+                case Architecture::Phi3:  // Llama's pass over the fused weights' parts (llama.cpp)
+                    forward_llama(*this, be, cache, tokens + off, pos.data(), m, hidden, cancel);
+                    break;
+            }
         } catch (...) {
             // Some layers took the chunk and some did not (e.g. a full disk under an offloaded
             // cache): put every layer back at the tokens the cache reports.

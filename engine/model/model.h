@@ -17,11 +17,12 @@ namespace kvchat {
 class GgufFile;
 class SafetensorsDir;
 
-enum class Architecture { Gemma3, Llama };
+// The forward passes kvchat has (architectures.h). Llama 3 is Llama with RoPE frequency factors.
+enum class Architecture { Gemma3, Llama, Qwen2, Qwen3, Phi3 };
 
 struct ModelConfig {
     Architecture arch = Architecture::Llama;
-    std::string arch_name;    // as the file names it ("gemma3", "llama")
+    std::string arch_name;    // as the file names it ("gemma3", "llama", "qwen2", "qwen3", "phi3")
     std::string source;       // "gguf" or "safetensors"
     int n_layer = 0;
     int n_embd = 0;
@@ -43,10 +44,13 @@ struct ModelConfig {
     std::vector<bool> layer_sliding;  // per layer
 };
 
+// One layer's weights. Phi-3's fused matrices (attn_qkv, ffn_up holding gate and up) are held as
+// row ranges of the file's tensor, read in place like any other.
 struct LayerWeights {
     WeightMatrix wq{}, wk{}, wv{}, wo{};
     WeightMatrix w_gate{}, w_up{}, w_down{};
-    NormWeight attn_norm, q_norm, k_norm, post_attn_norm;  // q/k/post norms: Gemma 3 only
+    BiasVector bq, bk, bv;                                 // Qwen 2 (size 0: none)
+    NormWeight attn_norm, q_norm, k_norm, post_attn_norm;  // q/k norms: Gemma 3, Qwen 3; post: Gemma 3
     NormWeight ffn_norm, post_ffn_norm;
 };
 
@@ -115,7 +119,7 @@ private:
     WeightMatrix tok_embd_{}, output_{};
     NormWeight output_norm_;
     std::vector<LayerWeights> layers_;
-    std::vector<std::vector<float>> norm_store_;  // norm weights converted to f32 (tiny)
+    std::vector<std::vector<float>> norm_store_;  // norm weights and biases converted to f32 (tiny)
 };
 
 }  // namespace kvchat

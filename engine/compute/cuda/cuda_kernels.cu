@@ -75,6 +75,10 @@ __global__ void add_kernel(float* x, const float* y, int64_t n) {
     GRID_STRIDE(i, n) x[i] += y[i];
 }
 
+__global__ void add_bias_kernel(float* x, const float* b, int64_t n, int64_t width) {
+    GRID_STRIDE(i, n) x[i] += b[i % width];
+}
+
 __global__ void gelu_gated_kernel(float* gate, const float* up, int64_t n, const float* table) {
     GRID_STRIDE(i, n) {
         const float x = gate[i];
@@ -364,6 +368,9 @@ void rms_norm(const float* x, float* out, int64_t groups, int64_t width, const f
 }
 void add(float* x, const float* y, int64_t n, cudaStream_t stream) {
     add_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, y, n);
+}
+void add_bias(float* x, const float* b, int64_t rows, int64_t width, cudaStream_t stream) {
+    add_bias_kernel<<<blocks_for(rows * width), kThreads, 0, stream>>>(x, b, rows * width, width);
 }
 void gelu_gated(float* gate, const float* up, int64_t n, const float* table, cudaStream_t stream) {
     gelu_gated_kernel<<<blocks_for(n), kThreads, 0, stream>>>(gate, up, n, table);

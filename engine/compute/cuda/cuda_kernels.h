@@ -16,6 +16,8 @@ void round_f16(float* x, int64_t n, float scale, cudaStream_t stream);
 // Groups of `width` values: out = x / rms(x) * w, the squares summed in double as the CPU does.
 void rms_norm(const float* x, float* out, int64_t groups, int64_t width, const float* w, float eps, cudaStream_t stream);
 void add(float* x, const float* y, int64_t n, cudaStream_t stream);
+// x[r * width + i] += b[i] for r < rows
+void add_bias(float* x, const float* b, int64_t rows, int64_t width, cudaStream_t stream);
 // gate = act(gate) * up; gelu as the CPU's table: input and output on the fp16 grid.
 // table: the CPU's 65,536-entry GELU table indexed by the input's fp16 bits (built on the host).
 void gelu_gated(float* gate, const float* up, int64_t n, const float* table, cudaStream_t stream);

@@ -1,0 +1,211 @@
+// Q4_1 x Q8_1 in llama.cpp's order (q4_1_product.h).
+#include "engine/compute/q4_1_product.h"
+
+#include "engine/compute/quant_blocks.h"
+#include "engine/compute/thread_pool.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+namespace kvchat {
+
+namespace {
+
+// One token as quantize_row_q8_1 (AVX2 build): per block of 32, d = max|x| / 127 (float), q =
+// round-to-even(x * (127 / max)), d kept as fp16 and s = fp16(d * sum(q)).
+void quantize_q8_1(const float* x, int64_t cols, BlockQ8_1* out) {
+    const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    for (int64_t b = 0; b < cols / QK8_1; ++b) {
+        const float* xb = x + b * QK8_1;
+        __m256 v[4];
+        __m256 amax = _mm256_setzero_ps();
+        for (int k = 0; k < 4; ++k) {
+            v[k] = _mm256_loadu_ps(xb + 8 * k);
+            amax = _mm256_max_ps(amax, _mm256_and_ps(v[k], abs_mask));
+        }
+        __m128 m4 = _mm_max_ps(_mm256_extractf128_ps(amax, 1), _mm256_castps256_ps128(amax));
+        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+        m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+        const float max = _mm_cvtss_f32(m4);
+        const float d = max / 127.0f;
+        const __m256 mul = _mm256_set1_ps(max != 0.0f ? 127.0f / max : 0.0f);
+        __m256i q[4];
+        for (int k = 0; k < 4; ++k)
+            q[k] = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v[k], mul), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+        __m256i sum = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
+        __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(sum), _mm256_extracti128_si256(sum, 1));
+        s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4e));
+        s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xb1));
+        out[b].d = fp32_to_fp16(d);
+        out[b].s = fp32_to_fp16(d * static_cast<float>(_mm_cvtsi128_si32(s4)));
+        const __m256i packed = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(out[b].qs), _mm256_permutevar8x32_epi32(packed, order));
+    }
+}
+
+// hsum_float_8: ((a4 + a0) + (a6 + a2)) + ((a5 + a1) + (a7 + a3)).
+inline float hsum8(__m256 a) {
+    __m128 r = _mm_add_ps(_mm256_extractf128_ps(a, 1), _mm256_castps256_ps128(a));
+    r = _mm_add_ps(r, _mm_movehl_ps(r, r));
+    r = _mm_add_ss(r, _mm_movehdup_ps(r));
+    return _mm_cvtss_f32(r);
+}
+
+// Rows [0, n_rows) (`stride` bytes apart) against one token's blocks; ROWS rows share each loaded
+// activation block.
+template <int ROWS>
+void dot_rows(const uint8_t* rows, size_t stride, int64_t n_blocks, const BlockQ8_1* x, float* y) {
+    const __m256i low = _mm256_set1_epi8(0x0f);
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256 acc[ROWS];
+    float mins[ROWS];
+    for (int r = 0; r < ROWS; ++r) acc[r] = _mm256_setzero_ps(), mins[r] = 0.0f;
+    for (int64_t b = 0; b < n_blocks; ++b) {
+        const __m256i qx = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].qs));
+        const float dx = _cvtsh_ss(x[b].d), sx = _cvtsh_ss(x[b].s);  // F16C: exact, as fp16_to_fp32
+        for (int r = 0; r < ROWS; ++r) {
+            const auto* wb = reinterpret_cast<const BlockQ4_1*>(rows + r * stride) + b;
+            const __m128i nib = _mm_loadu_si128(reinterpret_cast<const __m128i*>(wb->qs));
+            const __m256i qw = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(nib, 4), nib), low);
+            // Exact: 4 products of at most 15 * 127 per lane.
+            const __m256 s = _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_maddubs_epi16(qw, qx), ones));
+            mins[r] = std::fma(_cvtsh_ss(wb->m), sx, mins[r]);
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(wb->d) * dx), s, acc[r]);
+        }
+    }
+    for (int r = 0; r < ROWS; ++r) y[r] = hsum8(acc[r]) + mins[r];
+}
+
+// Rows unpacked once for a batch of tokens: per row and block, 32 bytes of weights 0..15 in
+// column order, and the block's scale and minimum as floats.
+struct UnpackedRows {
+    std::vector<uint8_t> q;
+    std::vector<float> d, m;
+};
+
+void unpack_rows(const uint8_t* rows, size_t stride, int n_rows, int64_t n_blocks, UnpackedRows& u) {
+    u.q.resize(size_t(n_rows) * size_t(n_blocks) * 32);
+    u.d.resize(size_t(n_rows) * size_t(n_blocks));
+    u.m.resize(u.d.size());
+    const __m256i low = _mm256_set1_epi8(0x0f);
+    for (int r = 0; r < n_rows; ++r) {
+        const auto* wb = reinterpret_cast<const BlockQ4_1*>(rows + r * stride);
+        for (int64_t b = 0; b < n_blocks; ++b) {
+            const size_t i = size_t(r) * size_t(n_blocks) + size_t(b);
+            const __m128i nib = _mm_loadu_si128(reinterpret_cast<const __m128i*>(wb[b].qs));
+            _mm256_storeu_si256(reinterpret_cast<__m256i*>(u.q.data() + 32 * i),
+                                _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(nib, 4), nib), low));
+            u.d[i] = _cvtsh_ss(wb[b].d);
+            u.m[i] = _cvtsh_ss(wb[b].m);
+        }
+    }
+}
+
+// ROWS unpacked rows (from row r0 of u) against TOKENS tokens: the same arithmetic as dot_rows,
+// each loaded weight vector serving every token and each activation block every row.
+template <int ROWS, int TOKENS>
+void panel_dot(const UnpackedRows& u, int r0, int64_t n_blocks, const BlockQ8_1* const* x, float* y, int64_t y_stride) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256 acc[ROWS][TOKENS];
+    float mins[ROWS][TOKENS];
+    for (int r = 0; r < ROWS; ++r)
+        for (int t = 0; t < TOKENS; ++t) acc[r][t] = _mm256_setzero_ps(), mins[r][t] = 0.0f;
+    for (int64_t b = 0; b < n_blocks; ++b) {
+        __m256i qx[TOKENS];
+        float dx[TOKENS], sx[TOKENS];
+        for (int t = 0; t < TOKENS; ++t) {
+            qx[t] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[t][b].qs));
+            dx[t] = _cvtsh_ss(x[t][b].d);
+            sx[t] = _cvtsh_ss(x[t][b].s);
+        }
+        for (int r = 0; r < ROWS; ++r) {
+            const size_t i = size_t(r0 + r) * size_t(n_blocks) + size_t(b);
+            const __m256i qw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(u.q.data() + 32 * i));
+            const float dw = u.d[i], mw = u.m[i];
+            for (int t = 0; t < TOKENS; ++t) {
+                const __m256 s = _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_maddubs_epi16(qw, qx[t]), ones));
+                mins[r][t] = std::fma(mw, sx[t], mins[r][t]);
+                acc[r][t] = _mm256_fmadd_ps(_mm256_set1_ps(dw * dx[t]), s, acc[r][t]);
+            }
+        }
+    }
+    for (int r = 0; r < ROWS; ++r)
+        for (int t = 0; t < TOKENS; ++t) y[t * y_stride + r] = hsum8(acc[r][t]) + mins[r][t];
+}
+
+// Up to 16 unpacked rows against tokens [0, n_tokens): pairs of tokens, rows in fours.
+void panel_rows(const UnpackedRows& u, int n_rows, int64_t n_blocks, const BlockQ8_1* xq, int64_t n_tokens, float* y,
+                int64_t y_stride) {
+    int64_t t = 0;
+    for (; t + 2 <= n_tokens; t += 2) {
+        const BlockQ8_1* x[2] = {xq + t * n_blocks, xq + (t + 1) * n_blocks};
+        int r = 0;
+        for (; r + 4 <= n_rows; r += 4) panel_dot<4, 2>(u, r, n_blocks, x, y + t * y_stride + r, y_stride);
+        for (; r < n_rows; ++r) panel_dot<1, 2>(u, r, n_blocks, x, y + t * y_stride + r, y_stride);
+    }
+    if (t < n_tokens) {
+        const BlockQ8_1* x[1] = {xq + t * n_blocks};
+        int r = 0;
+        for (; r + 4 <= n_rows; r += 4) panel_dot<4, 1>(u, r, n_blocks, x, y + t * y_stride + r, y_stride);
+        for (; r < n_rows; ++r) panel_dot<1, 1>(u, r, n_blocks, x, y + t * y_stride + r, y_stride);
+    }
+}
+
+}  // namespace
+
+void q4_1_product(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y, ThreadPool& pool) {
+    const int64_t n_blocks = w.cols / QK4_1;
+    thread_local std::vector<BlockQ8_1> xq;
+    xq.resize(static_cast<size_t>(n_tokens * n_blocks));
+    BlockQ8_1* const xb = xq.data();  // the calling thread's: the lambdas run on the pool's threads too
+    auto quantize = [&](int64_t t0, int64_t t1) {
+        for (int64_t t = t0; t < t1; ++t) quantize_q8_1(x + t * w.cols, w.cols, xb + t * n_blocks);
+    };
+    if (n_tokens * w.cols >= 32768) pool.parallel_for(n_tokens, quantize);
+    else quantize(0, n_tokens);
+
+    const size_t stride = row_bytes(w.type, w.cols);
+    const auto* base = static_cast<const uint8_t*>(w.data);
+    // Pieces of 16 rows: a few tokens reuse them from L1, and the threads share them as they go.
+    constexpr int64_t kRowStep = 16;
+    const int64_t n_steps = (w.rows + kRowStep - 1) / kRowStep;
+    const int64_t grain = std::max<int64_t>(1, n_steps / (8 * int64_t(pool.size())));
+    if (n_tokens <= 2) {
+        // Decode: the weights stream from memory once; each block is unpacked where it is used.
+        pool.parallel_for_dynamic(n_steps, grain, [&](int64_t s0, int64_t s1) {
+            for (int64_t s = s0; s < s1; ++s) {
+                const int64_t r0 = s * kRowStep, r1 = std::min(w.rows, r0 + kRowStep);
+                for (int64_t t = 0; t < n_tokens; ++t) {
+                    const BlockQ8_1* xt = xb + t * n_blocks;
+                    float* yt = y + t * w.rows;
+                    int64_t r = r0;
+                    for (; r + 4 <= r1; r += 4) dot_rows<4>(base + r * stride, stride, n_blocks, xt, yt + r);
+                    for (; r < r1; ++r) dot_rows<1>(base + r * stride, stride, n_blocks, xt, yt + r);
+                }
+            }
+        });
+        return;
+    }
+    // A batch: 16 rows unpacked once, then every token against them from L1.
+    const bool avx512 = std::strcmp(simd_level(), "avx2") != 0;
+    pool.parallel_for_dynamic(n_steps, 1, [&](int64_t s0, int64_t s1) {
+        thread_local UnpackedRows u;
+        for (int64_t s = s0; s < s1; ++s) {
+            const int64_t r0 = s * kRowStep;
+            const int n = int(std::min(kRowStep, w.rows - r0));
+            unpack_rows(base + r0 * stride, stride, n, n_blocks, u);
+            if (avx512)
+                q4_1::panel_rows_avx512(q4_1::UnpackedPanel{u.q.data(), u.d.data(), u.m.data(), n_blocks}, n, xb, n_tokens,
+                                        y + r0, w.rows);
+            else
+                panel_rows(u, n, n_blocks, xb, n_tokens, y + r0, w.rows);
+        }
+    });
+}
+
+}  // namespace kvchat
