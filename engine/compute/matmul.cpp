@@ -130,7 +130,7 @@ struct ActivationBuffers {
     std::vector<int8_t> q;
     std::vector<float> d;
     std::vector<int16_t> sum16;
-    std::vector<int32_t> neg_sum8;
+    std::vector<int32_t> neg_sum8, neg_sum4;
     std::vector<float> group_d, group_d_sum;
     std::vector<int32_t> group_bias;
 };
@@ -147,11 +147,16 @@ QuantizedActivations quantize_activations(const float* x, int64_t n_tokens, int6
     a.q = buf.q.data();
     a.d = buf.d.data();
     a.sum16 = buf.sum16.data();
-    // Only the fused kernels (a token or two) read neg_sum8.
+    // Only the fused kernels (a token or two) read neg_sum8; the ordered 32-column kernels read
+    // neg_sum4 for every call whose tokens the threads split into ones or twos.
     const bool sums8 = block == 32 && n_tokens <= kFusedMaxTokens;
     if (sums8) {
         buf.neg_sum8.assign(size_t(n_tokens * (cols / 32) * 8), 0);
         a.neg_sum8 = buf.neg_sum8.data();
+    }
+    if (block == 32) {
+        buf.neg_sum4.resize(size_t(n_tokens * (cols / 4)));
+        a.neg_sum4 = buf.neg_sum4.data();
     }
     auto quantize = [&](int64_t t0, int64_t t1) {
         for (int64_t t = t0; t < t1; ++t) {
@@ -161,6 +166,16 @@ QuantizedActivations quantize_activations(const float* x, int64_t n_tokens, int6
             if (sums8) {
                 int32_t* s8 = buf.neg_sum8.data() + t * (cols / 32) * 8;
                 for (int64_t b = 0; b < cols / 32; ++b) s8[8 * b] = -(int32_t(s16[2 * b]) + s16[2 * b + 1]);
+            }
+            if (block == 32) {
+                const int8_t* q = buf.q.data() + t * cols;
+                int32_t* s4 = buf.neg_sum4.data() + t * (cols / 4);
+                const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
+                for (int64_t c = 0; c < cols; c += 32) {
+                    const __m256i q32 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + c));
+                    const __m256i sums = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, q32), ones16);
+                    _mm256_storeu_si256(reinterpret_cast<__m256i*>(s4 + c / 4), _mm256_sub_epi32(_mm256_setzero_si256(), sums));
+                }
             }
         }
     };
