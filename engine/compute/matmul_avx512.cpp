@@ -422,10 +422,60 @@ void rows32_unsigned(const uint8_t* rows, size_t stride, int64_t nb, const Quant
         for (int k = 0; k < NT; ++k) y[(t + k) * y_stride + j] = hsum(acc[j][k]);
 }
 
+// The same with two rows per 512-bit register (lanes 0-7 row 2p, 8-15 row 2p + 1), R rows: on
+// Zen 5, 8 rows at a time run ~12% faster than 4 rows in 256-bit registers (the block scales'
+// inserts and converts are shared by more rows); the 256-bit kernel takes the rest.
+template <class Block, class Values, int R, int NT>
+void rows32_unsigned_512(const uint8_t* rows, size_t stride, int64_t nb, const QuantizedActivations& x, int64_t t,
+                         float* y, int64_t y_stride) {
+    static_assert(R % 2 == 0 && R <= 8);
+    constexpr int P = R / 2;
+    const Block* b[R];
+    for (int j = 0; j < R; ++j) b[j] = reinterpret_cast<const Block*>(rows + j * stride);
+    const int8_t* xq[NT];
+    const float* xd[NT];
+    const int32_t* xs[NT];
+    for (int k = 0; k < NT; ++k) xq[k] = x.q_row(t + k), xd[k] = x.d_row(t + k), xs[k] = x.neg_sum4_row(t + k);
+    __m512 acc[P][NT];
+    for (int p = 0; p < P; ++p)
+        for (int k = 0; k < NT; ++k) acc[p][k] = _mm512_setzero_ps();
+    __m512i pick[P];
+    for (int p = 0; p < P; ++p)
+        pick[p] = _mm512_inserti64x4(_mm512_set1_epi32(2 * p), _mm256_set1_epi32(2 * p + 1), 1);
+    constexpr int kStep = R * int(sizeof(Block));
+    const char* next = reinterpret_cast<const char*>(rows + R * stride);
+    for (int64_t i = 0; i < nb; ++i) {
+        for (int o = 0; o < kStep; o += 64) _mm_prefetch(next + i * kStep + o, _MM_HINT_T0);
+        __m512i xv[NT], start[NT];
+        for (int k = 0; k < NT; ++k) {
+            xv[k] = _mm512_broadcast_i64x4(load256(xq[k] + 32 * i));
+            start[k] = _mm512_slli_epi32(_mm512_broadcast_i64x4(load256(xs[k] + 8 * i)), Values::kShift);
+        }
+        __m128i raw = _mm_cvtsi32_si128(b[0][i].d);
+        for (int j = 1; j < R; ++j) raw = _mm_insert_epi16(raw, b[j][i].d, j);
+        const __m256 dw = _mm256_cvtph_ps(raw);
+        __m512 d[NT];
+        for (int k = 0; k < NT; ++k) d[k] = _mm512_castps256_ps512(_mm256_mul_ps(dw, _mm256_set1_ps(xd[k][i])));
+        for (int p = 0; p < P; ++p) {
+            const __m512i u = _mm512_inserti64x4(_mm512_castsi256_si512(Values::get(b[2 * p][i])), Values::get(b[2 * p + 1][i]), 1);
+            for (int k = 0; k < NT; ++k) {
+                const __m512i s = _mm512_dpbusd_epi32(start[k], u, xv[k]);
+                acc[p][k] = _mm512_fmadd_ps(_mm512_permutexvar_ps(pick[p], d[k]), _mm512_cvtepi32_ps(s), acc[p][k]);
+            }
+        }
+    }
+    for (int p = 0; p < P; ++p)
+        for (int k = 0; k < NT; ++k) {
+            y[(t + k) * y_stride + 2 * p] = hsum(_mm512_castps512_ps256(acc[p][k]));
+            y[(t + k) * y_stride + 2 * p + 1] = hsum(_mm512_extractf32x8_ps(acc[p][k], 1));
+        }
+}
+
 template <class Block, class Values, int NT>
 void rows32_unsigned_few(const uint8_t* rows, size_t stride, int n_rows, int64_t nb, const QuantizedActivations& x,
                          int64_t t, float* y, int64_t y_stride) {
     int r = 0;
+    for (; r + 8 <= n_rows; r += 8) rows32_unsigned_512<Block, Values, 8, NT>(rows + r * stride, stride, nb, x, t, y + r, y_stride);
     for (; r + 4 <= n_rows; r += 4) rows32_unsigned<Block, Values, 4, NT>(rows + r * stride, stride, nb, x, t, y + r, y_stride);
     switch (n_rows - r) {
         case 3: rows32_unsigned<Block, Values, 3, NT>(rows + r * stride, stride, nb, x, t, y + r, y_stride); break;
