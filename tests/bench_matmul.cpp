@@ -140,5 +140,7 @@ int main(int argc, char** argv) {
             std::fflush(stdout);
         }
     }
+    const std::string families = simd_family_levels();
+    if (!families.empty()) std::printf("levels taken (measured on first use): %s\n", families.c_str());
     return 0;
 }
