@@ -426,7 +426,47 @@ struct Tile {
     }
 
     // Values of a quantized block read from their codes: each adds p·scale·codes, and p·zero is
-    // summed per channel group and added once for the block.
+    // summed per channel group and added once for the block. Rows RB at a time hold 16 channels
+    // each in registers over the block's columns (each code unpacked once for RB rows), with the
+    // products p·scale made beforehand (ps: per column, row and value group): per row and
+    // channel the same fma(p·scale, code, out) in column order as one row at a time.
+    template <int NB, int RB>
+    void pv_block_rows(int r, int d0, int d1, int a0, int a1, int k0, int nk, const float* ps) const {
+        const KiviFormat& f = *in.kivi;
+        const uint8_t* data = in.blocks[static_cast<size_t>(cols[act[a0]].block)].data;
+        const int vg = f.value_group;
+        const size_t rb = f.row_code_bytes();
+        const int step = RB * nk;
+        int d = d0;
+        for (; d + 16 <= d1; d += 16) {
+            const int g0 = d / vg - k0, g1 = (d + 8) / vg - k0;
+            __m256 acc[RB][2];
+            for (int i = 0; i < RB; ++i) acc[i][0] = _mm256_loadu_ps(o[r + i] + d), acc[i][1] = _mm256_loadu_ps(o[r + i] + d + 8);
+            const float* p = ps;
+            for (int a = a0; a < a1; ++a, p += step) {
+                const uint8_t* row = data + f.v_codes + static_cast<size_t>(cols[act[a]].j) * rb;
+                const __m256 x0 = unpack8<NB>(row, goff + d), x1 = unpack8<NB>(row, goff + d + 8);
+                for (int i = 0; i < RB; ++i) {
+                    acc[i][0] = _mm256_fmadd_ps(_mm256_broadcast_ss(p + i * nk + g0), x0, acc[i][0]);
+                    acc[i][1] = _mm256_fmadd_ps(_mm256_broadcast_ss(p + i * nk + g1), x1, acc[i][1]);
+                }
+            }
+            for (int i = 0; i < RB; ++i) _mm256_storeu_ps(o[r + i] + d, acc[i][0]), _mm256_storeu_ps(o[r + i] + d + 8, acc[i][1]);
+        }
+        for (; d < d1; d += 8) {
+            const int g0 = d / vg - k0;
+            __m256 acc[RB];
+            for (int i = 0; i < RB; ++i) acc[i] = _mm256_loadu_ps(o[r + i] + d);
+            const float* p = ps;
+            for (int a = a0; a < a1; ++a, p += step) {
+                const uint8_t* row = data + f.v_codes + static_cast<size_t>(cols[act[a]].j) * rb;
+                const __m256 x = unpack8<NB>(row, goff + d);
+                for (int i = 0; i < RB; ++i) acc[i] = _mm256_fmadd_ps(_mm256_broadcast_ss(p + i * nk + g0), x, acc[i]);
+            }
+            for (int i = 0; i < RB; ++i) _mm256_storeu_ps(o[r + i] + d, acc[i]);
+        }
+    }
+
     template <int NB>
     void pv_block(int d0, int d1, int a0, int a1) const {
         const KiviFormat& f = *in.kivi;
@@ -435,24 +475,31 @@ struct Tile {
         const int k0 = d0 / vg, k1 = (d1 + vg - 1) / vg;  // value groups touched
         const int nk = k1 - k0;
         std::fill(zsum, zsum + static_cast<size_t>(R) * nk, 0.0f);
-        const size_t rb = f.row_code_bytes();
         for (int a = a0; a < a1; ++a) {
             const int c = act[a];
-            const int j = cols[c].j;
-            const uint8_t* row = data + f.v_codes + static_cast<size_t>(j) * rb;
-            const float* vs = f.value_scale(data, j) + goff / vg;
-            const float* vz = f.value_zero(data, j) + goff / vg;
+            const float* vz = f.value_zero(data, cols[c].j) + goff / vg;
             for (int r = 0; r < R; ++r) {
                 const float pr = S[r * ldc + c];
                 for (int k = k0; k < k1; ++k) zsum[r * nk + k - k0] += pr * vz[k];
             }
-            for (int d = d0; d < d1; d += 8) {
-                const __m256 x = unpack8<NB>(row, goff + d);
-                const float sc = vs[d / vg];
-                for (int r = 0; r < R; ++r) {
-                    float* od = o[r] + d;
-                    _mm256_storeu_ps(od, _mm256_fmadd_ps(_mm256_set1_ps(S[r * ldc + c] * sc), x, _mm256_loadu_ps(od)));
-                }
+        }
+        constexpr int kRows = 4;
+        thread_local std::vector<float> ps;
+        ps.resize(static_cast<size_t>(a1 - a0) * kRows * nk);
+        for (int r = 0; r < R; r += kRows) {
+            const int nr = std::min(kRows, R - r);
+            for (int a = a0; a < a1; ++a) {
+                const int c = act[a];
+                const float* vs = f.value_scale(data, cols[c].j) + goff / vg;
+                float* p = ps.data() + static_cast<size_t>(a - a0) * nr * nk;
+                for (int i = 0; i < nr; ++i)
+                    for (int k = k0; k < k1; ++k) p[i * nk + k - k0] = S[(r + i) * ldc + c] * vs[k];
+            }
+            switch (nr) {
+                case 4: pv_block_rows<NB, 4>(r, d0, d1, a0, a1, k0, nk, ps.data()); break;
+                case 3: pv_block_rows<NB, 3>(r, d0, d1, a0, a1, k0, nk, ps.data()); break;
+                case 2: pv_block_rows<NB, 2>(r, d0, d1, a0, a1, k0, nk, ps.data()); break;
+                default: pv_block_rows<NB, 1>(r, d0, d1, a0, a1, k0, nk, ps.data()); break;
             }
         }
         for (int r = 0; r < R; ++r)
