@@ -3,9 +3,10 @@
 // 128-token f16 residual, as the quantized strategy holds it: ms per call (median), and a hash of
 // the output to compare two builds that must agree bit for bit.
 // usage: bench_attention [--threads N] [--context N] [--queries N] [--window W] [--runs N]
-//                        [--kind dynamic|quantized:NBITS]...
+//                        [--level avx2|avx512-vnni] [--kind dynamic|quantized:NBITS]...
 #include "engine/compute/attention.h"
 #include "engine/compute/kivi_block.h"
+#include "engine/compute/matmul.h"
 #include "engine/compute/quant_blocks.h"
 #include "engine/compute/thread_pool.h"
 
@@ -43,9 +44,10 @@ int main(int argc, char** argv) {
         else if (a == "--window" && i + 1 < argc) window = std::atoi(argv[++i]);
         else if (a == "--runs" && i + 1 < argc) runs = std::max(1, std::atoi(argv[++i]));
         else if (a == "--kind" && i + 1 < argc) kinds.push_back(argv[++i]);
+        else if (a == "--level" && i + 1 < argc) force_simd_level(argv[++i]);
         else {
             std::fprintf(stderr, "usage: bench_attention [--threads N] [--context N] [--queries N] [--window W] [--runs N] "
-                                 "[--kind dynamic|quantized:NBITS]...\n");
+                                 "[--level avx2|avx512-vnni] [--kind dynamic|quantized:NBITS]...\n");
             return 2;
         }
     }
@@ -65,8 +67,8 @@ int main(int argc, char** argv) {
     std::vector<float> out(q.size());
     const AttentionShape shape{kHeads, kKvHeads, kHeadDim, 1.0f, 0.0f, true};
 
-    std::printf("%lld queries after %lld tokens, window %d, %d threads; median of %d runs\n", (long long)queries,
-                (long long)context, window, threads, runs);
+    std::printf("%lld queries after %lld tokens, window %d, %d threads, %s; median of %d runs\n", (long long)queries,
+                (long long)context, window, threads, simd_level(), runs);
     for (const std::string& kind : kinds) {
         AttentionInput in;
         in.q = q.data();

@@ -1,5 +1,7 @@
 #include "engine/compute/attention.h"
 
+#include "engine/compute/attention_kernels.h"
+#include "engine/compute/matmul.h"
 #include "engine/compute/quant_blocks.h"
 #include "engine/compute/thread_pool.h"
 
@@ -9,6 +11,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <string_view>
 #include <vector>
 
 // Attention as three small dense steps per (query tile, kv head): the group's query heads times
@@ -148,6 +151,12 @@ inline __m256 unpack8(const uint8_t* row, int c) {
     }
 }
 
+// The AVX-512 kernels for KIVI blocks (the same values), unless the CPU lacks AVX-512 or the
+// level is forced to AVX2.
+const attention_kernels::KiviKernels* kivi_kernels_512() {
+    return std::string_view(simd_level()) == "avx2" ? nullptr : &attention_kernels::avx512_kivi_kernels();
+}
+
 // Per-thread scratch, kept between calls.
 struct Scratch {
     std::vector<int> act;
@@ -274,6 +283,13 @@ struct Tile {
             bias[r] = dot_tree(q[r], kz, hd);
         }
         const size_t rb = f.row_code_bytes();
+        if (const auto* k512 = kivi_kernels_512()) {
+            thread_local std::vector<const uint8_t*> rows;
+            rows.clear();
+            for (int a = a0; a < a1; ++a) rows.push_back(data + f.k_codes + static_cast<size_t>(cols[act[a]].j) * rb);
+            k512->scores(qk, R, hd, bias, rows.data(), act + a0, a1 - a0, NB, goff, S, ldc);
+            return;
+        }
         for (int a = a0; a < a1; ++a) {
             const int c = act[a];
             const uint8_t* row = data + f.k_codes + static_cast<size_t>(cols[c].j) * rb;
@@ -431,11 +447,9 @@ struct Tile {
     // products p·scale made beforehand (ps: per column, row and value group): per row and
     // channel the same fma(p·scale, code, out) in column order as one row at a time.
     template <int NB, int RB>
-    void pv_block_rows(int r, int d0, int d1, int a0, int a1, int k0, int nk, const float* ps) const {
-        const KiviFormat& f = *in.kivi;
-        const uint8_t* data = in.blocks[static_cast<size_t>(cols[act[a0]].block)].data;
-        const int vg = f.value_group;
-        const size_t rb = f.row_code_bytes();
+    void pv_block_rows(int r, int d0, int d1, int a0, int a1, int k0, int nk, const float* ps,
+                       const uint8_t* const* rows) const {
+        const int vg = in.kivi->value_group;
         const int step = RB * nk;
         int d = d0;
         for (; d + 16 <= d1; d += 16) {
@@ -444,7 +458,7 @@ struct Tile {
             for (int i = 0; i < RB; ++i) acc[i][0] = _mm256_loadu_ps(o[r + i] + d), acc[i][1] = _mm256_loadu_ps(o[r + i] + d + 8);
             const float* p = ps;
             for (int a = a0; a < a1; ++a, p += step) {
-                const uint8_t* row = data + f.v_codes + static_cast<size_t>(cols[act[a]].j) * rb;
+                const uint8_t* row = rows[a - a0];
                 const __m256 x0 = unpack8<NB>(row, goff + d), x1 = unpack8<NB>(row, goff + d + 8);
                 for (int i = 0; i < RB; ++i) {
                     acc[i][0] = _mm256_fmadd_ps(_mm256_broadcast_ss(p + i * nk + g0), x0, acc[i][0]);
@@ -459,8 +473,7 @@ struct Tile {
             for (int i = 0; i < RB; ++i) acc[i] = _mm256_loadu_ps(o[r + i] + d);
             const float* p = ps;
             for (int a = a0; a < a1; ++a, p += step) {
-                const uint8_t* row = data + f.v_codes + static_cast<size_t>(cols[act[a]].j) * rb;
-                const __m256 x = unpack8<NB>(row, goff + d);
+                const __m256 x = unpack8<NB>(rows[a - a0], goff + d);
                 for (int i = 0; i < RB; ++i) acc[i] = _mm256_fmadd_ps(_mm256_broadcast_ss(p + i * nk + g0), x, acc[i]);
             }
             for (int i = 0; i < RB; ++i) _mm256_storeu_ps(o[r + i] + d, acc[i]);
@@ -486,24 +499,40 @@ struct Tile {
         constexpr int kRows = 4;
         thread_local std::vector<float> ps;
         ps.resize(static_cast<size_t>(a1 - a0) * kRows * nk);
+        const auto* k512 = vg % 16 == 0 && d0 % 16 == 0 && d1 % 16 == 0 ? kivi_kernels_512() : nullptr;
+        thread_local std::vector<const uint8_t*> rows;
+        rows.clear();
+        for (int a = a0; a < a1; ++a) rows.push_back(data + f.v_codes + static_cast<size_t>(cols[act[a]].j) * f.row_code_bytes());
         for (int r = 0; r < R; r += kRows) {
             const int nr = std::min(kRows, R - r);
             for (int a = a0; a < a1; ++a) {
                 const int c = act[a];
-                const float* vs = f.value_scale(data, cols[c].j) + goff / vg;
+                const float* vs = f.value_scale(data, cols[c].j) + goff / vg + k0;
                 float* p = ps.data() + static_cast<size_t>(a - a0) * nr * nk;
-                for (int i = 0; i < nr; ++i)
-                    for (int k = k0; k < k1; ++k) p[i * nk + k - k0] = S[(r + i) * ldc + c] * vs[k];
+                for (int i = 0; i < nr; ++i) {
+                    const __m256 pr = _mm256_set1_ps(S[(r + i) * ldc + c]);
+                    int k = 0;
+                    for (; k + 8 <= nk; k += 8) _mm256_storeu_ps(p + i * nk + k, _mm256_mul_ps(pr, _mm256_loadu_ps(vs + k)));
+                    if (k < nk) _mm256_maskstore_ps(p + i * nk + k, tail_mask(nk - k), _mm256_mul_ps(pr, _mm256_maskload_ps(vs + k, tail_mask(nk - k))));
+                }
+            }
+            if (k512) {
+                k512->values(ps.data(), nr, nk, k0, vg, rows.data(), a1 - a0, NB, goff, d0, d1, o + r);
+                continue;
             }
             switch (nr) {
-                case 4: pv_block_rows<NB, 4>(r, d0, d1, a0, a1, k0, nk, ps.data()); break;
-                case 3: pv_block_rows<NB, 3>(r, d0, d1, a0, a1, k0, nk, ps.data()); break;
-                case 2: pv_block_rows<NB, 2>(r, d0, d1, a0, a1, k0, nk, ps.data()); break;
-                default: pv_block_rows<NB, 1>(r, d0, d1, a0, a1, k0, nk, ps.data()); break;
+                case 4: pv_block_rows<NB, 4>(r, d0, d1, a0, a1, k0, nk, ps.data(), rows.data()); break;
+                case 3: pv_block_rows<NB, 3>(r, d0, d1, a0, a1, k0, nk, ps.data(), rows.data()); break;
+                case 2: pv_block_rows<NB, 2>(r, d0, d1, a0, a1, k0, nk, ps.data(), rows.data()); break;
+                default: pv_block_rows<NB, 1>(r, d0, d1, a0, a1, k0, nk, ps.data(), rows.data()); break;
             }
         }
-        for (int r = 0; r < R; ++r)
-            for (int d = d0; d < d1; ++d) o[r][d] += zsum[r * nk + d / vg - k0];
+        for (int r = 0; r < R; ++r) {
+            int d = d0;
+            for (; d + 8 <= d1 && vg % 8 == 0; d += 8)
+                _mm256_storeu_ps(o[r] + d, _mm256_add_ps(_mm256_loadu_ps(o[r] + d), _mm256_set1_ps(zsum[r * nk + d / vg - k0])));
+            for (; d < d1; ++d) o[r][d] += zsum[r * nk + d / vg - k0];
+        }
     }
 
     // out rows, channels [d0, d1), = P · V over all columns, in column order.

@@ -38,4 +38,19 @@ struct DecodeKernels {
 const PrefillKernels& avx512_prefill_kernels();
 const DecodeKernels& avx512_decode_kernels();
 
+// Attention over KIVI blocks (attention.cpp; its AVX-512 kernels: attention_kivi_avx512.cpp),
+// the same values as attention.cpp's 256-bit loops.
+struct KiviKernels {
+    // S[r * ldc + cols[i]] = (one 8-lane FMA chain over d < hd of qk[r * hd + d] * code_i[goff + d],
+    // reduced by attention.cpp's tree) + bias[r], for i < n and r < R; code_i: the nbits-bit
+    // codes of the packed row rows[i]. hd is a multiple of 8.
+    void (*scores)(const float* qk, int R, int hd, const float* bias, const uint8_t* const* rows, const int* cols, int n,
+                   int nbits, int goff, float* S, int64_t ldc);
+    // o[i][d] = fma(ps[(a * RB + i) * nk + d / vg - k0], code_a[goff + d], o[i][d]) for a = 0..n-1
+    // in order, i < RB (<= 4), d in [d0, d1); d0, d1 and vg multiples of 16.
+    void (*values)(const float* ps, int RB, int nk, int k0, int vg, const uint8_t* const* rows, int n, int nbits, int goff,
+                   int d0, int d1, float* const* o);
+};
+const KiviKernels& avx512_kivi_kernels();
+
 }  // namespace kvchat::attention_kernels
