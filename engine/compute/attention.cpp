@@ -283,11 +283,13 @@ struct Tile {
             bias[r] = dot_tree(q[r], kz, hd);
         }
         const size_t rb = f.row_code_bytes();
-        if (const auto* k512 = kivi_kernels_512()) {
+        if (const auto* k512 = hd % 16 == 0 ? kivi_kernels_512() : nullptr) {
             thread_local std::vector<const uint8_t*> rows;
+            thread_local std::vector<float> scratch;
             rows.clear();
             for (int a = a0; a < a1; ++a) rows.push_back(data + f.k_codes + static_cast<size_t>(cols[act[a]].j) * rb);
-            k512->scores(qk, R, hd, bias, rows.data(), act + a0, a1 - a0, NB, goff, S, ldc);
+            scratch.resize(static_cast<size_t>(a1 - a0 + R + 1) * hd);
+            k512->scores(qk, R, hd, bias, rows.data(), act + a0, a1 - a0, NB, goff, S, ldc, scratch.data());
             return;
         }
         for (int a = a0; a < a1; ++a) {
@@ -446,6 +448,16 @@ struct Tile {
     // each in registers over the block's columns (each code unpacked once for RB rows), with the
     // products p·scale made beforehand (ps: per column, row and value group): per row and
     // channel the same fma(p·scale, code, out) in column order as one row at a time.
+    // p[i * nk + k] = S[r + i][c] * vs[k] for i < nr, k < nk.
+    void scale_probabilities(int c, int r, int nr, const float* vs, int nk, float* p) const {
+        for (int i = 0; i < nr; ++i) {
+            const __m256 pr = _mm256_set1_ps(S[(r + i) * ldc + c]);
+            int k = 0;
+            for (; k + 8 <= nk; k += 8) _mm256_storeu_ps(p + i * nk + k, _mm256_mul_ps(pr, _mm256_loadu_ps(vs + k)));
+            if (k < nk) _mm256_maskstore_ps(p + i * nk + k, tail_mask(nk - k), _mm256_mul_ps(pr, _mm256_maskload_ps(vs + k, tail_mask(nk - k))));
+        }
+    }
+
     template <int NB, int RB>
     void pv_block_rows(int r, int d0, int d1, int a0, int a1, int k0, int nk, const float* ps,
                        const uint8_t* const* rows) const {
@@ -496,40 +508,44 @@ struct Tile {
                 for (int k = k0; k < k1; ++k) zsum[r * nk + k - k0] += pr * vz[k];
             }
         }
-        constexpr int kRows = 4;
-        thread_local std::vector<float> ps;
-        ps.resize(static_cast<size_t>(a1 - a0) * kRows * nk);
         const auto* k512 = vg % 16 == 0 && d0 % 16 == 0 && d1 % 16 == 0 ? kivi_kernels_512() : nullptr;
         thread_local std::vector<const uint8_t*> rows;
         rows.clear();
         for (int a = a0; a < a1; ++a) rows.push_back(data + f.v_codes + static_cast<size_t>(cols[act[a]].j) * f.row_code_bytes());
-        for (int r = 0; r < R; r += kRows) {
-            const int nr = std::min(kRows, R - r);
+        thread_local std::vector<float> ps;
+        if (k512) {
+            // All rows at once: the AVX-512 kernel unpacks each value once for every row.
+            ps.resize(static_cast<size_t>(a1 - a0) * R * nk + static_cast<size_t>(a1 - a0) * 32);
             for (int a = a0; a < a1; ++a) {
                 const int c = act[a];
                 const float* vs = f.value_scale(data, cols[c].j) + goff / vg + k0;
-                float* p = ps.data() + static_cast<size_t>(a - a0) * nr * nk;
-                for (int i = 0; i < nr; ++i) {
-                    const __m256 pr = _mm256_set1_ps(S[(r + i) * ldc + c]);
-                    int k = 0;
-                    for (; k + 8 <= nk; k += 8) _mm256_storeu_ps(p + i * nk + k, _mm256_mul_ps(pr, _mm256_loadu_ps(vs + k)));
-                    if (k < nk) _mm256_maskstore_ps(p + i * nk + k, tail_mask(nk - k), _mm256_mul_ps(pr, _mm256_maskload_ps(vs + k, tail_mask(nk - k))));
+                scale_probabilities(c, 0, R, vs, nk, ps.data() + static_cast<size_t>(a - a0) * R * nk);
+            }
+            k512->values(ps.data(), R, nk, k0, vg, rows.data(), a1 - a0, NB, goff, d0, d1, o,
+                         ps.data() + static_cast<size_t>(a1 - a0) * R * nk);
+        } else {
+            constexpr int kRows = 4;
+            ps.resize(static_cast<size_t>(a1 - a0) * kRows * nk);
+            for (int r = 0; r < R; r += kRows) {
+                const int nr = std::min(kRows, R - r);
+                for (int a = a0; a < a1; ++a) {
+                    const int c = act[a];
+                    const float* vs = f.value_scale(data, cols[c].j) + goff / vg + k0;
+                    scale_probabilities(c, r, nr, vs, nk, ps.data() + static_cast<size_t>(a - a0) * nr * nk);
+                }
+                switch (nr) {
+                    case 4: pv_block_rows<NB, 4>(r, d0, d1, a0, a1, k0, nk, ps.data(), rows.data()); break;
+                    case 3: pv_block_rows<NB, 3>(r, d0, d1, a0, a1, k0, nk, ps.data(), rows.data()); break;
+                    case 2: pv_block_rows<NB, 2>(r, d0, d1, a0, a1, k0, nk, ps.data(), rows.data()); break;
+                    default: pv_block_rows<NB, 1>(r, d0, d1, a0, a1, k0, nk, ps.data(), rows.data()); break;
                 }
             }
-            if (k512) {
-                k512->values(ps.data(), nr, nk, k0, vg, rows.data(), a1 - a0, NB, goff, d0, d1, o + r);
-                continue;
-            }
-            switch (nr) {
-                case 4: pv_block_rows<NB, 4>(r, d0, d1, a0, a1, k0, nk, ps.data(), rows.data()); break;
-                case 3: pv_block_rows<NB, 3>(r, d0, d1, a0, a1, k0, nk, ps.data(), rows.data()); break;
-                case 2: pv_block_rows<NB, 2>(r, d0, d1, a0, a1, k0, nk, ps.data(), rows.data()); break;
-                default: pv_block_rows<NB, 1>(r, d0, d1, a0, a1, k0, nk, ps.data(), rows.data()); break;
-            }
         }
+        // Whole vectors where 8 channels share a value group.
+        const bool whole = vg % 8 == 0 && d0 % 8 == 0;
         for (int r = 0; r < R; ++r) {
             int d = d0;
-            for (; d + 8 <= d1 && vg % 8 == 0; d += 8)
+            for (; whole && d + 8 <= d1; d += 8)
                 _mm256_storeu_ps(o[r] + d, _mm256_add_ps(_mm256_loadu_ps(o[r] + d), _mm256_set1_ps(zsum[r * nk + d / vg - k0])));
             for (; d < d1; ++d) o[r][d] += zsum[r * nk + d / vg - k0];
         }

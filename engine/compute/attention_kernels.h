@@ -43,13 +43,13 @@ const DecodeKernels& avx512_decode_kernels();
 struct KiviKernels {
     // S[r * ldc + cols[i]] = (one 8-lane FMA chain over d < hd of qk[r * hd + d] * code_i[goff + d],
     // reduced by attention.cpp's tree) + bias[r], for i < n and r < R; code_i: the nbits-bit
-    // codes of the packed row rows[i]. hd is a multiple of 8.
+    // codes of the packed row rows[i]. hd is a multiple of 16; scratch: (n + R + 1) * hd floats.
     void (*scores)(const float* qk, int R, int hd, const float* bias, const uint8_t* const* rows, const int* cols, int n,
-                   int nbits, int goff, float* S, int64_t ldc);
-    // o[i][d] = fma(ps[(a * RB + i) * nk + d / vg - k0], code_a[goff + d], o[i][d]) for a = 0..n-1
-    // in order, i < RB (<= 4), d in [d0, d1); d0, d1 and vg multiples of 16.
-    void (*values)(const float* ps, int RB, int nk, int k0, int vg, const uint8_t* const* rows, int n, int nbits, int goff,
-                   int d0, int d1, float* const* o);
+                   int nbits, int goff, float* S, int64_t ldc, float* scratch);
+    // o[r][d] = fma(ps[(a * R + r) * nk + d / vg - k0], code_a[goff + d], o[r][d]) for a = 0..n-1 in
+    // order, r < R, d in [d0, d1); d0, d1 and vg multiples of 16; scratch: 32 * n floats.
+    void (*values)(const float* ps, int R, int nk, int k0, int vg, const uint8_t* const* rows, int n, int nbits, int goff,
+                   int d0, int d1, float* const* o, float* scratch);
 };
 const KiviKernels& avx512_kivi_kernels();
 

@@ -1,7 +1,7 @@
 // AVX-512 kernels of attention over KIVI blocks (attention_kernels.h): the same values as
 // attention.cpp's 256-bit loops, bit for bit, with twice the lanes. A score is one 8-lane chain
-// over head_dim, so a 512-bit register carries two scores' chains side by side (two columns);
-// an output channel is one chain over the columns, so a register carries 16 channels. Called
+// over head_dim, so a 512-bit register carries two scores' chains side by side (two rows); an
+// output channel is one chain over the columns, so a register carries 16 channels. Called
 // only after a run-time CPU check; this file must not instantiate templates that other files
 // also instantiate.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -68,97 +68,138 @@ const CodeLanes<NB>& lanes() {
     return l;
 }
 
-// Rows [r, r + RB) (the last repeated past R) x columns i0, i0 + 1 (i1 repeats i0 when alone).
-template <int NB, int RB>
-void scores_pair(const float* qk, int R, int r, int hd, const float* bias, const uint8_t* ra, const uint8_t* rb, int goff,
+// Scores of rows 2p, 2p + 1 for p in [p0, p0 + P) (pairs past the last are computed from the
+// last and dropped) x columns i, i + 1 (i + 1 repeats i when alone): one register per row pair
+// and column, lanes 0-7 the first row's chain, 8-15 the second's; the column's 8 channels are
+// broadcast to both halves.
+template <int P>
+void scores_tile(const float* qp, int pairs, int p0, int hd, const float* ka, const float* kb, int R, const float* bias,
                  float* sa, float* sb, int64_t ldc) {
-    const CodeLanes<NB>& L = lanes<NB>();
-    const float* q[RB];
-    for (int i = 0; i < RB; ++i) q[i] = qk + static_cast<int64_t>(r + i < R ? r + i : R - 1) * hd;
-    __m512 acc[RB];
-    for (int i = 0; i < RB; ++i) acc[i] = _mm512_setzero_ps();
+    const float* q[P];
+    for (int p = 0; p < P; ++p) q[p] = qp + static_cast<int64_t>(p0 + p < pairs ? p0 + p : pairs - 1) * 2 * hd;
+    __m512 acc[P][2];
+    for (int p = 0; p < P; ++p) acc[p][0] = acc[p][1] = _mm512_setzero_ps();
     for (int d = 0; d < hd; d += 8) {
-        const __m512 x = L.pair(ra, rb, goff + d);
-        for (int i = 0; i < RB; ++i) acc[i] = _mm512_fmadd_ps(_mm512_broadcast_f32x8(_mm256_loadu_ps(q[i] + d)), x, acc[i]);
+        const __m512 xa = _mm512_broadcast_f32x8(_mm256_loadu_ps(ka + d)), xb = _mm512_broadcast_f32x8(_mm256_loadu_ps(kb + d));
+        for (int p = 0; p < P; ++p) {
+            const __m512 qv = _mm512_loadu_ps(q[p] + 2 * d);
+            acc[p][0] = _mm512_fmadd_ps(qv, xa, acc[p][0]);
+            acc[p][1] = _mm512_fmadd_ps(qv, xb, acc[p][1]);
+        }
     }
-    for (int i = 0; i < RB && r + i < R; ++i) {
-        sa[(r + i) * ldc] = hsum_tree(_mm512_castps512_ps256(acc[i])) + bias[r + i];
-        if (sb) sb[(r + i) * ldc] = hsum_tree(_mm512_extractf32x8_ps(acc[i], 1)) + bias[r + i];
+    for (int p = 0; p < P && p0 + p < pairs; ++p) {
+        const int r = 2 * (p0 + p);
+        sa[r * ldc] = hsum_tree(_mm512_castps512_ps256(acc[p][0])) + bias[r];
+        if (sb) sb[r * ldc] = hsum_tree(_mm512_castps512_ps256(acc[p][1])) + bias[r];
+        if (r + 1 < R) {
+            sa[(r + 1) * ldc] = hsum_tree(_mm512_extractf32x8_ps(acc[p][0], 1)) + bias[r + 1];
+            if (sb) sb[(r + 1) * ldc] = hsum_tree(_mm512_extractf32x8_ps(acc[p][1], 1)) + bias[r + 1];
+        }
     }
 }
 
-template <int NB>
-void kivi_scores_t(const float* qk, int R, int hd, const float* bias, const uint8_t* const* rows, const int* cols, int n,
-                   int goff, float* S, int64_t ldc) {
-    constexpr int kRows = 8;
+template <int P>
+void scores_columns(const float* qp, int pairs, int p0, int hd, const float* keys, const int* cols, int n, int R,
+                    const float* bias, float* S, int64_t ldc) {
     for (int i = 0; i < n; i += 2) {
         const bool two = i + 1 < n;
-        const uint8_t* ra = rows[i];
-        const uint8_t* rb = two ? rows[i + 1] : rows[i];
-        for (int r = 0; r < R; r += kRows)
-            scores_pair<NB, kRows>(qk, R, r, hd, bias, ra, rb, goff, S + cols[i], two ? S + cols[i + 1] : nullptr, ldc);
+        const float* ka = keys + static_cast<int64_t>(i) * hd;
+        scores_tile<P>(qp, pairs, p0, hd, ka, two ? ka + hd : ka, R, bias, S + cols[i], two ? S + cols[i + 1] : nullptr, ldc);
     }
+}
+
+// The block's keys are unpacked once (n x hd floats in scratch), the rows' q interleaved by
+// pairs (per 8 channels, 8 of row 2p then 8 of row 2p + 1); then up to 8 row pairs at a time
+// run over all columns.
+template <int NB>
+void kivi_scores_t(const float* qk, int R, int hd, const float* bias, const uint8_t* const* rows, const int* cols, int n,
+                   int goff, float* S, int64_t ldc, float* scratch) {
+    const CodeLanes<NB>& L = lanes<NB>();
+    float* keys = scratch;
+    for (int i = 0; i < n; ++i)
+        for (int d = 0; d < hd; d += 16) _mm512_storeu_ps(keys + static_cast<int64_t>(i) * hd + d, L.run(rows[i], goff + d));
+    const int pairs = (R + 1) / 2;
+    float* qp = keys + static_cast<int64_t>(n) * hd;
+    for (int p = 0; p < pairs; ++p) {
+        const float* a = qk + static_cast<int64_t>(2 * p) * hd;
+        const float* b = 2 * p + 1 < R ? a + hd : a;
+        float* out = qp + static_cast<int64_t>(p) * 2 * hd;
+        for (int d = 0; d < hd; d += 8) {
+            _mm256_storeu_ps(out + 2 * d, _mm256_loadu_ps(a + d));
+            _mm256_storeu_ps(out + 2 * d + 8, _mm256_loadu_ps(b + d));
+        }
+    }
+    int p0 = 0;
+    for (; p0 + 8 <= pairs; p0 += 8) scores_columns<8>(qp, pairs, p0, hd, keys, cols, n, R, bias, S, ldc);
+    const int left = pairs - p0;
+    if (left > 4) scores_columns<8>(qp, pairs, p0, hd, keys, cols, n, R, bias, S, ldc);
+    else if (left > 2) scores_columns<4>(qp, pairs, p0, hd, keys, cols, n, R, bias, S, ldc);
+    else if (left == 2) scores_columns<2>(qp, pairs, p0, hd, keys, cols, n, R, bias, S, ldc);
+    else if (left == 1) scores_columns<1>(qp, pairs, p0, hd, keys, cols, n, R, bias, S, ldc);
 }
 
 void kivi_scores(const float* qk, int R, int hd, const float* bias, const uint8_t* const* rows, const int* cols, int n,
-                 int nbits, int goff, float* S, int64_t ldc) {
+                 int nbits, int goff, float* S, int64_t ldc, float* scratch) {
     switch (nbits) {
-        case 8: return kivi_scores_t<8>(qk, R, hd, bias, rows, cols, n, goff, S, ldc);
-        case 4: return kivi_scores_t<4>(qk, R, hd, bias, rows, cols, n, goff, S, ldc);
-        default: return kivi_scores_t<2>(qk, R, hd, bias, rows, cols, n, goff, S, ldc);
+        case 8: return kivi_scores_t<8>(qk, R, hd, bias, rows, cols, n, goff, S, ldc, scratch);
+        case 4: return kivi_scores_t<4>(qk, R, hd, bias, rows, cols, n, goff, S, ldc, scratch);
+        default: return kivi_scores_t<2>(qk, R, hd, bias, rows, cols, n, goff, S, ldc, scratch);
     }
 }
 
-template <int NB, int RB>
-void values_rows(const float* ps, int nk, int k0, int vg, const uint8_t* const* rows, int n, int goff, int d0, int d1,
-                 float* const* o) {
+// Rows [r, r + RB) over the columns for channels [d, d + 16 * NV) of the unpacked values x
+// (per column 16 * NV floats).
+template <int RB, int NV>
+void values_tile(const float* ps, int R, int nk, int r, const int* g, const float* x, int n, int d, float* const* o) {
+    __m512 acc[RB][NV];
+    for (int i = 0; i < RB; ++i)
+        for (int v = 0; v < NV; ++v) acc[i][v] = _mm512_loadu_ps(o[r + i] + d + 16 * v);
+    for (int a = 0; a < n; ++a) {
+        __m512 xv[NV];
+        for (int v = 0; v < NV; ++v) xv[v] = _mm512_loadu_ps(x + (a * NV + v) * 16);
+        const float* p = ps + (static_cast<int64_t>(a) * R + r) * nk;
+        for (int i = 0; i < RB; ++i)
+            for (int v = 0; v < NV; ++v) acc[i][v] = _mm512_fmadd_ps(_mm512_set1_ps(p[i * nk + g[v]]), xv[v], acc[i][v]);
+    }
+    for (int i = 0; i < RB; ++i)
+        for (int v = 0; v < NV; ++v) _mm512_storeu_ps(o[r + i] + d + 16 * v, acc[i][v]);
+}
+
+template <int NV>
+void values_rows(const float* ps, int R, int nk, const int* g, const float* x, int n, int d, float* const* o) {
+    int r = 0;
+    for (; r + 8 <= R; r += 8) values_tile<8, NV>(ps, R, nk, r, g, x, n, d, o);
+    for (; r + 4 <= R; r += 4) values_tile<4, NV>(ps, R, nk, r, g, x, n, d, o);
+    for (; r < R; ++r) values_tile<1, NV>(ps, R, nk, r, g, x, n, d, o);
+}
+
+// Per 32 channels, the block's values are unpacked once (n x 32 floats in scratch) for all rows.
+template <int NB>
+void kivi_values_t(const float* ps, int R, int nk, int k0, int vg, const uint8_t* const* rows, int n, int goff, int d0,
+                   int d1, float* const* o, float* scratch) {
     const CodeLanes<NB>& L = lanes<NB>();
-    const int step = RB * nk;
     int d = d0;
     for (; d + 32 <= d1; d += 32) {
-        const int g0 = d / vg - k0, g1 = (d + 16) / vg - k0;
-        __m512 acc[RB][2];
-        for (int i = 0; i < RB; ++i) acc[i][0] = _mm512_loadu_ps(o[i] + d), acc[i][1] = _mm512_loadu_ps(o[i] + d + 16);
-        const float* p = ps;
-        for (int a = 0; a < n; ++a, p += step) {
-            const __m512 x0 = L.run(rows[a], goff + d), x1 = L.run(rows[a], goff + d + 16);
-            for (int i = 0; i < RB; ++i) {
-                acc[i][0] = _mm512_fmadd_ps(_mm512_set1_ps(p[i * nk + g0]), x0, acc[i][0]);
-                acc[i][1] = _mm512_fmadd_ps(_mm512_set1_ps(p[i * nk + g1]), x1, acc[i][1]);
-            }
+        for (int a = 0; a < n; ++a) {
+            _mm512_storeu_ps(scratch + a * 32, L.run(rows[a], goff + d));
+            _mm512_storeu_ps(scratch + a * 32 + 16, L.run(rows[a], goff + d + 16));
         }
-        for (int i = 0; i < RB; ++i) _mm512_storeu_ps(o[i] + d, acc[i][0]), _mm512_storeu_ps(o[i] + d + 16, acc[i][1]);
+        const int g[2] = {d / vg - k0, (d + 16) / vg - k0};
+        values_rows<2>(ps, R, nk, g, scratch, n, d, o);
     }
     for (; d < d1; d += 16) {
-        const int g0 = d / vg - k0;
-        __m512 acc[RB];
-        for (int i = 0; i < RB; ++i) acc[i] = _mm512_loadu_ps(o[i] + d);
-        const float* p = ps;
-        for (int a = 0; a < n; ++a, p += step) {
-            const __m512 x = L.run(rows[a], goff + d);
-            for (int i = 0; i < RB; ++i) acc[i] = _mm512_fmadd_ps(_mm512_set1_ps(p[i * nk + g0]), x, acc[i]);
-        }
-        for (int i = 0; i < RB; ++i) _mm512_storeu_ps(o[i] + d, acc[i]);
+        for (int a = 0; a < n; ++a) _mm512_storeu_ps(scratch + a * 16, L.run(rows[a], goff + d));
+        const int g[1] = {d / vg - k0};
+        values_rows<1>(ps, R, nk, g, scratch, n, d, o);
     }
 }
 
-template <int NB>
-void kivi_values_t(const float* ps, int RB, int nk, int k0, int vg, const uint8_t* const* rows, int n, int goff, int d0,
-                   int d1, float* const* o) {
-    switch (RB) {
-        case 4: return values_rows<NB, 4>(ps, nk, k0, vg, rows, n, goff, d0, d1, o);
-        case 3: return values_rows<NB, 3>(ps, nk, k0, vg, rows, n, goff, d0, d1, o);
-        case 2: return values_rows<NB, 2>(ps, nk, k0, vg, rows, n, goff, d0, d1, o);
-        default: return values_rows<NB, 1>(ps, nk, k0, vg, rows, n, goff, d0, d1, o);
-    }
-}
-
-void kivi_values(const float* ps, int RB, int nk, int k0, int vg, const uint8_t* const* rows, int n, int nbits, int goff,
-                 int d0, int d1, float* const* o) {
+void kivi_values(const float* ps, int R, int nk, int k0, int vg, const uint8_t* const* rows, int n, int nbits, int goff,
+                 int d0, int d1, float* const* o, float* scratch) {
     switch (nbits) {
-        case 8: return kivi_values_t<8>(ps, RB, nk, k0, vg, rows, n, goff, d0, d1, o);
-        case 4: return kivi_values_t<4>(ps, RB, nk, k0, vg, rows, n, goff, d0, d1, o);
-        default: return kivi_values_t<2>(ps, RB, nk, k0, vg, rows, n, goff, d0, d1, o);
+        case 8: return kivi_values_t<8>(ps, R, nk, k0, vg, rows, n, goff, d0, d1, o, scratch);
+        case 4: return kivi_values_t<4>(ps, R, nk, k0, vg, rows, n, goff, d0, d1, o, scratch);
+        default: return kivi_values_t<2>(ps, R, nk, k0, vg, rows, n, goff, d0, d1, o, scratch);
     }
 }
 
