@@ -3,7 +3,7 @@
 // 128-token f16 residual, as the quantized strategy holds it: ms per call (median), and a hash of
 // the output to compare two builds that must agree bit for bit.
 // usage: bench_attention [--threads N] [--context N] [--queries N] [--window W] [--runs N]
-//                        [--level avx2|avx512-vnni] [--kind dynamic|quantized:NBITS]...
+//                        [--level avx2|avx512-vnni] [--kind dynamic|generic|quantized:NBITS]...
 #include "engine/compute/attention.h"
 #include "engine/compute/kivi_block.h"
 #include "engine/compute/matmul.h"
@@ -47,7 +47,7 @@ int main(int argc, char** argv) {
         else if (a == "--level" && i + 1 < argc) force_simd_level(argv[++i]);
         else {
             std::fprintf(stderr, "usage: bench_attention [--threads N] [--context N] [--queries N] [--window W] [--runs N] "
-                                 "[--level avx2|avx512-vnni] [--kind dynamic|quantized:NBITS]...\n");
+                                 "[--level avx2|avx512-vnni] [--kind dynamic|generic|quantized:NBITS]...\n");
             return 2;
         }
     }
@@ -78,8 +78,10 @@ int main(int argc, char** argv) {
         in.dtype = KvDtype::F16;
         KiviFormat f;
         std::vector<uint8_t> blocks;
-        if (kind == "dynamic") {
-            in.f16_probs = true;
+        if (kind == "dynamic" || kind == "generic") {
+            // generic: the same f16 slots through attend's own loops (as a sink, sliding or bf16
+            // cache takes them) instead of llama.cpp's order.
+            in.f16_probs = kind == "dynamic";
             in.slots.push_back({k16.data(), v16.data(), pos.data(), total, kKvDim});
         } else if (kind.rfind("quantized:", 0) == 0) {
             f = KiviFormat(std::atoi(kind.c_str() + 10), kGroup, kGroup, kKvDim);

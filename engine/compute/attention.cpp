@@ -218,9 +218,35 @@ struct Tile {
     }
 
     // Raw scores of columns act[a0, a1), all full-precision slots in format D, with the rows' q.
+    // Columns act[a0, a1) of full-precision slots with the AVX-512 kernels: keys converted to
+    // floats 64 columns at a time, then the same chains and tree as the loop below.
+    template <KvDtype D>
+    void qk_slots_512(const attention_kernels::KiviKernels& k512, int a0, int a1) const {
+        constexpr int kChunk = 64;
+        thread_local std::vector<float> keys, scratch;
+        keys.resize(static_cast<size_t>(kChunk) * hd);
+        scratch.resize(static_cast<size_t>(R + 1) * hd);
+        for (int c0 = a0; c0 < a1; c0 += kChunk) {
+            const int n = std::min(kChunk, a1 - c0);
+            for (int i = 0; i < n; ++i) {
+                const void* k = cols[act[c0 + i]].k;
+                for (int d = 0; d < hd; d += 8) _mm256_storeu_ps(keys.data() + static_cast<size_t>(i) * hd + d, Stored<D>::load8(k, goff + d));
+            }
+            k512.dense_scores(q, R, hd, nullptr, keys.data(), act + c0, n, S, ldc, scratch.data());
+        }
+    }
+
     template <KvDtype D>
     void qk_slots(int a0, int a1) const {
         const int n = hd;
+        if (const auto* k512 = hd % 16 == 0 ? kivi_kernels_512() : nullptr) {
+            qk_slots_512<D>(*k512, a0, a1);
+            if (qs)
+                for (int a = a0; a < a1; ++a)
+                    if (cols[act[a]].exempt)
+                        for (int r = 0; r < R; ++r) S[r * ldc + act[a]] = dot_tree_stored<D>(qs[r], cols[act[a]].k, goff, n);
+            return;
+        }
         for (int a = a0; a < a1; a += 3) {
             const int nc = std::min(3, a1 - a);
             const int cc[3] = {act[a], act[a + std::min(1, nc - 1)], act[a + nc - 1]};
@@ -288,7 +314,7 @@ struct Tile {
             thread_local std::vector<float> scratch;
             rows.clear();
             for (int a = a0; a < a1; ++a) rows.push_back(data + f.k_codes + static_cast<size_t>(cols[act[a]].j) * rb);
-            scratch.resize(static_cast<size_t>(a1 - a0 + R + 1) * hd);
+            scratch.resize(static_cast<size_t>(a1 - a0 + 65) * hd);
             k512->scores(qk, R, hd, bias, rows.data(), act + a0, a1 - a0, NB, goff, S, ldc, scratch.data());
             return;
         }
@@ -431,8 +457,34 @@ struct Tile {
             }
     }
 
+    // out rows, channels [d0, d1) (multiples of 16), over columns act[a0, a1) of full-precision
+    // slots with the AVX-512 kernel: per 64 columns, the probabilities transposed and the values
+    // converted to floats per 32 channels; the same fma chains in column order.
+    template <KvDtype D>
+    void pv_slots_512(const attention_kernels::KiviKernels& k512, int d0, int d1, int a0, int a1) const {
+        constexpr int kChunk = 64;
+        thread_local std::vector<float> ps, x;
+        ps.resize(static_cast<size_t>(kChunk) * R);
+        x.resize(static_cast<size_t>(kChunk) * 32);
+        const int g[2] = {0, 0};
+        for (int c0 = a0; c0 < a1; c0 += kChunk) {
+            const int n = std::min(kChunk, a1 - c0);
+            for (int a = 0; a < n; ++a)
+                for (int r = 0; r < R; ++r) ps[static_cast<size_t>(a) * R + r] = S[r * ldc + act[c0 + a]];
+            for (int d = d0; d < d1;) {
+                const int nv = d + 32 <= d1 ? 2 : 1;
+                for (int a = 0; a < n; ++a)
+                    for (int v = 0; v < 2 * nv; ++v)
+                        _mm256_storeu_ps(x.data() + static_cast<size_t>(a) * 16 * nv + 8 * v, Stored<D>::load8(cols[act[c0 + a]].v, goff + d + 8 * v));
+                k512.dense_values(ps.data(), R, 1, g, x.data(), n, d, nv, o);
+                d += 16 * nv;
+            }
+        }
+    }
+
     template <KvDtype D>
     void pv_slots(int d0, int d1, int c0, int c1) const {
+        if (const auto* k512 = d0 % 16 == 0 && d1 % 16 == 0 ? kivi_kernels_512() : nullptr) return pv_slots_512<D>(*k512, d0, d1, c0, c1);
         int r = 0;
         for (; r + 4 <= R; r += 4) pv_rows<D, 4>(r, d0, d1, c0, c1);
         switch (R - r) {

@@ -68,6 +68,8 @@ const CodeLanes<NB>& lanes() {
     return l;
 }
 
+inline float with_bias(float s, const float* bias, int r) { return bias ? s + bias[r] : s; }
+
 // Scores of rows 2p, 2p + 1 for p in [p0, p0 + P) (pairs past the last are computed from the
 // last and dropped) x columns i, i + 1 (i + 1 repeats i when alone): one register per row pair
 // and column, lanes 0-7 the first row's chain, 8-15 the second's; the column's 8 channels are
@@ -89,11 +91,11 @@ void scores_tile(const float* qp, int pairs, int p0, int hd, const float* ka, co
     }
     for (int p = 0; p < P && p0 + p < pairs; ++p) {
         const int r = 2 * (p0 + p);
-        sa[r * ldc] = hsum_tree(_mm512_castps512_ps256(acc[p][0])) + bias[r];
-        if (sb) sb[r * ldc] = hsum_tree(_mm512_castps512_ps256(acc[p][1])) + bias[r];
+        sa[r * ldc] = with_bias(hsum_tree(_mm512_castps512_ps256(acc[p][0])), bias, r);
+        if (sb) sb[r * ldc] = with_bias(hsum_tree(_mm512_castps512_ps256(acc[p][1])), bias, r);
         if (r + 1 < R) {
-            sa[(r + 1) * ldc] = hsum_tree(_mm512_extractf32x8_ps(acc[p][0], 1)) + bias[r + 1];
-            if (sb) sb[(r + 1) * ldc] = hsum_tree(_mm512_extractf32x8_ps(acc[p][1], 1)) + bias[r + 1];
+            sa[(r + 1) * ldc] = with_bias(hsum_tree(_mm512_extractf32x8_ps(acc[p][0], 1)), bias, r + 1);
+            if (sb) sb[(r + 1) * ldc] = with_bias(hsum_tree(_mm512_extractf32x8_ps(acc[p][1], 1)), bias, r + 1);
         }
     }
 }
@@ -108,21 +110,16 @@ void scores_columns(const float* qp, int pairs, int p0, int hd, const float* key
     }
 }
 
-// The block's keys are unpacked once (n x hd floats in scratch), the rows' q interleaved by
-// pairs (per 8 channels, 8 of row 2p then 8 of row 2p + 1); then up to 8 row pairs at a time
-// run over all columns.
-template <int NB>
-void kivi_scores_t(const float* qk, int R, int hd, const float* bias, const uint8_t* const* rows, const int* cols, int n,
-                   int goff, float* S, int64_t ldc, float* scratch) {
-    const CodeLanes<NB>& L = lanes<NB>();
-    float* keys = scratch;
-    for (int i = 0; i < n; ++i)
-        for (int d = 0; d < hd; d += 16) _mm512_storeu_ps(keys + static_cast<int64_t>(i) * hd + d, L.run(rows[i], goff + d));
+// Keys as floats (n x hd, row i for column cols[i]): the rows' q interleaved by pairs (per 8
+// channels, 8 of row 2p then 8 of row 2p + 1) into scratch, then up to 8 row pairs at a time run
+// over all columns.
+void dense_scores(const float* const* q, int R, int hd, const float* bias, const float* keys, const int* cols, int n,
+                  float* S, int64_t ldc, float* scratch) {
     const int pairs = (R + 1) / 2;
-    float* qp = keys + static_cast<int64_t>(n) * hd;
+    float* qp = scratch;
     for (int p = 0; p < pairs; ++p) {
-        const float* a = qk + static_cast<int64_t>(2 * p) * hd;
-        const float* b = 2 * p + 1 < R ? a + hd : a;
+        const float* a = q[2 * p];
+        const float* b = 2 * p + 1 < R ? q[2 * p + 1] : a;
         float* out = qp + static_cast<int64_t>(p) * 2 * hd;
         for (int d = 0; d < hd; d += 8) {
             _mm256_storeu_ps(out + 2 * d, _mm256_loadu_ps(a + d));
@@ -136,6 +133,23 @@ void kivi_scores_t(const float* qk, int R, int hd, const float* bias, const uint
     else if (left > 2) scores_columns<4>(qp, pairs, p0, hd, keys, cols, n, R, bias, S, ldc);
     else if (left == 2) scores_columns<2>(qp, pairs, p0, hd, keys, cols, n, R, bias, S, ldc);
     else if (left == 1) scores_columns<1>(qp, pairs, p0, hd, keys, cols, n, R, bias, S, ldc);
+}
+
+// The block's keys unpacked once (n x hd floats in scratch), then dense_scores.
+template <int NB>
+void kivi_scores_t(const float* qk, int R, int hd, const float* bias, const uint8_t* const* rows, const int* cols, int n,
+                   int goff, float* S, int64_t ldc, float* scratch) {
+    const CodeLanes<NB>& L = lanes<NB>();
+    float* keys = scratch;
+    for (int i = 0; i < n; ++i)
+        for (int d = 0; d < hd; d += 16) _mm512_storeu_ps(keys + static_cast<int64_t>(i) * hd + d, L.run(rows[i], goff + d));
+    // Row pointers into qk, after the keys (R of them, at most 64 a tile; more in pieces).
+    const float* q[64];
+    for (int r0 = 0; r0 < R; r0 += 64) {
+        const int nr = R - r0 < 64 ? R - r0 : 64;
+        for (int r = 0; r < nr; ++r) q[r] = qk + static_cast<int64_t>(r0 + r) * hd;
+        dense_scores(q, nr, hd, bias + r0, keys, cols, n, S + r0 * ldc, ldc, keys + static_cast<int64_t>(n) * hd);
+    }
 }
 
 void kivi_scores(const float* qk, int R, int hd, const float* bias, const uint8_t* const* rows, const int* cols, int n,
@@ -173,6 +187,11 @@ void values_rows(const float* ps, int R, int nk, const int* g, const float* x, i
     for (; r < R; ++r) values_tile<1, NV>(ps, R, nk, r, g, x, n, d, o);
 }
 
+void dense_values(const float* ps, int R, int nk, const int* g, const float* x, int n, int d, int nv, float* const* o) {
+    if (nv == 2) values_rows<2>(ps, R, nk, g, x, n, d, o);
+    else values_rows<1>(ps, R, nk, g, x, n, d, o);
+}
+
 // Per 32 channels, the block's values are unpacked once (n x 32 floats in scratch) for all rows.
 template <int NB>
 void kivi_values_t(const float* ps, int R, int nk, int k0, int vg, const uint8_t* const* rows, int n, int goff, int d0,
@@ -206,7 +225,7 @@ void kivi_values(const float* ps, int R, int nk, int k0, int vg, const uint8_t* 
 }  // namespace
 
 const KiviKernels& avx512_kivi_kernels() {
-    static const KiviKernels k{kivi_scores, kivi_values};
+    static const KiviKernels k{kivi_scores, kivi_values, dense_scores, dense_values};
     return k;
 }
 
