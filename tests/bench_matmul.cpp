@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cctype>
 #include <cstring>
 #include <deque>
 #include <random>
@@ -64,7 +65,9 @@ bool parse_shape(const std::string& text, Shape& out) {
     const std::string type = text.substr(0, a);
     for (uint32_t id = 0; id < 64; ++id) {
         const auto tt = type_traits(id);
-        if (!tt || tt->name != type) continue;
+        if (!tt || tt->name.size() != type.size() ||
+            !std::equal(type.begin(), type.end(), tt->name.begin(), [](char a, char b) { return std::tolower(a) == std::tolower(b); }))
+            continue;
         static std::deque<std::string> names;  // keeps the Shape's name alive (a deque never moves them)
         names.push_back(text);
         out = {names.back().c_str(), TensorType(id), std::atoll(text.c_str() + a + 1), std::atoll(text.c_str() + b + 1)};
