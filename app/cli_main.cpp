@@ -420,6 +420,7 @@ int cmd_bench(const Options& o) {
     j["threads"] = l.backend->pool().size();
     j["device"] = l.backend->name();
     j["simd"] = kvchat::simd_level();
+    j["simd_families"] = kvchat::simd_family_levels();
     j["prompt_tokens"] = prompt_tokens;
     j["gen_tokens"] = gen_tokens;
     j["runs"] = runs;
@@ -452,11 +453,13 @@ int cmd_bench(const Options& o) {
                     "decode     %.1f tok/s  (%d tokens; median of %d runs, min %.1f, max %.1f)\n"
                     "bandwidth  a decoded token reads %.1f MB (weights %.1f, keys and values %.2f): %.1f GB/s at the\n"
                     "           median, %.0f%% of the %.1f GB/s this machine streams from memory with %d threads\n"
-                    "memory     %.0f MiB resident after load, %.0f MiB after the runs (model file %.0f MiB)\n",
+                    "memory     %.0f MiB resident after load, %.0f MiB after the runs (model file %.0f MiB)\n"
+                    "kernels    %s\n",
                     m.path().c_str(), l.backend->pool().size(), kvchat::simd_level(), p.median, prompt_tokens, runs, p.min,
                     p.max, d.median, gen_tokens, runs, d.min, d.max, per_token / 1e6, weights / 1e6, kv_read / 1e6, achieved,
                     bandwidth > 0 ? 100.0 * achieved / bandwidth : 0.0, bandwidth, l.backend->pool().size(), rss_loaded,
-                    rss_end, j["model_file_mib"].get<double>());
+                    rss_end, j["model_file_mib"].get<double>(),
+                    j["simd_families"].get<std::string>().empty() ? "(one level for all)" : j["simd_families"].get<std::string>().c_str());
     }
     return 0;
 }

@@ -1,6 +1,9 @@
 // Times matmul on the default model's (Gemma 3 270M Q4_K_M) weight shapes: ms per call (median),
 // GB/s of weight bytes at one token, GFLOP/s at a 512-token prefill.
 // usage: bench_matmul [--threads N] [--level avx2|avx512-vnni|amx] [--tokens N] [--only NAME] [--calls N]
+//                     [--shape TYPE:ROWS:COLS]...
+// --shape: time these shapes instead of the default model's (e.g. q4_1:1536:576 for SmolLM2's
+// FFN, or a small q8_0:4096:640 that stays in cache to see a kernel's arithmetic alone).
 // --calls N: exactly N timed calls (for instruction counters such as valgrind's, which need a
 // fixed amount of work rather than a time budget).
 #include "engine/compute/matmul.h"
@@ -10,7 +13,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cctype>
 #include <cstring>
+#include <deque>
 #include <random>
 #include <string>
 #include <vector>
@@ -27,7 +32,7 @@ struct Shape {
     int64_t rows, cols;
 };
 
-const Shape kShapes[] = {
+const std::vector<Shape> kShapes = {
     {"output", TensorType::Q8_0, 262144, 640},   {"attn_q", TensorType::Q5_0, 1024, 640},
     {"attn_k", TensorType::Q5_0, 256, 640},      {"attn_v", TensorType::Q8_0, 256, 640},
     {"attn_output", TensorType::Q4_K, 640, 1024}, {"ffn_gate/up", TensorType::Q5_0, 2048, 640},
@@ -53,6 +58,24 @@ std::vector<uint8_t> make_weights(const Shape& s) {
     return w;
 }
 
+// "q8_0:4096:640" -> a Shape; false when the text is not of that form or names no integer type.
+bool parse_shape(const std::string& text, Shape& out) {
+    const size_t a = text.find(':'), b = text.find(':', a == std::string::npos ? a : a + 1);
+    if (a == std::string::npos || b == std::string::npos) return false;
+    const std::string type = text.substr(0, a);
+    for (uint32_t id = 0; id < 64; ++id) {
+        const auto tt = type_traits(id);
+        if (!tt || tt->name.size() != type.size() ||
+            !std::equal(type.begin(), type.end(), tt->name.begin(), [](char a, char b) { return std::tolower(a) == std::tolower(b); }))
+            continue;
+        static std::deque<std::string> names;  // keeps the Shape's name alive (a deque never moves them)
+        names.push_back(text);
+        out = {names.back().c_str(), TensorType(id), std::atoll(text.c_str() + a + 1), std::atoll(text.c_str() + b + 1)};
+        return out.rows > 0 && out.cols > 0;
+    }
+    return false;
+}
+
 double process_cpu_ms() {
     timespec ts;
     clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
@@ -71,6 +94,7 @@ int main(int argc, char** argv) {
     std::vector<int64_t> token_counts = {1, 512};
     std::string only;
     int calls = 0;
+    std::vector<Shape> shapes;
     for (int i = 1; i < argc; ++i) {
         const std::string a = argv[i];
         if (a == "--threads" && i + 1 < argc) threads = std::atoi(argv[++i]);
@@ -78,15 +102,18 @@ int main(int argc, char** argv) {
         else if (a == "--tokens" && i + 1 < argc) token_counts = {std::atoll(argv[++i])};
         else if (a == "--only" && i + 1 < argc) only = argv[++i];
         else if (a == "--calls" && i + 1 < argc) calls = std::max(1, std::atoi(argv[++i]));
+        else if (a == "--shape" && i + 1 < argc && parse_shape(argv[i + 1], shapes.emplace_back())) ++i;
         else {
-            std::fprintf(stderr, "usage: bench_matmul [--threads N] [--level avx2|avx512-vnni|amx] [--tokens N] [--only NAME] [--calls N]\n");
+            std::fprintf(stderr, "usage: bench_matmul [--threads N] [--level avx2|avx512-vnni|amx] [--tokens N] [--only NAME] "
+                                 "[--calls N] [--shape TYPE:ROWS:COLS]...\n");
             return 2;
         }
     }
     ThreadPool pool(threads);
     std::printf("simd %s, %d threads; median of several runs\n", simd_level(), threads);
     std::printf("%-12s %-5s %8s %6s %7s %9s %9s %12s\n", "tensor", "type", "rows", "cols", "tokens", "ms", "GB/s|GF/s", "cpu-ms/thread");
-    for (const Shape& s : kShapes) {
+    if (shapes.empty()) shapes = kShapes;
+    for (const Shape& s : shapes) {
         if (!only.empty() && only != s.name) continue;
         const std::vector<uint8_t> w = make_weights(s);
         const WeightMatrix m{s.type, s.rows, s.cols, w.data()};
@@ -116,5 +143,7 @@ int main(int argc, char** argv) {
             std::fflush(stdout);
         }
     }
+    const std::string families = simd_family_levels();
+    if (!families.empty()) std::printf("levels taken (measured on first use): %s\n", families.c_str());
     return 0;
 }

@@ -429,6 +429,41 @@ private Q_SLOTS:
         force_simd_level(nullptr);
     }
 
+    // attend's own loops (every case above: quantized blocks, sinks, windows, softcap, odd
+    // head_dims) compute the same bits at every SIMD level: the AVX-512 kernels keep the AVX2
+    // loops' chains and trees. Slots as f32, f16 and bf16, 1 and 3 threads.
+    void simdLevelsAgreeBitForBit_data() { matchesDoubleReference_data(); }
+    void simdLevelsAgreeBitForBit() {
+        if (QString(simd_level()) == "avx2") QSKIP("this CPU runs only the AVX2 loops");
+        const Case c = fetchedCase();
+        Data d = make(c, 4321u + static_cast<uint32_t>(c.held));
+        for (auto* v : {&d.k, &d.v, &d.kv, &d.newk, &d.newv})
+            for (float& x : *v) x = round_f16(x);  // on every stored format's grid: f16 below
+        for (KvDtype t : {KvDtype::F32, KvDtype::F16, KvDtype::BF16}) {
+            if (t == KvDtype::BF16)
+                for (auto* v : {&d.k, &d.v, &d.kv, &d.newk, &d.newv})
+                    for (float& x : *v) x = bf16_to_fp32(fp32_to_bf16(x));
+            for (int threads : {1, 3}) {
+                std::vector<float> out[2];
+                for (int i = 0; i < 2; ++i) {
+                    force_simd_level(i == 0 ? "avx2" : nullptr);
+                    std::vector<std::vector<uint8_t>> keep;
+                    AttentionInput in = input(c, d, c.views);
+                    if (t != KvDtype::F32) in = stored_as(in, t, c.n_kv * c.hd, keep);
+                    ThreadPool pool(threads);
+                    out[i].assign(static_cast<size_t>(c.n_q) * c.n_head * c.hd, -7.0f);
+                    attend(in, shape_of(c), out[i].data(), pool);
+                }
+                force_simd_level(nullptr);
+                for (size_t i = 0; i < out[0].size(); ++i)
+                    QVERIFY2(std::memcmp(&out[0][i], &out[1][i], sizeof(float)) == 0,
+                             qPrintable(QString("dtype %1, %2 threads: output %3: avx2 %4 vs %5 %6")
+                                            .arg(int(t)).arg(threads).arg(i).arg(double(out[0][i]), 0, 'g', 9)
+                                            .arg(simd_level()).arg(double(out[1][i]), 0, 'g', 9)));
+            }
+        }
+    }
+
     // Slots stored as f16 or bf16 are read in place (converted in registers): with values on
     // their grid, every output equals that of the same values in f32, whatever the case.
     void storedFormatsReadAlike_data() { matchesDoubleReference_data(); }

@@ -8,6 +8,7 @@
 // multiplied in fp32 without quantizing x: 1e-5 of the |w|.|x| norm.
 #include "engine/compute/matmul.h"
 #include "engine/compute/matmul_kernels.h"
+#include "engine/compute/simd_choices.h"
 #include "engine/compute/quant_blocks.h"
 #include "engine/compute/tensor_type.h"
 #include "engine/compute/thread_pool.h"
@@ -264,7 +265,13 @@ float dot_like_llama(TensorType t, const uint8_t* row, int64_t cols, const Quant
 class TestMatmul : public QObject {
     Q_OBJECT
 private slots:
-    void initTestCase() { qInfo("this machine's SIMD level: %s (each level it can run is checked below)", simd_level()); }
+    void initTestCase() {
+        // The automatic levels are measured on first use and kept in the cache directory: keep
+        // this test's file out of the user's.
+        QVERIFY(cache_dir_.isValid());
+        qputenv("XDG_CACHE_HOME", cache_dir_.path().toLocal8Bit());
+        qInfo("this machine's SIMD level: %s (each level it can run is checked below)", simd_level());
+    }
 
     void matchesReference_data() {
         QTest::addColumn<TensorType>("type");
@@ -448,6 +455,67 @@ private slots:
         QVERIFY_THROWS_EXCEPTION(Error, matmul({TensorType::Q4_K, 2, 300, w.data.data()}, x.data(), 1, y.data(), pool));
     }
 
+    // Without a forced level, each kernel family takes the level it measured fastest on its first
+    // use, keeps it in the choice file for this CPU, and computes the bits every level computes.
+    void automaticLevelsAreMeasuredAndKept() {
+        const Weights w = make_weights(TensorType::Q8_0, 45, 320, 8);
+        ThreadPool pool(2);
+        for (int64_t n_tokens : {1, 9}) {
+            const std::vector<float> x = make_activations(n_tokens, 320, 4);
+            std::vector<float> automatic(size_t(n_tokens * 45)), lowest(size_t(n_tokens * 45));
+            matmul(w.matrix(), x.data(), n_tokens, automatic.data(), pool);
+            {
+                SimdLevelScope scope("avx2");
+                QVERIFY(simd_family_levels().empty());
+                matmul(w.matrix(), x.data(), n_tokens, lowest.data(), pool);
+            }
+            QVERIFY(std::memcmp(automatic.data(), lowest.data(), sizeof(float) * automatic.size()) == 0);
+        }
+        const QString taken = QString::fromStdString(simd_family_levels());
+        if (QString(simd_level()) == "avx2") {
+            QVERIFY2(taken.isEmpty(), qPrintable(taken));  // nothing to choose from
+            return;
+        }
+        QVERIFY2(taken.contains("q8_0/decode ") && taken.contains("q8_0/batch "), qPrintable(taken));
+        const std::string path = simd_choices_path();
+        QVERIFY2(QString::fromStdString(path).startsWith(cache_dir_.path()), path.c_str());
+        const SimdChoices kept = load_simd_choices(path, cpu_model_key(simd_level()), "avx2 avx512-vnni amx");
+        QVERIFY(kept.count("q8_0/decode") == 1 && kept.count("q8_0/batch") == 1);
+        QVERIFY2(taken.contains(QString::fromStdString("q8_0/decode " + kept.at("q8_0/decode"))), qPrintable(taken));
+    }
+
+    // The choice file: what format writes, parse reads back; a file for another CPU or kvchat
+    // version, or one damaged anywhere, gives no choices (they are measured again).
+    void choiceFileRejectsWhatIsNotOurs() {
+        const std::string key = cpu_model_key("avx512-vnni"), levels = "avx2 avx512-vnni amx";
+        QVERIFY(key.find(KVCHAT_VERSION) != std::string::npos);
+        const SimdChoices choices = {{"q8_0/decode", "avx2"}, {"q4_k/batch", "avx512-vnni"}};
+        const std::string text = format_simd_choices(choices, key);
+        QVERIFY(parse_simd_choices(text, key, levels) == choices);
+        QVERIFY(parse_simd_choices(text, cpu_model_key("avx2"), levels).empty());
+        QVERIFY(parse_simd_choices(text, key, "avx2").empty());  // a level this build does not know
+        QVERIFY(parse_simd_choices("", key, levels).empty());
+        QVERIFY(parse_simd_choices("kvchat-simd-levels 2\ncpu " + key + "\nq8_0/decode avx2\n", key, levels).empty());
+        QVERIFY(parse_simd_choices(text + "q5_0/decode\n", key, levels).empty());
+        QVERIFY(parse_simd_choices(text + "Q5 0/decode avx2\n", key, levels).empty());
+        QVERIFY(parse_simd_choices(text + "q5_0/decode avx2 extra\n", key, levels).empty());
+        std::string damaged = text;
+        damaged[damaged.size() / 2] = '\xff';
+        QVERIFY(parse_simd_choices(damaged, key, levels).empty());
+
+        // Saving merges with what the file holds, so two processes keep both their families.
+        const std::string path = (cache_dir_.path() + "/merge/simd-levels").toStdString();
+        QVERIFY(save_simd_choices(path, {{"q8_0/decode", "avx2"}}, key, levels));
+        QVERIFY(save_simd_choices(path, {{"q6_k/decode", "avx512-vnni"}}, key, levels));
+        const SimdChoices both = {{"q8_0/decode", "avx2"}, {"q6_k/decode", "avx512-vnni"}};
+        QVERIFY(load_simd_choices(path, key, levels) == both);
+        // A file for another CPU is replaced, not merged.
+        QVERIFY(save_simd_choices(path, {{"q5_0/decode", "avx2"}}, cpu_model_key("avx2"), levels));
+        QVERIFY(load_simd_choices(path, key, levels).empty());
+        // A path that cannot be written (its directory is a file): refused, nothing thrown.
+        QVERIFY(!save_simd_choices(path + "/below-a-file", {{"q8_0/decode", "avx2"}}, key, levels));
+    }
+
     void simdLevelCanBeForced() {
         const QString automatic = simd_level();
         QVERIFY(automatic == "avx2" || automatic == "avx512-vnni" || automatic == "amx");
@@ -460,6 +528,9 @@ private slots:
         // A level above what the CPU runs is refused.
         if (automatic == "avx2") QVERIFY_THROWS_EXCEPTION(Error, force_simd_level("avx512-vnni"));
     }
+
+private:
+    QTemporaryDir cache_dir_;
 };
 
 QTEST_GUILESS_MAIN(TestMatmul)

@@ -1,5 +1,7 @@
 #include "engine/compute/attention.h"
 
+#include "engine/compute/attention_kernels.h"
+#include "engine/compute/matmul.h"
 #include "engine/compute/quant_blocks.h"
 #include "engine/compute/thread_pool.h"
 
@@ -9,6 +11,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <string_view>
 #include <vector>
 
 // Attention as three small dense steps per (query tile, kv head): the group's query heads times
@@ -148,6 +151,12 @@ inline __m256 unpack8(const uint8_t* row, int c) {
     }
 }
 
+// The AVX-512 kernels for KIVI blocks (the same values), unless the CPU lacks AVX-512 or the
+// level is forced to AVX2.
+const attention_kernels::KiviKernels* kivi_kernels_512() {
+    return std::string_view(simd_level()) == "avx2" ? nullptr : &attention_kernels::avx512_kivi_kernels();
+}
+
 // Per-thread scratch, kept between calls.
 struct Scratch {
     std::vector<int> act;
@@ -209,9 +218,35 @@ struct Tile {
     }
 
     // Raw scores of columns act[a0, a1), all full-precision slots in format D, with the rows' q.
+    // Columns act[a0, a1) of full-precision slots with the AVX-512 kernels: keys converted to
+    // floats 64 columns at a time, then the same chains and tree as the loop below.
+    template <KvDtype D>
+    void qk_slots_512(const attention_kernels::KiviKernels& k512, int a0, int a1) const {
+        constexpr int kChunk = 64;
+        thread_local std::vector<float> keys, scratch;
+        keys.resize(static_cast<size_t>(kChunk) * hd);
+        scratch.resize(static_cast<size_t>(R + 1) * hd);
+        for (int c0 = a0; c0 < a1; c0 += kChunk) {
+            const int n = std::min(kChunk, a1 - c0);
+            for (int i = 0; i < n; ++i) {
+                const void* k = cols[act[c0 + i]].k;
+                for (int d = 0; d < hd; d += 8) _mm256_storeu_ps(keys.data() + static_cast<size_t>(i) * hd + d, Stored<D>::load8(k, goff + d));
+            }
+            k512.dense_scores(q, R, hd, nullptr, keys.data(), act + c0, n, S, ldc, scratch.data());
+        }
+    }
+
     template <KvDtype D>
     void qk_slots(int a0, int a1) const {
         const int n = hd;
+        if (const auto* k512 = hd % 16 == 0 ? kivi_kernels_512() : nullptr) {
+            qk_slots_512<D>(*k512, a0, a1);
+            if (qs)
+                for (int a = a0; a < a1; ++a)
+                    if (cols[act[a]].exempt)
+                        for (int r = 0; r < R; ++r) S[r * ldc + act[a]] = dot_tree_stored<D>(qs[r], cols[act[a]].k, goff, n);
+            return;
+        }
         for (int a = a0; a < a1; a += 3) {
             const int nc = std::min(3, a1 - a);
             const int cc[3] = {act[a], act[a + std::min(1, nc - 1)], act[a + nc - 1]};
@@ -274,6 +309,15 @@ struct Tile {
             bias[r] = dot_tree(q[r], kz, hd);
         }
         const size_t rb = f.row_code_bytes();
+        if (const auto* k512 = hd % 16 == 0 ? kivi_kernels_512() : nullptr) {
+            thread_local std::vector<const uint8_t*> rows;
+            thread_local std::vector<float> scratch;
+            rows.clear();
+            for (int a = a0; a < a1; ++a) rows.push_back(data + f.k_codes + static_cast<size_t>(cols[act[a]].j) * rb);
+            scratch.resize(static_cast<size_t>(a1 - a0 + 65) * hd);
+            k512->scores(qk, R, hd, bias, rows.data(), act + a0, a1 - a0, NB, goff, S, ldc, scratch.data());
+            return;
+        }
         for (int a = a0; a < a1; ++a) {
             const int c = act[a];
             const uint8_t* row = data + f.k_codes + static_cast<size_t>(cols[c].j) * rb;
@@ -413,8 +457,34 @@ struct Tile {
             }
     }
 
+    // out rows, channels [d0, d1) (multiples of 16), over columns act[a0, a1) of full-precision
+    // slots with the AVX-512 kernel: per 64 columns, the probabilities transposed and the values
+    // converted to floats per 32 channels; the same fma chains in column order.
+    template <KvDtype D>
+    void pv_slots_512(const attention_kernels::KiviKernels& k512, int d0, int d1, int a0, int a1) const {
+        constexpr int kChunk = 64;
+        thread_local std::vector<float> ps, x;
+        ps.resize(static_cast<size_t>(kChunk) * R);
+        x.resize(static_cast<size_t>(kChunk) * 32);
+        const int g[2] = {0, 0};
+        for (int c0 = a0; c0 < a1; c0 += kChunk) {
+            const int n = std::min(kChunk, a1 - c0);
+            for (int a = 0; a < n; ++a)
+                for (int r = 0; r < R; ++r) ps[static_cast<size_t>(a) * R + r] = S[r * ldc + act[c0 + a]];
+            for (int d = d0; d < d1;) {
+                const int nv = d + 32 <= d1 ? 2 : 1;
+                for (int a = 0; a < n; ++a)
+                    for (int v = 0; v < 2 * nv; ++v)
+                        _mm256_storeu_ps(x.data() + static_cast<size_t>(a) * 16 * nv + 8 * v, Stored<D>::load8(cols[act[c0 + a]].v, goff + d + 8 * v));
+                k512.dense_values(ps.data(), R, 1, g, x.data(), n, d, nv, o);
+                d += 16 * nv;
+            }
+        }
+    }
+
     template <KvDtype D>
     void pv_slots(int d0, int d1, int c0, int c1) const {
+        if (const auto* k512 = d0 % 16 == 0 && d1 % 16 == 0 ? kivi_kernels_512() : nullptr) return pv_slots_512<D>(*k512, d0, d1, c0, c1);
         int r = 0;
         for (; r + 4 <= R; r += 4) pv_rows<D, 4>(r, d0, d1, c0, c1);
         switch (R - r) {
@@ -426,7 +496,54 @@ struct Tile {
     }
 
     // Values of a quantized block read from their codes: each adds p·scale·codes, and p·zero is
-    // summed per channel group and added once for the block.
+    // summed per channel group and added once for the block. Rows RB at a time hold 16 channels
+    // each in registers over the block's columns (each code unpacked once for RB rows), with the
+    // products p·scale made beforehand (ps: per column, row and value group): per row and
+    // channel the same fma(p·scale, code, out) in column order as one row at a time.
+    // p[i * nk + k] = S[r + i][c] * vs[k] for i < nr, k < nk.
+    void scale_probabilities(int c, int r, int nr, const float* vs, int nk, float* p) const {
+        for (int i = 0; i < nr; ++i) {
+            const __m256 pr = _mm256_set1_ps(S[(r + i) * ldc + c]);
+            int k = 0;
+            for (; k + 8 <= nk; k += 8) _mm256_storeu_ps(p + i * nk + k, _mm256_mul_ps(pr, _mm256_loadu_ps(vs + k)));
+            if (k < nk) _mm256_maskstore_ps(p + i * nk + k, tail_mask(nk - k), _mm256_mul_ps(pr, _mm256_maskload_ps(vs + k, tail_mask(nk - k))));
+        }
+    }
+
+    template <int NB, int RB>
+    void pv_block_rows(int r, int d0, int d1, int a0, int a1, int k0, int nk, const float* ps,
+                       const uint8_t* const* rows) const {
+        const int vg = in.kivi->value_group;
+        const int step = RB * nk;
+        int d = d0;
+        for (; d + 16 <= d1; d += 16) {
+            const int g0 = d / vg - k0, g1 = (d + 8) / vg - k0;
+            __m256 acc[RB][2];
+            for (int i = 0; i < RB; ++i) acc[i][0] = _mm256_loadu_ps(o[r + i] + d), acc[i][1] = _mm256_loadu_ps(o[r + i] + d + 8);
+            const float* p = ps;
+            for (int a = a0; a < a1; ++a, p += step) {
+                const uint8_t* row = rows[a - a0];
+                const __m256 x0 = unpack8<NB>(row, goff + d), x1 = unpack8<NB>(row, goff + d + 8);
+                for (int i = 0; i < RB; ++i) {
+                    acc[i][0] = _mm256_fmadd_ps(_mm256_broadcast_ss(p + i * nk + g0), x0, acc[i][0]);
+                    acc[i][1] = _mm256_fmadd_ps(_mm256_broadcast_ss(p + i * nk + g1), x1, acc[i][1]);
+                }
+            }
+            for (int i = 0; i < RB; ++i) _mm256_storeu_ps(o[r + i] + d, acc[i][0]), _mm256_storeu_ps(o[r + i] + d + 8, acc[i][1]);
+        }
+        for (; d < d1; d += 8) {
+            const int g0 = d / vg - k0;
+            __m256 acc[RB];
+            for (int i = 0; i < RB; ++i) acc[i] = _mm256_loadu_ps(o[r + i] + d);
+            const float* p = ps;
+            for (int a = a0; a < a1; ++a, p += step) {
+                const __m256 x = unpack8<NB>(rows[a - a0], goff + d);
+                for (int i = 0; i < RB; ++i) acc[i] = _mm256_fmadd_ps(_mm256_broadcast_ss(p + i * nk + g0), x, acc[i]);
+            }
+            for (int i = 0; i < RB; ++i) _mm256_storeu_ps(o[r + i] + d, acc[i]);
+        }
+    }
+
     template <int NB>
     void pv_block(int d0, int d1, int a0, int a1) const {
         const KiviFormat& f = *in.kivi;
@@ -435,28 +552,55 @@ struct Tile {
         const int k0 = d0 / vg, k1 = (d1 + vg - 1) / vg;  // value groups touched
         const int nk = k1 - k0;
         std::fill(zsum, zsum + static_cast<size_t>(R) * nk, 0.0f);
-        const size_t rb = f.row_code_bytes();
         for (int a = a0; a < a1; ++a) {
             const int c = act[a];
-            const int j = cols[c].j;
-            const uint8_t* row = data + f.v_codes + static_cast<size_t>(j) * rb;
-            const float* vs = f.value_scale(data, j) + goff / vg;
-            const float* vz = f.value_zero(data, j) + goff / vg;
+            const float* vz = f.value_zero(data, cols[c].j) + goff / vg;
             for (int r = 0; r < R; ++r) {
                 const float pr = S[r * ldc + c];
                 for (int k = k0; k < k1; ++k) zsum[r * nk + k - k0] += pr * vz[k];
             }
-            for (int d = d0; d < d1; d += 8) {
-                const __m256 x = unpack8<NB>(row, goff + d);
-                const float sc = vs[d / vg];
-                for (int r = 0; r < R; ++r) {
-                    float* od = o[r] + d;
-                    _mm256_storeu_ps(od, _mm256_fmadd_ps(_mm256_set1_ps(S[r * ldc + c] * sc), x, _mm256_loadu_ps(od)));
+        }
+        const auto* k512 = vg % 16 == 0 && d0 % 16 == 0 && d1 % 16 == 0 ? kivi_kernels_512() : nullptr;
+        thread_local std::vector<const uint8_t*> rows;
+        rows.clear();
+        for (int a = a0; a < a1; ++a) rows.push_back(data + f.v_codes + static_cast<size_t>(cols[act[a]].j) * f.row_code_bytes());
+        thread_local std::vector<float> ps;
+        if (k512) {
+            // All rows at once: the AVX-512 kernel unpacks each value once for every row.
+            ps.resize(static_cast<size_t>(a1 - a0) * R * nk + static_cast<size_t>(a1 - a0) * 32);
+            for (int a = a0; a < a1; ++a) {
+                const int c = act[a];
+                const float* vs = f.value_scale(data, cols[c].j) + goff / vg + k0;
+                scale_probabilities(c, 0, R, vs, nk, ps.data() + static_cast<size_t>(a - a0) * R * nk);
+            }
+            k512->values(ps.data(), R, nk, k0, vg, rows.data(), a1 - a0, NB, goff, d0, d1, o,
+                         ps.data() + static_cast<size_t>(a1 - a0) * R * nk);
+        } else {
+            constexpr int kRows = 4;
+            ps.resize(static_cast<size_t>(a1 - a0) * kRows * nk);
+            for (int r = 0; r < R; r += kRows) {
+                const int nr = std::min(kRows, R - r);
+                for (int a = a0; a < a1; ++a) {
+                    const int c = act[a];
+                    const float* vs = f.value_scale(data, cols[c].j) + goff / vg + k0;
+                    scale_probabilities(c, r, nr, vs, nk, ps.data() + static_cast<size_t>(a - a0) * nr * nk);
+                }
+                switch (nr) {
+                    case 4: pv_block_rows<NB, 4>(r, d0, d1, a0, a1, k0, nk, ps.data(), rows.data()); break;
+                    case 3: pv_block_rows<NB, 3>(r, d0, d1, a0, a1, k0, nk, ps.data(), rows.data()); break;
+                    case 2: pv_block_rows<NB, 2>(r, d0, d1, a0, a1, k0, nk, ps.data(), rows.data()); break;
+                    default: pv_block_rows<NB, 1>(r, d0, d1, a0, a1, k0, nk, ps.data(), rows.data()); break;
                 }
             }
         }
-        for (int r = 0; r < R; ++r)
-            for (int d = d0; d < d1; ++d) o[r][d] += zsum[r * nk + d / vg - k0];
+        // Whole vectors where 8 channels share a value group.
+        const bool whole = vg % 8 == 0 && d0 % 8 == 0;
+        for (int r = 0; r < R; ++r) {
+            int d = d0;
+            for (; whole && d + 8 <= d1; d += 8)
+                _mm256_storeu_ps(o[r] + d, _mm256_add_ps(_mm256_loadu_ps(o[r] + d), _mm256_set1_ps(zsum[r * nk + d / vg - k0])));
+            for (; d < d1; ++d) o[r][d] += zsum[r * nk + d / vg - k0];
+        }
     }
 
     // out rows, channels [d0, d1), = P · V over all columns, in column order.

@@ -38,4 +38,27 @@ struct DecodeKernels {
 const PrefillKernels& avx512_prefill_kernels();
 const DecodeKernels& avx512_decode_kernels();
 
+// Attention over KIVI blocks (attention.cpp; its AVX-512 kernels: attention_kivi_avx512.cpp),
+// the same values as attention.cpp's 256-bit loops.
+struct KiviKernels {
+    // S[r * ldc + cols[i]] = (one 8-lane FMA chain over d < hd of qk[r * hd + d] * code_i[goff + d],
+    // reduced by attention.cpp's tree) + bias[r], for i < n and r < R; code_i: the nbits-bit
+    // codes of the packed row rows[i]. hd is a multiple of 16; scratch: (n + 65) * hd floats.
+    void (*scores)(const float* qk, int R, int hd, const float* bias, const uint8_t* const* rows, const int* cols, int n,
+                   int nbits, int goff, float* S, int64_t ldc, float* scratch);
+    // o[r][d] = fma(ps[(a * R + r) * nk + d / vg - k0], code_a[goff + d], o[r][d]) for a = 0..n-1 in
+    // order, r < R, d in [d0, d1); d0, d1 and vg multiples of 16; scratch: 32 * n floats.
+    void (*values)(const float* ps, int R, int nk, int k0, int vg, const uint8_t* const* rows, int n, int nbits, int goff,
+                   int d0, int d1, float* const* o, float* scratch);
+    // The same steps over values already floats (full-precision slots): S[r * ldc + cols[i]] = the
+    // tree of the 8-lane chain of q[r] · keys[i * hd ...] (+ bias[r] when bias is set), r < R;
+    // scratch: (R + 1) * hd floats.
+    void (*dense_scores)(const float* const* q, int R, int hd, const float* bias, const float* keys, const int* cols, int n,
+                         float* S, int64_t ldc, float* scratch);
+    // o[r][d + j] = fma(ps[(a * R + r) * nk + g[j / 16]], x[a * 16 * nv + j], o[r][d + j]) for a < n in
+    // order, r < R, j < 16 * nv (nv 1 or 2).
+    void (*dense_values)(const float* ps, int R, int nk, const int* g, const float* x, int n, int d, int nv, float* const* o);
+};
+const KiviKernels& avx512_kivi_kernels();
+
 }  // namespace kvchat::attention_kernels

@@ -7,6 +7,7 @@
 #include "engine/compute/matmul_kernels.h"
 #include "engine/compute/q4_1_product.h"
 #include "engine/compute/quant_blocks.h"
+#include "engine/compute/simd_choices.h"
 #include "engine/compute/thread_pool.h"
 #include "engine/error.h"
 
@@ -14,7 +15,11 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
+#include <chrono>
 #include <cstring>
+#include <mutex>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -47,12 +52,17 @@ Level best_level() {
 // -1: automatic; otherwise a forced Level.
 std::atomic<int> forced_level{-1};
 
-Level level() {
-    const int f = forced_level.load(std::memory_order_relaxed);
-    return f < 0 ? best_level() : Level(f);
+const char* level_name(Level l) {
+    switch (l) {
+        case Level::avx2: return "avx2";
+        case Level::avx512_vnni: return "avx512-vnni";
+        case Level::amx: return "amx";
+    }
+    return "avx2";
 }
+constexpr const char* kLevelNames = "avx2 avx512-vnni amx";
 
-const KernelSet& kernel_set() { return level() == Level::avx2 ? kernels::avx2_kernels() : kernels::avx512_kernels(); }
+const KernelSet& kernels_of(Level l) { return l == Level::avx2 ? kernels::avx2_kernels() : kernels::avx512_kernels(); }
 
 // Up to this many tokens, the hot types use the fused kernels (weights unpacked in registers per
 // token); beyond, an int8 panel is unpacked once and reused by all tokens.
@@ -131,7 +141,7 @@ struct ActivationBuffers {
     std::vector<int8_t> q;
     std::vector<float> d;
     std::vector<int16_t> sum16;
-    std::vector<int32_t> neg_sum8;
+    std::vector<int32_t> neg_sum8, neg_sum4;
     std::vector<float> group_d, group_d_sum;
     std::vector<int32_t> group_bias;
 };
@@ -148,11 +158,16 @@ QuantizedActivations quantize_activations(const float* x, int64_t n_tokens, int6
     a.q = buf.q.data();
     a.d = buf.d.data();
     a.sum16 = buf.sum16.data();
-    // Only the fused kernels (a token or two) read neg_sum8.
+    // Only the fused kernels (a token or two) read neg_sum8; the ordered 32-column kernels read
+    // neg_sum4 for every call whose tokens the threads split into ones or twos.
     const bool sums8 = block == 32 && n_tokens <= kFusedMaxTokens;
     if (sums8) {
         buf.neg_sum8.assign(size_t(n_tokens * (cols / 32) * 8), 0);
         a.neg_sum8 = buf.neg_sum8.data();
+    }
+    if (block == 32) {
+        buf.neg_sum4.resize(size_t(n_tokens * (cols / 4)));
+        a.neg_sum4 = buf.neg_sum4.data();
     }
     auto quantize = [&](int64_t t0, int64_t t1) {
         for (int64_t t = t0; t < t1; ++t) {
@@ -162,6 +177,16 @@ QuantizedActivations quantize_activations(const float* x, int64_t n_tokens, int6
             if (sums8) {
                 int32_t* s8 = buf.neg_sum8.data() + t * (cols / 32) * 8;
                 for (int64_t b = 0; b < cols / 32; ++b) s8[8 * b] = -(int32_t(s16[2 * b]) + s16[2 * b + 1]);
+            }
+            if (block == 32) {
+                const int8_t* q = buf.q.data() + t * cols;
+                int32_t* s4 = buf.neg_sum4.data() + t * (cols / 4);
+                const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
+                for (int64_t c = 0; c < cols; c += 32) {
+                    const __m256i q32 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + c));
+                    const __m256i sums = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, q32), ones16);
+                    _mm256_storeu_si256(reinterpret_cast<__m256i*>(s4 + c / 4), _mm256_sub_epi32(_mm256_setzero_si256(), sums));
+                }
             }
         }
     };
@@ -407,11 +432,11 @@ void float_tile(const uint8_t* w, size_t stride, int64_t cols, const float* x, f
 }
 
 template <TensorType T>
-void float_product(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y, ThreadPool& pool) {
+void float_product(const KernelSet& ks, const WeightMatrix& w, const float* x, int64_t n_tokens, float* y, ThreadPool& pool) {
     const size_t stride = FloatWeights<T>::kBytes * size_t(w.cols);
     const auto* base = static_cast<const uint8_t*>(w.data);
     constexpr int64_t kRowStep = 16;
-    if (const auto rows_kernel = kernel_set().float_rows) {
+    if (const auto rows_kernel = ks.float_rows) {
         pool.parallel_for(w.rows, [&](int64_t r0, int64_t r1) {
             // A few rows at a time, so that their weights serve all tokens from L1.
             for (int64_t r = r0; r < r1; r += kRowStep) {
@@ -439,25 +464,20 @@ void float_product(const WeightMatrix& w, const float* x, int64_t n_tokens, floa
     });
 }
 
-}  // namespace
-
-void matmul(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y, ThreadPool& pool) {
-    const TypeTraits& tt = traits(w.type);
-    if (w.rows < 0 || w.cols <= 0 || w.cols % tt.block_elems != 0) {
-        throw Error("matmul: " + std::to_string(w.cols) + " columns do not fit " + std::string(tt.name) + " blocks");
-    }
-    if (n_tokens <= 0 || w.rows == 0) return;
+// The product at one SIMD level.
+void product_at(Level lv, const WeightMatrix& w, const float* x, int64_t n_tokens, float* y, ThreadPool& pool) {
+    const KernelSet& ks = kernels_of(lv);
     switch (w.type) {
-        case TensorType::F32: return float_product<TensorType::F32>(w, x, n_tokens, y, pool);
-        case TensorType::F16: return float_product<TensorType::F16>(w, x, n_tokens, y, pool);
-        case TensorType::BF16: return float_product<TensorType::BF16>(w, x, n_tokens, y, pool);
+        case TensorType::F32: return float_product<TensorType::F32>(ks, w, x, n_tokens, y, pool);
+        case TensorType::F16: return float_product<TensorType::F16>(ks, w, x, n_tokens, y, pool);
+        case TensorType::BF16: return float_product<TensorType::BF16>(ks, w, x, n_tokens, y, pool);
         default: break;
     }
-    if (w.type == TensorType::Q4_1) return q4_1_product(w, x, n_tokens, y, pool);  // llama.cpp's order
-    const KernelSet& ks = kernel_set();
+    // llama.cpp's order; its batch kernel at this level (the decode one is the same at both)
+    if (w.type == TensorType::Q4_1) return q4_1_product(w, x, n_tokens, y, pool, lv != Level::avx2);
     if (in_reference_order(w.type)) return ordered_product(ks, w, x, n_tokens, y, pool);
     const Int8Layout layout = kernels::int8_layout(w.type);
-    if (layout.group == 0) throw Error("matmul: no kernel for " + std::string(tt.name));
+    if (layout.group == 0) throw Error("matmul: no kernel for " + std::string(traits(w.type).name));
     thread_local ActivationBuffers buf;
     const QuantizedActivations xq = quantize_activations(x, n_tokens, w.cols, layout.act_block, buf, pool);
     const auto fused = ks.fused[uint32_t(w.type)];
@@ -466,8 +486,138 @@ void matmul(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y, T
         return;
     }
     const ActivationGroups g = activation_groups(xq, layout.group, buf, pool);
-    if (level() == Level::amx && n_tokens >= kAmxMinTokens) amx_product(layout, w, xq, g, y, pool);
+    if (lv == Level::amx && n_tokens >= kAmxMinTokens) amx_product(layout, w, xq, g, y, pool);
     else panel_product(ks, layout, w, xq, g, y, pool);
+}
+
+// --- which level each kernel family takes --------------------------------------------------------
+// A family is a weight type in one regime: decode (a token or two: weights streamed once, the
+// fused and streamed kernels) or batch (panels and tiles). Every level computes the same bits, so
+// the choice changes only the speed; it is measured on first use (calibrate) and kept in the
+// choice file (simd_choices.h).
+
+constexpr int kTypeSlots = 32;
+int family_index(TensorType t, bool batch) { return int(uint32_t(t) % kTypeSlots) * 2 + (batch ? 1 : 0); }
+
+std::string family_name(TensorType t, bool batch) {
+    std::string n(traits(t).name);
+    for (char& c : n) c = char(std::tolower(static_cast<unsigned char>(c)));
+    return n + (batch ? "/batch" : "/decode");
+}
+
+struct FamilyLevels {
+    std::atomic<int> level[2 * kTypeSlots];  // -1: not chosen yet
+    std::mutex mu;                           // for choosing
+    bool file_read = false;
+    std::string path, cpu_key;
+    FamilyLevels() {
+        for (auto& l : level) l.store(-1);
+    }
+};
+
+FamilyLevels& family_levels() {
+    static FamilyLevels f;
+    return f;
+}
+
+// Median-free timing on a busy machine: the fastest of several alternating runs of each level is
+// the one least disturbed by other programs.
+Level calibrate(TensorType t, bool batch, int64_t cols) {
+    std::vector<Level> candidates = {Level::avx2, Level::avx512_vnni};
+    const bool float_type = t == TensorType::F32 || t == TensorType::F16 || t == TensorType::BF16;
+    if (batch && best_level() == Level::amx && !float_type && !in_reference_order(t)) candidates.push_back(Level::amx);
+    // In cache (about 256 KiB of weights): the memory stream is the same at every level; what
+    // differs is the arithmetic around it.
+    const size_t rb = row_bytes(t, cols);
+    const int64_t n_tokens = batch ? 32 : 1;
+    const int64_t rows = batch ? 64 : std::clamp<int64_t>(int64_t((256u << 10) / rb) / 16 * 16, 16, 4096);
+    constexpr int64_t kDistinct = 16;
+    std::vector<uint8_t> data(rb * size_t(rows));
+    std::mt19937 rng(12345);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    std::vector<float> src(static_cast<size_t>(cols));
+    for (int64_t r = 0; r < kDistinct; ++r) {
+        for (float& v : src) v = normal(rng);
+        quantize_row(t, src.data(), data.data() + size_t(r) * rb, cols);
+    }
+    for (int64_t r = kDistinct; r < rows; ++r) std::memcpy(data.data() + size_t(r) * rb, data.data() + size_t(r % kDistinct) * rb, rb);
+    std::vector<float> x(size_t(n_tokens * cols)), y(size_t(n_tokens * rows));
+    for (float& v : x) v = normal(rng);
+    const WeightMatrix w{t, rows, cols, data.data()};
+    ThreadPool one(1);
+    std::vector<double> best(candidates.size(), 1e30);
+    for (int round = 0; round < 8; ++round) {
+        for (size_t i = 0; i < candidates.size(); ++i) {
+            const auto t0 = std::chrono::steady_clock::now();
+            product_at(candidates[i], w, x.data(), n_tokens, y.data(), one);
+            const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+            if (round > 0) best[i] = std::min(best[i], s);  // round 0 warms caches and buffers
+        }
+    }
+    // The highest level keeps the family unless another is clearly (3%) faster.
+    size_t pick = candidates.size() - 1;
+    for (size_t i = 0; i < candidates.size(); ++i)
+        if (best[i] < 0.97 * best[pick]) pick = i;
+    return candidates[pick];
+}
+
+Level choose(TensorType t, bool batch, int64_t cols) {
+    FamilyLevels& f = family_levels();
+    std::lock_guard lock(f.mu);
+    const int i = family_index(t, batch);
+    if (!f.file_read) {
+        f.file_read = true;
+        f.path = simd_choices_path();
+        f.cpu_key = cpu_model_key(level_name(best_level()));
+        for (const auto& [family, level] : load_simd_choices(f.path, f.cpu_key, kLevelNames)) {
+            for (uint32_t id = 0; id < kTypeSlots; ++id) {
+                if (!type_traits(id)) continue;
+                for (bool b : {false, true}) {
+                    if (family_name(TensorType(id), b) != family) continue;
+                    for (Level l : {Level::avx2, Level::avx512_vnni, Level::amx})
+                        if (level == level_name(l) && int(l) <= int(best_level())) f.level[family_index(TensorType(id), b)].store(int(l));
+                }
+            }
+        }
+    }
+    if (const int l = f.level[i].load(); l >= 0) return Level(l);
+    const Level l = calibrate(t, batch, cols);
+    f.level[i].store(int(l));
+    save_simd_choices(f.path, {{family_name(t, batch), level_name(l)}}, f.cpu_key, kLevelNames);
+    return l;
+}
+
+Level level_for(TensorType t, int64_t n_tokens, int64_t cols) {
+    if (const int forced = forced_level.load(std::memory_order_relaxed); forced >= 0) return Level(forced);
+    if (best_level() == Level::avx2) return Level::avx2;
+    const bool batch = n_tokens > kFusedMaxTokens;
+    if (const int l = family_levels().level[family_index(t, batch)].load(std::memory_order_relaxed); l >= 0) return Level(l);
+    return choose(t, batch, cols);
+}
+
+}  // namespace
+
+void matmul(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y, ThreadPool& pool) {
+    const TypeTraits& tt = traits(w.type);
+    if (w.rows < 0 || w.cols <= 0 || w.cols % tt.block_elems != 0) {
+        throw Error("matmul: " + std::to_string(w.cols) + " columns do not fit " + std::string(tt.name) + " blocks");
+    }
+    if (n_tokens <= 0 || w.rows == 0) return;
+    product_at(level_for(w.type, n_tokens, w.cols), w, x, n_tokens, y, pool);
+}
+
+std::string simd_family_levels() {
+    const int forced = forced_level.load();
+    std::string out;
+    for (uint32_t id = 0; id < kTypeSlots; ++id) {
+        if (!type_traits(id)) continue;
+        for (bool b : {false, true}) {
+            const int l = forced >= 0 ? -1 : family_levels().level[family_index(TensorType(id), b)].load();
+            if (l < 0) continue;
+            out += (out.empty() ? "" : ", ") + family_name(TensorType(id), b) + " " + level_name(Level(l));
+        }
+    }
+    return out;
 }
 
 // The largest user: the AVX2 Q5_0 panel (matmul_avx2.cpp), 52 bytes per column.
@@ -479,12 +629,8 @@ void weight_row(const WeightMatrix& w, int64_t r, float* dst) {
 }
 
 const char* simd_level() {
-    switch (level()) {
-        case Level::avx2: return "avx2";
-        case Level::avx512_vnni: return "avx512-vnni";
-        case Level::amx: return "amx";
-    }
-    return "avx2";
+    const int f = forced_level.load(std::memory_order_relaxed);
+    return level_name(f < 0 ? best_level() : Level(f));
 }
 
 void force_simd_level(const char* name) {

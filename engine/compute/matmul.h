@@ -3,6 +3,7 @@
 #include "engine/compute/tensor_type.h"
 
 #include <cstdint>
+#include <string>
 
 namespace kvchat {
 
@@ -18,8 +19,9 @@ struct WeightMatrix {
 
 // y[t][r] = sum_c W[r][c] * x[t][c] for t in [0, n_tokens): x is n_tokens x cols floats, y is
 // n_tokens x rows floats (both row-major, contiguous). Quantizes x per block as llama.cpp does
-// (Q8_0 for the 32-element formats, Q8_K for the K-quants) and uses the best SIMD kernels the
-// CPU has (AVX2 baseline; AVX-512 VNNI when present). For Q5_0, Q8_0, Q4_K and Q6_K weights y is
+// (Q8_0 for the 32-element formats, Q8_K for the K-quants) and uses, per kernel family (weight
+// type, and decode or batch), the SIMD level that measured fastest on this CPU (simd_choices.h;
+// AVX2 baseline, AVX-512 VNNI and AMX where present). For Q5_0, Q8_0, Q4_K and Q6_K weights y is
 // what llama.cpp's CPU backend computes, bit for bit, at every level (matmul_kernels.h); like
 // llama.cpp's, it depends on n_tokens (Q4_K: tokens in whole groups of four; Q6_K: 8 or more).
 void matmul(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y, ThreadPool& pool);
@@ -27,9 +29,14 @@ void matmul(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y, T
 // Row r of W as floats (for embedding lookups): dst has cols floats.
 void weight_row(const WeightMatrix& w, int64_t r, float* dst);
 
-// Which SIMD level the kernels use on this CPU: "amx" (AVX-512 VNNI, plus AMX-INT8 tiles for
-// batches of tokens), "avx512-vnni" or "avx2".
+// The highest SIMD level this CPU runs (or the forced one): "amx" (AVX-512 VNNI, plus AMX-INT8
+// tiles for batches of tokens), "avx512-vnni" or "avx2". Each kernel family takes this level or
+// a lower one that measured faster (simd_family_levels).
 const char* simd_level();
+
+// The level each kernel family chosen so far in this process runs at, e.g.
+// "q8_0/decode avx512-vnni, q4_k/decode avx2"; empty while a level is forced.
+std::string simd_family_levels();
 
 // For tests and benchmarks: makes matmul use a lower level than the CPU allows ("avx2",
 // "avx512-vnni", "amx"; Error when the CPU cannot run it); nullptr or "auto" restores the

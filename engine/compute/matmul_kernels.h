@@ -35,12 +35,16 @@ struct QuantizedActivations {
     // Only for 32-column blocks: per block 8 int32, the first -sum(q), the rest 0. A vpdpbusd
     // chain that starts from it cancels the unsigned offset of the weights in one step.
     const int32_t* neg_sum8 = nullptr;  // n_tokens x cols/32 x 8
+    // Also only for 32-column blocks and a token or two: -sum(q) over each 4 columns, the lanes
+    // of a vpdpbusd, so that a chain over unsigned weights (q + z) starts from -z times it.
+    const int32_t* neg_sum4 = nullptr;  // n_tokens x cols/4
 
     // For matmul.cpp only: an AVX-512 file that calls an inline function may emit the one copy
     // the linker keeps, compiled for AVX-512.
     const int8_t* q_row(int64_t t) const { return q + t * cols; }
     const float* d_row(int64_t t) const { return d + t * (cols / block); }
     const int16_t* sum16_row(int64_t t) const { return sum16 + t * (cols / 16); }
+    const int32_t* neg_sum4_row(int64_t t) const { return neg_sum4 + t * (cols / 4); }
 };
 
 // One token's row of QuantizedActivations.

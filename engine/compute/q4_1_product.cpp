@@ -158,7 +158,7 @@ void panel_rows(const UnpackedRows& u, int n_rows, int64_t n_blocks, const Block
 
 }  // namespace
 
-void q4_1_product(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y, ThreadPool& pool) {
+void q4_1_product(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y, ThreadPool& pool, bool avx512) {
     const int64_t n_blocks = w.cols / QK4_1;
     thread_local std::vector<BlockQ8_1> xq;
     xq.resize(static_cast<size_t>(n_tokens * n_blocks));
@@ -192,7 +192,6 @@ void q4_1_product(const WeightMatrix& w, const float* x, int64_t n_tokens, float
         return;
     }
     // A batch: 16 rows unpacked once, then every token against them from L1.
-    const bool avx512 = std::strcmp(simd_level(), "avx2") != 0;
     pool.parallel_for_dynamic(n_steps, 1, [&](int64_t s0, int64_t s1) {
         thread_local UnpackedRows u;
         for (int64_t s = s0; s < s1; ++s) {

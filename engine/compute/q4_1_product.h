@@ -14,7 +14,8 @@ namespace kvchat {
 // for Q4_1 on x86 (no tinyBLAS, no repacking), so every token count takes this same dot product.
 // Every SIMD level computes the same values: the lane sums are exact integers and the float
 // steps the same operations (a batch takes 512-bit registers at AVX-512, for speed only).
-void q4_1_product(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y, ThreadPool& pool);
+// `avx512`: the batch kernel at AVX-512 VNNI (the caller's SIMD level for this kernel family).
+void q4_1_product(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y, ThreadPool& pool, bool avx512);
 
 struct BlockQ8_1;
 

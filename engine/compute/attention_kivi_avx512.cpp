@@ -1,0 +1,232 @@
+// AVX-512 kernels of attention over KIVI blocks (attention_kernels.h): the same values as
+// attention.cpp's 256-bit loops, bit for bit, with twice the lanes. A score is one 8-lane chain
+// over head_dim, so a 512-bit register carries two scores' chains side by side (two rows); an
+// output channel is one chain over the columns, so a register carries 16 channels. Called
+// only after a run-time CPU check; this file must not instantiate templates that other files
+// also instantiate.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+
+#include "engine/compute/attention_kernels.h"
+
+#include <immintrin.h>
+
+namespace kvchat::attention_kernels {
+namespace {
+
+// attention.cpp's hsum_tree: ((l0+l1)+(l2+l3)) + ((l4+l5)+(l6+l7)).
+inline float hsum_tree(__m256 v) {
+    __m128 h = _mm_hadd_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    h = _mm_hadd_ps(h, h);
+    return _mm_cvtss_f32(h) + _mm_cvtss_f32(_mm_movehdup_ps(h));
+}
+
+// Codes of 8 channels (NB bits each) of a packed row starting at channel c, as bytes: 1, 2 or 4
+// of them, read with a masked load (never past them).
+template <int NB>
+inline __m128i code_bytes8(const uint8_t* row, int c) {
+    return _mm_maskz_loadu_epi8(__mmask16((1u << NB) - 1), row + c * NB / 8);
+}
+
+// The lanes' dword index and shift: lanes 0-7 take the 8 codes of the bytes at 0, lanes 8-15
+// those of the bytes at 8 (pair), or all 16 lanes 16 consecutive codes from byte 0 (run).
+template <int NB>
+struct CodeLanes {
+    __m512i pair_idx, pair_shift, run_idx, run_shift, mask;
+    CodeLanes() {
+        alignas(64) int pi[16], ps[16], ri[16], rs[16];
+        for (int l = 0; l < 16; ++l) {
+            const int in8 = l % 8;
+            pi[l] = (l < 8 ? 0 : 2) + in8 * NB / 32;
+            ps[l] = in8 * NB % 32;
+            ri[l] = l * NB / 32;
+            rs[l] = l * NB % 32;
+        }
+        pair_idx = _mm512_load_si512(pi);
+        pair_shift = _mm512_load_si512(ps);
+        run_idx = _mm512_load_si512(ri);
+        run_shift = _mm512_load_si512(rs);
+        mask = _mm512_set1_epi32((1 << NB) - 1);
+    }
+    __m512 decode(__m128i raw, __m512i idx, __m512i shift) const {
+        const __m512i v = _mm512_permutexvar_epi32(idx, _mm512_castsi128_si512(raw));
+        return _mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srlv_epi32(v, shift), mask));
+    }
+    // Channels [c, c + 8) of rows a (lanes 0-7) and b (lanes 8-15).
+    __m512 pair(const uint8_t* a, const uint8_t* b, int c) const {
+        return decode(_mm_unpacklo_epi64(code_bytes8<NB>(a, c), code_bytes8<NB>(b, c)), pair_idx, pair_shift);
+    }
+    // Channels [c, c + 16) of one row.
+    __m512 run(const uint8_t* row, int c) const {
+        return decode(_mm_maskz_loadu_epi8(__mmask16((1u << (2 * NB)) - 1), row + c * NB / 8), run_idx, run_shift);
+    }
+};
+
+template <int NB>
+const CodeLanes<NB>& lanes() {
+    static const CodeLanes<NB> l;
+    return l;
+}
+
+inline float with_bias(float s, const float* bias, int r) { return bias ? s + bias[r] : s; }
+
+// Scores of rows 2p, 2p + 1 for p in [p0, p0 + P) (pairs past the last are computed from the
+// last and dropped) x columns i, i + 1 (i + 1 repeats i when alone): one register per row pair
+// and column, lanes 0-7 the first row's chain, 8-15 the second's; the column's 8 channels are
+// broadcast to both halves.
+template <int P>
+void scores_tile(const float* qp, int pairs, int p0, int hd, const float* ka, const float* kb, int R, const float* bias,
+                 float* sa, float* sb, int64_t ldc) {
+    const float* q[P];
+    for (int p = 0; p < P; ++p) q[p] = qp + static_cast<int64_t>(p0 + p < pairs ? p0 + p : pairs - 1) * 2 * hd;
+    __m512 acc[P][2];
+    for (int p = 0; p < P; ++p) acc[p][0] = acc[p][1] = _mm512_setzero_ps();
+    for (int d = 0; d < hd; d += 8) {
+        const __m512 xa = _mm512_broadcast_f32x8(_mm256_loadu_ps(ka + d)), xb = _mm512_broadcast_f32x8(_mm256_loadu_ps(kb + d));
+        for (int p = 0; p < P; ++p) {
+            const __m512 qv = _mm512_loadu_ps(q[p] + 2 * d);
+            acc[p][0] = _mm512_fmadd_ps(qv, xa, acc[p][0]);
+            acc[p][1] = _mm512_fmadd_ps(qv, xb, acc[p][1]);
+        }
+    }
+    for (int p = 0; p < P && p0 + p < pairs; ++p) {
+        const int r = 2 * (p0 + p);
+        sa[r * ldc] = with_bias(hsum_tree(_mm512_castps512_ps256(acc[p][0])), bias, r);
+        if (sb) sb[r * ldc] = with_bias(hsum_tree(_mm512_castps512_ps256(acc[p][1])), bias, r);
+        if (r + 1 < R) {
+            sa[(r + 1) * ldc] = with_bias(hsum_tree(_mm512_extractf32x8_ps(acc[p][0], 1)), bias, r + 1);
+            if (sb) sb[(r + 1) * ldc] = with_bias(hsum_tree(_mm512_extractf32x8_ps(acc[p][1], 1)), bias, r + 1);
+        }
+    }
+}
+
+template <int P>
+void scores_columns(const float* qp, int pairs, int p0, int hd, const float* keys, const int* cols, int n, int R,
+                    const float* bias, float* S, int64_t ldc) {
+    for (int i = 0; i < n; i += 2) {
+        const bool two = i + 1 < n;
+        const float* ka = keys + static_cast<int64_t>(i) * hd;
+        scores_tile<P>(qp, pairs, p0, hd, ka, two ? ka + hd : ka, R, bias, S + cols[i], two ? S + cols[i + 1] : nullptr, ldc);
+    }
+}
+
+// Keys as floats (n x hd, row i for column cols[i]): the rows' q interleaved by pairs (per 8
+// channels, 8 of row 2p then 8 of row 2p + 1) into scratch, then up to 8 row pairs at a time run
+// over all columns.
+void dense_scores(const float* const* q, int R, int hd, const float* bias, const float* keys, const int* cols, int n,
+                  float* S, int64_t ldc, float* scratch) {
+    const int pairs = (R + 1) / 2;
+    float* qp = scratch;
+    for (int p = 0; p < pairs; ++p) {
+        const float* a = q[2 * p];
+        const float* b = 2 * p + 1 < R ? q[2 * p + 1] : a;
+        float* out = qp + static_cast<int64_t>(p) * 2 * hd;
+        for (int d = 0; d < hd; d += 8) {
+            _mm256_storeu_ps(out + 2 * d, _mm256_loadu_ps(a + d));
+            _mm256_storeu_ps(out + 2 * d + 8, _mm256_loadu_ps(b + d));
+        }
+    }
+    int p0 = 0;
+    for (; p0 + 8 <= pairs; p0 += 8) scores_columns<8>(qp, pairs, p0, hd, keys, cols, n, R, bias, S, ldc);
+    const int left = pairs - p0;
+    if (left > 4) scores_columns<8>(qp, pairs, p0, hd, keys, cols, n, R, bias, S, ldc);
+    else if (left > 2) scores_columns<4>(qp, pairs, p0, hd, keys, cols, n, R, bias, S, ldc);
+    else if (left == 2) scores_columns<2>(qp, pairs, p0, hd, keys, cols, n, R, bias, S, ldc);
+    else if (left == 1) scores_columns<1>(qp, pairs, p0, hd, keys, cols, n, R, bias, S, ldc);
+}
+
+// The block's keys unpacked once (n x hd floats in scratch), then dense_scores.
+template <int NB>
+void kivi_scores_t(const float* qk, int R, int hd, const float* bias, const uint8_t* const* rows, const int* cols, int n,
+                   int goff, float* S, int64_t ldc, float* scratch) {
+    const CodeLanes<NB>& L = lanes<NB>();
+    float* keys = scratch;
+    for (int i = 0; i < n; ++i)
+        for (int d = 0; d < hd; d += 16) _mm512_storeu_ps(keys + static_cast<int64_t>(i) * hd + d, L.run(rows[i], goff + d));
+    // Row pointers into qk, after the keys (R of them, at most 64 a tile; more in pieces).
+    const float* q[64];
+    for (int r0 = 0; r0 < R; r0 += 64) {
+        const int nr = R - r0 < 64 ? R - r0 : 64;
+        for (int r = 0; r < nr; ++r) q[r] = qk + static_cast<int64_t>(r0 + r) * hd;
+        dense_scores(q, nr, hd, bias + r0, keys, cols, n, S + r0 * ldc, ldc, keys + static_cast<int64_t>(n) * hd);
+    }
+}
+
+void kivi_scores(const float* qk, int R, int hd, const float* bias, const uint8_t* const* rows, const int* cols, int n,
+                 int nbits, int goff, float* S, int64_t ldc, float* scratch) {
+    switch (nbits) {
+        case 8: return kivi_scores_t<8>(qk, R, hd, bias, rows, cols, n, goff, S, ldc, scratch);
+        case 4: return kivi_scores_t<4>(qk, R, hd, bias, rows, cols, n, goff, S, ldc, scratch);
+        default: return kivi_scores_t<2>(qk, R, hd, bias, rows, cols, n, goff, S, ldc, scratch);
+    }
+}
+
+// Rows [r, r + RB) over the columns for channels [d, d + 16 * NV) of the unpacked values x
+// (per column 16 * NV floats).
+template <int RB, int NV>
+void values_tile(const float* ps, int R, int nk, int r, const int* g, const float* x, int n, int d, float* const* o) {
+    __m512 acc[RB][NV];
+    for (int i = 0; i < RB; ++i)
+        for (int v = 0; v < NV; ++v) acc[i][v] = _mm512_loadu_ps(o[r + i] + d + 16 * v);
+    for (int a = 0; a < n; ++a) {
+        __m512 xv[NV];
+        for (int v = 0; v < NV; ++v) xv[v] = _mm512_loadu_ps(x + (a * NV + v) * 16);
+        const float* p = ps + (static_cast<int64_t>(a) * R + r) * nk;
+        for (int i = 0; i < RB; ++i)
+            for (int v = 0; v < NV; ++v) acc[i][v] = _mm512_fmadd_ps(_mm512_set1_ps(p[i * nk + g[v]]), xv[v], acc[i][v]);
+    }
+    for (int i = 0; i < RB; ++i)
+        for (int v = 0; v < NV; ++v) _mm512_storeu_ps(o[r + i] + d + 16 * v, acc[i][v]);
+}
+
+template <int NV>
+void values_rows(const float* ps, int R, int nk, const int* g, const float* x, int n, int d, float* const* o) {
+    int r = 0;
+    for (; r + 8 <= R; r += 8) values_tile<8, NV>(ps, R, nk, r, g, x, n, d, o);
+    for (; r + 4 <= R; r += 4) values_tile<4, NV>(ps, R, nk, r, g, x, n, d, o);
+    for (; r < R; ++r) values_tile<1, NV>(ps, R, nk, r, g, x, n, d, o);
+}
+
+void dense_values(const float* ps, int R, int nk, const int* g, const float* x, int n, int d, int nv, float* const* o) {
+    if (nv == 2) values_rows<2>(ps, R, nk, g, x, n, d, o);
+    else values_rows<1>(ps, R, nk, g, x, n, d, o);
+}
+
+// Per 32 channels, the block's values are unpacked once (n x 32 floats in scratch) for all rows.
+template <int NB>
+void kivi_values_t(const float* ps, int R, int nk, int k0, int vg, const uint8_t* const* rows, int n, int goff, int d0,
+                   int d1, float* const* o, float* scratch) {
+    const CodeLanes<NB>& L = lanes<NB>();
+    int d = d0;
+    for (; d + 32 <= d1; d += 32) {
+        for (int a = 0; a < n; ++a) {
+            _mm512_storeu_ps(scratch + a * 32, L.run(rows[a], goff + d));
+            _mm512_storeu_ps(scratch + a * 32 + 16, L.run(rows[a], goff + d + 16));
+        }
+        const int g[2] = {d / vg - k0, (d + 16) / vg - k0};
+        values_rows<2>(ps, R, nk, g, scratch, n, d, o);
+    }
+    for (; d < d1; d += 16) {
+        for (int a = 0; a < n; ++a) _mm512_storeu_ps(scratch + a * 16, L.run(rows[a], goff + d));
+        const int g[1] = {d / vg - k0};
+        values_rows<1>(ps, R, nk, g, scratch, n, d, o);
+    }
+}
+
+void kivi_values(const float* ps, int R, int nk, int k0, int vg, const uint8_t* const* rows, int n, int nbits, int goff,
+                 int d0, int d1, float* const* o, float* scratch) {
+    switch (nbits) {
+        case 8: return kivi_values_t<8>(ps, R, nk, k0, vg, rows, n, goff, d0, d1, o, scratch);
+        case 4: return kivi_values_t<4>(ps, R, nk, k0, vg, rows, n, goff, d0, d1, o, scratch);
+        default: return kivi_values_t<2>(ps, R, nk, k0, vg, rows, n, goff, d0, d1, o, scratch);
+    }
+}
+
+}  // namespace
+
+const KiviKernels& avx512_kivi_kernels() {
+    static const KiviKernels k{kivi_scores, kivi_values, dense_scores, dense_values};
+    return k;
+}
+
+}  // namespace kvchat::attention_kernels
