@@ -449,7 +449,9 @@ private slots:
         const std::string dir = spill.path().toStdString();
         const std::string report = in_child([&]() -> std::string {
             CHILD_CHECK(limit_file_size(kLayer1 + 4096), "setrlimit");
-            kvchat::OffloadTier tier(dir, 2);
+            // The child's own backend (a forked child has none of its parent's threads).
+            const auto backend = kvchat::make_cpu_backend(1);
+            kvchat::OffloadTier tier(dir, 2, *backend);
             std::vector<uint8_t> want(8192);
             for (size_t i = 0; i < want.size(); ++i) want[i] = static_cast<uint8_t>(i * 7 + 3);
             uint8_t* b = tier.acquire(1, 0, want.size());
@@ -617,7 +619,7 @@ private slots:
         for (const char* name : {"dynamic", "sink"}) {
             const std::string spec = std::string(name) == "dynamic" ? "dynamic" : "sink:window=8,sinks=2";
             const std::string path = std::string(KVCHAT_TEST_DATA_DIR) + "/f32_snapshot_" + name + ".kvcs";
-            auto loaded = kvchat::load_snapshot(path, t.model->layer_specs(), t.model->fingerprint(), t.backend->pool());
+            auto loaded = kvchat::load_snapshot(path, t.model->layer_specs(), t.model->fingerprint(), *t.backend);
             QCOMPARE(loaded.cache->tokens(), toks);
             QCOMPARE(QString::fromStdString(loaded.cache->telemetry().layers[0].dtype), QString("f16"));
             auto fresh = t.cache(spec);
@@ -630,7 +632,7 @@ private slots:
             QTemporaryDir dir;
             const std::string again = (dir.path() + "/again.kvcs").toStdString();
             kvchat::save_snapshot(again, *loaded.cache, t.model->fingerprint());
-            auto reloaded = kvchat::load_snapshot(again, t.model->layer_specs(), t.model->fingerprint(), t.backend->pool());
+            auto reloaded = kvchat::load_snapshot(again, t.model->layer_specs(), t.model->fingerprint(), *t.backend);
             QCOMPARE(t.next_logits(*reloaded.cache, 43), t.next_logits(*fresh, 43));
         }
     }
@@ -1201,7 +1203,7 @@ private slots:
         const auto cp = c->checkpoint();
         t.run(*c, tokens(12, 5), 5);
         kvchat::save_snapshot(path, *c, t.model->fingerprint(), std::span(&cp, 1));
-        auto loaded = kvchat::load_snapshot(path, t.model->layer_specs(), t.model->fingerprint(), t.backend->pool());
+        auto loaded = kvchat::load_snapshot(path, t.model->layer_specs(), t.model->fingerprint(), *t.backend);
         QCOMPARE(loaded.cache->spec(), c->spec());
         QCOMPARE(loaded.cache->tokens(), c->tokens());
         QCOMPARE(loaded.checkpoints.size(), size_t(1));
@@ -1285,7 +1287,7 @@ private slots:
         const std::vector<int32_t> more = tokens(40, 11);
         const std::vector<float> expected = t.run(*c, more, 5);
         for (int round = 0; round < 2; ++round) {
-            auto loaded = kvchat::load_snapshot(path, t.model->layer_specs(), t.model->fingerprint(), t.backend->pool());
+            auto loaded = kvchat::load_snapshot(path, t.model->layer_specs(), t.model->fingerprint(), *t.backend);
             QVERIFY(t.run(*loaded.cache, more, 5) == expected);
             QVERIFY(read() == saved);
         }
@@ -1308,7 +1310,7 @@ private slots:
             const std::string p2 = (dir.path() + "/bad.kvc").toStdString();
             std::ofstream(p2, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
             return QString::fromStdString(
-                error_of([&] { kvchat::load_snapshot(p2, t.model->layer_specs(), t.model->fingerprint(), t.backend->pool()); }));
+                error_of([&] { kvchat::load_snapshot(p2, t.model->layer_specs(), t.model->fingerprint(), *t.backend); }));
         };
         // Every byte flipped somewhere in the file, at a stride, is caught: the load is refused,
         // or (a byte inside the checkpoint, which is checked when used) the cache loads whole and
@@ -1322,7 +1324,7 @@ private slots:
             const QString msg = load_bytes(bad);
             if (msg == "(no error)") {
                 const std::string p2 = (dir.path() + "/bad.kvc").toStdString();
-                kvchat::LoadedSnapshot l = kvchat::load_snapshot(p2, t.model->layer_specs(), t.model->fingerprint(), t.backend->pool());
+                kvchat::LoadedSnapshot l = kvchat::load_snapshot(p2, t.model->layer_specs(), t.model->fingerprint(), *t.backend);
                 QVERIFY2(l.checkpoints.size() == 1 && !l.checkpoints[0].intact(), qPrintable(QString("byte %1 went unnoticed").arg(at)));
                 QVERIFY(!l.cache->restore(l.checkpoints[0]));
                 QCOMPARE(l.cache->tokens(), held);
@@ -1341,12 +1343,12 @@ private slots:
         QVERIFY(load_bytes(good + "x").contains("trailing"));
         // Another model, another layer layout, another version.
         QString msg = QString::fromStdString(error_of([&] {
-            kvchat::load_snapshot(path, t.model->layer_specs(), std::string(64, 'f'), t.backend->pool());
+            kvchat::load_snapshot(path, t.model->layer_specs(), std::string(64, 'f'), *t.backend);
         }));
         QVERIFY2(msg.contains("another model"), qPrintable(msg));
         Tiny other(llama_spec());
         msg = QString::fromStdString(error_of([&] {
-            kvchat::load_snapshot(path, other.model->layer_specs(), t.model->fingerprint(), t.backend->pool());
+            kvchat::load_snapshot(path, other.model->layer_specs(), t.model->fingerprint(), *t.backend);
         }));
         QVERIFY2(msg.contains("layers"), qPrintable(msg));
         std::string v2 = good;

@@ -78,7 +78,7 @@ private slots:
         QTemporaryDir dir;
         const std::string path = (dir.path() + "/c.kvc").toStdString();
         kvchat::save_snapshot(path, *c, model_->fingerprint());
-        auto loaded = kvchat::load_snapshot(path, model_->layer_specs(), model_->fingerprint(), backend_->pool());
+        auto loaded = kvchat::load_snapshot(path, model_->layer_specs(), model_->fingerprint(), *backend_);
         const int32_t next = 1000;
         std::vector<float> a, b, d;
         model_->forward(*backend_, *c, &next, 1, kvchat::Logits::Last, a);

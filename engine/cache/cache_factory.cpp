@@ -32,38 +32,19 @@ LayerConfig layer_config(const LayerSpec& spec, const CacheSpec& s) {
     return c;
 }
 
-namespace {
-
-std::unique_ptr<Cache> build(const std::vector<LayerSpec>& layers, const CacheSpec& s, Backend& backend,
-                             std::shared_ptr<Backend> owned) {
+std::unique_ptr<Cache> make_cache(const std::vector<LayerSpec>& layers, const CacheSpec& s, Backend& backend) {
     std::shared_ptr<OffloadTier> tier;
-    if (s.offloaded) tier = std::make_shared<OffloadTier>(s.offload_dir, static_cast<int>(layers.size()), &backend);
+    if (s.offloaded) tier = std::make_shared<OffloadTier>(s.offload_dir, static_cast<int>(layers.size()), backend);
     std::vector<std::unique_ptr<CacheLayer>> out;
     for (size_t i = 0; i < layers.size(); ++i)
         out.push_back(std::make_unique<AxisLayer>(layers[i], layer_config(layers[i], s), backend, tier.get(), static_cast<int>(i)));
     auto cache = std::make_unique<Cache>(to_string(s), std::move(out), std::move(tier));
-    cache->set_origin(layers, &backend, std::move(owned));
+    cache->set_origin(layers, backend);
     return cache;
-}
-
-}  // namespace
-
-std::unique_ptr<Cache> make_cache(const std::vector<LayerSpec>& layers, const CacheSpec& s, Backend& backend) {
-    return build(layers, s, backend, nullptr);
 }
 
 std::unique_ptr<Cache> make_cache(const std::vector<LayerSpec>& layers, const std::string& spec, Backend& backend) {
     return make_cache(layers, parse_cache_spec(spec), backend);
-}
-
-std::unique_ptr<Cache> make_cache(const std::vector<LayerSpec>& layers, const CacheSpec& s, ThreadPool& pool) {
-    std::shared_ptr<Backend> own = make_cpu_backend(pool);
-    Backend& b = *own;
-    return build(layers, s, b, std::move(own));
-}
-
-std::unique_ptr<Cache> make_cache(const std::vector<LayerSpec>& layers, const std::string& spec, ThreadPool& pool) {
-    return make_cache(layers, parse_cache_spec(spec), pool);
 }
 
 std::unique_ptr<Cache> clone_cache(const Cache& cache) {
