@@ -56,11 +56,14 @@ std::unique_ptr<LayerMemory> layer_memory(const LayerConfig& cfg, Backend& backe
     return std::make_unique<ResidentMemory>(backend);
 }
 
+size_t record_bytes(const LayerSpec& spec, const LayerConfig& cfg) {
+    return 2 * static_cast<size_t>(spec.shape.n_head_kv) * spec.shape.head_dim * kv_dtype_bytes(cfg.dtype);
+}
+
 KvArena make_arena(LayerMemory& memory, const LayerSpec& spec, const LayerConfig& cfg, const Retention& ret,
                    const std::optional<KiviFormat>& kivi) {
     const Regions r = regions(cfg, ret, kivi);
-    const size_t rec = 2 * static_cast<size_t>(spec.shape.n_head_kv) * spec.shape.head_dim * kv_dtype_bytes(cfg.dtype);
-    return KvArena(memory, spec.index, rec, r.block_bytes, r.slots, r.limit, r.residual, r.blocks, cfg.fixed);
+    return KvArena(memory, spec.index, record_bytes(spec, cfg), r.block_bytes, r.slots, r.limit, r.residual, r.blocks, cfg.fixed);
 }
 
 // Activation rows of the layer's own, given back to the backend however attend() ends.
@@ -95,6 +98,11 @@ AxisLayer::AxisLayer(const LayerSpec& spec, const LayerConfig& cfg, Backend& bac
       contents_(make_arena(*memory_, spec, cfg, retention_, kivi), retention_.slot_positions(kivi.has_value()),
                 kivi ? std::optional<QuantizedTokens>(std::in_place, *kivi, cfg.residual, cfg.dtype) : std::nullopt),
       staged_(backend.alloc_kv()) {}
+
+size_t AxisLayer::reserved_bytes(const LayerSpec& spec, const LayerConfig& cfg) {
+    const Regions r = regions(cfg, Retention(cfg.retention, cfg.window, cfg.sinks, spec.model_window), kivi_format(spec, cfg));
+    return KvArena::capacity_bytes(record_bytes(spec, cfg), r.block_bytes, r.slots, r.residual, r.blocks);
+}
 
 LayerSnapshotFormat AxisLayer::snapshot_format() const {
     return LayerSnapshotFormat(contents_, backend_, cfg_.dtype, spec_.index, layout(), layout_core());

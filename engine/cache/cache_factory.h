@@ -13,8 +13,9 @@ namespace kvchat {
 // The axes of layer `spec` under a strategy.
 LayerConfig layer_config(const LayerSpec& spec, const CacheSpec& strategy);
 
-// Throws kvchat::Error naming the parameter (e.g. a group that does not divide the head size)
-// or the slow-tier directory that cannot take a spill file.
+// Throws kvchat::Error naming the parameter (e.g. a group that does not divide the head size),
+// the slow-tier directory that cannot take a spill file, or (for memory allocated up front that
+// cannot be had) the spec and the bytes it needs.
 // The layers' memory is allocated by `backend`, which computes with it: the backend the model
 // runs on, which the cache refers to and does not own, so it must outlive the cache (cache.h).
 std::unique_ptr<Cache> make_cache(const std::vector<LayerSpec>& layers, const CacheSpec& strategy, Backend& backend);
