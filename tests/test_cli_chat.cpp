@@ -11,6 +11,7 @@
 #include "support/test_paths.h"
 #include "support/tiny_model.h"
 
+#include <QDir>
 #include <QFileInfo>
 #include <QJsonArray>
 #include <QJsonDocument>
@@ -21,6 +22,7 @@
 
 #include <csignal>
 #include <filesystem>
+#include <sys/resource.h>
 
 using namespace kvchat;
 
@@ -237,6 +239,45 @@ private slots:
         Store store(db.toStdString());
         QCOMPARE(QString::fromStdString(store.find_conversation("o")->cache_spec),
                  QString::fromStdString(to_string(parse_cache_spec(spec.toStdString()))));
+    }
+
+    // Issue 25: a turn fails on a full slow-tier disk (a file size limit stands in for it, with
+    // SIGXFSZ ignored so writes fail with EFBIG as with ENOSPC) and leaves its message unanswered;
+    // then --cache offloaded:dir=<another folder> --regenerate reopens the conversation from its
+    // snapshot, converts it and answers (it crashed).
+    void switchAfterAFullDisk() {
+        QTemporaryDir dir;
+        const QString model = tiny_model_path(dir), db = dir.path() + "/k.db";
+        QVERIFY(QDir(dir.path()).mkpath("a") && QDir(dir.path()).mkpath("b"));
+        const QString a = "offloaded:dir=" + dir.path() + "/a", b = "offloaded:dir=" + dir.path() + "/b";
+        const QStringList chat = {"chat", "--model", model, "--db", db, "--conversation", "o", "-n", "4", "--greedy"};
+        const Run first = cli(chat + QStringList{"--cache", a, "--message", "the cat sat"});
+        QVERIFY2(first.code == 0, qPrintable(first.err));
+
+        QProcess p;
+        p.setChildProcessModifier([] {
+            std::signal(SIGXFSZ, SIG_IGN);
+            const rlimit rl{8 << 20, 8 << 20};  // the database fits; a spill file's second layer (at 64 GiB) does not
+            ::setrlimit(RLIMIT_FSIZE, &rl);
+        });
+        p.start(QString::fromUtf8(test::cli_path()), chat + QStringList{"--message", "on the mat"});
+        QVERIFY(p.waitForFinished(120000));
+        QCOMPARE(p.exitStatus(), QProcess::NormalExit);
+        QCOMPARE(p.exitCode(), 2);
+        const QString err = QString::fromUtf8(p.readAllStandardError());
+        QVERIFY2(err.contains("disk is full"), qPrintable(err));
+        QVERIFY(QJsonDocument::fromJson(cli({"conversations", "--db", db, "--json"}).out)[0]["unanswered"].toBool());
+
+        const Run answered = cli(chat + QStringList{"--cache", b, "--regenerate", "--json"});
+        QVERIFY2(answered.code == 0, qPrintable(answered.err));
+        const QJsonObject j = json_of(answered);
+        QVERIFY2(QJsonDocument(j["notices"].toArray()).toJson().contains("converted"), answered.out.constData());
+        QCOMPARE(ids_of(j["tokens"]).empty(), false);
+        const QJsonObject listed = QJsonDocument::fromJson(cli({"conversations", "--db", db, "--json"}).out)[0].toObject();
+        QVERIFY(!listed["unanswered"].toBool());
+        Store store(db.toStdString());
+        QCOMPARE(QString::fromStdString(store.find_conversation("o")->cache_spec),
+                 QString::fromStdString(to_string(parse_cache_spec(b.toStdString()))));
     }
 
     // A title with a tab or a newline stays one field of one line in `conversations`; blank
