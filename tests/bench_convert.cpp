@@ -9,8 +9,8 @@
 // (valgrind's callgrind with --toggle-collect='*timed_conversion*' counts the conversions alone).
 #include "engine/cache/cache_factory.h"
 #include "engine/cache/convert.h"
+#include "engine/compute/backend.h"
 #include "engine/compute/kv_dtype.h"
-#include "engine/compute/thread_pool.h"
 #include "engine/model/model.h"
 
 #include <algorithm>
@@ -101,8 +101,9 @@ int main(int argc, char** argv) {
     }
     const auto model = Model::load(model_path);
     const std::vector<LayerSpec> specs = model->layer_specs();
-    ThreadPool pool(threads);
-    auto cache = make_cache(specs, "dynamic", pool);
+    // The backend outlives every cache made on it (the copies and conversions below included).
+    const std::unique_ptr<Backend> backend = make_cpu_backend(threads);
+    auto cache = make_cache(specs, "dynamic", *backend);
 
     // Every layer gets the same tokens a prefill of `context` would give it; values on the f16 grid.
     std::mt19937 rng(1234);

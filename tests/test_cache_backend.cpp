@@ -3,6 +3,8 @@
 // tier's file copies), so a backend that does something else with them (a GPU) sees every step.
 // A backend that forwards to the CPU one and counts its calls stands in for such a backend.
 #include "engine/cache/cache.h"
+#include "engine/cache/convert.h"
+#include "engine/cache/snapshot.h"
 #include "engine/compute/backend.h"
 #include "engine/compute/thread_pool.h"
 #include "engine/model/model.h"
@@ -191,6 +193,56 @@ private slots:
         QVERIFY2(before >= 2 + kLayers, qPrintable(QString::number(before)));
         QVERIFY2(counting.file_reads() >= static_cast<int>(toks.size()) * kLayers, qPrintable(QString::number(counting.file_reads())));
         QVERIFY(counting.calls["kv_write_file"] >= static_cast<int>(toks.size()) * kLayers);
+    }
+
+    // A snapshot loads onto the backend the model computes with (issue 25: it got a CPU backend
+    // of its own, which a strategy switch then freed under the layers): its memory is that
+    // backend's, every later operation goes through it, a conversion keeps it, and the logits are
+    // those of a cache that never left memory.
+    void snapshotLoadsOntoTheModelsBackend_data() {
+        QTest::addColumn<QString>("spec");
+        QTest::addColumn<QString>("target");
+        QTest::newRow("dynamic -> offloaded") << "dynamic" << "offloaded:dir=" + dir_.path();
+        QTest::newRow("dynamic -> quantized") << "dynamic" << "quantized:nbits=8,residual=8,group=8";
+        QTest::newRow("quantized -> sink (rebuilt)") << "quantized:nbits=4,residual=8,group=8" << "sink:window=16,sinks=2";
+        QTest::newRow("quantized -> quantized+offloaded") << "quantized:nbits=4,residual=8,group=8"
+                                                          << "quantized:nbits=4,residual=8,group=8+offloaded:dir=" + dir_.path();
+        QTest::newRow("offloaded -> static") << "offloaded:dir=" + dir_.path() << "static:max_len=64";
+    }
+    void snapshotLoadsOntoTheModelsBackend() {
+        QFETCH(QString, spec);
+        QFETCH(QString, target);
+        const std::vector<int32_t> toks = tokens(30);
+        const int32_t next = 9;
+        auto cpu = kvchat::make_cpu_backend(2);
+        std::vector<float> lg, want;
+        auto saved = model_->make_cache(*cpu, spec.toStdString());
+        model_->forward(*cpu, *saved, toks.data(), static_cast<int64_t>(toks.size()), kvchat::Logits::None, lg);
+        const std::string path = (dir_.path() + "/snap.kvc").toStdString();
+        kvchat::save_snapshot(path, *saved, model_->fingerprint());
+        // Conversions that must rebuild re-prefill through the model on the cache's backend.
+        auto through = [&](kvchat::Backend& b) {
+            kvchat::ConvertOptions o;
+            o.reprefill = [&](kvchat::Cache& c, const std::vector<int32_t>& t) {
+                std::vector<float> none;
+                model_->forward(b, c, t.data(), static_cast<int64_t>(t.size()), kvchat::Logits::None, none);
+            };
+            return o;
+        };
+        kvchat::convert(*saved, target.toStdString(), through(*cpu));
+        model_->forward(*cpu, *saved, &next, 1, kvchat::Logits::Last, want);
+
+        CountingBackend counting(2);  // outlives the cache loaded onto it
+        kvchat::LoadedSnapshot loaded = kvchat::load_snapshot(path, model_->layer_specs(), model_->fingerprint(), counting);
+        QVERIFY(loaded.cache->backend() == &counting);
+        QVERIFY2(counting.calls["alloc_kv"] >= kLayers, qPrintable(QString::number(counting.calls["alloc_kv"])));
+        kvchat::convert(*loaded.cache, target.toStdString(), through(counting));
+        QVERIFY(loaded.cache->backend() == &counting);
+        const int attends = counting.calls["attend"];
+        std::vector<float> got;
+        model_->forward(counting, *loaded.cache, &next, 1, kvchat::Logits::Last, got);
+        QCOMPARE(counting.calls["attend"], attends + kLayers);
+        QVERIFY(got == want);
     }
 };
 

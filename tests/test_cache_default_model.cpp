@@ -18,6 +18,18 @@ class TestCacheDefaultModel : public QObject {
     std::unique_ptr<kvchat::Backend> backend_;
     std::vector<int32_t> prompt_;
     std::vector<int32_t> reference_;  // greedy tokens without a cache
+    // Issue 25's prompt on a dynamic cache: the prompt's logits, then those of 32 greedy steps.
+    std::vector<int32_t> inventions_prompt_, inventions_tokens_;
+    std::vector<std::vector<float>> inventions_logits_;
+
+    // The logits of the prompt (every position) and of each of `tokens` fed one at a time.
+    std::vector<std::vector<float>> steps(kvchat::Cache& c, const std::vector<int32_t>& prompt,
+                                          const std::vector<int32_t>& tokens) const {
+        std::vector<std::vector<float>> out(1);
+        model_->forward(*backend_, c, prompt.data(), static_cast<int64_t>(prompt.size()), kvchat::Logits::All, out[0]);
+        for (int32_t t : tokens) model_->forward(*backend_, c, &t, 1, kvchat::Logits::Last, out.emplace_back());
+        return out;
+    }
 
     kvchat::GenerationConfig config(bool use_cache) const {
         kvchat::GenerationConfig g;
@@ -40,6 +52,21 @@ private slots:
         auto c = model_->make_cache(*backend_, "dynamic");
         reference_ = gen.generate(*c, prompt_, config(false)).tokens;
         QCOMPARE(reference_.size(), size_t(12));
+
+        inventions_prompt_ = model_->tokenizer().encode("The three most important inventions in history are", true);
+        auto d = model_->make_cache(*backend_, "dynamic");
+        std::vector<float> lg;
+        model_->forward(*backend_, *d, inventions_prompt_.data(), static_cast<int64_t>(inventions_prompt_.size()),
+                        kvchat::Logits::All, lg);
+        inventions_logits_.push_back(lg);
+        for (int i = 0; i < 32; ++i) {
+            const int64_t v = model_->config().n_vocab;
+            const float* last = inventions_logits_.back().data() + inventions_logits_.back().size() - v;
+            const int32_t next = static_cast<int32_t>(std::max_element(last, last + v) - last);
+            inventions_tokens_.push_back(next);
+            model_->forward(*backend_, *d, &next, 1, kvchat::Logits::Last, lg);
+            inventions_logits_.push_back(lg);
+        }
     }
 
     void losslessEqualsNoCache_data() {
@@ -53,6 +80,31 @@ private slots:
         kvchat::Generator gen(*model_, *backend_);
         auto c = model_->make_cache(*backend_, spec.toStdString());
         QCOMPARE(gen.generate(*c, prompt_, config(true)).tokens, reference_);
+    }
+
+    // Issue 25: with nothing quantized yet (9 prompt tokens and 32 answered, inside the residual
+    // of 128) and nothing outside the window, a lossy strategy computes dynamic's logits bit for
+    // bit at every step; quantized:nbits=4 used to answer otherwise from the fifth token.
+    void lossyEqualsDynamicUntilItLoses_data() {
+        QTest::addColumn<QString>("spec");
+        for (const char* s : {"quantized:nbits=2", "quantized:nbits=4", "quantized:nbits=8", "quantized:nbits=4+offloaded",
+                              "sink:window=64,sinks=4", "sink:window=64,sinks=4+offloaded", "sliding_window:window=64",
+                              "sliding_window:window=64+offloaded", "sink:window=64,sinks=4+quantized:nbits=4",
+                              "sliding_window:window=64+quantized:nbits=2", "hybrid+quantized:nbits=8"})
+            QTest::newRow(s) << s;
+    }
+    void lossyEqualsDynamicUntilItLoses() {
+        QFETCH(QString, spec);
+        auto c = model_->make_cache(*backend_, spec.toStdString());
+        const auto got = steps(*c, inventions_prompt_, inventions_tokens_);
+        QCOMPARE(got.size(), inventions_logits_.size());
+        for (size_t i = 0; i < got.size(); ++i)
+            QVERIFY2(got[i] == inventions_logits_[i], qPrintable(QString("logits differ at step %1").arg(i)));
+        // Nothing was lost: no token quantized, none evicted beyond what the model's own windows drop.
+        for (const auto& l : c->telemetry().layers) {
+            QCOMPARE(l.quantized_tokens, int64_t(0));
+            QCOMPARE(l.evicted, int64_t(0));
+        }
     }
 
     // With a residual smaller than the context, most of it is read from 8-bit blocks.
@@ -78,7 +130,7 @@ private slots:
         QTemporaryDir dir;
         const std::string path = (dir.path() + "/c.kvc").toStdString();
         kvchat::save_snapshot(path, *c, model_->fingerprint());
-        auto loaded = kvchat::load_snapshot(path, model_->layer_specs(), model_->fingerprint(), backend_->pool());
+        auto loaded = kvchat::load_snapshot(path, model_->layer_specs(), model_->fingerprint(), *backend_);
         const int32_t next = 1000;
         std::vector<float> a, b, d;
         model_->forward(*backend_, *c, &next, 1, kvchat::Logits::Last, a);

@@ -1,6 +1,7 @@
 // kvchat-cli chat / conversations / prefix as a user runs them: a conversation that continues in
 // a second process prefilling only the new turn, a process killed mid-turn, awkward names and
 // text, the prefix commands. The default model where the numbers matter, tiny models elsewhere.
+#include "engine/cache/cache_spec.h"
 #include "engine/chat/chat_template.h"
 #include "engine/compute/backend.h"
 #include "engine/generate/generator.h"
@@ -10,6 +11,8 @@
 #include "support/test_paths.h"
 #include "support/tiny_model.h"
 
+#include <QDir>
+#include <QFileInfo>
 #include <QJsonArray>
 #include <QJsonDocument>
 #include <QJsonObject>
@@ -23,6 +26,7 @@
 
 #include <csignal>
 #include <filesystem>
+#include <sys/resource.h>
 
 using namespace kvchat;
 
@@ -103,6 +107,9 @@ std::vector<int32_t> ids_of(const QJsonValue& v) {
 
 class TestCliChat : public QObject {
     Q_OBJECT
+    // switchOnReopenedConversation's answers without a switch (a new message, a regenerate).
+    std::vector<int32_t> want_more_, want_regenerated_;
+
 private slots:
     // Two processes, one conversation: the second prefills only its own turn (the closing of the
     // first answer, the message, its markers) and answers as a fresh cache over the whole
@@ -212,6 +219,106 @@ private slots:
         QCOMPARE(msgs[2].content, std::string("Tell me a very long story about a dragon."));
         QCOMPARE(msgs[3].role, Role::Assistant);
         QCOMPARE(msgs[4].content, std::string("Shorter, please."));
+    }
+
+    // Issue 25's sequence: a conversation answered in one process, then reopened from its snapshot
+    // in another with --cache STRATEGY (a new message, or --regenerate). It crashed (exit 139) and
+    // left the message unanswered. Now the turn answers, nothing is left unanswered, the strategy
+    // is the conversation's, and where the switch loses nothing (offloaded and static are
+    // lossless; quantized:nbits=4 holds these ~90 tokens in its 128-token residual; the sink window
+    // of 64 still holds a regenerated answer) the tokens are those of the same conversation
+    // without a switch.
+    void switchOnReopenedConversation_data() {
+        QTest::addColumn<QString>("spec");
+        QTest::addColumn<bool>("regenerate");
+        QTest::addColumn<bool>("exact");
+        for (bool regen : {false, true}) {
+            const QString how = regen ? " --regenerate" : " --message more";
+            QTest::newRow(qPrintable("offloaded" + how)) << "offloaded" << regen << true;
+            QTest::newRow(qPrintable("quantized:nbits=4" + how)) << "quantized:nbits=4" << regen << true;
+            QTest::newRow(qPrintable("sink:window=64,sinks=4" + how)) << "sink:window=64,sinks=4" << regen << regen;
+            QTest::newRow(qPrintable("static:max_len=512" + how)) << "static:max_len=512" << regen << true;
+        }
+    }
+    void switchOnReopenedConversation() {
+        QFETCH(QString, spec);
+        QFETCH(bool, regenerate);
+        QFETCH(bool, exact);
+        if (!QFileInfo::exists(QString::fromStdString(resolve_model_path(""))))
+            QSKIP("default model not installed (packaging/kvchat.sh model)");
+        const QStringList first = {"--message", "Write a story about a dragon", "-n", "40", "--greedy", "--json"};
+        const QStringList second = regenerate ? QStringList{"--regenerate", "-n", "20", "--greedy", "--json"}
+                                              : QStringList{"--message", "more", "-n", "20", "--greedy", "--json"};
+        auto turn = [](const QString& db, const QStringList& args) {
+            const Run r = cli(QStringList{"chat", "--db", db, "--conversation", "o"} + args);
+            if (r.code != 0) qWarning("exit %d: %s", r.code, qPrintable(r.err));
+            return r;
+        };
+        QTemporaryDir dir;
+        // The same two turns without a switch.
+        std::vector<int32_t>& want = regenerate ? want_regenerated_ : want_more_;
+        if (want.empty()) {
+            const QString ref = dir.path() + "/ref.db";
+            QCOMPARE(turn(ref, first).code, 0);
+            const Run r = turn(ref, second);
+            QCOMPARE(r.code, 0);
+            want = ids_of(json_of(r)["tokens"]);
+            QCOMPARE(want.size(), size_t(20));
+        }
+        const QString db = dir.path() + "/k.db";
+        QCOMPARE(turn(db, first).code, 0);
+        const Run r = turn(db, QStringList{"--cache", spec} + second);
+        QCOMPARE(r.code, 0);
+        QVERIFY2(!r.err.contains("could not be"), qPrintable(r.err));
+        const std::vector<int32_t> got = ids_of(json_of(r)["tokens"]);
+        QCOMPARE(got.size(), size_t(20));
+        if (exact) QCOMPARE(got, want);
+        const QJsonObject listed = QJsonDocument::fromJson(cli({"conversations", "--db", db, "--json"}).out)[0].toObject();
+        QVERIFY(!listed["unanswered"].toBool());
+        // The next message is taken, under the new strategy.
+        QCOMPARE(turn(db, {"--message", "Thanks.", "-n", "4", "--greedy"}).code, 0);
+        Store store(db.toStdString());
+        QCOMPARE(QString::fromStdString(store.find_conversation("o")->cache_spec),
+                 QString::fromStdString(to_string(parse_cache_spec(spec.toStdString()))));
+    }
+
+    // Issue 25: a turn fails on a full slow-tier disk (a file size limit stands in for it, with
+    // SIGXFSZ ignored so writes fail with EFBIG as with ENOSPC) and leaves its message unanswered;
+    // then --cache offloaded:dir=<another folder> --regenerate reopens the conversation from its
+    // snapshot, converts it and answers (it crashed).
+    void switchAfterAFullDisk() {
+        QTemporaryDir dir;
+        const QString model = tiny_model_path(dir), db = dir.path() + "/k.db";
+        QVERIFY(QDir(dir.path()).mkpath("a") && QDir(dir.path()).mkpath("b"));
+        const QString a = "offloaded:dir=" + dir.path() + "/a", b = "offloaded:dir=" + dir.path() + "/b";
+        const QStringList chat = {"chat", "--model", model, "--db", db, "--conversation", "o", "-n", "4", "--greedy"};
+        const Run first = cli(chat + QStringList{"--cache", a, "--message", "the cat sat"});
+        QVERIFY2(first.code == 0, qPrintable(first.err));
+
+        QProcess p;
+        p.setChildProcessModifier([] {
+            std::signal(SIGXFSZ, SIG_IGN);
+            const rlimit rl{8 << 20, 8 << 20};  // the database fits; a spill file's second layer (at 64 GiB) does not
+            ::setrlimit(RLIMIT_FSIZE, &rl);
+        });
+        p.start(QString::fromUtf8(test::cli_path()), chat + QStringList{"--message", "on the mat"});
+        QVERIFY(p.waitForFinished(120000));
+        QCOMPARE(p.exitStatus(), QProcess::NormalExit);
+        QCOMPARE(p.exitCode(), 2);
+        const QString err = QString::fromUtf8(p.readAllStandardError());
+        QVERIFY2(err.contains("disk is full"), qPrintable(err));
+        QVERIFY(QJsonDocument::fromJson(cli({"conversations", "--db", db, "--json"}).out)[0]["unanswered"].toBool());
+
+        const Run answered = cli(chat + QStringList{"--cache", b, "--regenerate", "--json"});
+        QVERIFY2(answered.code == 0, qPrintable(answered.err));
+        const QJsonObject j = json_of(answered);
+        QVERIFY2(QJsonDocument(j["notices"].toArray()).toJson().contains("converted"), answered.out.constData());
+        QCOMPARE(ids_of(j["tokens"]).empty(), false);
+        const QJsonObject listed = QJsonDocument::fromJson(cli({"conversations", "--db", db, "--json"}).out)[0].toObject();
+        QVERIFY(!listed["unanswered"].toBool());
+        Store store(db.toStdString());
+        QCOMPARE(QString::fromStdString(store.find_conversation("o")->cache_spec),
+                 QString::fromStdString(to_string(parse_cache_spec(b.toStdString()))));
     }
 
     // A title with a tab or a newline stays one field of one line in `conversations`; blank

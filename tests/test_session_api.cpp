@@ -2,6 +2,7 @@
 // rename, close, remove), per-step telemetry, the figures each answer keeps, the chat settings,
 // strategy switching, and progress with cancel for the long steps.
 #include "engine/chat/chat_settings.h"
+#include "engine/chat/conversation_cache.h"
 #include "engine/chat/conversation_registry.h"
 #include "engine/compute/backend.h"
 #include "engine/error.h"
@@ -762,6 +763,15 @@ private slots:
         for (const std::string& n : r.notices) QVERIFY2(!contains(n, "convert") && !contains(n, "prefilled again"), n.c_str());
         QVERIFY(r.cached_tokens > 256);
         QCOMPARE(reg.telemetry(id)->spec, std::string("dynamic"));
+        // Switched in the reopened session, whose cache came from the snapshot (issue 25: this
+        // crashed), it goes on from the converted cache.
+        const std::string offloaded = "offloaded:dir=" + s.dir.path().toStdString();
+        QCOMPARE(reg.switch_strategy(id, offloaded).kind, ConversionPlan::Kind::Lossless);
+        const TurnResult after = reg.send(id, "the cat", greedy(2));
+        QVERIFY(after.cached_tokens > 256);
+        QCOMPARE(reg.telemetry(id)->spec, canonical_cache_spec(offloaded));
+        QVERIFY(!find(reg.list(), id)->last_unanswered);
+        reg.switch_strategy(id, "dynamic");
         // A bad spec is refused naming it, and changes nothing.
         QVERIFY(!error_of([&] { reg.switch_strategy(id, "no-such-strategy"); }).empty());
         QCOMPARE(store.find_conversation_by_id(id)->cache_spec, std::string("dynamic"));

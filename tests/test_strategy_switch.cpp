@@ -1,7 +1,8 @@
 // Switching a conversation's strategy mid-conversation through the session API, on a tiny model:
 // after a lossless switch the next answer is the one a conversation that used the target strategy
-// from its start gives; the switch returns the plan made beforehand; a cancelled rebuild leaves the
-// old cache and strategy in use and the conversation goes on.
+// from its start gives; the switch returns the plan made beforehand; a switch after the session
+// reopened the conversation from its snapshot answers; a cancelled rebuild leaves the old cache
+// and strategy in use and the conversation goes on.
 #include "engine/cache/cache_spec.h"
 #include "engine/chat/conversation_registry.h"
 #include "engine/compute/backend.h"
@@ -104,6 +105,130 @@ private slots:
         // The strategy is saved with the conversation.
         for (const auto& s : a.list())
             if (s.id == ia) QCOMPARE(s.cache_spec, to_string(parse_cache_spec(to)));
+    }
+
+    // Issue 25: a conversation reopened from its snapshot (a new session over the same database,
+    // as after a restart) and then switched crashed: the loaded cache computed with a backend of
+    // its own, which the switch freed. Four ways in: the switch verb the window's worker calls,
+    // opening the conversation with another strategy (kvchat-cli chat --cache), and each followed
+    // by a regenerate instead of a new message. The next turn answers (a new message from the switched
+    // cache, not from a transcript prefilled again), the conversation is not left unanswered, and where the
+    // target loses nothing (lossless, or a residual or window that still holds every token) the
+    // answer is the one the same conversation gives live, without a restart or a switch.
+    void switchAfterReopening_data() {
+        QTest::addColumn<QString>("target");
+        QTest::addColumn<QString>("way");
+        QTest::addColumn<bool>("exact");
+        const std::vector<std::pair<QString, bool>> targets = {
+            {"static:max_len=512", true},
+            {"offloaded:dir=" + dir_.path(), true},
+            {"hybrid", true},
+            {"quantized:nbits=4", true},      // a residual of 128: nothing quantized in these turns
+            {"sink:window=256,sinks=4", true},  // nothing outside the window yet
+            {"quantized:nbits=4,residual=8,group=8", false},
+            {"sink:window=16,sinks=4", false},
+            {"sliding_window:window=16", false},
+            {"sink:window=16,sinks=4+quantized:nbits=8,residual=8,group=8+offloaded:dir=" + dir_.path(), false}};
+        for (const char* way : {"switch", "open", "switch-regenerate", "open-regenerate"})
+            for (const auto& [target, exact] : targets)
+                QTest::newRow(qPrintable(QString(way) + " " + target.section(":dir=", 0, 0))) << target << way << exact;
+    }
+    void switchAfterReopening() {
+        QFETCH(QString, target);
+        QFETCH(QString, way);
+        QFETCH(bool, exact);
+        const std::string to = target.toStdString();
+        const bool regen = way.endsWith("regenerate");
+        const std::string first = "Name three colours of the rainbow.", second = "And two more, please.";
+        static int row = 0;
+        const QString tag = QString::number(++row);
+
+        // The same conversation live: no restart, no switch.
+        Store live_store(db("live-" + tag));
+        ConversationRegistry live(live_store, *model_, *backend_);
+        const int64_t il = live.create("o");
+        const TurnResult l1 = live.send(il, first, greedy(16));
+        const TurnResult want = regen ? l1 : live.send(il, second, greedy(16));
+
+        const std::string path = db("reopened-" + tag);
+        int64_t id = 0;
+        {
+            Store store(path);
+            ConversationRegistry reg(store, *model_, *backend_);
+            id = reg.create("o");
+            QCOMPARE(reg.send(id, first, greedy(16)).tokens, l1.tokens);
+        }
+        Store store(path);
+        ConversationRegistry reg(store, *model_, *backend_);
+        if (way.startsWith("switch")) {
+            reg.switch_strategy(id, to);
+        } else {
+            OpenOptions o;
+            o.cache_spec = to;
+            reg.open("o", o);
+        }
+        const TurnResult got = regen ? reg.regenerate(id, greedy(16)) : reg.send(id, second, greedy(16));
+        QCOMPARE(got.tokens.size(), size_t(16));
+        // The snapshot was loaded and converted. (A regenerate crops back past the sliding layers'
+        // windows, which takes the per-turn checkpoints a switch drops as being of the old
+        // strategy: it prefills again, as it says.)
+        for (const std::string& n : got.notices)
+            QVERIFY2(n.find("could not be") == std::string::npos && (regen || n.find("prefilled again") == std::string::npos),
+                     n.c_str());
+        if (!regen) QVERIFY2(got.cached_tokens > 0, "the switched cache should have been used");
+        const auto tel = reg.telemetry(id);
+        QVERIFY(tel.has_value());
+        QCOMPARE(tel->spec, to_string(parse_cache_spec(to)));
+        const auto list = reg.list();
+        QCOMPARE(list.size(), size_t(1));
+        QVERIFY(!list[0].last_unanswered);
+        QCOMPARE(list[0].message_count, int64_t(regen ? 2 : 4));
+        QCOMPARE(list[0].cache_spec, tel->spec);
+        if (exact) {
+            for (const auto& l : tel->layers) QCOMPARE(l.quantized_tokens, int64_t(0));
+            QCOMPARE(got.tokens, want.tokens);
+            QCOMPARE(got.text, want.text);
+        }
+        // And the conversation goes on under the new strategy.
+        QCOMPARE(reg.send(id, "Thanks.", greedy(4)).tokens.size(), size_t(4));
+    }
+
+    // The sink context policy on a conversation reopened from its snapshot, once the conversation
+    // outgrows the context (issue 25 saw it crash at 318k tokens; a model of a 96-token context
+    // gets there in a few turns): the reloaded cache is converted to a sink window and answers.
+    void sinkPolicyAfterReopening() {
+        test::TinyModelSpec spec = test::chat_sized_spec();
+        spec.n_ctx = 96;
+        const std::string model_path = (dir_.path() + "/short.gguf").toStdString();
+        test::write_tiny_gguf(spec, model_path);
+        const auto model = Model::load(model_path);
+        const std::string path = db("sink-policy");
+        int64_t id = 0;
+        int64_t tokens = 0;
+        {
+            Store store(path);
+            ConversationRegistry reg(store, *model, *backend_);
+            id = reg.create("long");
+            for (int turn = 0; turn < 3; ++turn) reg.send(id, "word " + std::to_string(turn), greedy(8));
+            tokens = reg.list()[0].tokens;
+        }
+        QVERIFY2(tokens > 40 && tokens < 96, qPrintable(QString::number(tokens)));
+        Store store(path);
+        ConversationRegistry reg(store, *model, *backend_);
+        TurnOptions o = greedy(8);
+        o.policy = ContextPolicy::Sink;
+        std::string words;
+        for (int i = 0; i < 12; ++i) words += "more words " + std::to_string(i) + " ";
+        const TurnResult r = reg.send(id, words, o);
+        QCOMPARE(r.tokens.size(), size_t(8));
+        QVERIFY(r.prompt_tokens > 96);
+        QVERIFY(r.cached_tokens > 0);
+        bool outgrew = false;
+        for (const std::string& n : r.notices) outgrew = outgrew || n.find("outgrew the context") != std::string::npos;
+        QVERIFY(outgrew);
+        QCOMPARE(parse_cache_spec(reg.telemetry(id)->spec).retention, RetentionKind::Sink);
+        QVERIFY(!reg.list()[0].last_unanswered);
+        QCOMPARE(reg.send(id, "and on", o).tokens.size(), size_t(8));
     }
 
     // A rebuild (a sink cache back to dynamic) cancelled half-way: the sink cache and strategy

@@ -225,7 +225,7 @@ private slots:
         QTemporaryDir dir;
         const std::string path = (dir.path() + "/c.kvc").toStdString();
         kvchat::save_snapshot(path, *c, m->fingerprint());
-        auto loaded = kvchat::load_snapshot(path, m->layer_specs(), m->fingerprint(), backend_->pool());
+        auto loaded = kvchat::load_snapshot(path, m->layer_specs(), m->fingerprint(), *backend_);
         const int32_t next = 100;
         std::vector<float> a, b, d;
         m->forward(*backend_, *c, &next, 1, kvchat::Logits::Last, a);

@@ -56,11 +56,14 @@ std::unique_ptr<LayerMemory> layer_memory(const LayerConfig& cfg, Backend& backe
     return std::make_unique<ResidentMemory>(backend);
 }
 
+size_t record_bytes(const LayerSpec& spec, const LayerConfig& cfg) {
+    return 2 * static_cast<size_t>(spec.shape.n_head_kv) * spec.shape.head_dim * kv_dtype_bytes(cfg.dtype);
+}
+
 KvArena make_arena(LayerMemory& memory, const LayerSpec& spec, const LayerConfig& cfg, const Retention& ret,
                    const std::optional<KiviFormat>& kivi) {
     const Regions r = regions(cfg, ret, kivi);
-    const size_t rec = 2 * static_cast<size_t>(spec.shape.n_head_kv) * spec.shape.head_dim * kv_dtype_bytes(cfg.dtype);
-    return KvArena(memory, spec.index, rec, r.block_bytes, r.slots, r.limit, r.residual, r.blocks, cfg.fixed);
+    return KvArena(memory, spec.index, record_bytes(spec, cfg), r.block_bytes, r.slots, r.limit, r.residual, r.blocks, cfg.fixed);
 }
 
 // Activation rows of the layer's own, given back to the backend however attend() ends.
@@ -95,6 +98,11 @@ AxisLayer::AxisLayer(const LayerSpec& spec, const LayerConfig& cfg, Backend& bac
       contents_(make_arena(*memory_, spec, cfg, retention_, kivi), retention_.slot_positions(kivi.has_value()),
                 kivi ? std::optional<QuantizedTokens>(std::in_place, *kivi, cfg.residual, cfg.dtype) : std::nullopt),
       staged_(backend.alloc_kv()) {}
+
+size_t AxisLayer::reserved_bytes(const LayerSpec& spec, const LayerConfig& cfg) {
+    const Regions r = regions(cfg, Retention(cfg.retention, cfg.window, cfg.sinks, spec.model_window), kivi_format(spec, cfg));
+    return KvArena::capacity_bytes(record_bytes(spec, cfg), r.block_bytes, r.slots, r.residual, r.blocks);
+}
 
 LayerSnapshotFormat AxisLayer::snapshot_format() const {
     return LayerSnapshotFormat(contents_, backend_, cfg_.dtype, spec_.index, layout(), layout_core());
@@ -151,9 +159,11 @@ void AxisLayer::attend(Buffer& q, const Buffer& k, const Buffer& v, const int32_
 
     // llama.cpp's cache is f16 and its q·k an f16 matmul: keys are stored as rounded, queries
     // rounded after scaling (so the kernel's scale becomes 1), values rounded as they are stored.
+    // A quantized layer rounds alike: its residual is that same f16 cache, so until tokens are
+    // quantized it computes what dynamic does, bit for bit, and its blocks quantize f16 values.
     AttentionShape shape = s;
     // (A bf16 cache cannot hold the f16 grid: it attends in f32 over its own rounding.)
-    const bool f16 = s.f16_rounding && full() && cfg_.dtype != KvDtype::BF16;
+    const bool f16 = s.f16_rounding && cfg_.dtype != KvDtype::BF16;
     const Buffer* vsrc = &v;
     if (f16) {
         backend_.round_f16(knew, n, 1.0f);
@@ -186,14 +196,35 @@ void AxisLayer::attend(Buffer& q, const Buffer& k, const Buffer& v, const int32_
     in.q_sink = sink_q ? qsink.data : nullptr;
     in.qpos = pos;
     in.n_q = n;
-    in.window = retention_.recent();
-    in.sink_end = retention_.sink_end();
+    // While every query still sees every token (no position has left the window yet), the mask
+    // is a keep-all layer's, and so is the kernel's path: a window or sinks that hide nothing
+    // must not change a bit of the result.
+    const bool hides = !retention_.keeps_all() && pos[n - 1] >= retention_.window();
+    in.window = hides ? retention_.recent() : spec_.model_window;
+    in.sink_end = hides ? retention_.sink_end() : 0;
     in.cancel = cancel;
     const int64_t stride = 2 * kv_dim_;
+    auto view = [&](int64_t b, int64_t e) {
+        if (e > b) in.slots.push_back({c.arena.slot(b), c.arena.slot(b) + row_bytes(), c.slots.positions() + b, e - b, stride});
+    };
     // Views end at the last slot ever written, not the allocation, so two caches with the same
     // tokens split the work the same way whatever their growth history (bit-equal results).
     const int64_t n_slots = c.slots.used();
-    if (n_slots > 0) in.slots.push_back({c.arena.slot(0), c.arena.slot(0) + row_bytes(), c.slots.positions(), n_slots, stride});
+    if (c.slots.ordered()) {
+        view(0, n_slots);
+    } else {
+        // A ring's slots in position order: the sinks, then from the oldest slot (the one the next
+        // position takes) round to the newest. The kernel sums in view order, so a ring, a
+        // residual and a layer that keeps every token give the same bits over the same tokens.
+        // (A quantized layer's slots hold only its sinks.)
+        const int64_t sinks = std::min<int64_t>(retention_.sinks(), n_slots);
+        view(0, sinks);
+        if (n_slots > sinks) {
+            const int64_t oldest = std::clamp<int64_t>(c.slots.slot_for(c.next_pos), sinks, n_slots);
+            view(oldest, n_slots);
+            view(sinks, oldest);
+        }
+    }
     if (c.quant) c.quant->add_views(in, c.arena);
     in.slots.push_back({kst, vst, pos, n, kv_dim_});
     backend_.attend(in, shape, out.data);

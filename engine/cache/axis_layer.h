@@ -67,6 +67,8 @@ public:
     void import_tokens(const TokenRows& rows, int64_t length) override;
 
     const LayerConfig& config() const { return cfg_; }
+    // The bytes such a layer allocates when it is made (a fixed layer's whole capacity).
+    static size_t reserved_bytes(const LayerSpec& spec, const LayerConfig& cfg);
 
 private:
     AxisLayer(const LayerSpec& spec, const LayerConfig& cfg, Backend& backend, OffloadTier* tier, int tier_index,

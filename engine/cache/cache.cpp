@@ -130,15 +130,13 @@ void Cache::replace_with(Cache& other) {
     tokens_ = std::move(other.tokens_);
     layer_specs_ = other.layer_specs_;
     backend_ = other.backend_;
-    owned_backend_ = other.owned_backend_;
     other.layers_.clear();
     other.tokens_.clear();
 }
 
-void Cache::set_origin(std::vector<LayerSpec> specs, Backend* backend, std::shared_ptr<Backend> owned) {
+void Cache::set_origin(std::vector<LayerSpec> specs, Backend& backend) {
     layer_specs_ = std::move(specs);
-    backend_ = backend;
-    owned_backend_ = std::move(owned);
+    backend_ = &backend;
 }
 
 ThreadPool* Cache::pool() const { return backend_ ? &backend_->pool() : nullptr; }

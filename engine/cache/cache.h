@@ -2,6 +2,11 @@
 // A model's KV cache: one CacheLayer per model layer, plus the token ids it holds in order
 // (the history a rebuild re-prefills from), the strategy spec it was made with, and (for
 // offloaded strategies) the slow tier its layers share.
+//
+// Who owns the backend: never the cache. A cache is made on a backend (make_cache, load_snapshot)
+// that allocates its layers' memory and runs every operation on it, and the cache only refers to
+// it. That backend is the one the model computes with (the chat session's), and it must outlive
+// every cache made on it, conversions and copies included (they are made on the same backend).
 #include "engine/cache/cache_layer.h"
 
 #include <memory>
@@ -99,17 +104,16 @@ public:
     void replace_with(Cache& other);
 
     // What the cache was built for and with (set by make_cache), so it can be rebuilt under
-    // another spec. `owned`: a backend made for this cache alone (make_cache with a pool).
-    void set_origin(std::vector<LayerSpec> specs, Backend* backend, std::shared_ptr<Backend> owned = nullptr);
+    // another spec on the same backend (which the cache does not own: see above).
+    void set_origin(std::vector<LayerSpec> specs, Backend& backend);
     const std::vector<LayerSpec>& layer_specs() const { return layer_specs_; }
-    // The backend holding the layers' memory and computing with it.
+    // The backend holding the layers' memory and computing with it (null: not made by make_cache).
     Backend* backend() const { return backend_; }
     ThreadPool* pool() const;
 
 private:
     std::vector<LayerSpec> layer_specs_;
-    Backend* backend_ = nullptr;
-    std::shared_ptr<Backend> owned_backend_;  // declared before layers_: outlives them
+    Backend* backend_ = nullptr;  // not owned: outlives the cache
     std::string spec_;
     std::shared_ptr<OffloadTier> tier_;  // declared before layers_: outlives them
     std::vector<std::unique_ptr<CacheLayer>> layers_;

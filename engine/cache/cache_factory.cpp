@@ -4,6 +4,8 @@
 #include "engine/cache/offload_tier.h"
 #include "engine/error.h"
 
+#include <cstdio>
+
 namespace kvchat {
 
 LayerConfig layer_config(const LayerSpec& spec, const CacheSpec& s) {
@@ -34,36 +36,49 @@ LayerConfig layer_config(const LayerSpec& spec, const CacheSpec& s) {
 
 namespace {
 
-std::unique_ptr<Cache> build(const std::vector<LayerSpec>& layers, const CacheSpec& s, Backend& backend,
-                             std::shared_ptr<Backend> owned) {
-    std::shared_ptr<OffloadTier> tier;
-    if (s.offloaded) tier = std::make_shared<OffloadTier>(s.offload_dir, static_cast<int>(layers.size()), &backend);
-    std::vector<std::unique_ptr<CacheLayer>> out;
-    for (size_t i = 0; i < layers.size(); ++i)
-        out.push_back(std::make_unique<AxisLayer>(layers[i], layer_config(layers[i], s), backend, tier.get(), static_cast<int>(i)));
-    auto cache = std::make_unique<Cache>(to_string(s), std::move(out), std::move(tier));
-    cache->set_origin(layers, &backend, std::move(owned));
-    return cache;
+// "3.6 TiB (4,000,000,000,000 bytes)"
+std::string bytes_text(double bytes) {
+    const char* units[] = {"bytes", "KiB", "MiB", "GiB", "TiB", "PiB"};
+    int u = 0;
+    double v = bytes;
+    while (v >= 1024.0 && u < 5) v /= 1024.0, ++u;
+    std::string digits = std::to_string(static_cast<unsigned long long>(bytes));
+    for (int at = static_cast<int>(digits.size()) - 3; at > 0; at -= 3) digits.insert(static_cast<size_t>(at), ",");
+    char head[32];
+    std::snprintf(head, sizeof head, "%.1f %s", v, units[u]);
+    return std::string(head) + " (" + digits + " bytes)";
+}
+
+// The memory a cache could not be given when it was made, in the user's terms.
+[[noreturn]] void refuse_allocation(const std::vector<LayerSpec>& layers, const CacheSpec& s) {
+    double total = 0.0;
+    for (const LayerSpec& l : layers) total += static_cast<double>(AxisLayer::reserved_bytes(l, layer_config(l, s)));
+    const bool by_len = s.fixed && s.retention == RetentionKind::All && s.max_len > 0;
+    throw Error(to_string(s) + ": out of memory: its " + std::to_string(layers.size()) + " layers need " + bytes_text(total) +
+                " allocated up front" +
+                (by_len ? " for max_len=" + std::to_string(s.max_len) + " tokens; choose a smaller max_len" : "; choose a smaller window"));
 }
 
 }  // namespace
 
 std::unique_ptr<Cache> make_cache(const std::vector<LayerSpec>& layers, const CacheSpec& s, Backend& backend) {
-    return build(layers, s, backend, nullptr);
+    std::shared_ptr<OffloadTier> tier;
+    if (s.offloaded) tier = std::make_shared<OffloadTier>(s.offload_dir, static_cast<int>(layers.size()), backend);
+    std::vector<std::unique_ptr<CacheLayer>> out;
+    try {
+        for (size_t i = 0; i < layers.size(); ++i)
+            out.push_back(std::make_unique<AxisLayer>(layers[i], layer_config(layers[i], s), backend, tier.get(), static_cast<int>(i)));
+    } catch (const std::bad_alloc&) {
+        out.clear();  // what was allocated goes back first
+        refuse_allocation(layers, s);
+    }
+    auto cache = std::make_unique<Cache>(to_string(s), std::move(out), std::move(tier));
+    cache->set_origin(layers, backend);
+    return cache;
 }
 
 std::unique_ptr<Cache> make_cache(const std::vector<LayerSpec>& layers, const std::string& spec, Backend& backend) {
     return make_cache(layers, parse_cache_spec(spec), backend);
-}
-
-std::unique_ptr<Cache> make_cache(const std::vector<LayerSpec>& layers, const CacheSpec& s, ThreadPool& pool) {
-    std::shared_ptr<Backend> own = make_cpu_backend(pool);
-    Backend& b = *own;
-    return build(layers, s, b, std::move(own));
-}
-
-std::unique_ptr<Cache> make_cache(const std::vector<LayerSpec>& layers, const std::string& spec, ThreadPool& pool) {
-    return make_cache(layers, parse_cache_spec(spec), pool);
 }
 
 std::unique_ptr<Cache> clone_cache(const Cache& cache) {

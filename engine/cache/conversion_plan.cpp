@@ -168,15 +168,16 @@ ConversionPlan plan_conversion(const Cache& cache, const std::string& target, do
         plan.summary = summarize(plan);
         return plan;
     }
-    if (!cache.pool()) throw Error("this cache was not made by make_cache and cannot be converted");
+    if (!cache.backend()) throw Error("this cache was not made by make_cache and cannot be converted");
     check_offload_dir(spec);
     // The placement changes where bytes live, not how many: a resident scratch cache holds what the
-    // target will, without a spill file or disk reserved for a preview.
+    // target will, without a spill file or disk reserved for a preview. It is made on the cache's
+    // own backend (which outlives both), so its imports quantize as convert()'s will.
     CacheSpec resident = spec;
     resident.offloaded = false;
     resident.offload_dir.clear();
     ThreadPool& pool = *cache.pool();
-    std::unique_ptr<Cache> scratch = make_cache(cache.layer_specs(), resident, pool);
+    std::unique_ptr<Cache> scratch = make_cache(cache.layer_specs(), resident, *cache.backend());
     const int64_t length = cache.seq_length();
     scratch->check_room(length);
 

@@ -40,7 +40,11 @@ public:
     // Bytes in use with `slots` slots written (a quantized layer's: through its last block), and
     // allocated; bytes_with: in use with `slots` slots or `blocks` blocks.
     size_t used_bytes(int64_t slots) const { return bytes_with(slots, blk_used_); }
-    size_t capacity_bytes() const { return quantized() ? bytes_with(0, blk_cap_) : bytes_with(slot_cap_, 0); }
+    size_t capacity_bytes() const { return capacity_bytes(rec_, blk_, slot_cap_, res_cap_, blk_cap_); }
+    // The same for an arena of these regions (the constructor's arguments), before it is made.
+    static size_t capacity_bytes(size_t record, size_t block, int64_t slots, int64_t residual, int64_t blocks) {
+        return static_cast<size_t>(slots + residual) * record + static_cast<size_t>(blocks) * block;
+    }
     size_t bytes_with(int64_t slots, int64_t blocks) const {
         return quantized() ? blk_off_ + static_cast<size_t>(blocks) * blk_ : static_cast<size_t>(slots) * rec_;
     }

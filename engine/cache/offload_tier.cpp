@@ -26,9 +26,8 @@ bool out_of_space(int err) { return err == ENOSPC || err == EFBIG || err == EDQU
 
 }  // namespace
 
-OffloadTier::OffloadTier(const std::string& dir_in, int n_layers, Backend* backend)
-    : own_backend_(backend ? nullptr : make_cpu_backend(1)), backend_(backend ? backend : own_backend_.get()),
-      n_layers_(n_layers) {
+OffloadTier::OffloadTier(const std::string& dir_in, int n_layers, Backend& backend)
+    : backend_(backend), n_layers_(n_layers) {
     std::string dir = dir_in;
     if (dir.empty()) {
         const char* t = std::getenv("TMPDIR");
@@ -82,7 +81,7 @@ void OffloadTier::fail(const std::string& what, int err) const {
 
 uint8_t* OffloadTier::fit(FastBuffer& b, size_t n) {
     if (!b.mem) {
-        b.mem = backend_->alloc_kv();
+        b.mem = backend_.alloc_kv();
         b.size = 0;
     }
     if (b.size < n) {
@@ -94,7 +93,7 @@ uint8_t* OffloadTier::fit(FastBuffer& b, size_t n) {
 
 void OffloadTier::read_into(int layer, size_t size, FastBuffer& buf) {
     uint8_t* dst = fit(buf, size);
-    if (const int err = backend_->kv_read_file(fd_, offset(layer), dst, size)) fail("cannot read the", err);
+    if (const int err = backend_.kv_read_file(fd_, offset(layer), dst, size)) fail("cannot read the", err);
 }
 
 void OffloadTier::prefetch_loop() {
@@ -190,7 +189,7 @@ void OffloadTier::release(int layer, size_t size, size_t lo, size_t hi) {
     sizes_[li] = size;
     if (lo < hi) {
         size_t written = 0;
-        if (const int err = backend_->kv_write_file(fd_, offset(layer) + static_cast<int64_t>(lo), buf.mem->data() + lo,
+        if (const int err = backend_.kv_write_file(fd_, offset(layer) + static_cast<int64_t>(lo), buf.mem->data() + lo,
                                                     hi - lo, &written)) {
             // The file holds [lo, lo + written) of the new bytes at best. Keep the buffer as the
             // layer's content until a write succeeds.

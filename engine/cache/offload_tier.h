@@ -26,9 +26,10 @@ struct TierTraffic {
 class OffloadTier {
 public:
     // Creates the spill file in `dir` (empty: $TMPDIR, else /tmp); throws kvchat::Error naming
-    // the directory and the reason when it cannot. backend: the one the layers compute with (it
-    // must outlive the tier; null: a CPU backend of the tier's own).
-    OffloadTier(const std::string& dir, int n_layers, Backend* backend = nullptr);
+    // the directory and the reason when it cannot. backend: the one the layers compute with, which
+    // allocates the fast buffers and must outlive the tier. (No backend of the tier's own: its
+    // buffers would be another backend's memory than the one attending over them.)
+    OffloadTier(const std::string& dir, int n_layers, Backend& backend);
     ~OffloadTier();
     OffloadTier(const OffloadTier&) = delete;
     OffloadTier& operator=(const OffloadTier&) = delete;
@@ -72,8 +73,7 @@ private:
     [[noreturn]] void fail(const std::string& what, int err) const;
     int64_t offset(int layer) const { return static_cast<int64_t>(layer) << 36; }
 
-    std::unique_ptr<Backend> own_backend_;
-    Backend* backend_;
+    Backend& backend_;
     std::string path_;
     int fd_ = -1;
     int n_layers_;

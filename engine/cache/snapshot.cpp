@@ -2,6 +2,7 @@
 
 #include "engine/cache/byte_io.h"
 #include "engine/cache/cache_factory.h"
+#include "engine/compute/backend.h"
 #include "engine/compute/thread_pool.h"
 #include "engine/error.h"
 #include "engine/common/atomic_file.h"
@@ -246,7 +247,8 @@ void save_snapshot(const std::string& path, const Cache& cache, const std::strin
 }
 
 LoadedSnapshot load_snapshot(const std::string& path, const std::vector<LayerSpec>& layers,
-                             const std::string& fingerprint, ThreadPool& pool) {
+                             const std::string& fingerprint, Backend& backend) {
+    ThreadPool& pool = backend.pool();
     const auto bytes = std::make_shared<const SnapshotBytes>(path, kMaxSnapshot);
     const std::string_view data = bytes->view();
     const std::string what = "snapshot '" + path + "'";
@@ -324,7 +326,7 @@ LoadedSnapshot load_snapshot(const std::string& path, const std::vector<LayerSpe
         throw Error(what + " has " + std::to_string(n_layers) + " layers, the model " + std::to_string(layers.size()));
     LoadedSnapshot out;
     try {
-        out.cache = make_cache(layers, spec, pool);
+        out.cache = make_cache(layers, spec, backend);
     } catch (const Error& e) {
         throw Error(what + ": its strategy '" + spec + "' cannot be rebuilt: " + e.what());
     }

@@ -15,7 +15,7 @@
 
 namespace kvchat {
 
-class ThreadPool;
+class Backend;
 
 constexpr uint32_t kSnapshotVersion = 1;
 
@@ -28,9 +28,11 @@ struct LoadedSnapshot {
 };
 
 // `layers` and `model_fingerprint` are the loading model's; a snapshot of another model, of
-// another layer layout, or a damaged one is refused (kvchat::Error).
+// another layer layout, or a damaged one is refused (kvchat::Error). The cache is made on
+// `backend`, the one the model computes with: its layers land in that backend's memory, and the
+// backend must outlive the cache (cache.h). The checks and layers run on its threads.
 LoadedSnapshot load_snapshot(const std::string& path, const std::vector<LayerSpec>& layers,
-                             const std::string& model_fingerprint, ThreadPool& pool);
+                             const std::string& model_fingerprint, Backend& backend);
 
 // CRC-32C (Castagnoli), as the sections use.
 uint32_t crc32c(const void* data, size_t n, uint32_t crc = 0);

@@ -64,7 +64,7 @@ void save_cache_snapshot(const Cache& cache, std::span<const CacheCheckpoint> ch
 }
 
 SavedCache load_cache_snapshot(const std::string& path, const Model& model, Backend& backend) {
-    LoadedSnapshot s = load_snapshot(path, model.layer_specs(), model.fingerprint(), backend.pool());
+    LoadedSnapshot s = load_snapshot(path, model.layer_specs(), model.fingerprint(), backend);
     return SavedCache{std::move(s.cache), std::move(s.checkpoints)};
 }
 

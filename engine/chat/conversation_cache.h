@@ -18,8 +18,8 @@ std::string default_cache_spec();
 // The canonical text of a spec (what Cache::spec() reports); throws kvchat::Error for a bad one.
 std::string canonical_cache_spec(const std::string& spec);
 
-// A fresh, empty cache of the strategy `spec`. Throws kvchat::Error for a bad spec,
-// std::bad_alloc when a static cache cannot be allocated.
+// A fresh, empty cache of the strategy `spec`. Throws kvchat::Error for a bad spec, or one naming
+// the spec and the bytes when a static cache cannot be allocated.
 std::unique_ptr<Cache> make_conversation_cache(const Model& model, Backend& backend, const std::string& spec);
 
 // The most tokens the cache can hold (0: only the model's context limits it).

@@ -3,7 +3,7 @@
 #include "engine/cache/cache_spec.h"
 #include "engine/cache/snapshot.h"
 #include "engine/chat/chat_template.h"
-#include "engine/compute/thread_pool.h"
+#include "engine/compute/backend.h"
 #include "engine/error.h"
 #include "engine/model/model.h"
 #include "engine/store/store.h"
@@ -53,9 +53,10 @@ std::string read_bytes(const fs::path& p) {
     return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
 }
 
-ThreadPool& pool() {
-    static ThreadPool p(1);
-    return p;
+// The backend loaded snapshots compute with; it outlives them all.
+Backend& backend() {
+    static const std::unique_ptr<Backend> b = make_cpu_backend(1);
+    return *b;
 }
 
 template <class F>
@@ -94,7 +95,7 @@ bool feed_snapshot(std::string_view bytes) {
     const fs::path file = scratch() / "input.kvcache";
     write_bytes(file, bytes);
     LoadedSnapshot loaded;
-    if (!accepted([&] { loaded = load_snapshot(file.string(), m.layer_specs(), m.fingerprint(), pool()); }))
+    if (!accepted([&] { loaded = load_snapshot(file.string(), m.layer_specs(), m.fingerprint(), backend()); }))
         return false;
     Cache& cache = *loaded.cache;
     require(cache.n_layers() == m.layer_specs().size(), "a loaded cache has the model's layers");
@@ -104,7 +105,7 @@ bool feed_snapshot(std::string_view bytes) {
     const fs::path again = scratch() / "again.kvcache";
     save_snapshot(again.string(), cache, m.fingerprint(), loaded.checkpoints);
     const std::string first = read_bytes(again);
-    LoadedSnapshot reloaded = load_snapshot(again.string(), m.layer_specs(), m.fingerprint(), pool());
+    LoadedSnapshot reloaded = load_snapshot(again.string(), m.layer_specs(), m.fingerprint(), backend());
     save_snapshot(again.string(), *reloaded.cache, m.fingerprint(), reloaded.checkpoints);
     require(read_bytes(again) == first, "a snapshot saved, loaded and saved again is unchanged");
     for (const CacheCheckpoint& cp : loaded.checkpoints) {
