@@ -123,6 +123,66 @@ private slots:
                                     .arg(QString::fromStdString(c->messages.back().role))));
         }
     }
+
+    // kvchat_soak seed 3, steps 37 and 58: after another program (kvchat-cli) changed a
+    // conversation, the window's registry read its messages again without the ids each answer was
+    // generated as, so it rendered the answers retokenized from their text: another prompt than
+    // the cache and every other program hold (258 tokens where it is 256), another greedy answer,
+    // and a refusal where the context still had room. Read again, a transcript renders exactly as
+    // a fresh reopening renders it.
+    void messagesReadAgainKeepTheirAnswerIds() {
+        Setup s;
+        Store store_a(s.db);
+        ConversationRegistry a(store_a, *s.m, *s.be);
+        const int64_t id = a.create("c");
+        // Answers whose text tokenizes to other ids than the model wrote (random weights write
+        // pieces a tokenizer would merge): found among a few openings, checked below.
+        a.send(id, "the cat sat on the mat", greedy(24));
+        {
+            Store store_b(s.db);
+            ConversationRegistry b(store_b, *s.m, *s.be);
+            b.send(id, "and the dog ran far", greedy(24));  // the other program's turn
+        }
+        const auto stored = store_a.list_messages(id);
+        bool retokenizes_differently = false;
+        std::vector<ChatMessage> msgs;
+        for (const MessageRecord& m : stored) {
+            msgs.emplace_back(m.role, m.content, a.chat_template().answer_ids_from_file(m.stats.token_ids));
+            if (m.role == Role::Assistant)
+                retokenizes_differently |= s.m->tokenizer().encode(m.content, false) != m.stats.token_ids;
+        }
+        QVERIFY2(retokenizes_differently, "the test needs an answer whose text tokenizes to other ids");
+        msgs.emplace_back(Role::User, "why");
+        const int64_t want = static_cast<int64_t>(a.chat_template().render(msgs, true).tokens.size());
+        const TurnResult r = a.send(id, "why", greedy(4));
+        QCOMPARE(r.prompt_tokens, want);
+        // The cache held the first turn's tokens as generated: all of them are reused.
+        QVERIFY2(r.cached_tokens > 0, std::to_string(r.cached_tokens).c_str());
+    }
+
+    // kvchat_soak seed 4, step 97 (and seed 3, step 13): a strategy another program switched the
+    // conversation to (kvchat-cli chat --cache) was undone by the window's next turn, which ran
+    // with the strategy it had in memory and wrote it back. The switch stands, and the turn runs
+    // with it (here a static cache too small for it: refused, where the old one would answer).
+    void strategySwitchedByAnotherProgramStands() {
+        Setup s;
+        Store store_a(s.db);
+        ConversationRegistry a(store_a, *s.m, *s.be);
+        const int64_t id = a.create("c");
+        a.send(id, "the cat sat on the mat", greedy(4));
+        const std::string other = "offloaded";
+        // What `kvchat-cli chat --conversation c --cache offloaded` records before its turn (and
+        // without reading the snapshot, which the [switch] known bug would crash on).
+        Store(s.db).set_conversation_cache_spec(id, other);
+        a.send(id, "and the dog ran far", greedy(4));
+        QCOMPARE(QString::fromStdString(store_a.find_conversation_by_id(id)->cache_spec), QString::fromStdString(other));
+        QCOMPARE(QString::fromStdString(a.list().front().cache_spec), QString::fromStdString(other));
+        QCOMPARE(QString::fromStdString(a.telemetry(id)->spec), QString::fromStdString(other));
+        Store(s.db).set_conversation_cache_spec(id, "static:max_len=48");
+        const std::string err = test::error_of([&] { a.send(id, "and then what", greedy(4)); });
+        QVERIFY2(test::contains(err, "48"), err.c_str());
+        QCOMPARE(store_a.list_messages(id).size(), size_t(4));
+    }
 };
 
 QTEST_GUILESS_MAIN(TestSoakRegressions)
