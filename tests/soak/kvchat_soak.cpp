@@ -33,6 +33,7 @@
 #include "support/test_paths.h"
 #include "support/tiny_model.h"
 
+#include <execinfo.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -393,9 +394,16 @@ private:
             note("ran" + line + " -> " + r.status() + " err " + show(r.err, 300));
         }
         if (r.timed_out) fail("kvchat-cli hung (no end after 90 s): " + show(r.err, 400));
-        if (r.term_signal != 0 && r.term_signal != signal && !(r.term_signal == SIGKILL && r.timed_out))
-            crash_ = "kvchat-cli died of " + r.status() + "; stderr " + show(r.err, 600);
-        else
+        if (r.term_signal != 0 && r.term_signal != signal && !(r.term_signal == SIGKILL && r.timed_out)) {
+            // The data as the crash left it, and the command, to replay it under a debugger.
+            const std::string keep = dir_ + "/crash-step-" + std::to_string(step_);
+            std::error_code ec;
+            fs::copy(data_, keep + "/data", fs::copy_options::recursive, ec);
+            std::string line;
+            for (const std::string& a : p.args) line += " '" + a + "'";
+            crash_ = "kvchat-cli died of " + r.status() + "; stderr " + show(r.err, 600) + "; data left in " + keep +
+                     " (command:" + line + ")";
+        } else
             crash_.clear();
         // Opening the store (any command that got that far) removes what a killed run left.
         if (r.term_signal != 0 || r.timed_out) killed();
@@ -690,7 +698,10 @@ private:
         const bool refuse = nothing || ref_->answer(e.base, n, traits_of(e.spec).capacity).refused;
         if (refuse) {
             if (r.exit_code != 2) fail("regenerate should be refused (" + std::string(nothing ? "no answer to regenerate" : "does not fit") + "): " + r.status());
-            judge_turn(e, db, {Outcome::Unchanged}, "refused regenerate: " + show(r.err, 200));
+            const Outcome out = judge_turn(e, db, {Outcome::Unchanged, Outcome::Unanswered}, "refused regenerate: " + show(r.err, 200));
+            if (out == Outcome::Unanswered && e.before != e.base && !resync_)
+                known("refused-leaves-message", "regenerate was refused after it deleted the answer it was to replace (that "
+                                                "answer is lost): " + show(r.err, 200));
             return;
         }
         if (r.exit_code != 0) {
@@ -940,7 +951,10 @@ private:
         const DbView db = read_db(db_);
         if (!err.empty() && err != "cancelled") {
             if (!refuse) fail("regenerate failed: " + err);
-            judge_turn(e, db, {Outcome::Unchanged}, "refused regenerate: " + err);
+            const Outcome out = judge_turn(e, db, {Outcome::Unchanged, Outcome::Unanswered}, "refused regenerate: " + err);
+            if (out == Outcome::Unanswered && e.before != e.base && !resync_)
+                known("refused-leaves-message", "regenerate was refused after it deleted the answer it was to replace (that "
+                                                "answer is lost): " + err);
         } else if (err == "cancelled") {
             judge_turn(e, db, {Outcome::Unchanged}, "regenerate cancelled before the first token");
         } else {
@@ -1329,6 +1343,19 @@ struct SeedReport {
     bool crashed = false;  // the driver's process died (steps: the step it died in)
 };
 
+// The session API driver's crash: its stack goes to the log (the parent prints it with the
+// step), then the signal takes its course.
+int g_log_fd = -1;
+extern "C" void on_crash(int sig) {
+    void* frames[48];
+    const int n = ::backtrace(frames, 48);
+    static const char head[] = "CRASH stack:\n";
+    [[maybe_unused]] ssize_t w = ::write(g_log_fd, head, sizeof head - 1);
+    ::backtrace_symbols_fd(frames, n, g_log_fd);
+    ::signal(sig, SIG_DFL);
+    ::raise(sig);
+}
+
 SeedReport run_seed_in_child(const RunOptions& o, uint64_t seed, const std::string& dir, int first_step) {
     int fds[2];
     if (::pipe(fds) != 0) {
@@ -1340,6 +1367,8 @@ SeedReport run_seed_in_child(const RunOptions& o, uint64_t seed, const std::stri
     if (pid == 0) {
         ::close(fds[0]);
         FILE* log = ::fdopen(fds[1], "w");
+        g_log_fd = fds[1];
+        for (int sig : {SIGSEGV, SIGBUS, SIGABRT, SIGFPE, SIGILL}) ::signal(sig, on_crash);
         int code = 0;
         try {
             SeedRun run(o, seed, dir, log);
@@ -1361,7 +1390,12 @@ SeedReport run_seed_in_child(const RunOptions& o, uint64_t seed, const std::stri
     std::string buf, last_step = "(setup)";
     bool dead = false;
     auto last_output = std::chrono::steady_clock::now();
+    std::vector<std::string> stack;
     auto handle = [&](const std::string& line) {
+        if (line.rfind("CRASH stack:", 0) == 0 || !stack.empty()) {
+            stack.push_back(line);
+            return;
+        }
         if (line.rfind("STEP ", 0) == 0) {
             last_step = line;
             if (o.verbose) std::printf("[seed %llu] %s\n", (unsigned long long)seed, line.c_str());
@@ -1418,6 +1452,7 @@ SeedReport run_seed_in_child(const RunOptions& o, uint64_t seed, const std::stri
             ++rep.known_ids["switch-reopened-crash"];
         } else {
             std::printf("[seed %llu] FAIL seed=%llu: %s\n", (unsigned long long)seed, (unsigned long long)seed, what.c_str());
+            for (const std::string& l : stack) std::printf("[seed %llu]   %s\n", (unsigned long long)seed, l.c_str());
             ++rep.failures;
             rep.failure_lines.push_back(what);
         }
