@@ -395,10 +395,16 @@ private:
         }
         if (r.timed_out) fail("kvchat-cli hung (no end after 90 s): " + show(r.err, 400));
         if (r.term_signal != 0 && r.term_signal != signal && !(r.term_signal == SIGKILL && r.timed_out)) {
-            // The data as the crash left it, and the command, to replay it under a debugger.
+            // The data as the crash left it, and the command, to replay it under a debugger. Copied
+            // by another process: closing a descriptor of the database here would drop the
+            // session's SQLite locks on it (POSIX locks belong to the process), and the database
+            // would be corrupted by the next writer.
             const std::string keep = dir_ + "/crash-step-" + std::to_string(step_);
             std::error_code ec;
-            fs::copy(data_, keep + "/data", fs::copy_options::recursive, ec);
+            fs::create_directories(keep, ec);
+            ProcessOptions copy;
+            copy.args = {"/bin/cp", "-a", data_, keep + "/data"};
+            run_process(copy);
             std::string line;
             for (const std::string& a : p.args) line += " '" + a + "'";
             crash_ = "kvchat-cli died of " + r.status() + "; stderr " + show(r.err, 600) + "; data left in " + keep +
@@ -561,7 +567,7 @@ private:
         const TurnExpectation e = expect_send(t, text, n, spec, opening);
         if (!t.is_new) op_ += reopen_marker(t.title, e.spec, false);
         if (!prefix_used.empty()) op_ += prefix_marker(prefix_used, e.spec);
-        else if (t.is_new) op_ += reused_prefix_marker(e);
+        else if (t.is_new || snapshot_strategy(t.title).empty()) op_ += reused_prefix_marker(e);
         say("STEP %d %s", step_, op_.c_str());
 
         int signo = 0, after = 0;
@@ -719,8 +725,9 @@ private:
         const int n = d.range(1, 12);
         const std::string text = words(d, d.range(1, 8));
         op_ = "cli-switch " + show(t.title) + " " + c.spec + " -> " + spec + reopen_marker(t.title, spec, false);
-        say("STEP %d %s", step_, op_.c_str());
         const TurnExpectation e = expect_send(t, text, n, spec, {});
+        if (snapshot_strategy(t.title).empty()) op_ += reused_prefix_marker(e);
+        say("STEP %d %s", step_, op_.c_str());
         const ProcessResult r =
             cli({"chat", "--conversation", t.title, "--cache", spec, "--message", text, "--greedy", "--json", "-n", std::to_string(n)});
         const DbView db = read_db(db_);
@@ -881,7 +888,9 @@ private:
               (open.prefix.empty() ? "" : " prefix " + open.prefix) +
               (t.is_new ? "" : reopen_marker(t.title, world_.conversation(t.title)->spec, true)) +
               (open.prefix.empty() ? "" : prefix_marker(open.prefix, canonical_spec(spec))) +
-              (t.is_new && open.prefix.empty() ? reused_prefix_marker(expect_send(t, text, n, spec, opening)) : "");
+              (open.prefix.empty() && (t.is_new || (!resident(t.title) && snapshot_strategy(t.title).empty()))
+                   ? reused_prefix_marker(expect_send(t, text, n, spec, opening))
+                   : "");
         say("STEP %d %s", step_, op_.c_str());
         const TurnExpectation e = expect_send(t, text, n, spec, opening);
         std::string why;
@@ -1143,6 +1152,11 @@ private:
         }
     }
 
+    bool resident(const std::string& title) const {
+        const ConversationModel* c = const_cast<World&>(world_).conversation(title);
+        return c && reg_ && reg_->telemetry(c->id).has_value();
+    }
+
     // The strategy of the conversation's snapshot ("" when it has none or it cannot be read).
     std::string snapshot_strategy(const std::string& title) {
         const DbView db = read_db(db_);
@@ -1240,7 +1254,24 @@ private:
             if (!world_.conversations.empty()) fail("the database is gone");
             return;
         }
-        if (!db.error.empty()) fail("reading the database: " + db.error);
+        if (!db.error.empty()) {
+            std::string own = "no session open";
+            if (store_) {
+                try {
+                    own = "the session's connection says integrity_check " + store_->pragma("integrity_check");
+                } catch (const std::exception& e) {
+                    own = std::string("the session's connection fails too: ") + e.what();
+                }
+            }
+            const DbView again = read_db(db_);
+            ProcessOptions p;
+            p.args = {o_.cli, "conversations", "--db", db_};
+            const ProcessResult other = run_process(p);
+            const std::string what = "reading the database: " + db.error + " (" + own + "; read again: " +
+                                     (again.error.empty() ? "fine" : again.error) + "; kvchat-cli conversations: " +
+                                     other.status() + " " + show(other.err, 300) + ")";
+            fail(what);
+        }
         if (db.integrity != "ok") fail("integrity_check: " + db.integrity);
         // Conversations: the same titles, strategies and messages (unless the step failed already:
         // the model then takes what the database holds).
@@ -1264,6 +1295,7 @@ private:
         for (const PrefixModel& p : world_.prefixes)
             if (!db.prefix(p.name)) fail("prefix " + p.name + " is missing");
         // Files: nothing half-written, no snapshot without its row, no row without its snapshot.
+        if (!db.error.empty()) return;
         std::error_code ec;
         for (const std::string& f : leftover_files(data_) + leftover_files(tmp_) + leftover_files(spill_)) {
             const auto written = fs::last_write_time(f, ec);
@@ -1288,6 +1320,15 @@ private:
             // A snapshot written for a row that was not told of it (killed in between, or no room
             // to record it) stays until the conversation's next save replaces it.
             if (rows.count(name) && killed_this_step_) orphans_allowed_[name] = std::numeric_limits<int>::max();
+            // One named for an id above the highest handed out (its row's insert was rolled back
+            // when its program was killed) is left for the row that takes that id: the store
+            // cannot tell it from one another program is creating now.
+            const auto id_of = [&](const char* stem) -> int64_t {
+                if (name.rfind(stem, 0) != 0) return -1;
+                return std::atoll(name.c_str() + std::strlen(stem));
+            };
+            if ((id_of("conversation-") > db.last_conversation_id || id_of("prefix-") > db.last_prefix_id) && killed_this_step_)
+                orphans_allowed_[name] = std::numeric_limits<int>::max();
             auto allowed = orphans_allowed_.find(name);
             if (allowed == orphans_allowed_.end() && killed_this_step_) allowed = orphans_allowed_.emplace(name, step_).first;
             if (allowed == orphans_allowed_.end())

@@ -167,12 +167,22 @@ struct Query {
 
 }  // namespace
 
+DbView read_db_with(const std::string& path, int flags);
+
 DbView read_db(const std::string& path) {
+    DbView v = read_db_with(path, SQLITE_OPEN_READONLY);
+    // A killed program's WAL or journal must be recovered before anything can be read, which a
+    // read-only connection cannot do: then as any program opening it would.
+    if (!v.error.empty()) v = read_db_with(path, SQLITE_OPEN_READWRITE);
+    return v;
+}
+
+DbView read_db_with(const std::string& path, int flags) {
     DbView v;
     if (!std::filesystem::exists(path)) return v;
     v.exists = true;
     sqlite3* db = nullptr;
-    if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READONLY, nullptr) != SQLITE_OK) {
+    if (sqlite3_open_v2(path.c_str(), &db, flags, nullptr) != SQLITE_OK) {
         v.error = std::string("open: ") + (db ? sqlite3_errmsg(db) : "out of memory");
         sqlite3_close(db);
         return v;
@@ -183,6 +193,13 @@ DbView read_db(const std::string& path) {
         {
             Query q(db, "PRAGMA integrity_check");
             while (q.next()) v.integrity += (v.integrity.empty() ? "" : "; ") + q.text(0);
+        }
+        {
+            Query q(db, "SELECT name, seq FROM sqlite_sequence");
+            while (q.next()) {
+                if (q.text(0) == "conversations") v.last_conversation_id = q.integer(1);
+                if (q.text(0) == "prefixes") v.last_prefix_id = q.integer(1);
+            }
         }
         {
             Query q(db, "SELECT id, title, cache_spec, coalesce(snapshot, '') FROM conversations ORDER BY id");

@@ -1,8 +1,8 @@
 #pragma once
 // What the soak test and its regression suites share: running kvchat-cli as a child process that
 // can be interrupted or killed at a chosen moment or run under a file size limit (a full disk
-// without root), and reading a database the way a second program would (read-only, straight from
-// SQLite, so looking never changes what is looked at: opening a Store removes leftover files).
+// without root), and reading a database the way a second program would (never writing, straight
+// from SQLite, so looking never changes what is looked at: opening a Store removes leftover files).
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -53,6 +53,7 @@ struct DbView {
     std::string integrity;  // PRAGMA integrity_check ("ok")
     std::vector<DbConversation> conversations;  // by id
     std::vector<DbPrefix> prefixes;             // by name
+    int64_t last_conversation_id = 0, last_prefix_id = 0;  // the highest ids handed out (sqlite_sequence)
     const DbConversation* conversation(const std::string& title) const;
     const DbPrefix* prefix(const std::string& name) const;
 };
