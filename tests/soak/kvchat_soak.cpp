@@ -77,6 +77,10 @@ const KnownBug kKnownBugs[] = {
     {"signal-loses-answer", "[branch clirel] SIGTERM/SIGHUP/SIGPIPE end kvchat-cli without its answer (the message is left unanswered)"},
     {"refused-leaves-message", "[branch clirel] a refused turn leaves its message unanswered"},
     {"blank-creates-conversation", "[branch clirel] a blank message creates an empty conversation"},
+    // Found by the soak, not fixed yet (tests/soak/test_soak_regressions.cpp has its reproduction).
+    {"refused-switch-recorded",
+     "[reported, not fixed: test_soak_regressions refusedSwitchOnOpenKeepsTheOldStrategy] a switch with a turn "
+     "(chat --cache) that is refused is recorded anyway"},
 };
 const char* known_text(const std::string& id) {
     for (const KnownBug& k : kKnownBugs)
@@ -738,7 +742,12 @@ private:
             if (!refuse) fail("switch to " + spec + " with a turn failed: " + show(r.err, 400));
             const Outcome out = judge_turn(e, db, {Outcome::Unchanged, Outcome::Unanswered}, "refused (" + why + "): " + show(r.err, 200));
             if (out == Outcome::Unanswered && !resync_) known("refused-leaves-message", show(r.err, 200));
-            if (ConversationModel* m = world_.conversation(t.title)) m->spec = db.conversation(t.title)->cache_spec;
+            if (ConversationModel* m = world_.conversation(t.title)) {
+                const std::string now = db.conversation(t.title)->cache_spec;
+                if (now != m->spec && now == canonical_spec(spec) && !resync_)
+                    known("refused-switch-recorded", m->spec + " -> " + now + ": " + show(r.err, 200));
+                m->spec = now;
+            }
             return;
         }
         if (r.exit_code != 0) {
@@ -1547,6 +1556,7 @@ int main(int argc, char** argv) {
         else if (a == "-vv") o.verbose = 2;
         else return usage();
     }
+    const bool made_dir = o.dir.empty() && !o.keep;
     if (o.dir.empty()) {
         const char* tmp = std::getenv("TMPDIR");
         std::string templ = std::string(tmp && *tmp ? tmp : "/tmp") + "/kvchat-soak-XXXXXX";
@@ -1592,6 +1602,10 @@ int main(int argc, char** argv) {
             std::error_code ec;
             fs::remove_all(dir, ec);
         }
+    }
+    if (made_dir) {
+        std::error_code ec;
+        fs::remove(o.dir, ec);  // only when empty: every seed passed
     }
     std::printf("\nkvchat_soak: %d seeds (from %llu), %d steps in %.1f minutes; %d failures, %d known-bug hits; data in %s\n",
                 seeds_run, (unsigned long long)o.seed, steps, minutes_done(), failures, known, o.dir.c_str());

@@ -209,6 +209,35 @@ private slots:
         QEXPECT_FAIL("", "known bug being fixed on branch clirel: a refused turn leaves its message unanswered", Continue);
         QCOMPARE(transcript(reg, id), before);
     }
+
+    // kvchat_soak seed 8, step 11 (how the conversation got there): `kvchat-cli chat --cache
+    // static:max_len=24 --message ...` on a conversation longer than 24 tokens is refused ("the
+    // static cache holds max_len=24 tokens, but N are needed"), yet the strategy is recorded:
+    // every later turn is refused until the user switches again. A switch that cannot be done
+    // leaves the old strategy, as switch_strategy does. Not fixed here (the switch on open is
+    // recorded before the snapshot is read and converted, in the code the [switch] branch is
+    // changing): expected to fail until it is.
+    void refusedSwitchOnOpenKeepsTheOldStrategy() {
+        Setup s;
+        int64_t id = 0;
+        {
+            Store store(s.db);
+            ConversationRegistry reg(store, *s.m, *s.be);
+            id = reg.create("c");
+            reg.send(id, "the cat sat on the mat and the dog ran far", greedy(8));
+        }
+        Store store(s.db);
+        ConversationRegistry reg(store, *s.m, *s.be);
+        OpenOptions open;
+        open.cache_spec = "static:max_len=24";
+        const std::string err = test::error_of([&] {
+            reg.open("c", open);
+            reg.send("c", "and then", greedy(4));
+        });
+        QVERIFY2(test::contains(err, "max_len=24"), err.c_str());
+        QEXPECT_FAIL("", "reported by the soak: a refused switch on open is recorded", Continue);
+        QCOMPARE(QString::fromStdString(store.find_conversation_by_id(id)->cache_spec), QString("dynamic"));
+    }
 };
 
 QTEST_GUILESS_MAIN(TestSoakRegressions)
