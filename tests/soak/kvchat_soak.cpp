@@ -1490,7 +1490,16 @@ SeedReport run_seed_in_child(const RunOptions& o, uint64_t seed, const std::stri
     ::close(fds[0]);
     int status = 0;
     ::waitpid(pid, &status, 0);
+    const auto at = last_step.find(' ');
+    const int last = std::atoi(last_step.c_str() + (at == std::string::npos ? 0 : at + 1));
+    rep.steps = std::max(rep.steps, last);
     if (WIFEXITED(status) && WEXITSTATUS(status) == 3 && !dead) rep.crashed = rep.steps > 0;
+    if (WIFEXITED(status) && WEXITSTATUS(status) != 3 && WEXITSTATUS(status) > 1 && !dead) {
+        const std::string what = "the soak process ended with status " + std::to_string(WEXITSTATUS(status)) + " after " + last_step;
+        std::printf("[seed %llu] FAIL seed=%llu: %s\n", (unsigned long long)seed, (unsigned long long)seed, what.c_str());
+        ++rep.failures;
+        rep.failure_lines.push_back(what);
+    }
     if (WIFSIGNALED(status) && !dead) {
         const int sig = WTERMSIG(status);
         const std::string what = "the soak process (session API driver) died of signal " + std::to_string(sig) + " (" +
@@ -1506,8 +1515,6 @@ SeedReport run_seed_in_child(const RunOptions& o, uint64_t seed, const std::stri
             ++rep.failures;
             rep.failure_lines.push_back(what);
         }
-        const auto at = last_step.find(' ');
-        rep.steps = std::atoi(last_step.c_str() + (at == std::string::npos ? 0 : at + 1));
         rep.crashed = rep.steps > 0;
     }
     std::fflush(stdout);
