@@ -1162,7 +1162,7 @@ private:
     }
 
     bool resident(const std::string& title) const {
-        const ConversationModel* c = const_cast<World&>(world_).conversation(title);
+        const ConversationModel* c = world_.conversation(title);
         return c && reg_ && reg_->telemetry(c->id).has_value();
     }
 

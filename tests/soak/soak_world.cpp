@@ -29,6 +29,10 @@ ConversationModel* World::conversation(const std::string& title) {
     return nullptr;
 }
 
+const ConversationModel* World::conversation(const std::string& title) const {
+    return const_cast<World*>(this)->conversation(title);
+}
+
 PrefixModel* World::prefix(const std::string& name) {
     for (PrefixModel& p : prefixes)
         if (p.name == name) return &p;

@@ -41,6 +41,7 @@ struct World {
     std::vector<ConversationModel> conversations;
     std::vector<PrefixModel> prefixes;
     ConversationModel* conversation(const std::string& title);
+    const ConversationModel* conversation(const std::string& title) const;
     PrefixModel* prefix(const std::string& name);
     void remove_conversation(const std::string& title);
     // The whole state as the database holds it (after a failure, to go on from there).
