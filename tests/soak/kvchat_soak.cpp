@@ -1321,13 +1321,16 @@ private:
             rows.insert(Store::conversation_snapshot_name(c.id));
             if (!c.snapshot.empty()) named.insert(c.snapshot);
         }
-        for (const DbPrefix& p : db.prefixes)
+        for (const DbPrefix& p : db.prefixes) {
+            rows.insert(Store::prefix_snapshot_name(p.id));
             if (!p.snapshot.empty()) named.insert(p.snapshot);
+        }
         for (const auto& f : fs::directory_iterator(data_ + "/snapshots", ec)) {
             const std::string name = f.path().filename().string();
             if (named.count(name) || name.find(".tmp-") != std::string::npos) continue;
             // A snapshot written for a row that was not told of it (killed in between, or no room
-            // to record it) stays until the conversation's next save replaces it.
+            // to record it) stays until the row's next save replaces it (reported: a prefix's may
+            // never be saved again).
             if (rows.count(name) && killed_this_step_) orphans_allowed_[name] = std::numeric_limits<int>::max();
             // One named for an id above the highest handed out (its row's insert was rolled back
             // when its program was killed) is left for the row that takes that id: the store

@@ -213,7 +213,7 @@ DbView read_db_with(const std::string& path, int flags) {
         {
             Query q(db, "SELECT id, name, coalesce(snapshot, ''), tokens FROM prefixes ORDER BY name");
             while (q.next()) {
-                DbPrefix p{q.text(1), q.text(2), {}, q.ids(3)};
+                DbPrefix p{q.integer(0), q.text(1), q.text(2), {}, q.ids(3)};
                 Query m(db, "SELECT role, content FROM prefix_messages WHERE prefix_id = ?1 ORDER BY ordinal");
                 sqlite3_bind_int64(m.st, 1, q.integer(0));
                 while (m.next()) p.messages.push_back({m.text(0), m.text(1), {}});

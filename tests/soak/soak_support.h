@@ -43,6 +43,7 @@ struct DbConversation {
     std::vector<DbMessage> messages;
 };
 struct DbPrefix {
+    int64_t id = 0;
     std::string name, snapshot;
     std::vector<DbMessage> messages;
     std::vector<int32_t> tokens;  // its messages rendered
