@@ -261,20 +261,24 @@ void ConversationRegistry::lock_and_sync(Entry& e, std::vector<std::string>& not
         if (!rec) throw Error("conversation " + in_quotes(e.title) + " was deleted");
         e.title = rec->title;
         // Another process switched the strategy (kvchat-cli chat --cache): its choice stands, and
-        // the cache in memory is converted to it as a live switch would (a conversion that cannot
-        // be done refuses the turn before anything is stored).
+        // the cache in memory is converted to it as a live switch would. One the new strategy
+        // cannot hold (it may hold more than the transcript the turn will keep) is dropped: the
+        // turn prefills what it needs.
         const std::string stored_spec = canonical_cache_spec(rec->cache_spec);
         Conversation& conv = *e.conversation;
         if (stored_spec != conv.cache_spec()) {
+            std::unique_ptr<Cache> cache;
             if (conv.has_cache()) {
-                convert_conversation_cache(conv.cache(), model_, backend_, stored_spec);
-                std::unique_ptr<Cache> cache = conv.release_cache();  // (its checkpoints are of the old strategy)
-                conv.set_cache_spec(stored_spec);
-                conv.set_cache(std::move(cache));
-                e.dirty = true;
-            } else {
-                conv.set_cache_spec(stored_spec);
+                try {
+                    convert_conversation_cache(conv.cache(), model_, backend_, stored_spec);
+                    cache = conv.release_cache();  // (its checkpoints are of the old strategy)
+                } catch (const Error&) {
+                    conv.release_cache();
+                }
             }
+            conv.set_cache_spec(stored_spec);
+            if (cache) conv.set_cache(std::move(cache));
+            e.dirty = cache != nullptr;
             notices.push_back("conversation " + in_quotes(e.title) + " was switched to " + stored_spec +
                               " by another kvchat process");
         }

@@ -133,6 +133,8 @@ std::string words(Dice& d, int n) {
         if (i) s += ' ';
         s += d.chance(0.06) ? d.pick(kOdd) : d.pick(kWords);
     }
+    // Blank messages are a step of their own (cli_blank); a message meant to be sent has a word.
+    if (s.find_first_not_of(" \t\n\r\f\v") == std::string::npos) s += "cat";
     return s;
 }
 
@@ -1011,7 +1013,11 @@ private:
             api_turn([&](const TurnCallbacks& cb) { return r.edit(id, ordinal, text, turn_options(n), cb); }, d, stop, n, stop_set);
         const DbView db = read_db(db_);
         if (!err.empty() && err != "cancelled") {
-            if (!refuse) fail("edit failed: " + err);
+            if (!refuse) {
+                const ReferenceAnswer ref = ref_->answer(e.base, n, traits_of(e.spec).capacity);
+                fail("edit failed: " + err + " (the edited transcript renders as " + std::to_string(ref.prompt_tokens) +
+                     " tokens; the strategy is " + e.spec + ")");
+            }
             const Outcome out = judge_turn(e, db, {Outcome::Unchanged, Outcome::Unanswered}, "refused edit: " + err);
             if (out == Outcome::Unanswered && !resync_) known("refused-leaves-message", "session API edit: " + err);
         } else if (err == "cancelled") {
@@ -1140,25 +1146,30 @@ private:
         std::sort(files.begin(), files.end());
         if (files.empty()) return cli_send(d, Signal::None);
         const std::string path = d.pick(files);
-        const auto size = fs::file_size(path, ec);
         const int how = d.range(0, 3);
         op_ = "corrupt " + fs::path(path).filename().string() + (how == 0 ? " flip" : how == 1 ? " cut" : how == 2 ? " empty" : " grow");
         say("STEP %d %s", step_, op_.c_str());
-        if (how == 0 && size > 0) {
-            std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
-            const auto at = static_cast<std::streamoff>(std::uniform_int_distribution<uint64_t>(0, size - 1)(d.engine()));
-            f.seekg(at);
-            char c = 0;
-            f.get(c);
-            f.seekp(at);
-            f.put(static_cast<char>(c ^ (1 << d.range(0, 7))));
-        } else if (how == 1) {
-            fs::resize_file(path, size / 2, ec);
-        } else if (how == 2) {
-            fs::resize_file(path, 0, ec);
-        } else {
-            std::ofstream(path, std::ios::app | std::ios::binary) << "garbage after the end";
+        // Damaged the way the product's own writes could leave it for a reader: a new file put
+        // in its place (snapshots are replaced by rename, never rewritten in place, and a reader
+        // keeps mapping the file it opened).
+        std::string bytes;
+        {
+            std::ifstream in(path, std::ios::binary);
+            bytes.assign(std::istreambuf_iterator<char>(in), {});
         }
+        if (how == 0 && !bytes.empty()) {
+            const size_t at = std::uniform_int_distribution<size_t>(0, bytes.size() - 1)(d.engine());
+            bytes[at] = static_cast<char>(bytes[at] ^ (1 << d.range(0, 7)));
+        } else if (how == 1) {
+            bytes.resize(bytes.size() / 2);
+        } else if (how == 2) {
+            bytes.clear();
+        } else {
+            bytes += "garbage after the end";
+        }
+        const std::string damaged = path + ".damaged";
+        std::ofstream(damaged, std::ios::binary | std::ios::trunc) << bytes;
+        fs::rename(damaged, path, ec);
     }
 
     bool resident(const std::string& title) const {

@@ -195,7 +195,8 @@ DbView read_db_with(const std::string& path, int flags) {
             while (q.next()) v.integrity += (v.integrity.empty() ? "" : "; ") + q.text(0);
         }
         {
-            Query q(db, "SELECT name, seq FROM sqlite_sequence");
+            // (The table appears with the first row of an AUTOINCREMENT table.)
+            Query q(db, "SELECT name, seq FROM sqlite_master JOIN sqlite_sequence USING (name) WHERE type = 'table'");
             while (q.next()) {
                 if (q.text(0) == "conversations") v.last_conversation_id = q.integer(1);
                 if (q.text(0) == "prefixes") v.last_prefix_id = q.integer(1);
