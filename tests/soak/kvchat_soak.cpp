@@ -623,8 +623,12 @@ private:
                 return adopt(t.title, db);
             }
             if (r.err.find("error") == std::string::npos) fail("exit 2 without an error message: " + show(r.err, 300));
+            // Under a full disk the answer may be saved and a later write (the snapshot's name,
+            // the conversation's time) fail: the error is told, nothing is lost.
+            std::set<Outcome> ok = {Outcome::Missing, Outcome::Unchanged, Outcome::Unanswered};
+            if (disk) ok.insert(Outcome::Answered);
             const Outcome out = judge_turn(
-                e, db, {Outcome::Missing, Outcome::Unchanged, Outcome::Unanswered},
+                e, db, ok,
                 ctx + (disk ? " under a file size limit of " + std::to_string(fsize) + " bytes" : "") + ": " + show(r.err, 200));
             if (out == Outcome::Unanswered && !disk && !resync_) known("refused-leaves-message", ctx + ": " + show(r.err, 200));
             if (t.is_new && out == Outcome::Unchanged && !disk && !resync_ && db.conversation(t.title))
