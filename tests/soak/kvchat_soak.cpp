@@ -186,7 +186,13 @@ bool is_prefix_of(const std::vector<int32_t>& a, const std::vector<int32_t>& b) 
 
 std::string show(const std::string& s, size_t max = 80) {
     std::string out;
-    for (char c : s.substr(0, max)) out += c == '\n' ? std::string("\\n") : c == '\t' ? std::string("\\t") : std::string(1, c);
+    for (char c : s.substr(0, max)) {
+        const auto u = static_cast<unsigned char>(c);
+        if (c == '\n') out += "\\n";
+        else if (c == '\t') out += "\\t";
+        else if (u < 0x20 || u == 0x7f) out += "\\x" + std::string(1, "0123456789abcdef"[u >> 4]) + "0123456789abcdef"[u & 15];
+        else out += c;
+    }
     return '"' + out + (s.size() > max ? "...\"" : "\"");
 }
 
@@ -607,9 +613,8 @@ private:
         if ((signo == SIGTERM || signo == SIGHUP) && r.term_signal == signo) {
             const DbConversation* got = db.conversation(t.title);
             // Ended by the signal with its message stored and no answer: the answer was lost.
-            if (got && !got->messages.empty() && got->messages.size() == e.base.size() && got->messages.back().role == "user" &&
-                !refuse) {
-                known("signal-loses-answer", ctx);
+            if (got && !got->messages.empty() && got->messages.size() == e.base.size() && got->messages.back().role == "user") {
+                known(refuse ? "refused-leaves-message" : "signal-loses-answer", ctx);
                 adopt(t.title, db);
                 return;
             }
