@@ -579,7 +579,7 @@ private:
         const TurnExpectation e = expect_send(t, text, n, spec, opening);
         if (!t.is_new) op_ += reopen_marker(t.title, e.spec, false);
         if (!prefix_used.empty()) op_ += prefix_marker(prefix_used, e.spec);
-        else if (t.is_new || snapshot_strategy(t.title).empty()) op_ += reused_prefix_marker(e);
+        else if (op_.find("[reopens") == std::string::npos) op_ += reused_prefix_marker(e);
         say("STEP %d %s", step_, op_.c_str());
 
         int signo = 0, after = 0;
@@ -741,7 +741,7 @@ private:
         const std::string text = words(d, d.range(1, 8));
         op_ = "cli-switch " + show(t.title) + " " + c.spec + " -> " + spec + reopen_marker(t.title, spec, false);
         const TurnExpectation e = expect_send(t, text, n, spec, {});
-        if (snapshot_strategy(t.title).empty()) op_ += reused_prefix_marker(e);
+        if (op_.find("[reopens") == std::string::npos) op_ += reused_prefix_marker(e);
         say("STEP %d %s", step_, op_.c_str());
         const ProcessResult r =
             cli({"chat", "--conversation", t.title, "--cache", spec, "--message", text, "--greedy", "--json", "-n", std::to_string(n)});
@@ -908,7 +908,7 @@ private:
               (open.prefix.empty() ? "" : " prefix " + open.prefix) +
               (t.is_new ? "" : reopen_marker(t.title, world_.conversation(t.title)->spec, true)) +
               (open.prefix.empty() ? "" : prefix_marker(open.prefix, canonical_spec(spec))) +
-              (open.prefix.empty() && (t.is_new || (!resident(t.title) && snapshot_strategy(t.title).empty()))
+              (open.prefix.empty() && (t.is_new || !resident(t.title))
                    ? reused_prefix_marker(expect_send(t, text, n, spec, opening))
                    : "");
         say("STEP %d %s", step_, op_.c_str());
@@ -1249,8 +1249,9 @@ private:
         return " [reopens its snapshot of " + was + " as " + to + " (the prefix's)]";
     }
 
-    // The same when a new conversation's prompt starts with a saved prefix's tokens (its cache is
-    // reused without being asked).
+    // The same when the prompt starts with a saved prefix's tokens: a conversation whose cache
+    // holds nothing it can use (new, or its snapshot unusable or not matching) reuses the
+    // prefix's cache without being asked.
     std::string reused_prefix_marker(const TurnExpectation& e) {
         const std::vector<int32_t> prompt = ref_->prompt(e.base);
         const DbView db = read_db(db_);
