@@ -196,10 +196,20 @@ DbView read_db_with(const std::string& path, int flags) {
         }
         {
             // (The table appears with the first row of an AUTOINCREMENT table.)
-            Query q(db, "SELECT name, seq FROM sqlite_master JOIN sqlite_sequence USING (name) WHERE type = 'table'");
+            Query exists(db, "SELECT 1 FROM sqlite_master WHERE name = 'sqlite_sequence'");
+            Query q(db, exists.next() ? "SELECT name, seq FROM sqlite_sequence" : "SELECT '', 0 WHERE 0");
             while (q.next()) {
                 if (q.text(0) == "conversations") v.last_conversation_id = q.integer(1);
                 if (q.text(0) == "prefixes") v.last_prefix_id = q.integer(1);
+            }
+        }
+        {
+            // A program killed before it made the tables leaves an empty database: nothing in it.
+            Query tables(db, "SELECT 1 FROM sqlite_master WHERE name = 'conversations'");
+            if (!tables.next()) {
+                sqlite3_exec(db, "COMMIT", nullptr, nullptr, nullptr);
+                sqlite3_close(db);
+                return v;
             }
         }
         {
