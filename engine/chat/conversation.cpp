@@ -305,6 +305,13 @@ TurnResult Conversation::respond(const TurnOptions& options, const TurnCallbacks
             throw;
         }
     }
+    // Stopped before the answer began (in the generator's part of the prefill, or before its first
+    // piece of text): there is no answer to keep, so the turn is cancelled as a cancelled prefill
+    // is, and the caller takes its message back. The cache keeps the prompt it computed.
+    if (r.stop_reason == "cancelled" && r.text.empty() && !budget_stop) {
+        crop_back(total);
+        throw Cancelled("stopped before the answer began");
+    }
     const auto first_token_at = gen_start + std::chrono::duration_cast<clock::duration>(
                                                 std::chrono::duration<double, std::milli>(r.ttft_ms));
     out.ttft_ms = ms_between(t0, first_token_at);

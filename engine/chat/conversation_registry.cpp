@@ -262,12 +262,35 @@ void ConversationRegistry::lock_and_sync(Entry& e, std::vector<std::string>& not
         const auto rec = store_.find_conversation_by_id(e.id);
         if (!rec) throw Error("conversation " + in_quotes(e.title) + " was deleted");
         e.title = rec->title;
+        // Another process switched the strategy (kvchat-cli chat --cache): its choice stands, and
+        // the cache in memory is converted to it as a live switch would. One the new strategy
+        // cannot hold (it may hold more than the transcript the turn will keep) is dropped: the
+        // turn prefills what it needs.
+        const std::string stored_spec = canonical_cache_spec(rec->cache_spec);
+        Conversation& conv = *e.conversation;
+        if (stored_spec != conv.cache_spec()) {
+            std::unique_ptr<Cache> cache;
+            if (conv.has_cache()) {
+                try {
+                    convert_conversation_cache(conv.cache(), model_, backend_, stored_spec);
+                    cache = conv.release_cache();  // (its checkpoints are of the old strategy)
+                } catch (const Error&) {
+                    conv.release_cache();
+                }
+            }
+            conv.set_cache_spec(stored_spec);
+            if (cache) conv.set_cache(std::move(cache));
+            e.dirty = cache != nullptr;
+            notices.push_back("conversation " + in_quotes(e.title) + " was switched to " + stored_spec +
+                              " by another kvchat process");
+        }
         if (transcript_is_stored(e)) return;
-        // Another process answered or edited meanwhile: its messages come first. The cache keeps
-        // the longest prefix of tokens that still matches (the next turn aligns it).
+        // Another process answered or edited meanwhile: its messages come first (answers with the
+        // ids they were generated as, so they render as that process rendered them). The cache
+        // keeps the longest prefix of tokens that still matches (the next turn aligns it).
         Conversation& c = *e.conversation;
         c.truncate(0);
-        for (const MessageRecord& m : store_.list_messages(e.id)) c.append(m.role, m.content);
+        for (const MessageRecord& m : store_.list_messages(e.id)) adopt(c, m);
         notices.push_back("conversation " + in_quotes(e.title) +
                           " was changed by another kvchat process; its messages were read again");
     } catch (...) {

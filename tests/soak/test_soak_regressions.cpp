@@ -1,0 +1,295 @@
+// Regression tests for what the soak test (kvchat_soak) found, each reduced to the fewest steps
+// that show it. The seed and step that first showed each are named above it; DEVELOPERS.md ("The
+// soak test") says how to replay one.
+#include "engine/chat/conversation_registry.h"
+#include "engine/compute/backend.h"
+#include "engine/error.h"
+#include "soak/soak_support.h"
+#include "soak/soak_world.h"
+#include "support/chat_turns.h"
+#include "support/test_paths.h"
+
+#include <QTemporaryDir>
+#include <QtTest>
+
+#include <atomic>
+#include <signal.h>
+
+using namespace kvchat;
+
+using test::greedy;
+
+namespace {
+
+struct Setup {
+    QTemporaryDir dir;
+    std::string model_path = test::write_chat_model(dir);
+    std::unique_ptr<Model> m = Model::load(model_path);
+    std::unique_ptr<Backend> be = make_cpu_backend(1);
+    std::string db = (dir.path() + "/kv.db").toStdString();
+};
+
+std::vector<std::pair<Role, std::string>> transcript(const ConversationRegistry& reg, int64_t id) {
+    std::vector<std::pair<Role, std::string>> out;
+    for (const MessageRecord& m : reg.messages(id)) out.emplace_back(m.role, m.content);
+    return out;
+}
+
+}  // namespace
+
+class TestSoakRegressions : public QObject {
+    Q_OBJECT
+private slots:
+    // kvchat_soak seed 2, steps 36 and 45: Ctrl-C landing after the checkpointed prefill but
+    // before the first token (while the generator computed the turn's last few prompt tokens) made
+    // `kvchat-cli chat` exit 0 with the user's message stored and no answer, so the next message
+    // was refused as stacked on an unanswered one. A stop before the first token takes the message
+    // back, wherever in the prefill it lands: here at the last "Prefilling" report, after which
+    // only the generator's part of the prompt is left.
+    void stopJustBeforeTheFirstTokenTakesTheMessageBack_data() {
+        QTest::addColumn<QString>("verb");
+        QTest::newRow("send") << "send";
+        QTest::newRow("regenerate") << "regenerate";
+        QTest::newRow("edit") << "edit";
+    }
+    void stopJustBeforeTheFirstTokenTakesTheMessageBack() {
+        QFETCH(QString, verb);
+        Setup s;
+        int64_t id = 0;
+        {
+            Store store(s.db);
+            ConversationRegistry reg(store, *s.m, *s.be);
+            id = reg.create("c");
+            reg.send(id, "the cat sat", greedy(4));
+            // Regenerate answers a message a crash left unanswered: its tokens are still to prefill.
+            if (verb == "regenerate") store.append_message(id, Role::User, "on the mat");
+        }
+        Store store(s.db);
+        ConversationRegistry reg(store, *s.m, *s.be);
+        const auto before = transcript(reg, id);
+
+        std::atomic<bool> stop{false};
+        bool reported_end = false;
+        TurnCallbacks cb;
+        cb.progress.cancel = &stop;
+        cb.progress.report = [&](std::string_view task, int64_t done, int64_t total) {
+            if (task == "Prefilling" && done == total) stop = reported_end = true;
+        };
+        cb.on_text = [&](std::string_view) { QFAIL("no text may come after the stop"); };
+        const auto turn = [&] {
+            if (verb == "send") reg.send(id, "on the mat", greedy(8), cb);
+            else if (verb == "regenerate") reg.regenerate(id, greedy(8), cb);
+            else reg.edit(id, 0, "on the mat", greedy(8), cb);
+        };
+        QVERIFY_THROWS_EXCEPTION(Cancelled, turn());
+        QVERIFY(reported_end);
+        QCOMPARE(transcript(reg, id), before);
+        QCOMPARE(reg.list().front().last_unanswered, verb == "regenerate");
+        // The turn done again is answered as if the stopped one had never been.
+        cb = {};
+        QVERIFY_THROWS_NO_EXCEPTION(turn());
+        const auto after = transcript(reg, id);
+        QCOMPARE(after.size(), verb == "send" ? before.size() + 2 : verb == "regenerate" ? before.size() + 1 : size_t(2));
+        QCOMPARE(after.back().first, Role::Assistant);
+    }
+
+    // The same through the terminal tool: SIGINT at random moments of `chat --message` leaves the
+    // conversation answered (exit 0, possibly a stopped answer) or as it was (exit 130), never
+    // with the message unanswered.
+    void interruptedChatNeverLeavesTheMessageUnanswered() {
+        Setup s;
+        const std::string cli = test::cli_path();
+        const auto chat = [&](int signal_after_ms) {
+            soak::ProcessOptions p;
+            p.args = {cli, "chat", "--db", s.db, "--model", s.model_path, "--threads", "1", "--conversation", "c",
+                      "--message", "the cat sat on the mat and the dog ran far", "-n", "64", "--greedy", "--json"};
+            p.signal = signal_after_ms >= 0 ? SIGINT : 0;
+            p.signal_after_ms = signal_after_ms;
+            return soak::run_process(p);
+        };
+        QCOMPARE(chat(-1).exit_code, 0);
+        size_t answered = 2;
+        for (int at = 0; at < 120; at += 3) {
+            const soak::ProcessResult r = chat(at);
+            QVERIFY2(r.term_signal == 0 || r.term_signal == SIGINT, r.status().c_str());
+            const soak::DbView db = soak::read_db(s.db);
+            const soak::DbConversation* c = db.conversation("c");
+            QVERIFY(c);
+            if (r.exit_code == 0) answered += 2;
+            QVERIFY2(c->messages.size() == answered && c->messages.back().role == "assistant",
+                     qPrintable(QString("SIGINT at %1 ms: %2, %3 messages, the last one %4's")
+                                    .arg(at)
+                                    .arg(QString::fromStdString(r.status()))
+                                    .arg(c->messages.size())
+                                    .arg(QString::fromStdString(c->messages.back().role))));
+        }
+    }
+
+    // kvchat_soak seed 3, steps 37 and 58: after another program (kvchat-cli) changed a
+    // conversation, the window's registry read its messages again without the ids each answer was
+    // generated as, so it rendered the answers retokenized from their text: another prompt than
+    // the cache and every other program hold (258 tokens where it is 256), another greedy answer,
+    // and a refusal where the context still had room. Read again, a transcript renders exactly as
+    // a fresh reopening renders it.
+    void messagesReadAgainKeepTheirAnswerIds() {
+        Setup s;
+        Store store_a(s.db);
+        ConversationRegistry a(store_a, *s.m, *s.be);
+        const int64_t id = a.create("c");
+        // Answers whose text tokenizes to other ids than the model wrote (random weights write
+        // pieces a tokenizer would merge): found among a few openings, checked below.
+        a.send(id, "the cat sat on the mat", greedy(24));
+        {
+            Store store_b(s.db);
+            ConversationRegistry b(store_b, *s.m, *s.be);
+            b.send(id, "and the dog ran far", greedy(24));  // the other program's turn
+        }
+        const auto stored = store_a.list_messages(id);
+        bool retokenizes_differently = false;
+        std::vector<ChatMessage> msgs;
+        for (const MessageRecord& m : stored) {
+            msgs.emplace_back(m.role, m.content, a.chat_template().answer_ids_from_file(m.stats.token_ids));
+            if (m.role == Role::Assistant)
+                retokenizes_differently |= s.m->tokenizer().encode(m.content, false) != m.stats.token_ids;
+        }
+        QVERIFY2(retokenizes_differently, "the test needs an answer whose text tokenizes to other ids");
+        msgs.emplace_back(Role::User, "why");
+        const int64_t want = static_cast<int64_t>(a.chat_template().render(msgs, true).tokens.size());
+        const TurnResult r = a.send(id, "why", greedy(4));
+        QCOMPARE(r.prompt_tokens, want);
+        // The cache held the first turn's tokens as generated: all of them are reused.
+        QVERIFY2(r.cached_tokens > 0, std::to_string(r.cached_tokens).c_str());
+    }
+
+    // kvchat_soak seed 4, step 97 (and seed 3, step 13): a strategy another program switched the
+    // conversation to (kvchat-cli chat --cache) was undone by the window's next turn, which ran
+    // with the strategy it had in memory and wrote it back. The switch stands, and the turn runs
+    // with it.
+    void strategySwitchedByAnotherProgramStands() {
+        Setup s;
+        Store store_a(s.db);
+        ConversationRegistry a(store_a, *s.m, *s.be);
+        const int64_t id = a.create("c");
+        a.send(id, "the cat sat on the mat", greedy(4));
+        const std::string other = "offloaded";
+        // What `kvchat-cli chat --conversation c --cache offloaded` records before its turn (and
+        // without reading the snapshot, which the [switch] known bug would crash on).
+        Store(s.db).set_conversation_cache_spec(id, other);
+        a.send(id, "and the dog ran far", greedy(24));
+        QCOMPARE(QString::fromStdString(store_a.find_conversation_by_id(id)->cache_spec), QString::fromStdString(other));
+        QCOMPARE(QString::fromStdString(a.list().front().cache_spec), QString::fromStdString(other));
+        QCOMPARE(QString::fromStdString(a.telemetry(id)->spec), QString::fromStdString(other));
+        Store(s.db).set_conversation_cache_spec(id, "static:max_len=48");
+        // kvchat_soak seed 113, step 4: the cache in memory holds more than the new strategy can,
+        // but the edit keeps less: the edit is answered (the cache is rebuilt for it), where the
+        // failed conversion refused it.
+        QVERIFY(a.telemetry(id)->tokens > 48);
+        const TurnResult r = a.edit(id, 0, "the cat", greedy(4));
+        QVERIFY(!r.tokens.empty());
+        QCOMPARE(store_a.list_messages(id).size(), size_t(2));
+        QCOMPARE(QString::fromStdString(a.telemetry(id)->spec), QString("static:max_len=48"));
+    }
+
+    // kvchat_soak seed 8, step 11: regenerate on a conversation whose stored strategy cannot hold
+    // it any more (kvchat-cli chat --cache static:max_len=96 on a longer conversation records the
+    // strategy, then refuses its turn) deleted the answer it was to replace, then was refused:
+    // the answer is lost and the message left unanswered. The fit is checked against the model's
+    // context before the cache (and its capacity) is loaded. The same cause as the known
+    // "refused turns leave an unanswered message", being fixed on branch clirel: expected to
+    // fail until that merges (an unexpected pass then says to drop the QEXPECT_FAIL).
+    void refusedRegenerateKeepsTheAnswer() {
+        Setup s;
+        int64_t id = 0;
+        {
+            Store store(s.db);
+            ConversationRegistry reg(store, *s.m, *s.be);
+            id = reg.create("c");
+            reg.send(id, "the cat sat on the mat and the dog ran far", greedy(8));
+            store.set_conversation_cache_spec(id, "static:max_len=24");
+        }
+        Store store(s.db);
+        ConversationRegistry reg(store, *s.m, *s.be);
+        const auto before = transcript(reg, id);
+        const std::string err = test::error_of([&] { reg.regenerate(id, greedy(4)); });
+        QVERIFY2(test::contains(err, "24"), err.c_str());
+        QEXPECT_FAIL("", "known bug being fixed on branch clirel: a refused turn leaves its message unanswered", Continue);
+        QCOMPARE(transcript(reg, id), before);
+    }
+
+    // kvchat_soak seed 8, step 11 (how the conversation got there): `kvchat-cli chat --cache
+    // static:max_len=24 --message ...` on a conversation longer than 24 tokens is refused ("the
+    // static cache holds max_len=24 tokens, but N are needed"), yet the strategy is recorded:
+    // every later turn is refused until the user switches again. A switch that cannot be done
+    // leaves the old strategy, as switch_strategy does. Not fixed here (the switch on open is
+    // recorded before the snapshot is read and converted, in the code the [switch] branch is
+    // changing): expected to fail until it is.
+    void refusedSwitchOnOpenKeepsTheOldStrategy() {
+        Setup s;
+        int64_t id = 0;
+        {
+            Store store(s.db);
+            ConversationRegistry reg(store, *s.m, *s.be);
+            id = reg.create("c");
+            reg.send(id, "the cat sat on the mat and the dog ran far", greedy(8));
+        }
+        Store store(s.db);
+        ConversationRegistry reg(store, *s.m, *s.be);
+        OpenOptions open;
+        open.cache_spec = "static:max_len=24";
+        const std::string err = test::error_of([&] {
+            reg.open("c", open);
+            reg.send("c", "and then", greedy(4));
+        });
+        QVERIFY2(test::contains(err, "max_len=24"), err.c_str());
+        QEXPECT_FAIL("", "reported by the soak: a refused switch on open is recorded", Continue);
+        QCOMPARE(QString::fromStdString(store.find_conversation_by_id(id)->cache_spec), QString("dynamic"));
+    }
+
+    // Written while reducing kvchat_soak seed 305, step 61 (under hybrid, the turn after a stopped
+    // answer gave other greedy tokens than the no-cache reference, after another program's turns
+    // and a reopening from a snapshot with bytes appended). These steps do not reproduce it yet
+    // (`kvchat_soak --seed 305 --steps 61` does): they check the path it took, which must hold.
+    void turnAfterAStoppedAnswerEqualsNoCache_data() {
+        QTest::addColumn<QString>("spec");
+        QTest::addColumn<int>("stop_after");
+        for (const char* spec : {"hybrid", "dynamic", "static:max_len=512"})
+            for (int k : {0, 1, 3, 6})
+                QTest::newRow((std::string(spec) + " stop after " + std::to_string(k)).c_str()) << spec << k;
+    }
+    void turnAfterAStoppedAnswerEqualsNoCache() {
+        QFETCH(QString, spec);
+        QFETCH(int, stop_after);
+        Setup s;
+        int64_t id = 0;
+        {
+            // Another program's turns, then the window reopens the conversation from its snapshot.
+            Store store(s.db);
+            ConversationRegistry reg(store, *s.m, *s.be);
+            OpenOptions open;
+            open.cache_spec = spec.toStdString();
+            id = reg.create("c", open);
+            reg.send(id, "the cat sat on the mat and the dog ran far away from home", greedy(12));
+            reg.send(id, "and then what", greedy(30));
+        }
+        Store store(s.db);
+        ConversationRegistry reg(store, *s.m, *s.be);
+        std::atomic<bool> stop{false};
+        int pieces = 0;
+        TurnCallbacks cb;
+        cb.progress.cancel = &stop;
+        cb.on_text = [&](std::string_view) {
+            if (++pieces > stop_after) stop = true;
+        };
+        reg.send(id, "tell me more about it", greedy(40), cb);
+        const TurnResult r = reg.send(id, "why is the sun hot", greedy(16));
+        soak::Reference ref(*s.m, *s.be);
+        std::vector<soak::Message> msgs;
+        for (const MessageRecord& m : store.list_messages(id)) msgs.push_back({std::string(role_name(m.role)), m.content, m.stats.token_ids});
+        msgs.pop_back();
+        const soak::ReferenceAnswer want = ref.answer(msgs, 16, 0);
+        QCOMPARE(r.tokens, want.ids);
+    }
+};
+
+QTEST_GUILESS_MAIN(TestSoakRegressions)
+#include "test_soak_regressions.moc"
