@@ -510,4 +510,34 @@ LoadedSnapshot load_snapshot(const std::string& path, const std::vector<LayerSpe
     return out;
 }
 
+SnapshotSummary read_snapshot_summary(const std::string& path) {
+    const SnapshotBytes bytes(path, kMaxSnapshot);
+    const std::string what = "snapshot '" + path + "'";
+    ByteReader file(bytes.view(), what);
+    if (bytes.view().size() < sizeof kMagic || std::memcmp(bytes.view().data(), kMagic, sizeof kMagic) != 0)
+        throw Error(what + ": not a kvchat cache snapshot (bad magic)");
+    file.take(sizeof kMagic, "magic");
+    SnapshotSummary out;
+    out.version = file.get<uint32_t>("format version");
+    if (out.version != 1 && out.version != kSnapshotVersion)
+        file.fail("format version " + std::to_string(out.version) + " is not supported");
+    if (file.get<uint32_t>("section tag") != kHead) file.fail("expected a header section");
+    const uint64_t len = file.get<uint64_t>("section length");
+    if (len > file.remaining()) file.fail("header section is truncated");
+    const char* p = file.take(static_cast<size_t>(len), "section");
+    if (file.get<uint32_t>("section checksum") != crc32c(p, static_cast<size_t>(len)))
+        file.fail("header section is damaged (checksum mismatch)");
+    ByteReader head(std::string_view(p, static_cast<size_t>(len)), what + " header");
+    head.str("model fingerprint", 4096);
+    out.spec = head.str("strategy spec", 4096);
+    out.tokens = head.get<int64_t>("token count");
+    if (out.tokens < 0 || static_cast<uint64_t>(out.tokens) > head.remaining() / sizeof(int32_t))
+        head.fail("bad token count " + std::to_string(out.tokens));
+    head.take(static_cast<size_t>(out.tokens) * sizeof(int32_t), "token ids");
+    const uint32_t n_layers = head.get<uint32_t>("layer count");
+    for (uint32_t i = 0; i < n_layers; ++i) head.str("layer layout", 4096);
+    out.checkpoints = head.get<uint32_t>("checkpoint count");
+    return out;
+}
+
 }  // namespace kvchat

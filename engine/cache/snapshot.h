@@ -38,6 +38,16 @@ struct LoadedSnapshot {
 LoadedSnapshot load_snapshot(const std::string& path, const std::vector<LayerSpec>& layers,
                              const std::string& model_fingerprint, ThreadPool& pool);
 
+// What a snapshot's header says, read without its layers (for a list of what is stored).
+struct SnapshotSummary {
+    uint32_t version = 0;
+    std::string spec;
+    int64_t tokens = 0;
+    uint32_t checkpoints = 0;
+};
+// Throws kvchat::Error naming the file when it is not a snapshot or its header is damaged.
+SnapshotSummary read_snapshot_summary(const std::string& path);
+
 // CRC-32C (Castagnoli), as the sections use.
 uint32_t crc32c(const void* data, size_t n, uint32_t crc = 0);
 
