@@ -600,6 +600,7 @@ ConversationSummary ConversationRegistry::summary_of(const ConversationOverview&
     s.tokens = o.tokens;
     s.cache_spec = o.conversation.cache_spec;
     s.last_unanswered = o.last_unanswered;
+    s.cache_saved = !o.conversation.snapshot.empty();
     if (const Entry* e = find_entry(s.id)) {
         s.cache_resident = e->conversation->has_cache();
         s.cache_spec = e->conversation->cache_spec();
