@@ -4,6 +4,7 @@
 #include "engine/cache/snapshot.h"
 #include "engine/error.h"
 
+#include <algorithm>
 #include <array>
 #include <cstring>
 
@@ -32,27 +33,40 @@ constexpr std::array<uint64_t, 256> make_gear() {
 }
 constexpr std::array<uint64_t, 256> kGear = make_gear();
 
+// Where the content-defined chunk of s that starts at `start` ends.
+size_t chunk_end(std::string_view s, size_t start) {
+    const auto* p = reinterpret_cast<const uint8_t*>(s.data());
+    const size_t last = std::min(s.size(), start + kMaxChunk);
+    uint64_t h = 0;
+    for (size_t i = start; i < last; ++i) {
+        h = (h << 1) + kGear[p[i]];
+        if (i + 1 - start >= kMinChunk && (h & kCutMask) == 0) return i + 1;
+    }
+    return last;
+}
+
 // Calls fn(offset, length) for each content-defined chunk of s, in order.
 template <class Fn>
 void for_each_chunk(std::string_view s, Fn fn) {
-    const auto* p = reinterpret_cast<const uint8_t*>(s.data());
-    size_t start = 0;
-    uint64_t h = 0;
-    for (size_t i = 0; i < s.size(); ++i) {
-        h = (h << 1) + kGear[p[i]];
-        const size_t len = i + 1 - start;
-        if ((len >= kMinChunk && (h & kCutMask) == 0) || len >= kMaxChunk) {
-            fn(start, len);
-            start = i + 1;
-            h = 0;
-        }
+    for (size_t start = 0; start < s.size();) {
+        const size_t end = chunk_end(s, start);
+        fn(start, end - start);
+        start = end;
     }
-    if (start < s.size()) fn(start, s.size() - start);
 }
 
-uint64_t chunk_key(const char* p, size_t n) {
-    return (uint64_t{crc32c(p, n)} << 32) ^ (crc32c(p, n, 0x5bd1e995u) >> 1) ^ n;
+// How many bytes a and b have in common from their starts.
+size_t common_length(std::string_view a, std::string_view b) {
+    const size_t n = std::min(a.size(), b.size());
+    size_t i = 0;
+    constexpr size_t kBlock = 256;
+    while (i + kBlock <= n && std::memcmp(a.data() + i, b.data() + i, kBlock) == 0) i += kBlock;
+    while (i < n && a[i] == b[i]) ++i;
+    return i;
 }
+
+// (Equal keys are compared byte for byte before a chunk is shared.)
+uint64_t chunk_key(const char* p, size_t n) { return (uint64_t{crc32c(p, n)} << 32) ^ n; }
 
 }  // namespace
 
@@ -88,21 +102,35 @@ void CheckpointPoolWriter::encode(size_t layer, std::string_view state, std::str
         else
             pieces.push_back(p);
     };
-    // Chunks the source already holds become pieces of it; the others go to the pool (and the
-    // index, for the next checkpoint).
-    for_each_chunk(state, [&](size_t at, size_t n) {
+    // Chunks the source already holds become pieces of it, extended for as long as the bytes
+    // after them agree too (a window's run of tokens matches for thousands of chunks, compared
+    // at memcmp speed instead of hashed); the others go to the pool (and the index, for the
+    // next checkpoint).
+    for (size_t at = 0; at < state.size();) {
+        const size_t n = chunk_end(state, at) - at;
         const std::string_view chunk = state.substr(at, n);
         const uint64_t key = chunk_key(chunk.data(), n);
         const auto it = l.index.find(key);
         if (it != l.index.end() && l.at(it->second) == chunk) {
-            push(it->second);
-            return;
+            const Piece& found = it->second;
+            const bool live = found.offset < l.live.size();
+            const std::string_view region = live ? l.live : std::string_view(l.pool);
+            const uint64_t in_region = live ? found.offset : found.offset - l.live.size();
+            const size_t more = common_length(state.substr(at + n), region.substr(static_cast<size_t>(in_region) + n));
+            for (size_t len = n + more, done = 0; done < len;) {  // (pieces hold at most 4 GiB)
+                const size_t k = std::min<size_t>(len - done, UINT32_MAX);
+                push({found.offset + done, static_cast<uint32_t>(k)});
+                done += k;
+            }
+            at += n + more;
+            continue;
         }
         const Piece fresh{l.size(), static_cast<uint32_t>(n)};
         l.pool.append(chunk);
         l.index.try_emplace(key, fresh);
         push(fresh);
-    });
+        at += n;
+    }
     if (state.size() > checkpoint_state_limit(l.size())) {  // (repeats itself a lot: stored whole)
         pieces.clear();
         for (size_t at = 0; at < state.size(); at += UINT32_MAX) {
