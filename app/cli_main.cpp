@@ -1,5 +1,6 @@
 // kvchat-cli: the terminal face of the engine.
 #include "app/cli_chat.h"
+#include "app/cli_storage.h"
 #include "app/cli_options.h"
 #include "engine/compute/backend.h"
 #include "engine/compute/matmul.h"
@@ -73,6 +74,11 @@ const char* kUsage =
     "             list | rename OLD NEW | edit NAME (--text TEXT | --conversation NAME [--messages N]) |\n"
     "             delete NAME: the library of reusable prefixes (a system prompt, or the first N\n"
     "             messages of a conversation, default all)\n"
+    "  storage    [--db PATH] [--json]: every conversation and prefix with its saved cache (tokens,\n"
+    "             strategy, bytes on disk, checkpoints), and the total against the budget |\n"
+    "             prune [--budget BYTES]: remove the least recently used caches until they fit now |\n"
+    "             budget BYTES|default: the budget for all saved caches (default 2G, less on a nearly\n"
+    "             full disk) | drop (--conversation NAME | --prefix NAME): remove one saved cache\n"
     "  chat-bench [--turns 10] [--prefix-tokens 2000] [--history-tokens 4000] [--only turns|prefix|reopen]\n"
     "             [--json]: time to first token over turns, from a saved prefix, and after reopening\n"
     "\n"
@@ -514,7 +520,7 @@ namespace {
 int run_command(const std::vector<std::string>& args) {
     {
         const Options o = parse(args);
-        if (!o.positional.empty() && o.command != "prefix")
+        if (!o.positional.empty() && o.command != "prefix" && o.command != "storage")
             return fail("unexpected argument '" + o.positional[0] + "' (see --help)");
         if (o.command.empty()) {
             std::fputs(kUsage, stderr);
@@ -529,6 +535,7 @@ int run_command(const std::vector<std::string>& args) {
         if (o.command == "conversations") return kvchat::cli::cmd_conversations(o);
         if (o.command == "prefix") return kvchat::cli::cmd_prefix(o);
         if (o.command == "chat-bench") return kvchat::cli::cmd_chat_bench(o);
+        if (o.command == "storage") return kvchat::cli::cmd_storage(o);
         return fail("unknown command '" + o.command + "' (see --help)");
     }
 }

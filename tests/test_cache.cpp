@@ -5,6 +5,7 @@
 #include "engine/cache/byte_io.h"
 #include "engine/cache/cache_factory.h"
 #include "engine/cache/cache_spec.h"
+#include "engine/cache/checkpoint_pool.h"
 #include "engine/cache/convert.h"
 #include "engine/compute/kivi_block.h"
 #include "engine/cache/offload_tier.h"
@@ -27,6 +28,7 @@ using kvchat::test::relative_error;
 #include <csignal>
 #include <cstdio>
 #include <fcntl.h>
+#include <filesystem>
 #include <fstream>
 #include <optional>
 #include <random>
@@ -1295,6 +1297,156 @@ private slots:
         QVERIFY(t.next_logits(*loaded.cache, 60) == t.next_logits(*c, 60));
     }
 
+    // Checkpoints at nearby message boundaries share most of their sliding windows with each
+    // other and with the live cache. A snapshot stores those tokens once: its checkpoints cost
+    // the bytes of the tokens only they hold (plus a little), where the first format stored
+    // each whole. Every checkpoint restores exactly as the one that was saved, from the new
+    // format and from a file of the first format (which still loads), for a plain and a
+    // quantized strategy.
+    void checkpointsAreStoredOnce_data() {
+        QTest::addColumn<QString>("spec");
+        QTest::newRow("dynamic") << "dynamic";
+        QTest::newRow("sink") << "sink:window=40,sinks=4";
+        QTest::newRow("quantized") << "quantized:nbits=4,residual=16,group=8";
+    }
+    void checkpointsAreStoredOnce() {
+        QFETCH(QString, spec);
+        TinyModelSpec s = gemma_spec();
+        s.sliding_window = 48;
+        Tiny t(s);
+        QTemporaryDir dir;
+        auto c = t.cache(spec.toStdString());
+        std::vector<kvchat::CacheCheckpoint> cps;
+        for (int turn = 0; turn < 3; ++turn) {  // boundaries at 60, 80, 100
+            t.run(*c, tokens(turn == 0 ? 60 : 20, 3 + turn), 16);
+            cps.push_back(c->checkpoint());
+        }
+        t.run(*c, tokens(20, 9), 16);  // 120 tokens
+        auto save = [&](const std::string& name, std::span<const kvchat::CacheCheckpoint> with, uint32_t version) {
+            const std::string path = (dir.path() + "/" + QString::fromStdString(name)).toStdString();
+            kvchat::save_snapshot(path, *c, t.model->fingerprint(), with, version);
+            return std::pair(path, static_cast<int64_t>(std::filesystem::file_size(path)));
+        };
+        const auto [p0, bare] = save("bare", {}, kvchat::kSnapshotVersion);
+        const auto [p2, deduped] = save("v2", cps, kvchat::kSnapshotVersion);
+        const auto [p1, whole] = save("v1", cps, 1);
+        int64_t copies = 0;  // what the checkpoints hold, each counted
+        for (const auto& cp : cps) copies += cp.bytes();
+        if (spec == "dynamic") {
+            // The sliding layers (window 48) hold [72, 120) live; the checkpoints [12, 60),
+            // [32, 80) and [52, 100): together 60 positions the live layers do not hold.
+            int64_t extra = 0, states = 0;
+            for (size_t i = 0; i < c->n_layers(); ++i)
+                if (c->layer(i).crop_needs_checkpoint()) {
+                    states += 3;
+                    const auto tl = c->layer(i).telemetry();
+                    QCOMPARE(c->layer(i).tokens_held(), int64_t(48));
+                    extra += 60 * (tl.bytes_fast + tl.bytes_slow) / 48;
+                }
+            QVERIFY(extra > 0);
+            // A little more for each state: its header and slot positions, and the content-defined
+            // chunks spoilt where a window starts, ends or wraps (a few hundred bytes each).
+            QVERIFY2(deduped - bare <= extra + extra / 20 + states * 1536,
+                     qPrintable(QString("checkpoints cost %1 bytes, their own tokens %2").arg(deduped - bare).arg(extra)));
+        }
+        // (Quantized layers share their blocks, not the residual rows each checkpoint holds in
+        // full precision; sinks share their sinks and windows.)
+        qInfo("%s: checkpoints hold %lld bytes, stored in %lld (first format %lld)", qPrintable(spec),
+              static_cast<long long>(copies), static_cast<long long>(deduped - bare), static_cast<long long>(whole - bare));
+        QVERIFY2(deduped - bare < copies * 3 / 4, qPrintable(QString("%1 of %2").arg(deduped - bare).arg(copies)));
+        QVERIFY(whole - bare >= copies);
+        {
+            // Saved again from a loaded cache and its checkpoints (decoded as they are used, or
+            // not), the file is the same, byte for byte.
+            auto l = kvchat::load_snapshot(p2, t.model->layer_specs(), t.model->fingerprint(), *t.backend);
+            QVERIFY(l.checkpoints[1].intact());
+            const std::string p3 = (dir.path() + "/again").toStdString();
+            kvchat::save_snapshot(p3, *l.cache, t.model->fingerprint(), l.checkpoints);
+            auto read = [](const std::string& path) {
+                std::ifstream f(path, std::ios::binary);
+                return std::string(std::istreambuf_iterator<char>(f), {});
+            };
+            QVERIFY(read(p3) == read(p2));
+        }
+        for (int k = 2; k >= 0; --k) {
+            QVERIFY(c->restore(cps[static_cast<size_t>(k)]));
+            const std::vector<int32_t> held = c->tokens();
+            const auto expected = t.next_logits(*c, 77);
+            for (const std::string& path : {p2, p1}) {
+                auto l = kvchat::load_snapshot(path, t.model->layer_specs(), t.model->fingerprint(), *t.backend);
+                QCOMPARE(l.checkpoints.size(), size_t(3));
+                QVERIFY(l.checkpoints[static_cast<size_t>(k)].intact());
+                for (size_t i = 0; i < c->n_layers(); ++i)
+                    QVERIFY(l.checkpoints[static_cast<size_t>(k)].state(i) == cps[static_cast<size_t>(k)].state(i));
+                QVERIFY(l.cache->restore(l.checkpoints[static_cast<size_t>(k)]));
+                QCOMPARE(l.cache->tokens(), held);
+                QVERIFY(t.next_logits(*l.cache, 77) == expected);
+            }
+        }
+    }
+
+    // The pieces a stored checkpoint is made of: content of any shape (runs shared with the
+    // source, moved, repeated, fresh) decodes to itself; pieces outside the source, a bad count
+    // and a few pieces claiming gigabytes are refused with the problem named.
+    void checkpointPieces() {
+        std::mt19937 rng(5);
+        std::string live(50000, '\0');
+        for (char& ch : live) ch = static_cast<char>(rng());
+        kvchat::CheckpointPoolWriter w(2);
+        w.set_live(1, live);
+        std::vector<std::string> states, encodings;
+        for (int k = 0; k < 4; ++k) {
+            std::string st = live.substr(static_cast<size_t>(k) * 3000, 20000);  // shared, shifted
+            std::string fresh(4000 + 100 * k, '\0');
+            for (char& ch : fresh) ch = static_cast<char>(rng());
+            st.insert(500, fresh);
+            st += std::string(5000, 'z');  // repeats itself
+            st += live.substr(100, 7);
+            states.push_back(st);
+            encodings.emplace_back();
+            w.encode(1, st, encodings.back());
+        }
+        std::string none;
+        w.encode(0, {}, none);
+        QVERIFY(none.empty());
+        const std::string pool_section = w.pool_payload();
+        kvchat::ByteReader r(pool_section, "pool");
+        QCOMPARE(r.get<uint32_t>("n"), uint32_t(2));
+        QCOMPARE(r.get<uint64_t>("len"), uint64_t(0));
+        const uint64_t len = r.get<uint64_t>("len");
+        const std::string pool(r.take(len, "pool"), len);
+        QVERIFY(pool.size() < 4 * 4600 + 4 * 5000);  // only the fresh bytes (and chunk edges)
+        for (size_t k = 0; k < states.size(); ++k) {
+            QVERIFY(encodings[k].size() < states[k].size() / 20);
+            QVERIFY(kvchat::decode_checkpoint_state(encodings[k], live, pool, "x") == states[k]);
+        }
+        auto piece = [](std::vector<std::pair<uint64_t, uint32_t>> pieces, int32_t count = -1) {
+            std::string e;
+            kvchat::ByteWriter bw(e);
+            bw.put<uint32_t>(count < 0 ? static_cast<uint32_t>(pieces.size()) : static_cast<uint32_t>(count));
+            for (auto [o, n] : pieces) {
+                bw.put<uint64_t>(o);
+                bw.put<uint32_t>(n);
+            }
+            return e;
+        };
+        auto decode_error = [&](const std::string& e) {
+            return QString::fromStdString(error_of([&] { kvchat::decode_checkpoint_state(e, live, pool, "ckpt"); }));
+        };
+        const uint64_t source = live.size() + pool.size();
+        QVERIFY(decode_error(piece({{source - 10, 11}})).contains("outside"));
+        QVERIFY(decode_error(piece({{~uint64_t{0} - 3, 10}})).contains("outside"));
+        QVERIFY(decode_error(piece({{0, 0}})).contains("outside"));
+        QVERIFY(decode_error(piece({{0, 10}}, 2)).contains("piece count"));
+        QVERIFY(decode_error(piece({}, 0)).contains("piece count"));
+        QVERIFY(decode_error(std::string(3, '\1')).contains("truncated"));
+        std::vector<std::pair<uint64_t, uint32_t>> bomb(1000, {0, static_cast<uint32_t>(live.size())});
+        QVERIFY(decode_error(piece(bomb)).contains("implausible"));
+        // A piece running from the live section on into the pool is one stretch of the source.
+        QVERIFY(kvchat::decode_checkpoint_state(piece({{live.size() - 3, 6}}), live, pool, "x") ==
+                live.substr(live.size() - 3) + pool.substr(0, 3));
+    }
+
     // The arena a layer's bytes live in: zeros past what was written, contents kept across growth,
     // and a file stretch mapped copy-on-write that writes never reach.
     void growableArena() {
@@ -1431,9 +1583,9 @@ private slots:
             kvchat::load_snapshot(path, other.model->layer_specs(), t.model->fingerprint(), *t.backend);
         }));
         QVERIFY2(msg.contains("layers"), qPrintable(msg));
-        std::string v2 = good;
-        v2[8] = 2;
-        QVERIFY(load_bytes(v2).contains("format version 2"));
+        std::string v9 = good;
+        v9[8] = 9;
+        QVERIFY(load_bytes(v9).contains("format version 9"));
         QVERIFY(load_bytes("not a snapshot at all").contains("bad magic"));
     }
 };

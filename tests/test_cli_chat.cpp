@@ -354,6 +354,91 @@ private slots:
         QVERIFY(store.list_prefixes().empty());
     }
 
+    // kvchat-cli storage: lists every conversation and prefix with its saved cache (the same
+    // sizes the files have), prune --budget removes the least recently used first and keeps the
+    // messages, budget sets the setting later saves obey, drop removes one; bad input is named.
+    void storageCommands() {
+        QTemporaryDir dir;
+        const QString model = tiny_model_path(dir);
+        const QString db = dir.path() + "/kv.db";
+        for (const QString& name : {QString("old"), QString("mid"), QString("new")}) {
+            const Run a = cli({"chat", "--model", model, "--db", db, "--conversation", name, "--message",
+                               "the cat sat on the mat", "-n", "4", "--greedy"});
+            QVERIFY2(a.code == 0, qPrintable(a.err));
+        }
+        QCOMPARE(cli({"prefix", "save", "sys", "--text", "You are a cat.", "--model", model, "--db", db}).code, 0);
+        Run list = cli({"storage", "--db", db, "--json"});
+        QVERIFY2(list.code == 0, qPrintable(list.err));
+        QJsonObject o = json_of(list);
+        const QJsonArray rows = o["caches"].toArray();
+        QCOMPARE(rows.size(), 4);
+        qint64 total = 0;
+        Store store(db.toStdString(), Store::Access::ReadOnly);
+        for (const QJsonValue& v : rows) {
+            const QJsonObject r = v.toObject();
+            QVERIFY(r["saved"].toBool());
+            QVERIFY(r["tokens"].toInteger() > 0);
+            QCOMPARE(r["cache"].toString(), QString("dynamic"));
+            const bool conv = r["kind"].toString() == "conversation";
+            const std::string file = conv ? store.find_conversation(r["name"].toString().toStdString())->snapshot
+                                          : store.find_prefix(r["name"].toString().toStdString())->snapshot;
+            QCOMPARE(r["bytes"].toInteger(), qint64(std::filesystem::file_size(store.snapshot_path(file))));
+            total += r["bytes"].toInteger();
+        }
+        QCOMPARE(o["total_bytes"].toInteger(), total);
+        QVERIFY(o["budget_is_default"].toBool());
+        QCOMPARE(rows[0].toObject()["name"].toString(), QString("sys"));  // most recently used first
+        // The text form: one line each, then the total.
+        list = cli({"storage", "--db", db});
+        QCOMPARE(list.code, 0);
+        QCOMPARE(list.out.trimmed().split('\n').size(), 5);
+        QVERIFY(list.out.contains("conversation\told\t"));
+        QVERIFY(list.out.contains("total\t" + QByteArray::number(total) + " bytes"));
+        // Prune to what holds the two most recent: "old" and "mid" go, oldest first.
+        const qint64 keep = rows[0].toObject()["bytes"].toInteger() + rows[1].toObject()["bytes"].toInteger();
+        const Run prune = cli({"storage", "prune", "--budget", QString::number(keep), "--db", db, "--json"});
+        QVERIFY2(prune.code == 0, qPrintable(prune.err));
+        const QJsonArray removed = json_of(prune)["removed"].toArray();
+        QCOMPARE(removed.size(), 2);
+        QCOMPARE(removed[0].toObject()["name"].toString(), QString("old"));
+        QCOMPARE(removed[1].toObject()["name"].toString(), QString("mid"));
+        QCOMPARE(json_of(prune)["total_bytes"].toInteger(), keep);
+        QCOMPARE(stored_messages(db, "old").size(), size_t(2));
+        QVERIFY(store.find_conversation("old")->snapshot.empty());
+        // The budget setting: a turn in "old" saves its cache again and evicts the least recent.
+        QCOMPARE(cli({"storage", "budget", QString::number(keep), "--db", db}).code, 0);
+        const Run again = cli({"chat", "--model", model, "--db", db, "--conversation", "old", "--message", "and the dog",
+                               "-n", "2", "--greedy"});
+        QVERIFY2(again.code == 0, qPrintable(again.err));
+        o = json_of(cli({"storage", "--db", db, "--json"}));
+        QVERIFY(!o["budget_is_default"].toBool());
+        QCOMPARE(o["budget_bytes"].toInteger(), keep);
+        QVERIFY(o["total_bytes"].toInteger() <= keep);
+        QVERIFY(!store.find_conversation("old")->snapshot.empty());
+        QVERIFY(store.find_conversation("new")->snapshot.empty());  // least recently used by then
+        QCOMPARE(cli({"storage", "budget", "default", "--db", db}).code, 0);
+        QVERIFY(json_of(cli({"storage", "--db", db, "--json"}))["budget_is_default"].toBool());
+        // drop one.
+        const Run drop = cli({"storage", "drop", "--conversation", "old", "--db", db});
+        QVERIFY2(drop.code == 0 && drop.out.contains("removed"), qPrintable(drop.err));
+        QVERIFY(store.find_conversation("old")->snapshot.empty());
+        QCOMPARE(stored_messages(db, "old").size(), size_t(4));
+        // Bad input.
+        for (const QStringList& bad : {QStringList{"storage", "prune", "--budget", "lots", "--db", db},
+                                       QStringList{"storage", "prune", "--budget", "-5", "--db", db},
+                                       QStringList{"storage", "budget", "--db", db},
+                                       QStringList{"storage", "drop", "--db", db},
+                                       QStringList{"storage", "drop", "--conversation", "nope", "--db", db},
+                                       QStringList{"storage", "shrink", "--db", db},
+                                       QStringList{"storage", "--db", dir.path() + "/missing.db"}}) {
+            const Run r = cli(bad);
+            QVERIFY2(r.code != 0 && !r.err.isEmpty(), qPrintable(bad.join(' ')));
+        }
+        QVERIFY(cli({"storage", "prune", "--budget", "lots", "--db", db}).err.contains("number of bytes"));
+        QVERIFY(cli({"storage", "drop", "--conversation", "nope", "--db", db}).err.contains("no conversation named"));
+        QVERIFY(!std::filesystem::exists((dir.path() + "/missing.db").toStdString()));
+    }
+
     // Names and text that could trip SQL, the shell or UTF-8 handling come back exactly; invalid
     // UTF-8 (typed into the interactive session) is replaced, with a notice.
     void awkwardNamesAndText() {

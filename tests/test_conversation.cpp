@@ -321,13 +321,15 @@ private slots:
     // answer restores one instead of prefilling the conversation again. Checkpoints are
     // checksummed when used: with every one of them damaged on disk the cache still loads, the
     // regeneration cannot crop back, prefills again (saying so) and answers the same.
+    // (The checkpoints' own sections damaged, or the pool of bytes they share.)
     void regenerateAfterRestart_data() {
-        QTest::addColumn<bool>("damaged");
-        QTest::newRow("saved checkpoint") << false;
-        QTest::newRow("damaged checkpoints") << true;
+        QTest::addColumn<uint32_t>("damaged");
+        QTest::newRow("saved checkpoint") << 0u;
+        QTest::newRow("damaged checkpoints") << 0x32504B43u;  // "CKP2"
+        QTest::newRow("damaged pool") << 0x4C4F4F50u;         // "POOL"
     }
     void regenerateAfterRestart() {
-        QFETCH(bool, damaged);
+        QFETCH(uint32_t, damaged);
         auto t = tiny("gemma3");
         const std::string db = (t->dir.path() + "/kv.db").toStdString();
         std::string path;
@@ -351,7 +353,7 @@ private slots:
                 uint64_t len;
                 std::memcpy(&tag, bytes.data() + at, 4);
                 std::memcpy(&len, bytes.data() + at + 4, 8);
-                if (tag == 0x54504B43 && len > 0) {  // "CKPT"
+                if (tag == damaged && len > 0) {
                     bytes[at + 12 + len - 1] ^= 0x5A;
                     ++hit;
                 }

@@ -4,6 +4,8 @@
 #include "engine/chat/chat_settings.h"
 #include "engine/chat/conversation_cache.h"
 #include "engine/chat/conversation_registry.h"
+#include "engine/chat/prefix_library.h"
+#include "engine/chat/snapshot_storage.h"
 #include "engine/compute/backend.h"
 #include "engine/error.h"
 #include "engine/model/load_model.h"
@@ -206,6 +208,94 @@ private slots:
         }
         // Each database writes its own names.
         QCOMPARE(Store(other).conversation_snapshot_name(id), Store::file_key("other.db") + "." + legacy);
+    }
+
+    // Saved caches stay within the disk budget: a save that would pass it removes the least
+    // recently used conversations' snapshots first (their messages stay, the list says which
+    // have a saved cache, and a reopened one is computed again and answers the same), a cache
+    // larger than the whole budget is not kept, and the turn never fails for it.
+    void snapshotBudget() {
+        Setup s;
+        Store store(s.db);
+        ConversationRegistry reg(store, *s.m, *s.be);
+        set_snapshot_budget(store, 1'000'000'000);
+        std::vector<int64_t> ids;
+        std::vector<std::string> replies;
+        for (int i = 0; i < 4; ++i) {
+            ids.push_back(reg.create("c" + std::to_string(i)));
+            replies.push_back(reg.send(ids.back(), "the cat sat on the mat " + std::to_string(i), greedy(6)).text);
+            reg.close(ids.back());
+        }
+        auto caches = stored_caches(store);
+        QCOMPARE(caches.size(), size_t(4));
+        for (const StoredCache& c : caches) {
+            QVERIFY(c.bytes > 0);
+            QVERIFY(c.tokens > 0);
+        }
+        QCOMPARE(caches.front().id, ids[0]);  // least recently used first
+        const int64_t one = caches.front().bytes;
+        QVERIFY(reg.take_notices().empty());
+        // Room for about three: a turn in c1 (used again: now the most recent) makes c0 and c2
+        // give way, the oldest first.
+        set_snapshot_budget(store, 3 * one + one / 2);
+        const TurnResult dog = reg.send(ids[1], "and the dog", greedy(6));
+        caches = stored_caches(store);
+        QVERIFY(total_snapshot_bytes(caches) <= 3 * one + one / 2);
+        auto saved = [&](int64_t id) { return !store.find_conversation_by_id(id)->snapshot.empty(); };
+        QVERIFY(!saved(ids[0]));
+        QVERIFY(saved(ids[1]) && saved(ids[3]));
+        QCOMPARE(std::count_if(caches.begin(), caches.end(), [](const StoredCache& c) { return c.bytes > 0; }), 2);
+        QVERIFY(!saved(ids[2]));
+        QVERIFY(std::any_of(dog.notices.begin(), dog.notices.end(),
+                            [](const std::string& n) { return contains(n, "least recently used"); }));
+        QVERIFY(!find(reg.list(), ids[0])->cache_saved);
+        QVERIFY(find(reg.list(), ids[1])->cache_saved);
+        QCOMPARE(files_in(store.snapshot_dir()).size(), size_t(2));
+        // c0 keeps its messages; regenerating its answer computes the cache again, same answer.
+        QCOMPARE(reg.messages(ids[0]).size(), size_t(2));
+        QCOMPARE(reg.regenerate(ids[0], greedy(6)).text, replies[0]);
+        QVERIFY(saved(ids[0]));
+        // A budget smaller than one cache: the turn is answered, its cache is not kept.
+        set_snapshot_budget(store, one / 2);
+        const TurnResult r = reg.send(ids[3], "and the bird", greedy(4));
+        QVERIFY(!r.text.empty());
+        QVERIFY(!saved(ids[3]));
+        QCOMPARE(total_snapshot_bytes(stored_caches(store)), int64_t(0));
+        QVERIFY(files_in(store.snapshot_dir()).empty());
+        QVERIFY(std::any_of(r.notices.begin(), r.notices.end(),
+                            [](const std::string& n) { return contains(n, "larger than the budget"); }));
+        QCOMPARE(reg.messages(ids[3]).size(), size_t(4));
+        // Prefixes count too, and drop_snapshot forgets one at once.
+        set_snapshot_budget(store, 1'000'000'000);
+        PrefixLibrary lib(store, *s.m, *s.be, reg.chat_template());
+        std::vector<std::string> lib_notices;
+        const PrefixRecord p = lib.save("sys", "You are a cat.", "dynamic", lib_notices);
+        QVERIFY(!store.find_prefix_by_id(p.id)->snapshot.empty());
+        caches = stored_caches(store);
+        QVERIFY(std::any_of(caches.begin(), caches.end(), [&](const StoredCache& c) {
+            return c.owner == StoredCache::Owner::Prefix && c.id == p.id && c.bytes > 0;
+        }));
+        QVERIFY(drop_snapshot(store, {StoredCache::Owner::Prefix, p.id}));
+        QVERIFY(store.find_prefix_by_id(p.id)->snapshot.empty());
+        QVERIFY(!drop_snapshot(store, {StoredCache::Owner::Prefix, p.id}));
+        // A conversation being changed (its lock held, as by another process) is not pruned.
+        const int64_t held = ids[0];
+        reg.send(ids[0], "again", greedy(2));
+        reg.send(ids[2], "again", greedy(2));
+        QVERIFY(saved(ids[0]) && saved(ids[2]));
+        {
+            ConversationLock lock(store.conversation_lock_path(held), "c0");
+            const auto dropped = prune_snapshots(store, 0);
+            QCOMPARE(dropped.size(), size_t(1));
+            QCOMPARE(dropped[0].id, ids[2]);
+            QVERIFY(saved(held));
+        }
+        QCOMPARE(prune_snapshots(store, 0).size(), size_t(1));
+        QVERIFY(!saved(held));
+        // The setting: a negative budget is refused; default without it.
+        QVERIFY(contains(error_of([&] { set_snapshot_budget(store, -1); }), "0 or more"));
+        store.remove_setting(kSnapshotBudgetSetting);
+        QVERIFY(snapshot_budget(store) > 0 && snapshot_budget(store) <= kDefaultSnapshotBudget);
     }
 
     void lifecycleById() {

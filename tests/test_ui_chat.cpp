@@ -13,6 +13,7 @@
 #include "ui/message_box.h"
 #include "ui/message_view.h"
 #include "ui/prefix_library_panel.h"
+#include "ui/storage_panel.h"
 #include "ui/settings_dialog.h"
 #include "ui/transcript_view.h"
 #include "support/ui_testing.h"
@@ -337,6 +338,70 @@ private Q_SLOTS:
         QVERIFY2(last->text().contains(QLocale().toString(msgs[2].stats.cached_tokens) + " cached"), qPrintable(last->text()));
         QVERIFY(msgs[2].stats.cached_tokens >= p.tokens);
         QTRY_VERIFY(panel->prefixes().front().useCount == 1);
+    }
+
+    // The storage view lists the saved caches with their sizes on disk (as the files have them)
+    // once it is shown, follows a turn, removes one saved cache (the messages stay, the list
+    // says it has none) and sets the budget, applied at once.
+    void storageView() {
+        const QString db = freshDb();
+        writeSettings(db, 6);
+        auto w = openWindow(db);
+        QVERIFY(w);
+        QVERIFY(typeAndSend(*w, "the cat sat on the mat"));
+        const qint64 id = w->currentConversation();
+        auto* dock = w->findChild<QDockWidget*>("storageDock");
+        QVERIFY(dock);
+        dock->show();
+        dock->raise();
+        auto* panel = w->findChild<StoragePanel*>("storagePanel");
+        QTRY_VERIFY_WITH_TIMEOUT(!panel->report().items.isEmpty() && panel->report().items.front().saved, 30000);
+        {
+            Store store(db.toStdString());
+            const std::string file = store.snapshot_path(store.find_conversation_by_id(id)->snapshot);
+            const StorageItem& it = panel->report().items.front();
+            QCOMPARE(it.id, id);
+            QCOMPARE(it.bytes, qint64(QFileInfo(QString::fromStdString(file)).size()));
+            QVERIFY(it.tokens > 0);
+            QCOMPARE(panel->report().totalBytes, it.bytes);
+            QVERIFY(panel->report().budgetIsDefault);
+        }
+        auto* table = panel->findChild<QTreeWidget*>("storageTable");
+        QCOMPARE(table->topLevelItem(0)->text(3),
+                 QLocale().formattedDataSize(panel->report().items.front().bytes, 1, QLocale::DataSizeSIFormat));
+        auto* drop = panel->findChild<QPushButton*>("dropCacheButton");
+        QVERIFY(!drop->isEnabled());  // nothing selected
+        // A second turn saves a larger cache; the view follows.
+        const qint64 before = panel->report().items.front().bytes;
+        QVERIFY(typeAndSend(*w, "and the dog"));
+        QTRY_VERIFY(panel->report().items.front().bytes > before);
+        panel->selectRow(0);
+        QVERIFY(drop->isEnabled());
+        QTest::mouseClick(drop, Qt::LeftButton);
+        QTRY_VERIFY(!panel->report().items.front().saved);
+        QCOMPARE(panel->report().totalBytes, qint64(0));
+        QCOMPARE(table->topLevelItem(0)->text(3), tr("none"));
+        QCOMPARE(stored(db, id).size(), size_t(4));
+        {
+            Store store(db.toStdString());
+            QVERIFY(store.find_conversation_by_id(id)->snapshot.empty());
+            QVERIFY(QDir(QString::fromStdString(store.snapshot_dir())).entryList(QDir::Files).isEmpty());
+        }
+        // The budget, applied and kept in the database's settings; Default forgets it.
+        auto* budget = panel->findChild<QDoubleSpinBox*>("storageBudget");
+        budget->setValue(300);
+        QTest::mouseClick(panel->findChild<QPushButton*>("applyStorageBudgetButton"), Qt::LeftButton);
+        QTRY_VERIFY(!panel->report().budgetIsDefault);
+        QCOMPARE(panel->report().budgetBytes, qint64(300'000'000));
+        QVERIFY(panel->findChild<QLabel*>("storageTotal")->text().contains(QLocale().formattedDataSize(
+            300'000'000, 1, QLocale::DataSizeSIFormat)));
+        QCOMPARE(Store(db.toStdString()).setting("snapshot_budget_bytes").value_or(""), std::string("300000000"));
+        QTest::mouseClick(panel->findChild<QPushButton*>("defaultStorageBudgetButton"), Qt::LeftButton);
+        QTRY_VERIFY(panel->report().budgetIsDefault);
+        QVERIFY(!Store(db.toStdString()).setting("snapshot_budget_bytes").has_value());
+        // The next turn saves the cache again, and the view shows it.
+        QVERIFY(typeAndSend(*w, "and the bird"));
+        QTRY_VERIFY(panel->report().items.front().saved);
     }
 
     // A prefix from the open chat's first messages; rename and delete from the panel.

@@ -11,6 +11,7 @@
 #include "ui/main_window.h"
 #include "ui/message_view.h"
 #include "ui/prefix_library_panel.h"
+#include "ui/storage_panel.h"
 #include "ui/settings_dialog.h"
 #include "ui/transcript_view.h"
 #include "support/ui_testing.h"
@@ -133,6 +134,15 @@ private Q_SLOTS:
         panel->select(panel->prefixes().front().id);
         QTest::qWait(100);
         save(&w, "prefix-panel.png");
+
+        // The storage view: the conversation and the prefix with their saved caches.
+        auto* storageDock = w.findChild<QDockWidget*>("storageDock");
+        storageDock->raise();
+        auto* storage = w.findChild<StoragePanel*>("storagePanel");
+        QTRY_VERIFY(storage->report().totalBytes > 0 && storage->report().items.size() == 4);
+        storage->selectRow(0);
+        QTest::qWait(100);
+        save(&w, "storage-view.png");
 
         // The same window under a dark palette: everything follows the system's colours.
         const QPalette light = QApplication::palette();

@@ -19,10 +19,11 @@ QVariant ConversationListModel::data(const QModelIndex& index, int role) const {
         case Qt::EditRole:
         case Qt::AccessibleTextRole: return c.title;
         case Qt::ToolTipRole:
-            return tr("%1\n%2 messages, last active %3\ncache: %4")
+            return tr("%1\n%2 messages, last active %3\ncache: %4 (%5)")
                 .arg(c.title)
                 .arg(c.messageCount)
-                .arg(QLocale().toString(QDateTime::fromMSecsSinceEpoch(c.updatedMs), QLocale::ShortFormat), c.cacheSpec);
+                .arg(QLocale().toString(QDateTime::fromMSecsSinceEpoch(c.updatedMs), QLocale::ShortFormat), c.cacheSpec,
+                     c.cacheSaved ? tr("saved on disk") : tr("not saved: computed again when opened"));
         case IdRole: return c.id;
         case UpdatedRole: return c.updatedMs;
         case MessageCountRole: return c.messageCount;

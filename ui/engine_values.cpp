@@ -9,6 +9,7 @@ void registerEngineValues() {
     qRegisterMetaType<ConversationItem>();
     qRegisterMetaType<PrefixItem>();
     qRegisterMetaType<ModelInfo>();
+    qRegisterMetaType<StorageReport>();
     qRegisterMetaType<TurnOutcome>();
     qRegisterMetaType<CacheTelemetry>();
     qRegisterMetaType<ChatSettings>();

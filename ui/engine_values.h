@@ -44,6 +44,7 @@ struct ConversationItem {
     qint64 tokens = 0;
     QString cacheSpec;
     bool cacheResident = false;
+    bool cacheSaved = false;  // a snapshot of its cache is on disk (reopening it skips the prefill)
     bool lastUnanswered = false;
 };
 
@@ -57,6 +58,27 @@ struct PrefixItem {
     qint64 lastUsedMs = -1;  // -1: never used
     qint64 useCount = 0;
     QString cacheSpec;
+};
+
+// One conversation or prefix in the storage view.
+struct StorageItem {
+    bool prefix = false;  // else a conversation
+    qint64 id = 0;
+    QString name;
+    qint64 tokens = 0;
+    QString cacheSpec;
+    bool saved = false;   // a cache snapshot is on disk
+    qint64 bytes = 0;
+    qint64 checkpoints = 0;
+    qint64 lastUsedMs = 0;
+};
+
+// What the saved caches take on disk against their budget.
+struct StorageReport {
+    QList<StorageItem> items;  // most recently used first
+    qint64 totalBytes = 0;
+    qint64 budgetBytes = 0;
+    bool budgetIsDefault = true;
 };
 
 struct ModelInfo {
@@ -90,5 +112,6 @@ Q_DECLARE_METATYPE(kvchat::MessageItem)
 Q_DECLARE_METATYPE(kvchat::ConversationItem)
 Q_DECLARE_METATYPE(kvchat::PrefixItem)
 Q_DECLARE_METATYPE(kvchat::ModelInfo)
+Q_DECLARE_METATYPE(kvchat::StorageReport)
 Q_DECLARE_METATYPE(kvchat::TurnOutcome)
 Q_DECLARE_METATYPE(kvchat::CacheTelemetry)

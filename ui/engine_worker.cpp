@@ -59,6 +59,7 @@ ConversationItem itemOf(const ConversationSummary& c) {
     item.tokens = c.tokens;
     item.cacheSpec = qs(c.cache_spec);
     item.cacheResident = c.cache_resident;
+    item.cacheSaved = c.cache_saved;
     item.lastUnanswered = c.last_unanswered;
     return item;
 }

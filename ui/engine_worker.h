@@ -75,6 +75,12 @@ public Q_SLOTS:
     void compare(const QStringList& strategies, qint64 conversationId, const QString& prompt, int genTokens);
     void reportSnapshot(qint64 id);
 
+    // The storage view (engine_worker_storage.cpp): every saved cache against the budget; drop
+    // one; set the budget (bytes < 0: the default) and apply it at once.
+    void reportStorage();
+    void dropCache(bool prefix, qint64 id);
+    void setStorageBudget(qint64 bytes);
+
 Q_SIGNALS:
     void storeOpened(const QString& path, const QList<kvchat::ConversationItem>& conversations,
                      const QList<kvchat::PrefixItem>& prefixes);
@@ -116,6 +122,7 @@ Q_SIGNALS:
     void comparisonFinished(const std::vector<kvchat::ComparisonRow>& rows);
     void comparisonFailed(const QString& problem);  // empty: cancelled
     void snapshotReported(qint64 conversationId, qint64 bytes);  // -1: none on disk
+    void storageReported(const kvchat::StorageReport& report);
 
 private:
     QList<ConversationItem> conversationItems() const;

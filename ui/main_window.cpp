@@ -10,6 +10,7 @@
 #include "ui/message_box.h"
 #include "ui/message_view.h"
 #include "ui/prefix_library_panel.h"
+#include "ui/storage_panel.h"
 #include "ui/settings_dialog.h"
 #include "ui/transcript_view.h"
 
@@ -338,6 +339,16 @@ void MainWindow::createDocks() {
     addDockWidget(Qt::RightDockWidgetArea, inspectorDock_);
     tabifyDockWidget(inspectorDock_, prefixDock_);
     viewMenu_->addAction(inspectorDock_->toggleViewAction());
+
+    // What the saved caches take on disk, against their budget.
+    storageDock_ = new QDockWidget(tr("Storage"), this);
+    storageDock_->setObjectName(QStringLiteral("storageDock"));
+    storage_ = new StoragePanel;
+    storageDock_->setWidget(storage_);
+    addDockWidget(Qt::RightDockWidgetArea, storageDock_);
+    tabifyDockWidget(prefixDock_, storageDock_);
+    viewMenu_->addAction(storageDock_->toggleViewAction());
+    inspectorDock_->raise();
 }
 
 void MainWindow::createStatusBar() {
@@ -403,6 +414,22 @@ void MainWindow::connectWorker() {
     connect(prefixes_, &PrefixLibraryPanel::editRequested, w, &EngineWorker::editPrefix);
     connect(prefixes_, &PrefixLibraryPanel::renameRequested, w, &EngineWorker::renamePrefix);
     connect(prefixes_, &PrefixLibraryPanel::removeRequested, w, &EngineWorker::removePrefix);
+    connect(storage_, &StoragePanel::refreshRequested, w, &EngineWorker::reportStorage);
+    connect(storage_, &StoragePanel::dropRequested, w, &EngineWorker::dropCache);
+    connect(storage_, &StoragePanel::budgetRequested, w, &EngineWorker::setStorageBudget);
+    connect(w, &EngineWorker::storageReported, storage_, &StoragePanel::setReport);
+    // The view follows what changes the saved caches while it is shown (a turn saves one, a
+    // delete removes one); opening it asks for a fresh report.
+    auto refreshStorage = [this] {
+        if (storageDock_->isVisible()) QMetaObject::invokeMethod(worker_, &EngineWorker::reportStorage, Qt::QueuedConnection);
+    };
+    connect(storageDock_, &QDockWidget::visibilityChanged, this, [refreshStorage](bool shown) {
+        if (shown) refreshStorage();
+    });
+    connect(w, &EngineWorker::storeOpened, this, refreshStorage);
+    connect(w, &EngineWorker::turnFinished, this, refreshStorage);
+    connect(w, &EngineWorker::prefixesChanged, this, refreshStorage);
+    connect(w, &EngineWorker::conversationsChanged, this, refreshStorage);
 
     connect(w, &EngineWorker::storeOpened, this, &MainWindow::onStoreOpened);
     connect(w, &EngineWorker::storeFailed, this, &MainWindow::onStoreFailed);

@@ -30,6 +30,7 @@ class ConversationListModel;
 class EngineWorker;
 class MessageBox;
 class PrefixLibraryPanel;
+class StoragePanel;
 class TranscriptView;
 struct ChatSettings;
 
@@ -145,6 +146,8 @@ private:
     CacheLab* lab_ = nullptr;
     QDockWidget* prefixDock_ = nullptr;
     PrefixLibraryPanel* prefixes_ = nullptr;
+    QDockWidget* storageDock_ = nullptr;
+    StoragePanel* storage_ = nullptr;
 
     QLabel* modelLabel_ = nullptr;
     QLabel* strategyLabel_ = nullptr;

@@ -83,7 +83,7 @@ bool Cache::restore(const CacheCheckpoint& cp) {
     // so loading only fails on memory corruption.
     for (size_t i = 0; i < layers_.size(); ++i) {
         if (!cp.layer_states[i].empty()) {
-            ByteReader r(cp.layer_states[i], "checkpoint");
+            ByteReader r(cp.state(i), "checkpoint");
             layers_[i]->load_state(r);
         } else {
             layers_[i]->crop(cp.length);

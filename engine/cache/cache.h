@@ -28,6 +28,10 @@ public:
     virtual ~CheckpointBytes() = default;
     // False when the bytes are damaged; the checkpoint is then unusable.
     virtual bool intact() const = 0;
+    // Layer i's state, given what the checkpoint's `layer_states[i]` holds: itself, or for a
+    // checkpoint stored as pieces of a snapshot's shared bytes (snapshot format 2), the state
+    // those pieces decode to (valid once intact() said true).
+    virtual std::string_view state(size_t, std::string_view stored) const { return stored; }
 };
 
 // What a cache looked like at one length, small enough to keep one per turn: the content of the
@@ -36,9 +40,12 @@ public:
 struct CacheCheckpoint {
     std::string spec;
     int64_t length = 0;
-    std::vector<std::string_view> layer_states;  // into `storage`; empty for layers that keep every token
+    // Into `storage`; empty for layers that keep every token. Read them through state(i).
+    std::vector<std::string_view> layer_states;
     std::shared_ptr<const CheckpointBytes> storage;
     bool intact() const { return !storage || storage->intact(); }
+    // Layer i's state, to load (call intact() first); empty for layers that keep every token.
+    std::string_view state(size_t i) const { return storage ? storage->state(i, layer_states[i]) : layer_states[i]; }
     int64_t bytes() const {
         int64_t b = 0;
         for (const auto& s : layer_states) b += static_cast<int64_t>(s.size());

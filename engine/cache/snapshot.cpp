@@ -2,6 +2,7 @@
 
 #include "engine/cache/byte_io.h"
 #include "engine/cache/cache_factory.h"
+#include "engine/cache/checkpoint_pool.h"
 #include "engine/compute/backend.h"
 #include "engine/compute/thread_pool.h"
 #include "engine/error.h"
@@ -24,6 +25,9 @@ namespace {
 
 constexpr char kMagic[8] = {'K', 'V', 'C', 'S', 'N', 'A', 'P', '\0'};
 constexpr uint32_t kHead = 0x44414548, kLayer = 0x5259414C, kCheckpoint = 0x54504B43, kEnd = 0x00444E45;
+// Version 2: the checkpoints' layer states as pieces of a per-layer source (the live layer's
+// section followed by that layer's part of the pool), so bytes they share are stored once.
+constexpr uint32_t kPool = 0x4C4F4F50, kCheckpoint2 = 0x32504B43;  // "POOL", "CKP2"
 constexpr size_t kMaxSnapshot = size_t{1} << 40;
 
 void write_section(AtomicFile& f, uint32_t tag, const std::string& payload) {
@@ -42,6 +46,8 @@ const char* tag_name(uint32_t tag) {
         case kHead: return "header";
         case kLayer: return "layer";
         case kCheckpoint: return "checkpoint";
+        case kPool: return "checkpoint pool";
+        case kCheckpoint2: return "checkpoint";
         case kEnd: return "end";
         default: return "unknown";
     }
@@ -172,6 +178,65 @@ private:
     mutable bool ok_ = false;
 };
 
+// The pool section of a version-2 snapshot, checksummed when a checkpoint is first used.
+class MappedPool {
+public:
+    MappedPool(std::string_view payload, uint32_t crc, std::vector<std::string_view> parts)
+        : payload_(payload), crc_(crc), parts_(std::move(parts)) {}
+    bool intact() const {
+        std::call_once(checked_, [this] { ok_ = crc32c(payload_.data(), payload_.size()) == crc_; });
+        return ok_;
+    }
+    std::string_view part(size_t layer) const { return parts_[layer]; }
+
+private:
+    std::string_view payload_;
+    uint32_t crc_;
+    std::vector<std::string_view> parts_;
+    mutable std::once_flag checked_;
+    mutable bool ok_ = false;
+};
+
+// A version-2 checkpoint: its layer states are pieces of the live layers' sections and the
+// pool, all in the mapped file; decoded (and checksummed) when it is first used.
+class PiecedCheckpoint final : public CheckpointBytes {
+public:
+    PiecedCheckpoint(std::shared_ptr<const SnapshotBytes> file, std::string_view payload, uint32_t crc,
+                     std::shared_ptr<const MappedPool> pool, std::vector<std::string_view> live,
+                     std::vector<std::string_view> encoded, std::string what)
+        : file_(std::move(file)), payload_(payload), crc_(crc), pool_(std::move(pool)), live_(std::move(live)),
+          encoded_(std::move(encoded)), what_(std::move(what)) {}
+    bool intact() const override {
+        std::call_once(checked_, [this] {
+            if (crc32c(payload_.data(), payload_.size()) != crc_ || !pool_->intact()) return;
+            try {
+                std::vector<std::string> states(encoded_.size());
+                for (size_t i = 0; i < encoded_.size(); ++i)
+                    states[i] = decode_checkpoint_state(encoded_[i], live_[i], pool_->part(i),
+                                                        what_ + " layer " + std::to_string(i));
+                states_ = std::move(states);
+                ok_ = true;
+            } catch (const Error&) {
+            }
+        });
+        return ok_;
+    }
+    std::string_view state(size_t i, std::string_view) const override {
+        return ok_ && i < states_.size() ? std::string_view(states_[i]) : std::string_view();
+    }
+
+private:
+    std::shared_ptr<const SnapshotBytes> file_;
+    std::string_view payload_;
+    uint32_t crc_;
+    std::shared_ptr<const MappedPool> pool_;
+    std::vector<std::string_view> live_, encoded_;
+    std::string what_;
+    mutable std::once_flag checked_;
+    mutable bool ok_ = false;
+    mutable std::vector<std::string> states_;
+};
+
 }  // namespace
 
 uint32_t crc32c(const void* data, size_t n, uint32_t crc) {
@@ -197,14 +262,16 @@ uint32_t crc32c(const void* data, size_t n, uint32_t crc) {
 }
 
 void save_snapshot(const std::string& path, const Cache& cache, const std::string& fingerprint,
-                   std::span<const CacheCheckpoint> all_checkpoints) {
+                   std::span<const CacheCheckpoint> all_checkpoints, uint32_t format_version) {
+    if (format_version != 1 && format_version != kSnapshotVersion)
+        throw Error("cannot write snapshot format version " + std::to_string(format_version));
     // A checkpoint whose file section turned out damaged is left behind.
     std::vector<const CacheCheckpoint*> checkpoints;
     for (const CacheCheckpoint& cp : all_checkpoints)
-        if (cp.intact()) checkpoints.push_back(&cp);
+        if (cp.intact() && cp.layer_states.size() == cache.n_layers()) checkpoints.push_back(&cp);
     AtomicFile f(path);
     f.write(kMagic, sizeof kMagic);
-    const uint32_t version = kSnapshotVersion;
+    const uint32_t version = format_version;
     f.write(&version, sizeof version);
     std::string head;
     {
@@ -220,6 +287,13 @@ void save_snapshot(const std::string& path, const Cache& cache, const std::strin
     write_section(f, kHead, head);
     // Where the next section's payload starts in the file, so each layer can page-align its data.
     uint64_t offset = sizeof kMagic + sizeof version + 16 + head.size() + 12;
+    // Layers a checkpoint holds a state of keep their section, the source its pieces refer to.
+    std::vector<bool> shared(cache.n_layers(), false);
+    for (const CacheCheckpoint* cp : checkpoints)
+        for (size_t i = 0; i < cp->layer_states.size() && i < shared.size(); ++i)
+            if (!cp->layer_states[i].empty()) shared[i] = true;
+    std::vector<std::string> kept(cache.n_layers());
+    CheckpointPoolWriter pool(cache.n_layers());
     std::string state;
     for (size_t i = 0; i < cache.n_layers(); ++i) {
         state.clear();
@@ -228,19 +302,45 @@ void save_snapshot(const std::string& path, const Cache& cache, const std::strin
         cache.layer(i).save_state(state, static_cast<int64_t>(offset + state.size()));
         write_section(f, kLayer, state);
         offset += state.size() + 16;
-    }
-    for (const CacheCheckpoint* cpp : checkpoints) {
-        const CacheCheckpoint& cp = *cpp;
-        state.clear();
-        ByteWriter w(state);
-        w.str(cp.spec);
-        w.put<int64_t>(cp.length);
-        w.put<uint32_t>(static_cast<uint32_t>(cp.layer_states.size()));
-        for (std::string_view s : cp.layer_states) {
-            w.put<uint64_t>(s.size());
-            w.bytes(s.data(), s.size());
+        if (shared[i] && version >= 2) {
+            kept[i].swap(state);
+            pool.set_live(i, kept[i]);
         }
-        write_section(f, kCheckpoint, state);
+    }
+    if (version == 1) {
+        for (const CacheCheckpoint* cp : checkpoints) {
+            state.clear();
+            ByteWriter w(state);
+            w.str(cp->spec);
+            w.put<int64_t>(cp->length);
+            w.put<uint32_t>(static_cast<uint32_t>(cp->layer_states.size()));
+            for (size_t i = 0; i < cp->layer_states.size(); ++i) {
+                const std::string_view s = cp->state(i);
+                w.put<uint64_t>(s.size());
+                w.bytes(s.data(), s.size());
+            }
+            write_section(f, kCheckpoint, state);
+        }
+    } else if (!checkpoints.empty()) {
+        std::vector<std::string> encoded;
+        for (const CacheCheckpoint* cpp : checkpoints) {
+            const CacheCheckpoint& cp = *cpp;
+            state.clear();
+            ByteWriter w(state);
+            w.str(cp.spec);
+            w.put<int64_t>(cp.length);
+            w.put<uint32_t>(static_cast<uint32_t>(cp.layer_states.size()));
+            std::string pieces;
+            for (size_t i = 0; i < cp.layer_states.size(); ++i) {
+                pieces.clear();
+                if (!cp.layer_states[i].empty()) pool.encode(i, cp.state(i), pieces);
+                w.put<uint64_t>(pieces.size());
+                w.bytes(pieces.data(), pieces.size());
+            }
+            encoded.push_back(state);
+        }
+        write_section(f, kPool, pool.pool_payload());
+        for (const std::string& e : encoded) write_section(f, kCheckpoint2, e);
     }
     write_section(f, kEnd, {});
     f.commit();
@@ -257,7 +357,7 @@ LoadedSnapshot load_snapshot(const std::string& path, const std::vector<LayerSpe
         throw Error(what + ": not a kvchat cache snapshot (bad magic)");
     file.take(sizeof kMagic, "magic");
     const uint32_t version = file.get<uint32_t>("format version");
-    if (version != kSnapshotVersion)
+    if (version != 1 && version != kSnapshotVersion)
         throw Error(what + ": format version " + std::to_string(version) + " is not supported (this build reads version " +
                     std::to_string(kSnapshotVersion) + ")");
 
@@ -279,7 +379,7 @@ LoadedSnapshot load_snapshot(const std::string& path, const std::vector<LayerSpe
         std::memcpy(&len, data.data() + at + 4, 8);
         if (len > data.size() - at - 16) break;
         std::memcpy(&crc, data.data() + at + 12 + len, 4);
-        frames.push_back({data.data() + at + 12, len, crc, tag == kCheckpoint});
+        frames.push_back({data.data() + at + 12, len, crc, tag == kCheckpoint || tag == kCheckpoint2 || tag == kPool});
         at += 16 + len;
         if (tag == kEnd) break;
     }
@@ -301,7 +401,7 @@ LoadedSnapshot load_snapshot(const std::string& path, const std::vector<LayerSpe
         const char* p = file.take(static_cast<size_t>(len), "section");
         const uint32_t crc = file.get<uint32_t>("section checksum");
         const Frame* f = next_frame < frames.size() && frames[next_frame].payload == p ? &frames[next_frame++] : nullptr;
-        if (tag != kCheckpoint && (f ? !f->ok : crc != crc32c(p, static_cast<size_t>(len))))
+        if (tag != kCheckpoint && tag != kCheckpoint2 && tag != kPool && (f ? !f->ok : crc != crc32c(p, static_cast<size_t>(len))))
             file.fail(std::string(tag_name(tag)) + " section is damaged (checksum mismatch)");
         last_crc = crc;
         return std::string_view(p, static_cast<size_t>(len));
@@ -345,8 +445,23 @@ LoadedSnapshot load_snapshot(const std::string& path, const std::vector<LayerSpe
     std::vector<std::string_view> layer_bytes;
     for (uint32_t i = 0; i < n_layers; ++i) layer_bytes.push_back(section(kLayer));
     out.checkpoints.reserve(n_checkpoints);
+    // Version 2: the pool the checkpoints' pieces refer to, framed now, checksummed on first use.
+    std::shared_ptr<const MappedPool> ckpt_pool;
+    if (version >= 2 && n_checkpoints > 0) {
+        const std::string_view payload = section(kPool);
+        ByteReader r(payload, what + " checkpoint pool");
+        if (r.get<uint32_t>("pool layer count") != n_layers) r.fail("its layer count differs from the cache's");
+        std::vector<std::string_view> parts;
+        for (uint32_t i = 0; i < n_layers; ++i) {
+            const uint64_t len = r.get<uint64_t>("pool part length");
+            if (len > r.remaining()) r.fail("pool part of layer " + std::to_string(i) + " is truncated");
+            parts.emplace_back(r.take(static_cast<size_t>(len), "pool part"), static_cast<size_t>(len));
+        }
+        if (r.remaining() != 0) r.fail("trailing bytes after the pool");
+        ckpt_pool = std::make_shared<const MappedPool>(payload, last_crc, std::move(parts));
+    }
     for (uint32_t c = 0; c < n_checkpoints; ++c) {
-        const std::string_view payload = section(kCheckpoint);
+        const std::string_view payload = section(version >= 2 ? kCheckpoint2 : kCheckpoint);
         ByteReader r(payload, what + " checkpoint " + std::to_string(c));
         CacheCheckpoint cp;
         cp.spec = r.str("checkpoint spec", 4096);
@@ -360,7 +475,11 @@ LoadedSnapshot load_snapshot(const std::string& path, const std::vector<LayerSpe
             cp.layer_states.emplace_back(r.take(static_cast<size_t>(len), "checkpoint state"), static_cast<size_t>(len));
         }
         if (r.remaining() != 0) r.fail("trailing bytes after the checkpoint");
-        cp.storage = std::make_shared<const MappedCheckpoint>(bytes, payload, last_crc);
+        if (ckpt_pool)
+            cp.storage = std::make_shared<const PiecedCheckpoint>(bytes, payload, last_crc, ckpt_pool, layer_bytes,
+                                                                  cp.layer_states, r.what());
+        else
+            cp.storage = std::make_shared<const MappedCheckpoint>(bytes, payload, last_crc);
         out.checkpoints.push_back(std::move(cp));
     }
     section(kEnd);
@@ -390,6 +509,36 @@ LoadedSnapshot load_snapshot(const std::string& path, const std::vector<LayerSpe
     for (const std::exception_ptr& e : errors)
         if (e) std::rethrow_exception(e);
     cache.append_tokens(tokens.data(), n_tokens);
+    return out;
+}
+
+SnapshotSummary read_snapshot_summary(const std::string& path) {
+    const SnapshotBytes bytes(path, kMaxSnapshot);
+    const std::string what = "snapshot '" + path + "'";
+    ByteReader file(bytes.view(), what);
+    if (bytes.view().size() < sizeof kMagic || std::memcmp(bytes.view().data(), kMagic, sizeof kMagic) != 0)
+        throw Error(what + ": not a kvchat cache snapshot (bad magic)");
+    file.take(sizeof kMagic, "magic");
+    SnapshotSummary out;
+    out.version = file.get<uint32_t>("format version");
+    if (out.version != 1 && out.version != kSnapshotVersion)
+        file.fail("format version " + std::to_string(out.version) + " is not supported");
+    if (file.get<uint32_t>("section tag") != kHead) file.fail("expected a header section");
+    const uint64_t len = file.get<uint64_t>("section length");
+    if (len > file.remaining()) file.fail("header section is truncated");
+    const char* p = file.take(static_cast<size_t>(len), "section");
+    if (file.get<uint32_t>("section checksum") != crc32c(p, static_cast<size_t>(len)))
+        file.fail("header section is damaged (checksum mismatch)");
+    ByteReader head(std::string_view(p, static_cast<size_t>(len)), what + " header");
+    head.str("model fingerprint", 4096);
+    out.spec = head.str("strategy spec", 4096);
+    out.tokens = head.get<int64_t>("token count");
+    if (out.tokens < 0 || static_cast<uint64_t>(out.tokens) > head.remaining() / sizeof(int32_t))
+        head.fail("bad token count " + std::to_string(out.tokens));
+    head.take(static_cast<size_t>(out.tokens) * sizeof(int32_t), "token ids");
+    const uint32_t n_layers = head.get<uint32_t>("layer count");
+    for (uint32_t i = 0; i < n_layers; ++i) head.str("layer layout", 4096);
+    out.checkpoints = head.get<uint32_t>("checkpoint count");
     return out;
 }
 

@@ -1,6 +1,7 @@
 #include "engine/chat/conversation_registry.h"
 
 #include "engine/chat/conversation_cache.h"
+#include "engine/chat/snapshot_storage.h"
 #include "engine/common/quoted.h"
 #include "engine/common/utf8.h"
 #include "engine/error.h"
@@ -323,6 +324,15 @@ void ConversationRegistry::save_snapshot(Entry& e, std::vector<std::string>& not
         // multiply what reopening the conversation has to read before its first token.
         const std::vector<CacheCheckpoint>& all = e.conversation->checkpoints();
         const size_t keep = std::min<size_t>(all.size(), kSnapshotCheckpoints);
+        // Room first, for about what the last save of it took (the live cache when none), so a
+        // save never fills the budget's disk before older caches give way.
+        int64_t expected = e.conversation->cache().bytes();
+        if (const auto rec = store_.find_conversation_by_id(e.id); rec && !rec->snapshot.empty()) {
+            std::error_code ec;
+            const auto size = std::filesystem::file_size(store_.snapshot_path(rec->snapshot), ec);
+            if (!ec) expected = std::max<int64_t>(expected, static_cast<int64_t>(size));
+        }
+        make_room_for_snapshot(store_, {StoredCache::Owner::Conversation, e.id}, expected, notices);
         save_cache_snapshot(e.conversation->cache(), std::span(all).last(keep), model_, store_.snapshot_path(name));
     } catch (const Error& err) {
         notices.push_back("the cache of conversation " + in_quotes(e.title) + " was not saved (" + err.what() +
@@ -330,6 +340,7 @@ void ConversationRegistry::save_snapshot(Entry& e, std::vector<std::string>& not
         return;
     }
     store_.remove_snapshot_file(store_.set_conversation_snapshot(e.id, name));
+    keep_snapshots_in_budget(store_, {StoredCache::Owner::Conversation, e.id}, notices);
     e.dirty = false;
 }
 
@@ -612,6 +623,7 @@ ConversationSummary ConversationRegistry::summary_of(const ConversationOverview&
     s.tokens = o.tokens;
     s.cache_spec = o.conversation.cache_spec;
     s.last_unanswered = o.last_unanswered;
+    s.cache_saved = !o.conversation.snapshot.empty();
     if (const Entry* e = find_entry(s.id)) {
         s.cache_resident = e->conversation->has_cache();
         s.cache_spec = e->conversation->cache_spec();

@@ -44,6 +44,7 @@ struct ConversationSummary {
     int64_t tokens = 0;            // tokens of the rendered transcript at its last answer (0: never answered)
     std::string cache_spec;
     bool cache_resident = false;   // its cache is in memory now
+    bool cache_saved = false;      // a snapshot of its cache is on disk (the disk budget may have removed it)
     bool last_unanswered = false;  // ends with a user message
 };
 

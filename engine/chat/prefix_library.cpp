@@ -1,6 +1,7 @@
 #include "engine/chat/prefix_library.h"
 
 #include "engine/chat/conversation_cache.h"
+#include "engine/chat/snapshot_storage.h"
 #include "engine/common/quoted.h"
 #include "engine/common/utf8.h"
 #include "engine/error.h"
@@ -69,6 +70,8 @@ std::unique_ptr<Cache> PrefixLibrary::prefill(const std::vector<int32_t>& tokens
 
 void PrefixLibrary::write_snapshot(const PrefixRecord& prefix, const Cache& cache, std::vector<std::string>& notices) {
     const std::string name = store_.prefix_snapshot_name(prefix.id);
+    const CacheRef self{StoredCache::Owner::Prefix, prefix.id};
+    make_room_for_snapshot(store_, self, cache.bytes(), notices);
     try {
         save_cache_snapshot(cache, {}, model_, store_.snapshot_path(name));
     } catch (const Error& e) {
@@ -77,6 +80,7 @@ void PrefixLibrary::write_snapshot(const PrefixRecord& prefix, const Cache& cach
         return;
     }
     store_.remove_snapshot_file(store_.set_prefix_snapshot(prefix.id, name, model_.fingerprint(), cache.spec()));
+    keep_snapshots_in_budget(store_, self, notices);
 }
 
 PrefixRecord PrefixLibrary::save(std::string_view name, std::string_view text, const std::string& cache_spec,

@@ -112,11 +112,14 @@ int main(int argc, char** argv) {
         std::string name = spec;
         for (char& c : name)
             if (c == ':' || c == '=' || c == ',') c = '_';
-        const auto path = out / "snapshot" / (name + ".kvcache");
-        save_snapshot(path.string(), *cache, model.fingerprint(), checkpoints);
-        std::ifstream f(path, std::ios::binary);
-        std::printf("%s: %zu bytes\n", path.c_str(),
-                    std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()).size());
+        // The current format, and the first (whole checkpoints), which still loads.
+        for (const uint32_t version : {kSnapshotVersion, uint32_t{1}}) {
+            const auto path = out / "snapshot" / (name + (version == 1 ? ".v1" : "") + ".kvcache");
+            save_snapshot(path.string(), *cache, model.fingerprint(), checkpoints, version);
+            std::ifstream f(path, std::ios::binary);
+            std::printf("%s: %zu bytes\n", path.c_str(),
+                        std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()).size());
+        }
     }
 
     std::filesystem::create_directories(out / "cache_spec");
