@@ -59,10 +59,14 @@ void pair_rows(const UnpackedPanel& u, int r0, const BlockQ8_1* x0, const BlockQ
 // vpdpbusd for the eight exact lane sums of each row, [dA, mA, dB, mB] converted at once and
 // multiplied by [dx, sx, dx, sx] (the same single roundings as dw * dx and m * s), the scales
 // spread to the lanes, one fma. The minimum's sum is a float add of an exact product (two fp16
-// values), so the same as llama.cpp's fma.
+// values), so the same as llama.cpp's fma. `next`: 2 * PAIRS contiguous rows further on (the
+// caller's choice: 32 rows), requested from memory a block's share per block; the hardware
+// prefetcher alone left these short interleaved streams at half the bandwidth a core draws
+// (12-17 GB/s against Q8_0's 34 here; 32 rows ahead: 37).
 template <int PAIRS>
 void decode_pairs(const uint8_t* const* a, const uint8_t* const* b, const DecodeActivations& x, float* const* ya,
-                  float* const* yb) {
+                  float* const* yb, const uint8_t* next) {
+    constexpr int kStep = 2 * PAIRS * int(sizeof(BlockQ4_1));
     const __m512i low = _mm512_set1_epi8(0x0f);
     const __m512i spread = _mm512_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2, 0, 0, 0, 0, 2, 2, 2, 2);
     __m512 acc[PAIRS];
@@ -71,6 +75,8 @@ void decode_pairs(const uint8_t* const* a, const uint8_t* const* b, const Decode
     for (int64_t blk = 0; blk < x.n_blocks; ++blk) {
         const __m512i qx = _mm512_load_si512(x.q + 64 * blk);
         const __m128 dsx = _mm_loadu_ps(x.ds + 4 * blk);
+        if (next)
+            for (int o = 0; o < kStep; o += 64) _mm_prefetch(reinterpret_cast<const char*>(next) + blk * kStep + o, _MM_HINT_T0);
         for (int p = 0; p < PAIRS; ++p) {
             const uint8_t* wa = a[p] + sizeof(BlockQ4_1) * blk;
             const uint8_t* wb = b[p] + sizeof(BlockQ4_1) * blk;
@@ -118,7 +124,7 @@ void decode_rows_avx512(const uint8_t* rows, size_t stride, int n_rows, const De
         const uint8_t* b[4] = {a[0] + stride, a[1] + stride, a[2] + stride, a[3] + stride};
         float* ya[4] = {y + r, y + r + 2, y + r + 4, y + r + 6};
         float* yb[4] = {y + r + 1, y + r + 3, y + r + 5, y + r + 7};
-        decode_pairs<4>(a, b, x, ya, yb);
+        decode_pairs<4>(a, b, x, ya, yb, rows + (r + 32) * stride);
     }
     for (; r < n_rows; r += 2) {
         // A last odd row is its own pair's second row too; that result is dropped.
@@ -126,7 +132,7 @@ void decode_rows_avx512(const uint8_t* rows, size_t stride, int n_rows, const De
         const uint8_t* b[1] = {r + 1 < n_rows ? a[0] + stride : a[0]};
         float* ya[1] = {y + r};
         float* yb[1] = {r + 1 < n_rows ? y + r + 1 : nullptr};
-        decode_pairs<1>(a, b, x, ya, yb);
+        decode_pairs<1>(a, b, x, ya, yb, nullptr);
     }
 }
 
