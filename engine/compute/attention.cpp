@@ -364,25 +364,25 @@ struct Tile {
 
     // llama.cpp's non-flash softmax over its f16 cache: the exponentials summed in double, and the
     // probabilities rounded to fp16 (its P·V is an f16 matmul).
-    void softmax_f16(float* sr, float m) const {
+    void softmax_f16(float* sr, float m, int n) const {
         const __m256 vm = _mm256_set1_ps(m);
         double sum = 0.0;
-        for (int c = 0; c < C; c += 8) {
-            const __m256 e = exp_nonpos(_mm256_sub_ps(load8(sr, c, C), vm));
+        for (int c = 0; c < n; c += 8) {
+            const __m256 e = exp_nonpos(_mm256_sub_ps(load8(sr, c, n), vm));
             alignas(32) float lanes[8];
             _mm256_store_ps(lanes, e);
-            for (int i = 0; i < std::min(8, C - c); ++i) {
+            for (int i = 0; i < std::min(8, n - c); ++i) {
                 sr[c + i] = lanes[i];
                 sum += lanes[i];
             }
         }
         const __m256 inv = _mm256_set1_ps(static_cast<float>(1.0 / sum));
-        for (int c = 0; c < C; c += 8) {
-            const __m256 pr = _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_mul_ps(load8(sr, c, C), inv), _MM_FROUND_TO_NEAREST_INT));
-            if (c + 8 <= C)
+        for (int c = 0; c < n; c += 8) {
+            const __m256 pr = _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_mul_ps(load8(sr, c, n), inv), _MM_FROUND_TO_NEAREST_INT));
+            if (c + 8 <= n)
                 _mm256_storeu_ps(sr + c, pr);
             else
-                _mm256_maskstore_ps(sr + c, tail_mask(C - c), pr);
+                _mm256_maskstore_ps(sr + c, tail_mask(n - c), pr);
         }
     }
 
@@ -391,7 +391,7 @@ struct Tile {
         float* sr = S + r * ldc;
         const int32_t p = rpos[r];
         float m = kNegInf;
-        int c0 = 0;
+        int c0 = 0, last = -1;  // the last visible column
         if (in.window <= 0) {
             // No window: a column is hidden when it comes after the query. Eight at a time, the
             // positions gathered from the columns; the maximum is the same whatever the order
@@ -408,6 +408,7 @@ struct Tile {
                 const __m256 x = _mm256_blendv_ps(_mm256_loadu_ps(sr + c0), neg_inf, hidden);
                 _mm256_storeu_ps(sr + c0, x);
                 vmax = _mm256_max_ps(x, vmax);  // vmax where x is NaN
+                if (const int vis = ~_mm256_movemask_ps(hidden) & 0xff) last = c0 + 31 - __builtin_clz(unsigned(vis));
             }
             alignas(32) float lanes[8];
             _mm256_store_ps(lanes, vmax);
@@ -418,31 +419,36 @@ struct Tile {
             if (col.pos > p || (!col.exempt && in.window > 0 && p - col.pos >= in.window))
                 sr[c] = kNegInf;
             else
-                m = std::max(m, sr[c]);
+                m = std::max(m, sr[c]), last = c;
         }
         if (m == kNegInf) {  // nothing visible: the row contributes nothing
             std::fill(sr, sr + C, 0.0f);
             return;
         }
-        if (in.f16_probs) return softmax_f16(sr, m);
+        // Columns past the last visible one are probabilities of exactly 0 (exp_nonpos of -inf),
+        // which add nothing to the sums: the passes stop at a whole vector past it (a causal
+        // prefill's early rows see few of the columns).
+        const int n = std::min(C, (last + 8) / 8 * 8);
+        std::fill(sr + n, sr + C, 0.0f);
+        if (in.f16_probs) return softmax_f16(sr, m, n);
         const __m256 vm = _mm256_set1_ps(m);
         __m256 sum = _mm256_setzero_ps();
-        for (int c = 0; c < C; c += 8) {
-            const __m256 e = exp_nonpos(_mm256_sub_ps(load8(sr, c, C), vm));
-            if (c + 8 <= C)
+        for (int c = 0; c < n; c += 8) {
+            const __m256 e = exp_nonpos(_mm256_sub_ps(load8(sr, c, n), vm));
+            if (c + 8 <= n)
                 _mm256_storeu_ps(sr + c, e);
             else
-                _mm256_maskstore_ps(sr + c, tail_mask(C - c), e);
-            sum = _mm256_add_ps(sum, c + 8 <= C ? e : _mm256_and_ps(e, _mm256_castsi256_ps(tail_mask(C - c))));
+                _mm256_maskstore_ps(sr + c, tail_mask(n - c), e);
+            sum = _mm256_add_ps(sum, c + 8 <= n ? e : _mm256_and_ps(e, _mm256_castsi256_ps(tail_mask(n - c))));
         }
         // The normalized probabilities: the one place where P is final before it meets V.
         const __m256 inv = _mm256_set1_ps(1.0f / hsum_tree(sum));
-        for (int c = 0; c < C; c += 8) {
-            const __m256 pr = _mm256_mul_ps(load8(sr, c, C), inv);
-            if (c + 8 <= C)
+        for (int c = 0; c < n; c += 8) {
+            const __m256 pr = _mm256_mul_ps(load8(sr, c, n), inv);
+            if (c + 8 <= n)
                 _mm256_storeu_ps(sr + c, pr);
             else
-                _mm256_maskstore_ps(sr + c, tail_mask(C - c), pr);
+                _mm256_maskstore_ps(sr + c, tail_mask(n - c), pr);
         }
     }
 
