@@ -38,6 +38,9 @@ public:
     void matmul(const kvchat::WeightMatrix& w, const kvchat::Buffer& x, int64_t n, kvchat::Buffer& y) override {
         cpu_->matmul(w, x, n, y);
     }
+    void matmuls(const kvchat::Buffer& x, int64_t n, const kvchat::MatmulOutput* outs, int count) override {
+        cpu_->matmuls(x, n, outs, count);
+    }
     void add(kvchat::Buffer& x, const kvchat::Buffer& y, int64_t n) override { cpu_->add(x, y, n); }
     void add_bias(kvchat::Buffer& x, int64_t n, const kvchat::BiasVector& b) override { cpu_->add_bias(x, n, b); }
     void gated(kvchat::GatedActivation a, kvchat::Buffer& g, const kvchat::Buffer& u, int64_t n) override {

@@ -495,7 +495,8 @@ private slots:
         QVERIFY(parse_simd_choices(text, cpu_model_key("avx2"), levels).empty());
         QVERIFY(parse_simd_choices(text, key, "avx2").empty());  // a level this build does not know
         QVERIFY(parse_simd_choices("", key, levels).empty());
-        QVERIFY(parse_simd_choices("kvchat-simd-levels 2\ncpu " + key + "\nq8_0/decode avx2\n", key, levels).empty());
+        // A file of the earlier format (its Q4_1 decode choice compared two copies of one kernel).
+        QVERIFY(parse_simd_choices("kvchat-simd-levels 1\ncpu " + key + "\nq8_0/decode avx2\n", key, levels).empty());
         QVERIFY(parse_simd_choices(text + "q5_0/decode\n", key, levels).empty());
         QVERIFY(parse_simd_choices(text + "Q5 0/decode avx2\n", key, levels).empty());
         QVERIFY(parse_simd_choices(text + "q5_0/decode avx2 extra\n", key, levels).empty());

@@ -105,6 +105,30 @@ private slots:
         QCOMPARE(total.load(), int64_t(20000) * 6);
     }
 
+    // parallel_for does not wait for a worker that has not joined by the time the caller is done;
+    // such a worker must then neither run that call's chunks nor take the next call (a run(),
+    // which every worker joins) twice or under the wrong index. Calls of all three kinds back to
+    // back, so that late workers meet every kind of next call.
+    void lateWorkersMixedDispatches() {
+        for (int n : {2, 3}) {
+            ThreadPool pool(n);
+            std::atomic<int64_t> run_total{0}, items{0};
+            std::atomic<int> bad_index{0};
+            const int kRounds = 20000;
+            for (int k = 0; k < kRounds; ++k) {
+                pool.run([&](int i, int total) {
+                    if (i < 0 || i >= total) bad_index.fetch_add(1);
+                    run_total.fetch_add(i + 1);
+                });
+                pool.parallel_for(7, [&](int64_t b, int64_t e) { items.fetch_add(e - b); });
+                pool.parallel_for_dynamic(5, 1, [&](int64_t b, int64_t e) { items.fetch_add(e - b); });
+            }
+            QCOMPARE(bad_index.load(), 0);
+            QCOMPARE(run_total.load(), int64_t(kRounds) * n * (n + 1) / 2);
+            QCOMPARE(items.load(), int64_t(kRounds) * 12);
+        }
+    }
+
     // Workers that went to sleep between calls still wake up.
     void dispatchAfterIdle() {
         ThreadPool pool(2);

@@ -8,6 +8,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -356,31 +357,32 @@ struct Tile {
             }
             a = e;
         }
+        if (s.scale == 1.0f && s.softcap == 0.0f) return;  // finish() would change nothing
         for (int r = 0; r < R; ++r)
             for (int a = a0; a < a1; ++a) S[r * ldc + act[a]] = finish(S[r * ldc + act[a]]);
     }
 
     // llama.cpp's non-flash softmax over its f16 cache: the exponentials summed in double, and the
     // probabilities rounded to fp16 (its P·V is an f16 matmul).
-    void softmax_f16(float* sr, float m) const {
+    void softmax_f16(float* sr, float m, int n) const {
         const __m256 vm = _mm256_set1_ps(m);
         double sum = 0.0;
-        for (int c = 0; c < C; c += 8) {
-            const __m256 e = exp_nonpos(_mm256_sub_ps(load8(sr, c, C), vm));
+        for (int c = 0; c < n; c += 8) {
+            const __m256 e = exp_nonpos(_mm256_sub_ps(load8(sr, c, n), vm));
             alignas(32) float lanes[8];
             _mm256_store_ps(lanes, e);
-            for (int i = 0; i < std::min(8, C - c); ++i) {
+            for (int i = 0; i < std::min(8, n - c); ++i) {
                 sr[c + i] = lanes[i];
                 sum += lanes[i];
             }
         }
         const __m256 inv = _mm256_set1_ps(static_cast<float>(1.0 / sum));
-        for (int c = 0; c < C; c += 8) {
-            const __m256 pr = _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_mul_ps(load8(sr, c, C), inv), _MM_FROUND_TO_NEAREST_INT));
-            if (c + 8 <= C)
+        for (int c = 0; c < n; c += 8) {
+            const __m256 pr = _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_mul_ps(load8(sr, c, n), inv), _MM_FROUND_TO_NEAREST_INT));
+            if (c + 8 <= n)
                 _mm256_storeu_ps(sr + c, pr);
             else
-                _mm256_maskstore_ps(sr + c, tail_mask(C - c), pr);
+                _mm256_maskstore_ps(sr + c, tail_mask(n - c), pr);
         }
     }
 
@@ -389,36 +391,64 @@ struct Tile {
         float* sr = S + r * ldc;
         const int32_t p = rpos[r];
         float m = kNegInf;
-        for (int c = 0; c < C; ++c) {
+        int c0 = 0, last = -1;  // the last visible column
+        if (in.window <= 0) {
+            // No window: a column is hidden when it comes after the query. Eight at a time, the
+            // positions gathered from the columns; the maximum is the same whatever the order
+            // (a NaN score is skipped as std::max skips it; the sign of a zero maximum does not
+            // change x - m below).
+            const __m256i vp = _mm256_set1_epi32(p);
+            const __m256i idx = _mm256_setr_epi32(0, 8, 16, 24, 32, 40, 48, 56);
+            static_assert(sizeof(Col) == 32 && offsetof(Col, pos) % 4 == 0);
+            const __m256 neg_inf = _mm256_set1_ps(kNegInf);
+            __m256 vmax = neg_inf;
+            for (; c0 + 8 <= C; c0 += 8) {
+                const __m256i pos = _mm256_i32gather_epi32(reinterpret_cast<const int*>(&cols[c0].pos), idx, 4);
+                const __m256 hidden = _mm256_castsi256_ps(_mm256_cmpgt_epi32(pos, vp));
+                const __m256 x = _mm256_blendv_ps(_mm256_loadu_ps(sr + c0), neg_inf, hidden);
+                _mm256_storeu_ps(sr + c0, x);
+                vmax = _mm256_max_ps(x, vmax);  // vmax where x is NaN
+                if (const int vis = ~_mm256_movemask_ps(hidden) & 0xff) last = c0 + 31 - __builtin_clz(unsigned(vis));
+            }
+            alignas(32) float lanes[8];
+            _mm256_store_ps(lanes, vmax);
+            for (float l : lanes) m = std::max(m, l);
+        }
+        for (int c = c0; c < C; ++c) {
             const Col& col = cols[c];
             if (col.pos > p || (!col.exempt && in.window > 0 && p - col.pos >= in.window))
                 sr[c] = kNegInf;
             else
-                m = std::max(m, sr[c]);
+                m = std::max(m, sr[c]), last = c;
         }
         if (m == kNegInf) {  // nothing visible: the row contributes nothing
             std::fill(sr, sr + C, 0.0f);
             return;
         }
-        if (in.f16_probs) return softmax_f16(sr, m);
+        // Columns past the last visible one are probabilities of exactly 0 (exp_nonpos of -inf),
+        // which add nothing to the sums: the passes stop at a whole vector past it (a causal
+        // prefill's early rows see few of the columns).
+        const int n = std::min(C, (last + 8) / 8 * 8);
+        std::fill(sr + n, sr + C, 0.0f);
+        if (in.f16_probs) return softmax_f16(sr, m, n);
         const __m256 vm = _mm256_set1_ps(m);
         __m256 sum = _mm256_setzero_ps();
-        for (int c = 0; c < C; c += 8) {
-            const __m256 e = exp_nonpos(_mm256_sub_ps(load8(sr, c, C), vm));
-            if (c + 8 <= C)
+        for (int c = 0; c < n; c += 8) {
+            const __m256 e = exp_nonpos(_mm256_sub_ps(load8(sr, c, n), vm));
+            if (c + 8 <= n)
                 _mm256_storeu_ps(sr + c, e);
             else
-                _mm256_maskstore_ps(sr + c, tail_mask(C - c), e);
-            sum = _mm256_add_ps(sum, c + 8 <= C ? e : _mm256_and_ps(e, _mm256_castsi256_ps(tail_mask(C - c))));
+                _mm256_maskstore_ps(sr + c, tail_mask(n - c), e);
+            sum = _mm256_add_ps(sum, c + 8 <= n ? e : _mm256_and_ps(e, _mm256_castsi256_ps(tail_mask(n - c))));
         }
         // The normalized probabilities: the one place where P is final before it meets V.
         const __m256 inv = _mm256_set1_ps(1.0f / hsum_tree(sum));
-        for (int c = 0; c < C; c += 8) {
-            const __m256 pr = _mm256_mul_ps(load8(sr, c, C), inv);
-            if (c + 8 <= C)
+        for (int c = 0; c < n; c += 8) {
+            const __m256 pr = _mm256_mul_ps(load8(sr, c, n), inv);
+            if (c + 8 <= n)
                 _mm256_storeu_ps(sr + c, pr);
             else
-                _mm256_maskstore_ps(sr + c, tail_mask(C - c), pr);
+                _mm256_maskstore_ps(sr + c, tail_mask(n - c), pr);
         }
     }
 
@@ -502,6 +532,11 @@ struct Tile {
     // channel the same fma(p·scale, code, out) in column order as one row at a time.
     // p[i * nk + k] = S[r + i][c] * vs[k] for i < nr, k < nk.
     void scale_probabilities(int c, int r, int nr, const float* vs, int nk, float* p) const {
+        if (nk == 4) {  // head_dim 256 in groups of 64: one 128-bit product per row, no masked moves
+            const __m128 v = _mm_loadu_ps(vs);
+            for (int i = 0; i < nr; ++i) _mm_storeu_ps(p + i * 4, _mm_mul_ps(_mm_set1_ps(S[(r + i) * ldc + c]), v));
+            return;
+        }
         for (int i = 0; i < nr; ++i) {
             const __m256 pr = _mm256_set1_ps(S[(r + i) * ldc + c]);
             int k = 0;
@@ -552,15 +587,21 @@ struct Tile {
         const int k0 = d0 / vg, k1 = (d1 + vg - 1) / vg;  // value groups touched
         const int nk = k1 - k0;
         std::fill(zsum, zsum + static_cast<size_t>(R) * nk, 0.0f);
-        for (int a = a0; a < a1; ++a) {
-            const int c = act[a];
-            const float* vz = f.value_zero(data, cols[c].j) + goff / vg;
-            for (int r = 0; r < R; ++r) {
-                const float pr = S[r * ldc + c];
-                for (int k = k0; k < k1; ++k) zsum[r * nk + k - k0] += pr * vz[k];
+        const auto* k512 = vg % 16 == 0 && d0 % 16 == 0 && d1 % 16 == 0 ? kivi_kernels_512() : nullptr;
+        // Four value groups (head_dim 256 in groups of 64) with the AVX-512 kernel: the zero sums
+        // and the scaled probabilities in one pass over the columns, 128-bit (the zero sums are
+        // the same fma(p, zero, sum) in column order as the loop below compiles to).
+        const bool four = k512 && nk == 4;
+        if (!four) {
+            for (int a = a0; a < a1; ++a) {
+                const int c = act[a];
+                const float* vz = f.value_zero(data, cols[c].j) + goff / vg;
+                for (int r = 0; r < R; ++r) {
+                    const float pr = S[r * ldc + c];
+                    for (int k = k0; k < k1; ++k) zsum[r * nk + k - k0] = std::fma(pr, vz[k], zsum[r * nk + k - k0]);
+                }
             }
         }
-        const auto* k512 = vg % 16 == 0 && d0 % 16 == 0 && d1 % 16 == 0 ? kivi_kernels_512() : nullptr;
         thread_local std::vector<const uint8_t*> rows;
         rows.clear();
         for (int a = a0; a < a1; ++a) rows.push_back(data + f.v_codes + static_cast<size_t>(cols[act[a]].j) * f.row_code_bytes());
@@ -571,7 +612,17 @@ struct Tile {
             for (int a = a0; a < a1; ++a) {
                 const int c = act[a];
                 const float* vs = f.value_scale(data, cols[c].j) + goff / vg + k0;
-                scale_probabilities(c, 0, R, vs, nk, ps.data() + static_cast<size_t>(a - a0) * R * nk);
+                float* pa = ps.data() + static_cast<size_t>(a - a0) * R * nk;
+                if (four) {
+                    const __m128 s4 = _mm_loadu_ps(vs), z4 = _mm_loadu_ps(f.value_zero(data, cols[c].j) + goff / vg + k0);
+                    for (int r = 0; r < R; ++r) {
+                        const __m128 pr = _mm_set1_ps(S[r * ldc + c]);
+                        _mm_storeu_ps(pa + r * 4, _mm_mul_ps(pr, s4));
+                        _mm_storeu_ps(zsum + r * 4, _mm_fmadd_ps(pr, z4, _mm_loadu_ps(zsum + r * 4)));
+                    }
+                } else {
+                    scale_probabilities(c, 0, R, vs, nk, pa);
+                }
             }
             k512->values(ps.data(), R, nk, k0, vg, rows.data(), a1 - a0, NB, goff, d0, d1, o,
                          ps.data() + static_cast<size_t>(a1 - a0) * R * nk);

@@ -70,6 +70,11 @@ const CodeLanes<NB>& lanes() {
 
 inline float with_bias(float s, const float* bias, int r) { return bias ? s + bias[r] : s; }
 
+// _mm_hadd_ps in each 128-bit lane: [a0 + a1, a2 + a3, b0 + b1, b2 + b3].
+inline __m512 hadd512(__m512 a, __m512 b) {
+    return _mm512_add_ps(_mm512_shuffle_ps(a, b, 0x88), _mm512_shuffle_ps(a, b, 0xdd));
+}
+
 // Scores of rows 2p, 2p + 1 for p in [p0, p0 + P) (pairs past the last are computed from the
 // last and dropped) x columns i, i + 1 (i + 1 repeats i when alone): one register per row pair
 // and column, lanes 0-7 the first row's chain, 8-15 the second's; the column's 8 channels are
@@ -89,13 +94,22 @@ void scores_tile(const float* qp, int pairs, int p0, int hd, const float* ka, co
             acc[p][1] = _mm512_fmadd_ps(qv, xb, acc[p][1]);
         }
     }
-    for (int p = 0; p < P && p0 + p < pairs; ++p) {
-        const int r = 2 * (p0 + p);
-        sa[r * ldc] = with_bias(hsum_tree(_mm512_castps512_ps256(acc[p][0])), bias, r);
-        if (sb) sb[r * ldc] = with_bias(hsum_tree(_mm512_castps512_ps256(acc[p][1])), bias, r);
-        if (r + 1 < R) {
-            sa[(r + 1) * ldc] = with_bias(hsum_tree(_mm512_extractf32x8_ps(acc[p][0], 1)), bias, r + 1);
-            if (sb) sb[(r + 1) * ldc] = with_bias(hsum_tree(_mm512_extractf32x8_ps(acc[p][1], 1)), bias, r + 1);
+    // hsum_tree of eight chains at once (two pairs' registers): the same additions of the same
+    // operands, three levels of 128-bit-lane hadds and a last add of neighbouring quarters.
+    alignas(64) float red[16];
+    for (int p = 0; p < P && p0 + p < pairs; p += 2) {
+        const int q = p + 1 < P ? p + 1 : p;
+        const __m512 h2 = hadd512(hadd512(acc[p][0], acc[p][1]), hadd512(acc[q][0], acc[q][1]));
+        _mm512_store_ps(red, _mm512_add_ps(h2, _mm512_shuffle_f32x4(h2, h2, _MM_SHUFFLE(2, 3, 0, 1))));
+        // red[2k], red[2k + 1]: row 2(p + k) against columns a and b; red[8 + ...]: its next row.
+        for (int k = 0; k < 2 && p + k < P && p0 + p + k < pairs; ++k) {
+            const int r = 2 * (p0 + p + k);
+            sa[r * ldc] = with_bias(red[2 * k], bias, r);
+            if (sb) sb[r * ldc] = with_bias(red[2 * k + 1], bias, r);
+            if (r + 1 < R) {
+                sa[(r + 1) * ldc] = with_bias(red[8 + 2 * k], bias, r + 1);
+                if (sb) sb[(r + 1) * ldc] = with_bias(red[8 + 2 * k + 1], bias, r + 1);
+            }
         }
     }
 }

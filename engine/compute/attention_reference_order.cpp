@@ -371,7 +371,16 @@ void attend_decode(const AttentionInput& in, const AttentionShape& s, const Colu
     S.assign(static_cast<size_t>(n_kv) * group * ldc, 0.0f);
     constexpr int kChunk = 256;
     const int n_chunks = (hi - c0 + kChunk - 1) / kChunk;
-    pool.parallel_for(static_cast<int64_t>(n_kv) * n_chunks, [&](int64_t b, int64_t e) {
+    // A short context's three steps cost less than their wake-ups and barriers (a small model
+    // decodes a layer in tens of microseconds): the calling thread takes them alone. Every item
+    // is computed alike wherever it runs.
+    constexpr int64_t kSerialWork = int64_t(1) << 19;  // multiply-adds of the scores
+    const bool serial = int64_t(hi - c0) * s.n_head * hd < kSerialWork;
+    auto for_items = [&](int64_t n, const std::function<void(int64_t, int64_t)>& fn) {
+        if (serial) fn(0, n);
+        else pool.parallel_for(n, fn);
+    };
+    for_items(static_cast<int64_t>(n_kv) * n_chunks, [&](int64_t b, int64_t e) {
         Rows rows;
         for (int64_t i = b; i < e; ++i) {
             const int g = static_cast<int>(i / n_chunks);
@@ -383,12 +392,12 @@ void attend_decode(const AttentionInput& in, const AttentionShape& s, const Colu
             if (b0 < a1) dk.scores(rows.q.data(), group, cols.k.data(), cols.dt, g * hd, hd, b0, a1, sg, ldc);
         }
     });
-    pool.parallel_for(static_cast<int64_t>(n_kv) * group, [&](int64_t b, int64_t e) {
+    for_items(static_cast<int64_t>(n_kv) * group, [&](int64_t b, int64_t e) {
         for (int64_t i = b; i < e; ++i) softmax_row(S.data() + i * ldc, c0, hi);
     });
     const int c1 = (hi + 63) & ~63;
     const int n_slices = hd / 16;
-    pool.parallel_for(static_cast<int64_t>(n_kv) * n_slices, [&](int64_t b, int64_t e) {
+    for_items(static_cast<int64_t>(n_kv) * n_slices, [&](int64_t b, int64_t e) {
         Rows rows;
         for (int64_t i = b; i < e; ++i) {
             const int g = static_cast<int>(i / n_slices);

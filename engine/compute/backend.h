@@ -35,6 +35,12 @@ struct BiasVector {
 
 enum class GatedActivation { GeluTanh, Silu };
 
+// One of several products of the same input: its weights and the buffer it writes.
+struct MatmulOutput {
+    const WeightMatrix* w;
+    Buffer* y;
+};
+
 class ThreadPool;
 struct AttentionInput;
 struct AttentionShape;
@@ -73,6 +79,10 @@ public:
     virtual void rms_norm(const Buffer& x, int64_t n_rows, const NormWeight& w, float eps, Buffer& out) = 0;
     // y = x W^T for the first n_rows rows of x.
     virtual void matmul(const WeightMatrix& w, const Buffer& x, int64_t n_rows, Buffer& y) = 0;
+    // outs[i].y = x outs[i].w^T for i in [0, count): products of one input (q, k and v; gate and
+    // up), each the same values as matmul gives; a backend may prepare x once for all of them and
+    // run them as one step.
+    virtual void matmuls(const Buffer& x, int64_t n_rows, const MatmulOutput* outs, int count) = 0;
     // x += y (first n_rows rows)
     virtual void add(Buffer& x, const Buffer& y, int64_t n_rows) = 0;
     // x[r] += b for the first n_rows rows (b.size == x.cols)

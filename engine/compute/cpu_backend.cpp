@@ -156,6 +156,14 @@ public:
     void matmul(const WeightMatrix& w, const Buffer& x, int64_t n_rows, Buffer& y) override {
         kvchat::matmul(w, x.data, n_rows, y.data, pool_);
     }
+    void matmuls(const Buffer& x, int64_t n_rows, const MatmulOutput* outs, int count) override {
+        constexpr int kMax = 8;
+        if (count > kMax) throw Error("matmuls: at most " + std::to_string(kMax) + " products of one input");
+        const WeightMatrix* ws[kMax];
+        float* ys[kMax];
+        for (int i = 0; i < count; ++i) ws[i] = outs[i].w, ys[i] = outs[i].y->data;
+        kvchat::matmuls(ws, ys, count, x.data, n_rows, pool_);
+    }
 
     void add(Buffer& x, const Buffer& y, int64_t n_rows) override {
         for_range(n_rows * x.cols, 1, [&](int64_t b, int64_t e) {

@@ -473,7 +473,7 @@ void product_at(Level lv, const WeightMatrix& w, const float* x, int64_t n_token
         case TensorType::BF16: return float_product<TensorType::BF16>(ks, w, x, n_tokens, y, pool);
         default: break;
     }
-    // llama.cpp's order; its batch kernel at this level (the decode one is the same at both)
+    // llama.cpp's order, its kernels at this level
     if (w.type == TensorType::Q4_1) return q4_1_product(w, x, n_tokens, y, pool, lv != Level::avx2);
     if (in_reference_order(w.type)) return ordered_product(ks, w, x, n_tokens, y, pool);
     const Int8Layout layout = kernels::int8_layout(w.type);
@@ -604,6 +604,17 @@ void matmul(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y, T
     }
     if (n_tokens <= 0 || w.rows == 0) return;
     product_at(level_for(w.type, n_tokens, w.cols), w, x, n_tokens, y, pool);
+}
+
+void matmuls(const WeightMatrix* const* w, float* const* y, int count, const float* x, int64_t n_tokens, ThreadPool& pool) {
+    bool shared = count > 1 && n_tokens > 0;
+    for (int i = 0; i < count && shared; ++i)
+        shared = w[i]->type == TensorType::Q4_1 && w[i]->cols == w[0]->cols && w[i]->rows > 0 && w[i]->cols % QK4_1 == 0;
+    if (!shared) {
+        for (int i = 0; i < count; ++i) matmul(*w[i], x, n_tokens, y[i], pool);
+        return;
+    }
+    q4_1_products(w, y, count, x, n_tokens, pool, level_for(TensorType::Q4_1, n_tokens, w[0]->cols) != Level::avx2);
 }
 
 std::string simd_family_levels() {

@@ -26,6 +26,11 @@ struct WeightMatrix {
 // llama.cpp's, it depends on n_tokens (Q4_K: tokens in whole groups of four; Q6_K: 8 or more).
 void matmul(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y, ThreadPool& pool);
 
+// y[i] = x W[i]^T for i in [0, count): several products of one input (a layer's q, k and v, or its
+// gate and up), each the same values as matmul gives. Where the kernels allow (Q4_1 weights of one
+// width) x is quantized once and a decode's products share one parallel step.
+void matmuls(const WeightMatrix* const* w, float* const* y, int count, const float* x, int64_t n_tokens, ThreadPool& pool);
+
 // Row r of W as floats (for embedding lookups): dst has cols floats.
 void weight_row(const WeightMatrix& w, int64_t r, float* dst);
 

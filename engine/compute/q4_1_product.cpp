@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <vector>
 
@@ -158,31 +159,66 @@ void panel_rows(const UnpackedRows& u, int n_rows, int64_t n_blocks, const Block
 
 }  // namespace
 
-void q4_1_product(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y, ThreadPool& pool, bool avx512) {
-    const int64_t n_blocks = w.cols / QK4_1;
+void q4_1_products(const WeightMatrix* const* ws, float* const* ys, int count, const float* x, int64_t n_tokens,
+                   ThreadPool& pool, bool avx512) {
+    if (count <= 0 || n_tokens <= 0) return;
+    const int64_t cols = ws[0]->cols;
+    const int64_t n_blocks = cols / QK4_1;
     thread_local std::vector<BlockQ8_1> xq;
     xq.resize(static_cast<size_t>(n_tokens * n_blocks));
     BlockQ8_1* const xb = xq.data();  // the calling thread's: the lambdas run on the pool's threads too
     auto quantize = [&](int64_t t0, int64_t t1) {
-        for (int64_t t = t0; t < t1; ++t) quantize_q8_1(x + t * w.cols, w.cols, xb + t * n_blocks);
+        for (int64_t t = t0; t < t1; ++t) quantize_q8_1(x + t * cols, cols, xb + t * n_blocks);
     };
-    if (n_tokens * w.cols >= 32768) pool.parallel_for(n_tokens, quantize);
+    if (n_tokens * cols >= 32768) pool.parallel_for(n_tokens, quantize);
     else quantize(0, n_tokens);
 
-    const size_t stride = row_bytes(w.type, w.cols);
-    const auto* base = static_cast<const uint8_t*>(w.data);
     // Pieces of 16 rows: a few tokens reuse them from L1, and the threads share them as they go.
     constexpr int64_t kRowStep = 16;
-    const int64_t n_steps = (w.rows + kRowStep - 1) / kRowStep;
-    const int64_t grain = std::max<int64_t>(1, n_steps / (8 * int64_t(pool.size())));
     if (n_tokens <= 2) {
         // Decode: the weights stream from memory once; each block is unpacked where it is used.
+        // All the matrices' rows in one parallel step: a small model's decode is made of many
+        // products of a few hundred microseconds or less, where each step's wake-up and barrier
+        // count.
+        constexpr int kMaxProducts = 4;
+        if (count > kMaxProducts) {
+            for (int i = 0; i < count; i += kMaxProducts)
+                q4_1_products(ws + i, ys + i, std::min(kMaxProducts, count - i), x, n_tokens, pool, avx512);
+            return;
+        }
+        int64_t first_step[kMaxProducts + 1] = {0};
+        for (int i = 0; i < count; ++i) first_step[i + 1] = first_step[i] + (ws[i]->rows + kRowStep - 1) / kRowStep;
+        const int64_t n_steps = first_step[count];
+        const int64_t grain = std::max<int64_t>(1, n_steps / (8 * int64_t(pool.size())));
+        // The AVX-512 kernel's layout of the activations, made once for all threads.
+        thread_local std::vector<int8_t> dq;
+        thread_local std::vector<float> dds;
+        q4_1::DecodeActivations da[2] = {};
+        if (avx512) {
+            dq.resize(size_t(n_tokens * n_blocks) * 64 + 64);
+            dds.resize(size_t(n_tokens * n_blocks) * 4);
+            auto* aligned = reinterpret_cast<int8_t*>((reinterpret_cast<uintptr_t>(dq.data()) + 63) & ~uintptr_t(63));
+            for (int64_t t = 0; t < n_tokens; ++t) {
+                da[t] = {aligned + t * n_blocks * 64, dds.data() + t * n_blocks * 4, n_blocks};
+                q4_1::prepare_decode_avx512(xb + t * n_blocks, n_blocks, aligned + t * n_blocks * 64,
+                                            dds.data() + t * n_blocks * 4);
+            }
+        }
         pool.parallel_for_dynamic(n_steps, grain, [&](int64_t s0, int64_t s1) {
+            int i = 0;
             for (int64_t s = s0; s < s1; ++s) {
-                const int64_t r0 = s * kRowStep, r1 = std::min(w.rows, r0 + kRowStep);
+                while (s >= first_step[i + 1]) ++i;
+                const WeightMatrix& w = *ws[i];
+                const size_t stride = row_bytes(w.type, w.cols);
+                const auto* base = static_cast<const uint8_t*>(w.data);
+                const int64_t r0 = (s - first_step[i]) * kRowStep, r1 = std::min(w.rows, r0 + kRowStep);
                 for (int64_t t = 0; t < n_tokens; ++t) {
+                    float* yt = ys[i] + t * w.rows;
+                    if (avx512) {
+                        q4_1::decode_rows_avx512(base + r0 * stride, stride, int(r1 - r0), da[t], yt + r0);
+                        continue;
+                    }
                     const BlockQ8_1* xt = xb + t * n_blocks;
-                    float* yt = y + t * w.rows;
                     int64_t r = r0;
                     for (; r + 4 <= r1; r += 4) dot_rows<4>(base + r * stride, stride, n_blocks, xt, yt + r);
                     for (; r < r1; ++r) dot_rows<1>(base + r * stride, stride, n_blocks, xt, yt + r);
@@ -192,19 +228,32 @@ void q4_1_product(const WeightMatrix& w, const float* x, int64_t n_tokens, float
         return;
     }
     // A batch: 16 rows unpacked once, then every token against them from L1.
-    pool.parallel_for_dynamic(n_steps, 1, [&](int64_t s0, int64_t s1) {
-        thread_local UnpackedRows u;
-        for (int64_t s = s0; s < s1; ++s) {
-            const int64_t r0 = s * kRowStep;
-            const int n = int(std::min(kRowStep, w.rows - r0));
-            unpack_rows(base + r0 * stride, stride, n, n_blocks, u);
-            if (avx512)
-                q4_1::panel_rows_avx512(q4_1::UnpackedPanel{u.q.data(), u.d.data(), u.m.data(), n_blocks}, n, xb, n_tokens,
-                                        y + r0, w.rows);
-            else
-                panel_rows(u, n, n_blocks, xb, n_tokens, y + r0, w.rows);
-        }
-    });
+    for (int i = 0; i < count; ++i) {
+        const WeightMatrix& w = *ws[i];
+        float* const y = ys[i];
+        const size_t stride = row_bytes(w.type, w.cols);
+        const auto* base = static_cast<const uint8_t*>(w.data);
+        const int64_t n_steps = (w.rows + kRowStep - 1) / kRowStep;
+        pool.parallel_for_dynamic(n_steps, 1, [&](int64_t s0, int64_t s1) {
+            thread_local UnpackedRows u;
+            for (int64_t s = s0; s < s1; ++s) {
+                const int64_t r0 = s * kRowStep;
+                const int n = int(std::min(kRowStep, w.rows - r0));
+                unpack_rows(base + r0 * stride, stride, n, n_blocks, u);
+                if (avx512)
+                    q4_1::panel_rows_avx512(q4_1::UnpackedPanel{u.q.data(), u.d.data(), u.m.data(), n_blocks}, n, xb,
+                                            n_tokens, y + r0, w.rows);
+                else
+                    panel_rows(u, n, n_blocks, xb, n_tokens, y + r0, w.rows);
+            }
+        });
+    }
+}
+
+void q4_1_product(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y, ThreadPool& pool, bool avx512) {
+    const WeightMatrix* ws[1] = {&w};
+    float* ys[1] = {y};
+    q4_1_products(ws, ys, 1, x, n_tokens, pool, avx512);
 }
 
 }  // namespace kvchat

@@ -16,6 +16,11 @@ namespace kvchat {
 // steps the same operations (a batch takes 512-bit registers at AVX-512, for speed only).
 // `avx512`: the batch kernel at AVX-512 VNNI (the caller's SIMD level for this kernel family).
 void q4_1_product(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y, ThreadPool& pool, bool avx512);
+// Several products of one input (Q4_1 matrices of the same width): y[i] = x W[i]^T, each the same
+// values as q4_1_product gives. x is quantized once, and a decode's rows of all the matrices are
+// one parallel step.
+void q4_1_products(const WeightMatrix* const* w, float* const* y, int count, const float* x, int64_t n_tokens,
+                   ThreadPool& pool, bool avx512);
 
 struct BlockQ8_1;
 
@@ -32,6 +37,20 @@ struct UnpackedPanel {
 // tokens [0, n_tokens) of xq (n_blocks Q8_1 blocks each); y[t * y_stride + r].
 void panel_rows_avx512(const UnpackedPanel& u, int n_rows, const BlockQ8_1* xq, int64_t n_tokens, float* y,
                        int64_t y_stride);
+
+// The decode kernel at AVX-512 VNNI keeps two rows in one 512-bit register (row A's low and high
+// nibbles in quarters 0 and 2, row B's in 1 and 3), so one token's activation blocks are laid out
+// to match once per product: per block, 64 bytes (columns 0-15 twice, then 16-31 twice) and 4
+// floats (dx, sx, dx, sx).
+struct DecodeActivations {
+    const int8_t* q;
+    const float* ds;
+    int64_t n_blocks;
+};
+// Fills q (64 * n_blocks bytes, 64-byte aligned) and ds (4 * n_blocks floats) from one token's blocks.
+void prepare_decode_avx512(const BlockQ8_1* x, int64_t n_blocks, int8_t* q, float* ds);
+// y[r] for rows [0, n_rows) (`stride` bytes apart) against one token: the same bits as dot_rows.
+void decode_rows_avx512(const uint8_t* rows, size_t stride, int n_rows, const DecodeActivations& x, float* y);
 }  // namespace q4_1
 
 }  // namespace kvchat

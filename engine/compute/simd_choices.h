@@ -6,7 +6,7 @@
 // file per CPU model and kvchat version, so later processes start with them.
 //
 // The file ($XDG_CACHE_HOME/kvchat/simd-levels, else ~/.cache/kvchat/simd-levels):
-//   kvchat-simd-levels 1
+//   kvchat-simd-levels 2
 //   cpu <the key cpu_model_key() gives>
 //   <family> <level>            one line per measured family, e.g. "q8_0/decode avx2"
 // A file for another CPU or version, or one that does not parse, is ignored and rewritten.

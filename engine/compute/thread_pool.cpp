@@ -58,22 +58,54 @@ void ThreadPool::await(Pred pred, std::condition_variable& cv, std::atomic<int>&
     sleepers.fetch_sub(1);
 }
 
-void ThreadPool::worker(int index) {
+namespace {
+constexpr uint64_t kClosed = uint64_t(1) << 31;
+constexpr uint64_t tag(uint64_t generation) { return (generation & 0xffffffffu) << 32; }
+}  // namespace
+
+void ThreadPool::worker(int) {
     uint64_t seen = 0;
     for (;;) {
         await([&] { return generation_.load() != seen; }, cv_start_, start_sleepers_);
         seen = generation_.load();
         if (stop_.load()) return;
+        // Join the call of generation `seen`, unless the caller has closed it (or moved on).
+        uint64_t j = join_.load();
+        int index = 0;
+        for (;;) {
+            if ((j & ~uint64_t(0xffffffffu)) != tag(seen) || (j & kClosed)) break;
+            if (join_.compare_exchange_weak(j, j + 1)) {
+                index = int(j & 0xffff) + 1;
+                break;
+            }
+        }
+        if (index == 0) continue;
         try {
-            (*job_)(index, n_threads_);
+            if (job_joined_only_) (*static_cast<const std::function<void()>*>(job_))();
+            else (*static_cast<const std::function<void(int, int)>*>(job_))(index, n_threads_);
         } catch (...) {
             std::lock_guard lock(mu_);
             if (!error_) error_ = std::current_exception();
         }
-        if (pending_.fetch_sub(1) == 1 && done_sleepers_.load() > 0) {
+        finished_.fetch_add(1);
+        if (done_sleepers_.load() > 0) {
             { std::lock_guard lock(mu_); }
             cv_done_.notify_all();
         }
+    }
+}
+
+void ThreadPool::dispatch(const void* job, bool joined_only) {
+    job_ = job;
+    job_joined_only_ = joined_only;
+    error_ = nullptr;
+    finished_.store(0);
+    const uint64_t g = generation_.load() + 1;
+    join_.store(tag(g));
+    generation_.store(g);
+    if (start_sleepers_.load() > 0) {
+        { std::lock_guard lock(mu_); }
+        cv_start_.notify_all();
     }
 }
 
@@ -83,21 +115,36 @@ void ThreadPool::run(const std::function<void(int, int)>& fn) {
         return;
     }
     std::lock_guard run_lock(run_mu_);
-    job_ = &fn;
-    error_ = nullptr;
-    pending_.store(n_threads_ - 1);
-    generation_.fetch_add(1);
-    if (start_sleepers_.load() > 0) {
-        { std::lock_guard lock(mu_); }
-        cv_start_.notify_all();
-    }
+    dispatch(&fn, false);
     std::exception_ptr own_error;
     try {
         fn(0, n_threads_);
     } catch (...) {
         own_error = std::current_exception();
     }
-    await([&] { return pending_.load() == 0; }, cv_done_, done_sleepers_);
+    // Every worker joins this call (none can close it) and runs its index.
+    await([&] { return finished_.load() == n_threads_ - 1; }, cv_done_, done_sleepers_);
+    job_ = nullptr;
+    if (own_error) std::rethrow_exception(own_error);
+    if (error_) std::rethrow_exception(error_);
+}
+
+void ThreadPool::run_joined(const std::function<void()>& fn) {
+    if (n_threads_ == 1) {
+        fn();
+        return;
+    }
+    std::lock_guard run_lock(run_mu_);
+    dispatch(&fn, true);
+    std::exception_ptr own_error;
+    try {
+        fn();
+    } catch (...) {
+        own_error = std::current_exception();
+    }
+    // Workers that have not joined by now never will; wait for those that did.
+    const int joined = int(join_.fetch_or(kClosed) & 0xffff);
+    await([&] { return finished_.load() == joined; }, cv_done_, done_sleepers_);
     job_ = nullptr;
     if (own_error) std::rethrow_exception(own_error);
     if (error_) std::rethrow_exception(error_);
@@ -110,11 +157,13 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
         fn(0, n);
         return;
     }
-    run([&](int index, int) {
-        if (index >= parts) return;
-        const int64_t begin = n * index / parts;
-        const int64_t end = n * (index + 1) / parts;
-        fn(begin, end);
+    std::atomic<int64_t> next{0};
+    run_joined([&] {
+        for (;;) {
+            const int64_t i = next.fetch_add(1, std::memory_order_relaxed);
+            if (i >= parts) return;
+            fn(n * i / parts, n * (i + 1) / parts);
+        }
     });
 }
 
@@ -127,7 +176,7 @@ void ThreadPool::parallel_for_dynamic(int64_t n, int64_t grain, const std::funct
     }
     // Each piece costs one atomic increment on a line the threads share.
     std::atomic<int64_t> next{0};
-    run([&](int, int) {
+    run_joined([&] {
         for (;;) {
             const int64_t b = next.fetch_add(grain, std::memory_order_relaxed);
             if (b >= n) return;

@@ -32,10 +32,8 @@ void DecoderPass::attention(int il, const AttentionSteps& s) {
     step();
     const LayerWeights& w = m_.layer(il);
     be_.rms_norm(x_, n_, w.attn_norm, c_.rms_eps, xn_);
-    be_.matmul(w.wq, xn_, n_, q_);
-    step();
-    be_.matmul(w.wk, xn_, n_, k_);
-    be_.matmul(w.wv, xn_, n_, v_);
+    const MatmulOutput qkv[3] = {{&w.wq, &q_}, {&w.wk, &k_}, {&w.wv, &v_}};
+    be_.matmuls(xn_, n_, qkv, 3);
     if (s.qkv_bias) {
         be_.add_bias(q_, n_, w.bq);
         be_.add_bias(k_, n_, w.bk);
@@ -57,9 +55,8 @@ void DecoderPass::feed_forward(int il, const FeedForwardSteps& s) {
     step();
     const LayerWeights& w = m_.layer(il);
     be_.rms_norm(x_, n_, w.ffn_norm, c_.rms_eps, xn_);
-    be_.matmul(w.w_gate, xn_, n_, gate_);
-    step();
-    be_.matmul(w.w_up, xn_, n_, up_);
+    const MatmulOutput gate_up[2] = {{&w.w_gate, &gate_}, {&w.w_up, &up_}};
+    be_.matmuls(xn_, n_, gate_up, 2);
     be_.gated(s.activation, gate_, up_, n_);
     step();
     be_.matmul(w.w_down, gate_, n_, proj_);

@@ -307,6 +307,10 @@ public:
         done("rms_norm");
     }
 
+    // cuBLAS runs each product on the whole device: nothing to share between them but the launch.
+    void matmuls(const Buffer& x, int64_t n_rows, const MatmulOutput* outs, int count) override {
+        for (int i = 0; i < count; ++i) matmul(*outs[i].w, x, n_rows, *outs[i].y);
+    }
     void matmul(const WeightMatrix& w, const Buffer& x, int64_t n_rows, Buffer& y) override {
         std::lock_guard lock(mu_);
         select();
