@@ -434,15 +434,16 @@ int cmd_chat_bench(const Options& o) {
     const int64_t prefix_tokens = o.integer("--prefix-tokens", 2000, 16, 1 << 20);
     const int64_t history_tokens = o.integer("--history-tokens", 4000, 64, 1 << 20);
     namespace fs = std::filesystem;
+    // Ctrl-C, a plain kill or a hang-up stops the benchmark at the next turn through an exception, so the
+    // folder below is removed as on every other error path. Caught before the folder exists, so no
+    // signal can land between the two.
+    catch_interrupts();
     const char* tmp = std::getenv("TMPDIR");
     std::string dir_template = std::string(tmp && *tmp ? tmp : "/tmp") + "/kvchat-chat-bench-XXXXXX";
     if (!mkdtemp(dir_template.data()))
         throw Error("cannot create a temporary folder for the benchmark database in " +
                     in_quotes(dir_template.substr(0, dir_template.rfind('/'))) + ": " + std::strerror(errno));
     const std::string dir = dir_template;
-    // Ctrl-C, a plain kill or a hang-up stops the benchmark at the next turn through an exception, so the
-    // folder below is removed as on every other error path.
-    catch_interrupts();
     const auto check_interrupted = [] {
         if (g_stop) throw Error("chat-bench was interrupted");
     };
@@ -468,6 +469,37 @@ int cmd_chat_bench(const Options& o) {
     if (!only.empty() && only != "turns" && only != "prefix" && only != "reopen")
         throw Error("--only takes turns, prefix or reopen");
     auto part = [&](const char* name) { return only.empty() || only == name; };
+    const char* topics[] = {"rivers", "bridges", "bread", "clocks", "maps", "bees", "glass", "kites", "salt", "ink"};
+    auto message = [&](int i) {
+        return std::string("Question ") + std::to_string(i + 1) + ": tell me one surprising fact about " +
+               topics[i % 10] + ", in one short sentence please.";
+    };
+
+    // Each part must fit in the model's context; a part that cannot is refused now, not after minutes of work.
+    // The estimates count the text's tokens, the answers' limit and a generous 24 tokens of chat markup per turn.
+    {
+        const int64_t ctx = m.config().n_ctx_train;
+        const int64_t n = t.generation.max_new_tokens;
+        const auto refuse = [&](const std::string& what, int64_t needed) {
+            throw Error(what + " needs about " + std::to_string(needed) + " tokens but the model's context holds " +
+                        std::to_string(ctx) + "; ask for less (see kvchat-cli help)");
+        };
+        if (part("turns")) {
+            int64_t needed = 0;
+            for (int i = 0; i < turns; ++i)
+                needed += static_cast<int64_t>(m.tokenizer().encode(message(i), false).size()) + 24 + n;
+            if (needed > ctx)
+                refuse("--turns " + std::to_string(turns) + " with -n " + std::to_string(n), needed);
+        }
+        if (part("prefix") && prefix_tokens + 64 + n > ctx)
+            refuse("--prefix-tokens " + std::to_string(prefix_tokens) + " with -n " + std::to_string(n),
+                   prefix_tokens + 64 + n);
+        // The history is filled in chunks of up to 800 tokens (the last may overshoot by one chunk), then
+        // five short questions are asked.
+        const int64_t history_needed = history_tokens + std::min<int64_t>(800, history_tokens / 4) + 5 * (24 + 16 + n);
+        if (part("reopen") && history_needed > ctx)
+            refuse("--history-tokens " + std::to_string(history_tokens) + " with -n " + std::to_string(n), history_needed);
+    }
 
     // 1. Ten turns of similar length, with the conversation's cache and recomputed from scratch.
     // The cached series is run three times (three conversations) and each turn's best time kept,
@@ -476,11 +508,6 @@ int cmd_chat_bench(const Options& o) {
         Store store(db);
         ConversationRegistry reg(store, m, *l.backend);
         Conversation scratch(m, *l.backend, reg.chat_template(), default_cache_spec());
-        const char* topics[] = {"rivers", "bridges", "bread", "clocks", "maps", "bees", "glass", "kites", "salt", "ink"};
-        auto message = [&](int i) {
-            return std::string("Question ") + std::to_string(i + 1) + ": tell me one surprising fact about " +
-                   topics[i % 10] + ", in one short sentence please.";
-        };
         std::vector<double> best(static_cast<size_t>(turns), 1e300);
         json hist = json::array(), prefilled = json::array(), without = json::array();
         for (int run = 0; run < 3; ++run) {

@@ -181,7 +181,7 @@ private slots:
             streamed += p.readAllStandardOutput();
         }
         QVERIFY2(streamed.size() >= 8, "the answer never started");
-        ::kill(static_cast<pid_t>(p.processId()), SIGKILL);
+        QVERIFY2(test::signal_child(p.processId(), SIGKILL), "the process had already ended");
         p.waitForFinished();
         {
             Store store(db.toStdString());
@@ -694,7 +694,7 @@ private slots:
             QProcess p;
             QByteArray streamed;
             QVERIFY2(start_long_answer(p, db, "story", streamed), "the answer never started");
-            ::kill(static_cast<pid_t>(p.processId()), sig);
+            QVERIFY2(test::signal_child(p.processId(), sig), "the process had already ended");
             QVERIFY(p.waitForFinished(120000));
             streamed += p.readAllStandardOutput();
             const QString err = QString::fromUtf8(p.readAllStandardError());
@@ -864,7 +864,7 @@ private slots:
         }
         QVERIFY2(created, "the turn never began");
         QTest::qWait(300);
-        ::kill(static_cast<pid_t>(p.processId()), SIGINT);
+        QVERIFY2(test::signal_child(p.processId(), SIGINT), "the process had already ended");
         QVERIFY(p.waitForFinished(120000));
         const QString err = QString::fromUtf8(p.readAllStandardError());
         QVERIFY2(p.exitCode() == 130, qPrintable(err));

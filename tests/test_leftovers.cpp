@@ -67,7 +67,7 @@ private slots:
         QVERIFY(p.state() == QProcess::Running);  // the cache (and its spill file) is live now
         QCOMPARE(QDir(spill.path()).entryList(QDir::AllEntries | QDir::NoDotAndDotDot | QDir::Hidden | QDir::System),
                  QStringList());
-        ::kill(static_cast<pid_t>(p.processId()), SIGKILL);
+        QVERIFY2(test::signal_child(p.processId(), SIGKILL), "the process had already ended");
         p.waitForFinished();
         QCOMPARE(QDir(spill.path()).entryList(QDir::AllEntries | QDir::NoDotAndDotDot | QDir::Hidden | QDir::System),
                  QStringList());
@@ -190,16 +190,30 @@ private slots:
             QCOMPARE(p.exitCode(), 2);
             QCOMPARE(leftovers(), QStringList());
         }
-        for (const int sig : {SIGTERM, SIGINT}) {
+        {
+            // More history than the context holds: refused before any work, naming the option.
             QProcess p;
             p.setProcessEnvironment(env);
             p.start(QString::fromUtf8(test::cli_path()),
-                    {"chat-bench", "--model", model, "--turns", "100", "--history-tokens", "100000", "-n", "64"});
+                    {"chat-bench", "--model", model, "--only", "reopen", "--history-tokens", "100000"});
+            QVERIFY(p.waitForFinished(60000));
+            QCOMPARE(p.exitCode(), 2);
+            const QByteArray err = p.readAllStandardError();
+            QVERIFY2(err.contains("--history-tokens 100000") && err.contains("context holds 2048"), err.constData());
+            QCOMPARE(leftovers(), QStringList());
+        }
+        for (const int sig : {SIGTERM, SIGINT}) {
+            QProcess p;
+            p.setProcessEnvironment(env);
+            // The longest run the tiny model's context allows (under a second here), so the signal is
+            // sent the moment its folder appears.
+            p.start(QString::fromUtf8(test::cli_path()),
+                    {"chat-bench", "--model", model, "--only", "reopen", "--history-tokens", "1200", "-n", "64"});
             QVERIFY(p.waitForStarted());
-            for (int i = 0; i < 600 && leftovers().isEmpty(); ++i) QTest::qWait(50);
+            for (int i = 0; i < 30000 && leftovers().isEmpty() && p.state() == QProcess::Running; ++i) usleep(1000);
             QVERIFY(!leftovers().isEmpty());  // it is running, with its folder
-            QTest::qWait(300);
-            ::kill(static_cast<pid_t>(p.processId()), sig);
+            QVERIFY2(test::signal_child(p.processId(), sig),
+                     qPrintable("chat-bench had already ended: " + p.readAllStandardError()));
             QVERIFY(p.waitForFinished(120000));
             QCOMPARE(p.exitCode(), 2);
             QVERIFY2(p.readAllStandardError().contains("interrupted"), "stopped some other way");

@@ -260,7 +260,7 @@ private Q_SLOTS:
         QVERIFY2(p.state() == QProcess::Running, "it finished before the signal");
         QElapsedTimer since_signal;
         since_signal.start();
-        ::kill(static_cast<pid_t>(p.processId()), SIGINT);
+        QVERIFY2(test::signal_child(p.processId(), SIGINT), "the process had already ended");
         QVERIFY(p.waitForFinished(300000));
         const double after_signal_s = since_signal.elapsed() / 1000.0;
         QCOMPARE(p.exitStatus(), QProcess::NormalExit);
