@@ -197,7 +197,9 @@ private slots:
         const Run list = cli({"conversations", "--db", db});
         QCOMPARE(list.code, 0);
         QVERIFY2(list.out.contains("\tunanswered"), list.out.constData());
-        QVERIFY(QJsonDocument::fromJson(cli({"conversations", "--db", db, "--json"}).out)[0]["unanswered"].toBool());
+        const QJsonObject after_failure = QJsonDocument::fromJson(cli({"conversations", "--db", db, "--json"}).out)[0].toObject();
+        QVERIFY(!after_failure["unanswered"].toBool());
+        QCOMPARE(after_failure["messages"].toInt(), 2);
         const Run refused = cli({"chat", "--db", db, "--conversation", "story", "--message", "Shorter, please.", "-n",
                                  "8", "--greedy"});
         QCOMPARE(refused.code, 2);
@@ -283,9 +285,10 @@ private slots:
     }
 
     // Issue 25: a turn fails on a full slow-tier disk (a file size limit stands in for it, with
-    // SIGXFSZ ignored so writes fail with EFBIG as with ENOSPC) and leaves its message unanswered;
-    // then --cache offloaded:dir=<another folder> --regenerate reopens the conversation from its
-    // snapshot, converts it and answers (it crashed).
+    // SIGXFSZ ignored so writes fail with EFBIG as with ENOSPC) and leaves the conversation as it
+    // was (issue 25.4: it used to leave its message unanswered); then --cache
+    // offloaded:dir=<another folder> --regenerate reopens the conversation from its snapshot,
+    // converts it and answers (it crashed).
     void switchAfterAFullDisk() {
         QTemporaryDir dir;
         const QString model = tiny_model_path(dir), db = dir.path() + "/k.db";
@@ -307,7 +310,9 @@ private slots:
         QCOMPARE(p.exitCode(), 2);
         const QString err = QString::fromUtf8(p.readAllStandardError());
         QVERIFY2(err.contains("disk is full"), qPrintable(err));
-        QVERIFY(QJsonDocument::fromJson(cli({"conversations", "--db", db, "--json"}).out)[0]["unanswered"].toBool());
+        const QJsonObject after_failure = QJsonDocument::fromJson(cli({"conversations", "--db", db, "--json"}).out)[0].toObject();
+        QVERIFY(!after_failure["unanswered"].toBool());
+        QCOMPARE(after_failure["messages"].toInt(), 2);
 
         const Run answered = cli(chat + QStringList{"--cache", b, "--regenerate", "--json"});
         QVERIFY2(answered.code == 0, qPrintable(answered.err));
