@@ -863,6 +863,7 @@ private:
         stop_set = false;
         if (stop) {
             const int at = d.range(-1, n);  // -1: while prefilling
+            stop_at_ = at;
             auto pieces = std::make_shared<int>(0);
             cb.on_text = [&flag, &stop_set, at, pieces](std::string_view) {
                 if (++*pieces > at && at >= 0) flag = true, stop_set = true;
@@ -871,7 +872,14 @@ private:
                 cb.progress.report = [&flag, &stop_set](std::string_view, int64_t, int64_t) { flag = true, stop_set = true; };
         }
         try {
-            f(cb);
+            const TurnResult r = f(cb);
+            if (o_.verbose > 1) {
+                std::string notices;
+                for (const std::string& x : r.notices) notices += " | " + x;
+                note("session API turn (-n " + std::to_string(n) + (stop ? ", stop after piece " + std::to_string(stop_at_) : "") +
+                     "): prompt " + std::to_string(r.prompt_tokens) + " tokens, " + std::to_string(r.cached_tokens) +
+                     " from the cache, answer " + show_ids(r.tokens) + " (" + r.stop_reason + ")" + notices);
+            }
             return "";
         } catch (const Cancelled&) {
             return "cancelled";
@@ -1406,6 +1414,7 @@ private:
     std::map<std::string, int> orphans_allowed_;
     bool killed_this_step_ = false;  // snapshot name -> the step whose kill left it
     int failures_ = 0, cli_runs_ = 0, api_calls_ = 0;
+    int stop_at_ = 0;  // (for -vv)
     int next_title_ = 0, next_prefix_ = 0;
 };
 

@@ -13,6 +13,7 @@
 #include <QTemporaryDir>
 #include <QtTest>
 
+#include <algorithm>
 #include <atomic>
 #include <map>
 #include <signal.h>
@@ -281,6 +282,43 @@ private slots:
         const std::string snapshot = store3.find_conversation_by_id(id)->snapshot;
         QCOMPARE(QString::fromStdString(load_cache_snapshot(store3.snapshot_path(snapshot), *s.m, *s.be).cache->spec()),
                  QString("offloaded"));
+    }
+
+    // kvchat_soak seed 305, step 61 (reduced): the tiny model wrote <start_of_turn> seven times
+    // inside an answer (a control token: it decodes to nothing). The live session rendered that
+    // answer with the ids it was generated as, markers included; every reopening (a restart,
+    // another program, the registry reading it again) drops ids with a turn marker
+    // (answer_ids_from_file) and renders its text: 27 tokens less, so the next turn's prompt, and
+    // its greedy answer, depended on whether the conversation had been reopened. Both render alike.
+    void answerWithATurnMarkerRendersAsReopened() {
+        Setup s;
+        Store store(s.db);
+        ConversationRegistry reg(store, *s.m, *s.be);
+        const ChatTemplate& t = reg.chat_template();
+        const Tokenizer& tok = s.m->tokenizer();
+        const int32_t marker = tok.find_piece("<start_of_turn>");
+        QVERIFY(marker >= 0);
+        std::vector<int32_t> ids = tok.encode("the cat", false);
+        ids.push_back(marker);
+        for (int32_t id : tok.encode(" sat", false)) ids.push_back(id);
+        const std::string text = tok.decode(ids);
+        QVERIFY(t.answer_ids_from_file(ids).empty());  // what a reopening reads back
+        const auto render = [&](std::vector<int32_t> answer_ids) {
+            std::vector<ChatMessage> msgs;
+            msgs.emplace_back(Role::User, "hello");
+            msgs.emplace_back(Role::Assistant, text, std::move(answer_ids));
+            msgs.emplace_back(Role::User, "and then");
+            return t.render(msgs, true).tokens;
+        };
+        QCOMPARE(render(ids), render(t.answer_ids_from_file(ids)));
+        // An answer without a marker keeps its ids (they are what the cache holds).
+        std::vector<int32_t> plain = tok.encode("the cat", false);
+        plain.insert(plain.begin(), plain.back());  // (ids a tokenizer would not give for the text)
+        std::vector<ChatMessage> msgs;
+        msgs.emplace_back(Role::User, "hello");
+        msgs.emplace_back(Role::Assistant, tok.decode(plain), plain);
+        const std::vector<int32_t> rendered = t.render(msgs, false).tokens;
+        QVERIFY(std::search(rendered.begin(), rendered.end(), plain.begin(), plain.end()) != rendered.end());
     }
 
     // Written while reducing kvchat_soak seed 305, step 61 (under hybrid, the turn after a stopped
