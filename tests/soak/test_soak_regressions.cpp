@@ -187,6 +187,41 @@ private slots:
         QVERIFY2(r.cached_tokens > 0, std::to_string(r.cached_tokens).c_str());
     }
 
+    // kvchat_soak seed 1005, step 214: another program regenerated an answer into one with the
+    // same text and other ids (an empty answer of pieces that decode to nothing, 9 ids where the
+    // window's had 7). The window compared texts only, took its transcript for the stored one and
+    // rendered its own ids: another prompt (77 tokens where a reopening renders 79), another
+    // answer. Ids count in the comparison.
+    void answerRegeneratedElsewhereWithTheSameTextIsReadAgain() {
+        Setup s;
+        Store store_a(s.db);
+        ConversationRegistry a(store_a, *s.m, *s.be);
+        const int64_t id = a.create("c");
+        a.send(id, "the cat sat on the mat", greedy(6));
+        {
+            // The other program's regenerate: the same text, one more id that decodes to nothing.
+            const int32_t pad = s.m->tokenizer().find_piece("<pad>");
+            QVERIFY(pad >= 0);
+            MessageRecord answer = store_a.list_messages(id).back();
+            QCOMPARE(answer.role, Role::Assistant);
+            std::vector<int32_t> ids = answer.stats.token_ids;
+            ids.push_back(pad);
+            QCOMPARE(s.m->tokenizer().decode(ids), answer.content);
+            QVERIFY(!a.chat_template().answer_ids_from_file(ids).empty());
+            Store other(s.db);
+            other.delete_messages_after(id, 0);
+            answer.stats.token_ids = ids;
+            other.append_message(id, Role::Assistant, answer.content, answer.stats);
+        }
+        std::vector<ChatMessage> msgs;
+        for (const MessageRecord& m : store_a.list_messages(id))
+            msgs.emplace_back(m.role, m.content, a.chat_template().answer_ids_from_file(m.stats.token_ids));
+        msgs.emplace_back(Role::User, "why");
+        const int64_t want = static_cast<int64_t>(a.chat_template().render(msgs, true).tokens.size());
+        const TurnResult r = a.send(id, "why", greedy(4));
+        QCOMPARE(r.prompt_tokens, want);
+    }
+
     // kvchat_soak seed 4, step 97 (and seed 3, step 13): a strategy another program switched the
     // conversation to (kvchat-cli chat --cache) was undone by the window's next turn, which ran
     // with the strategy it had in memory and wrote it back. The switch stands, and the turn runs
