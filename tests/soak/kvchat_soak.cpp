@@ -433,7 +433,10 @@ private:
             const Message& a = msgs.back();
             const SpecTraits tr = traits_of(t.spec);
             const ReferenceAnswer ref = ref_->answer(t.base, t.n, tr.capacity);
-            const bool exact = tr.lossless || (tr.exact_until > 0 && ref.prompt_tokens + t.n <= tr.exact_until);
+            // A lossy cache is exact until it loses a token, and stays lossy after that: cropped back
+            // (an edit, a regenerate) it keeps the tokens it quantized or dropped while longer.
+            const int64_t reached = std::max(high_water_[t.title], ref.prompt_tokens + t.n);
+            const bool exact = tr.lossless || (tr.exact_until > 0 && reached <= tr.exact_until);
             if (ref.refused) {
                 why = "answered, but the prompt (" + std::to_string(ref.prompt_tokens) + " tokens) and one new token do not fit " +
                       std::to_string(ref.limit);
@@ -458,6 +461,10 @@ private:
         // a system message) or nothing.
         if (t.is_new && got && !t.base.empty() && std::equal(msgs.begin(), msgs.end(), t.base.begin(), t.base.end() - 1))
             out = Outcome::Unchanged;
+        // What the conversation's cache may have held: the prompt prefilled (kept also when the turn
+        // is taken back) and the answer's tokens.
+        if (!t.base.empty())
+            high_water_[t.title] = std::max(high_water_[t.title], ref_->prompt_tokens(t.base) + t.n);
         if (!why.empty()) {
             fail(context + ": " + why);
         } else if (!allowed.count(out)) {
@@ -1111,6 +1118,7 @@ private:
             return fail(std::string("rename: ") + e.what());
         }
         world_.conversation(from)->title = to;
+        high_water_[to] = high_water_[from];
         if (snapshot_loaded_.erase(from)) snapshot_loaded_.insert(to);
     }
 
@@ -1415,6 +1423,8 @@ private:
     bool killed_this_step_ = false;  // snapshot name -> the step whose kill left it
     int failures_ = 0, cli_runs_ = 0, api_calls_ = 0;
     int stop_at_ = 0;  // (for -vv)
+    // The most tokens each conversation (by title) may have had in its cache (see judge_turn).
+    std::map<std::string, int64_t> high_water_;
     int next_title_ = 0, next_prefix_ = 0;
 };
 
