@@ -197,9 +197,7 @@ private slots:
         const Run list = cli({"conversations", "--db", db});
         QCOMPARE(list.code, 0);
         QVERIFY2(list.out.contains("\tunanswered"), list.out.constData());
-        const QJsonObject after_failure = QJsonDocument::fromJson(cli({"conversations", "--db", db, "--json"}).out)[0].toObject();
-        QVERIFY(!after_failure["unanswered"].toBool());
-        QCOMPARE(after_failure["messages"].toInt(), 2);
+        QVERIFY(QJsonDocument::fromJson(cli({"conversations", "--db", db, "--json"}).out)[0]["unanswered"].toBool());
         const Run refused = cli({"chat", "--db", db, "--conversation", "story", "--message", "Shorter, please.", "-n",
                                  "8", "--greedy"});
         QCOMPARE(refused.code, 2);
