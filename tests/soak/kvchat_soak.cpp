@@ -8,7 +8,9 @@
 //   - the session API the window uses (ConversationRegistry, in this process): create, send,
 //     stop at a random moment, regenerate, edit, switch strategy live, close, rename, remove,
 //     save prefixes, and restart (the registry and its store destroyed and made again);
-//   - and between them, damage: a snapshot file flipped, cut short or emptied.
+//   - and between them, damage: a snapshot file flipped, cut short or emptied, put in place by
+//     rename (a file rewritten in place under a running kvchat is test_soak_regressions'
+//     snapshotCutInPlaceAfterLoadingIsHarmless).
 // After every step: no crash and no hang; every conversation's transcript, strategy and every
 // prefix equal the model's; every answer of a lossless strategy is the greedy answer computed
 // without a cache (`--no-cache`), a stopped one a prefix of it; no temporary or orphaned file is
@@ -1211,7 +1213,7 @@ private:
     }
 
     // " [reopens ...]" when the step takes the conversation's cache from its snapshot and converts
-    // it to another strategy (the known crash); a CLI run always reopens, the registry when the
+    // it to another strategy (where switch-reopened-crash was); a CLI run always reopens, the registry when the
     // cache is not in memory.
     std::string reopen_marker(const std::string& title, const std::string& to_spec, bool via_api) {
         const ConversationModel* c = world_.conversation(title);
@@ -1221,8 +1223,8 @@ private:
         } catch (const std::exception&) {
         }
         if (via_api && c && reg_ && reg_->telemetry(c->id).has_value()) {
-            // In memory: converted when switched, or when another program switched it; the known
-            // bug when that cache was read from a snapshot.
+            // In memory: converted when switched, or when another program switched it; where the
+            // crash was, when that cache was read from a snapshot.
             if (!snapshot_loaded_.count(title)) return "";
             std::string in_memory;
             for (const ConversationSummary& s : reg_->list())
