@@ -20,6 +20,7 @@
 #include <functional>
 #include <random>
 #include <string>
+#include <fcntl.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -1159,6 +1160,45 @@ PRAGMA user_version = 2;
             QVERIFY(!store.snapshot_path(store.prefix_snapshot_name(1)).empty());
             QVERIFY(store.conversation_snapshot_name(1) != Store::legacy_conversation_snapshot_name(1));
         }
+    }
+
+    // kvchat_soak seed 1, step 39: opening a second store on a database this process already had
+    // open (the window's registry, a restart) read the header of every file in the folder to see
+    // whether another database shares it, the database's own -shm included. Closing that file
+    // dropped the lock SQLite holds on the -shm (POSIX locks belong to the process, and any close
+    // releases them), so the next kvchat-cli took itself for the only user, truncated the -shm
+    // and the window died of SIGBUS reading its mapping. The lock must still be held after the
+    // second open, asked from another process (a process never sees its own locks).
+    void openingAgainKeepsTheSharedMemoryLock() {
+        QTemporaryDir dir;
+        const std::string path = (dir.path() + "/kv.db").toStdString();
+        Store first(path);
+        first.append_message(first.create_conversation("c", "fp", "dynamic").id, Role::User, "hello");
+        // A snapshot of the shared name earlier versions wrote, so the folder is looked at.
+        write_bytes(dir.path() + "/snapshots/conversation-99.kvcache", "old");
+        const auto shm_locked = [&] {
+            const pid_t child = ::fork();
+            if (child == 0) {
+                const int fd = ::open((path + "-shm").c_str(), O_RDWR);
+                struct flock lk {};
+                lk.l_type = F_WRLCK;
+                lk.l_whence = SEEK_SET;
+                lk.l_start = 128;  // SQLite's "DMS" byte: shared-locked by every connection using the -shm
+                lk.l_len = 1;
+                ::_exit(fd >= 0 && ::fcntl(fd, F_GETLK, &lk) == 0 && lk.l_type != F_UNLCK ? 0 : 1);
+            }
+            int status = 0;
+            ::waitpid(child, &status, 0);
+            return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+        };
+        QVERIFY(shm_locked());
+        {
+            Store second(path);
+            QCOMPARE(second.list_conversation_overviews().size(), size_t(1));
+            QVERIFY2(shm_locked(), "opening the store again dropped the lock on the -shm");
+        }
+        first.append_message(first.list_conversation_overviews()[0].conversation.id, Role::User, "again");
+        QVERIFY(shm_locked());
     }
 
     // Unicode white space is white space, for every front end's "blank message" rule.

@@ -11,6 +11,7 @@
 #include <fcntl.h>
 #include <nmmintrin.h>
 #include <sys/mman.h>
+#include <sys/sendfile.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -92,10 +93,12 @@ struct ZeroShift {
     }
 };
 
-// A snapshot mapped read-only: its bytes are read once, by the checksums and the copies into
-// the cache, with no buffer in between. Snapshots are replaced by rename, never rewritten in
-// place, so the mapping stays valid (also after the file is replaced, for the checkpoints that
-// still point into it). Anything that cannot be mapped is read whole instead.
+// A snapshot's bytes, mapped: read once, by the checksums and the copies into the cache, and
+// resident layers map their slot data copy-on-write from it. The mapping is of a private copy
+// made at load (a memfd, filled by the kernel), not of the file: kvchat replaces snapshots by
+// rename, but another program may truncate or rewrite one in place (`cp` over it, `truncate`),
+// and a mapping of the file would then die of SIGBUS or change under the cache. Anything that
+// cannot be copied so is read whole instead.
 class SnapshotBytes {
 public:
     SnapshotBytes(const std::string& path, size_t max_bytes) {
@@ -104,16 +107,20 @@ public:
         struct stat st {};
         if (fd >= 0 && ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0 &&
             static_cast<unsigned long long>(st.st_size) <= max_bytes) {
-            void* m = ::mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ, MAP_PRIVATE, fd, 0);
-            if (m != MAP_FAILED) {
-                map_ = m;
-                view_ = std::string_view(static_cast<const char*>(m), static_cast<size_t>(st.st_size));
+            const int copy = private_copy(fd, static_cast<size_t>(st.st_size));
+            if (copy >= 0) {
+                void* m = ::mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ, MAP_PRIVATE, copy, 0);
+                if (m != MAP_FAILED) {
+                    map_ = m;
+                    view_ = std::string_view(static_cast<const char*>(m), static_cast<size_t>(st.st_size));
+                    fd_ = copy;
+                } else {
+                    ::close(copy);
+                }
             }
         }
-        if (map_) {
-            fd_ = fd;
-        } else {
-            if (fd >= 0) ::close(fd);
+        if (fd >= 0) ::close(fd);
+        if (!map_) {
             copy_ = read_whole_file(path, max_bytes);  // (names the problem when there is one)
             view_ = copy_;
         }
@@ -134,6 +141,22 @@ public:
     std::string_view view() const { return view_; }
 
 private:
+    // A memfd holding the first `size` bytes of `fd`, or -1 (no memfd, no room, or the file was
+    // cut short meanwhile: then it is read whole, and what it holds is judged as it is).
+    static int private_copy(int fd, size_t size) {
+        const int mem = ::memfd_create("kvchat-snapshot", MFD_CLOEXEC);
+        if (mem < 0) return -1;
+        off_t at = 0;
+        while (static_cast<size_t>(at) < size) {
+            const ssize_t n = ::sendfile(mem, fd, &at, size - static_cast<size_t>(at));
+            if (n <= 0) {
+                ::close(mem);
+                return -1;
+            }
+        }
+        return mem;
+    }
+
     void* map_ = nullptr;
     std::string copy_;
     std::string_view view_;

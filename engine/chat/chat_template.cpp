@@ -378,13 +378,14 @@ int32_t ChatTemplate::marker_id(std::string_view piece) const {
 }
 
 ChatTemplate::Piece ChatTemplate::reply(const ChatMessage& m, std::string text) const {
-    // (Ids read from a file are checked for control tokens where they are read: see
-    // answer_ids_from_file.)
-    if (tok_ && m.role == Role::Assistant && !m.tokens.empty() && text == m.content) {
-        const auto in_vocabulary = [this](int32_t id) { return id >= 0 && id < tok_->vocab_size(); };
-        if (std::all_of(m.tokens.begin(), m.tokens.end(), in_vocabulary) && tok_->decode(m.tokens) == text)
-            return Piece{Piece::Ids, std::move(text), m.tokens};
-    }
+    // The ids an answer was generated as, under the rule ids read from a file follow
+    // (answer_ids_from_file: no turn marker), so a live conversation renders as it will when it
+    // is reopened: a model that wrote <start_of_turn> inside its answer (which decodes to nothing)
+    // otherwise gave the next turn another prompt, and another answer, than a restart does
+    // (kvchat_soak seed 305 step 61).
+    if (tok_ && m.role == Role::Assistant && !m.tokens.empty() && text == m.content &&
+        !answer_ids_from_file(m.tokens).empty() && tok_->decode(m.tokens) == text)
+        return Piece{Piece::Ids, std::move(text), m.tokens};
     // Tokenized on its own, so the generation prompt before it is a prefix of the rendered answer.
     return Piece{Piece::Ids, std::move(text), {}};
 }

@@ -134,6 +134,7 @@ Conversation& ConversationRegistry::open(std::string_view title_in, const OpenOp
                     e.conversation->set_cache_spec(spec);
                 }
                 store_.set_conversation_cache_spec(e.id, spec);
+                e.switched_from.reset();
             }
             return *e.conversation;
         }
@@ -145,8 +146,10 @@ Conversation& ConversationRegistry::open(std::string_view title_in, const OpenOp
         e.id = rec->id;
         std::string spec = canonical_cache_spec(rec->cache_spec);
         if (!options.cache_spec.empty() && canonical_cache_spec(options.cache_spec) != spec) {
+            // Not recorded yet: the turn it is asked with may be refused (the conversation does not
+            // fit the new strategy), and a refused turn leaves the conversation as it was.
+            e.switched_from = spec;
             spec = canonical_cache_spec(options.cache_spec);
-            store_.set_conversation_cache_spec(e.id, spec);
         }
         e.conversation = std::make_unique<Conversation>(model_, backend_, template_, spec);
         for (const MessageRecord& m : store_.list_messages(e.id)) adopt(*e.conversation, m);
@@ -252,8 +255,14 @@ bool ConversationRegistry::transcript_is_stored(const Entry& e) const {
     const std::vector<MessageRecord> stored = store_.list_messages(e.id);
     const std::vector<ChatMessage>& have = e.conversation->messages();
     if (stored.size() != have.size()) return false;
-    for (size_t i = 0; i < have.size(); ++i)
+    for (size_t i = 0; i < have.size(); ++i) {
         if (stored[i].role != have[i].role || stored[i].content != have[i].content) return false;
+        // An answer regenerated elsewhere may have the same text and other ids (an empty one, or
+        // pieces that decode to nothing): they render differently (kvchat_soak seed 1005 step 214).
+        if (have[i].role == Role::Assistant &&
+            template_.answer_ids_from_file(stored[i].stats.token_ids) != template_.answer_ids_from_file(have[i].tokens))
+            return false;
+    }
     return true;
 }
 
@@ -269,7 +278,10 @@ void ConversationRegistry::lock_and_sync(Entry& e, std::vector<std::string>& not
         // turn prefills what it needs.
         const std::string stored_spec = canonical_cache_spec(rec->cache_spec);
         Conversation& conv = *e.conversation;
-        if (stored_spec != conv.cache_spec()) {
+        if (e.switched_from && stored_spec == *e.switched_from) {
+            // Still what it was when this process asked for its own switch: that one goes on.
+        } else if (stored_spec != conv.cache_spec()) {
+            e.switched_from.reset();
             std::unique_ptr<Cache> cache;
             if (conv.has_cache()) {
                 try {
@@ -301,7 +313,8 @@ void ConversationRegistry::lock_and_sync(Entry& e, std::vector<std::string>& not
 }
 
 void ConversationRegistry::save_snapshot(Entry& e, std::vector<std::string>& notices) {
-    if (!e.conversation->has_cache()) return;
+    // A switch no turn has made yet is not recorded: the snapshot stays the stored strategy's.
+    if (!e.conversation->has_cache() || e.switched_from) return;
     const std::string name = store_.conversation_snapshot_name(e.id);
     // The snapshot is installed under the conversation's lock, and only when its cache was made
     // for the stored transcript: one made before another process moved the conversation on is
@@ -389,6 +402,7 @@ void ConversationRegistry::finish_turn(Entry& e, const TurnResult& r, size_t mes
     }
     if (const auto rec = store_.find_conversation_by_id(e.id); rec && rec->cache_spec != c.cache_spec())
         store_.set_conversation_cache_spec(e.id, c.cache_spec());
+    e.switched_from.reset();  // (a switch asked on open is made by this turn)
     // The message is committed; only now the snapshot.
     save_snapshot(e, notices);
     enforce_budget(e);

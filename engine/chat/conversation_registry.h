@@ -31,6 +31,7 @@ namespace kvchat {
 
 struct OpenOptions {
     std::string cache_spec;  // strategy for a new conversation, or a switch for an existing one
+                             // (stored with its first answered turn: a refused turn keeps the old)
     std::string prefix;      // start a new conversation from this saved prefix
     std::string system;      // system message of a new conversation (a prefix's messages win)
 };
@@ -128,6 +129,9 @@ private:
         bool cache_ready = false;  // the snapshot was loaded (or found unusable) for this session
         bool dirty = false;        // the cache changed since its snapshot was written
         int64_t prefix_tokens = 0; // tokens of the saved prefix its cache started from, until the first answer
+        // The stored strategy a switch asked on open (OpenOptions::cache_spec) replaces: the switch
+        // is recorded by the first turn that is answered, so a refused one leaves it as it was.
+        std::optional<std::string> switched_from;
         std::unique_ptr<ConversationLock> lock;  // held while a change is under way
     };
     // Releases the entry's lock when the change ends, however it ends.

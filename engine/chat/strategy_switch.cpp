@@ -33,6 +33,7 @@ ConversionPlan ConversationRegistry::switch_strategy(int64_t id, const std::stri
         e.dirty = true;
     }
     store_.set_conversation_cache_spec(e.id, target);
+    e.switched_from.reset();
     if (e.dirty) save_snapshot(e, notices_);
     enforce_budget(e);
     return plan;

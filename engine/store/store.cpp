@@ -23,6 +23,7 @@
 #include <filesystem>
 #include <iterator>
 #include <memory>
+#include <optional>
 
 namespace kvchat {
 
@@ -684,6 +685,13 @@ bool Store::alone_in_folder() const {
         std::error_code type_ec;
         if (!entry.is_regular_file(type_ec)) continue;
         if (fs::equivalent(entry.path(), self, type_ec)) continue;
+        // SQLite's own files (the -wal, -shm, -journal of this database or another) are never a
+        // database, and must not be opened: closing any descriptor of a file drops every POSIX
+        // lock this process holds on it, and the lock SQLite keeps on this database's -shm is what
+        // tells another program it is not the first. Without it, the next kvchat-cli truncates and
+        // rebuilds the -shm under this process's mapping of it (SIGBUS here, a lost wal-index).
+        const std::string name = entry.path().filename().string();
+        if (name.ends_with("-wal") || name.ends_with("-shm") || name.ends_with("-journal")) continue;
         // A kvchat database: SQLite's header with kvchat's application id (offset 68, big-endian).
         unsigned char header[72] = {};
         FILE* f = std::fopen(entry.path().c_str(), "rb");
@@ -735,7 +743,8 @@ size_t Store::remove_orphan_snapshots() {
     size_t removed = 0;
     try {
         const int64_t last_conversation = highest("conversations"), last_prefix = highest("prefixes");
-        const bool alone = alone_in_folder();
+        // Asked only when there is a file of the shared names (it reads the folder's other files).
+        std::optional<bool> alone;
         std::error_code ec;
         for (const auto& entry : std::filesystem::directory_iterator(snapshot_dir_, ec)) {
             const std::string name = entry.path().filename().string();
@@ -748,7 +757,8 @@ size_t Store::remove_orphan_snapshots() {
                 conversation = snapshot_id(name, "conversation-");
                 prefix = snapshot_id(name, "prefix-");
                 if (conversation < 0 && prefix < 0) continue;
-                if (!alone) continue;
+                if (!alone) alone = alone_in_folder();
+                if (!*alone) continue;
                 legacy = true;
             }
             std::error_code type_ec;
