@@ -138,6 +138,9 @@ private slots:
         QCOMPARE(s["top_k"].toInt(), 40);
         s = sampling({"-n", "2", "--greedy"});
         QCOMPARE(s["greedy"].toBool(), true);
+        QCOMPARE(float(s["repeat_penalty"].toDouble()), 1.0f);  // the plain argmax
+        s = sampling({"-n", "2", "--greedy", "--repeat-penalty", "1.2"});
+        QCOMPARE(float(s["repeat_penalty"].toDouble()), 1.2f);
         // Without -n the settings' answer length.
         {
             Store store(db.toStdString());
