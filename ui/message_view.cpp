@@ -100,29 +100,7 @@ QString roleTitle(MessageRole r) {
 
 QString number(qint64 n) { return QLocale().toString(n); }
 
-QString duration(double ms) {
-    if (ms >= 1000) return MessageView::tr("%1 s").arg(ms / 1000.0, 0, 'f', 2);
-    return MessageView::tr("%1 ms").arg(ms, 0, 'f', 0);
-}
-
 }  // namespace
-
-QString MessageView::figuresText(const AnswerFigures& f) {
-    if (!f.present()) return {};
-    QStringList parts;
-    QString prompt = tr("prompt %1 tokens").arg(number(f.promptTokens));
-    if (f.cachedTokens > 0 || f.computedTokens > 0) {
-        QString cached = tr("%1 cached").arg(number(f.cachedTokens));
-        if (f.prefixTokens > 0) cached += tr(" (%1 from a prefix)").arg(number(f.prefixTokens));
-        prompt += QStringLiteral(": ") + cached + tr(", %1 computed").arg(number(f.computedTokens));
-    }
-    parts << prompt;
-    if (f.prefillSavedMs > 0) parts << tr("saved %1 of prefill").arg(duration(f.prefillSavedMs));
-    if (f.ttftMs >= 0) parts << tr("first token %1").arg(duration(f.ttftMs));
-    if (f.tokensPerSecond >= 0) parts << tr("%1 tok/s").arg(f.tokensPerSecond, 0, 'f', 1);
-    parts << tr("%1 tokens").arg(number(f.generatedTokens));
-    return parts.join(QStringLiteral(" · "));
-}
 
 MessageView::MessageView(const MessageItem& message, QWidget* parent) : QFrame(parent), message_(message) {
     setObjectName(QStringLiteral("message"));
@@ -194,6 +172,11 @@ MessageView::MessageView(const MessageItem& message, QWidget* parent) : QFrame(p
     cutNote_->setObjectName(QStringLiteral("cutNote"));
     cutNote_->setVisible(false);
     outer->addWidget(cutNote_);
+    stateNote_ = new QLabel;
+    stateNote_->setObjectName(QStringLiteral("messageState"));
+    stateNote_->setWordWrap(true);
+    stateNote_->setVisible(false);
+    outer->addWidget(stateNote_);
     figures_ = new QLabel;
     figures_->setObjectName(QStringLiteral("answerFigures"));
     figures_->setWordWrap(true);
@@ -209,10 +192,44 @@ MessageView::MessageView(const MessageItem& message, QWidget* parent) : QFrame(p
 
 void MessageView::setMessage(const MessageItem& message) {
     message_ = message;
-    const QString f = figuresText(message.figures);
+    const QString f = TranscriptModel::figuresText(message.figures);
     figures_->setText(f);
     figures_->setVisible(!f.isEmpty());
     render();
+}
+
+void MessageView::showRow(const MessageItem& m, MessageState state) {
+    if (state == MessageState::Streaming) {
+        if (!streaming_) startStreaming();
+        if (m.content != message_.content) {
+            message_.content = m.content;
+            if (!reparse_.isActive()) reparse_.start();
+        }
+    } else if (streaming_) {
+        finish(m);
+    } else if (m.content != message_.content || m.repaired != message_.repaired ||
+               TranscriptModel::figuresText(m.figures) != figures_->text()) {
+        setMessage(m);
+    } else {
+        message_ = m;  // the same text, now stored (its id and time): nothing to parse again
+    }
+    showState(state);
+}
+
+void MessageView::showState(MessageState state) {
+    state_ = state;
+    QString note;
+    switch (state) {
+        case MessageState::Stored:
+        case MessageState::Streaming: break;
+        case MessageState::Sending: note = tr("Sending…"); break;
+        case MessageState::Unanswered: note = tr("<i>Not answered. Regenerate (Ctrl+R) answers it.</i>"); break;
+        case MessageState::Failed: note = tr("<i>This answer failed and was not saved.</i>"); break;
+    }
+    stateNote_->setText(note);
+    stateNote_->setVisible(!note.isEmpty());
+    stateNote_->setForegroundRole(QPalette::PlaceholderText);
+    setActionsEnabled(state == MessageState::Stored || state == MessageState::Unanswered);
 }
 
 void MessageView::startStreaming() {
