@@ -536,10 +536,21 @@ private Q_SLOTS:
         QTRY_COMPARE(view->model()->rowCount(), 1);
         QCOMPARE(w->conversationSearch()->idAt(0), first);
         QCOMPARE(w->currentConversation(), second);
+        QVERIFY(!view->currentIndex().isValid());  // no shown row stands for the open one
         search->clear();
         QTRY_COMPARE(view->model()->rowCount(), 2);
         QCOMPARE(w->currentConversation(), second);
         QCOMPARE(view->currentIndex().data(ConversationListModel::IdRole).toLongLong(), second);
+        // Enter in the search box opens the first match.
+        QTest::keyClicks(search, "apples");
+        QTRY_COMPARE(view->model()->rowCount(), 1);
+        QTest::keyClick(search, Qt::Key_Return);
+        QCOMPARE(w->currentConversation(), first);
+        QTRY_VERIFY_WITH_TIMEOUT(w->transcriptModel()->loaded(), 20000);
+        QCOMPARE(w->transcriptModel()->message(0).content, QString("apples are red"));
+        search->clear();
+        QTRY_COMPARE(view->model()->rowCount(), 2);
+        QCOMPARE(view->currentIndex().data(ConversationListModel::IdRole).toLongLong(), first);
         QCOMPARE(resets.count(), 0);
         QCOMPARE(shownResets.count(), 0);
     }

@@ -465,8 +465,10 @@ void MainWindow::connectWorker() {
         if (query != search_->text() || query.trimmed().isEmpty()) return;  // an older search
         // Narrowing the list moves the view's current row off a hidden conversation; that is not
         // the user opening another one.
-        QSignalBlocker block(list_->selectionModel());
-        shownConversations_->setMatches(QSet<qint64>(ids.begin(), ids.end()));
+        {
+            QSignalBlocker block(list_->selectionModel());
+            shownConversations_->setMatches(QSet<qint64>(ids.begin(), ids.end()));
+        }
         markCurrentInList();
     });
     connect(w, &EngineWorker::answerText, this, [this](qint64 id, const QString& piece) {
@@ -642,9 +644,9 @@ void MainWindow::onConversations(const QList<ConversationItem>& conversations) {
         conversations_->setConversations(conversations);
     }
     if (shownConversations_->searching()) search();  // a new or renamed conversation may match
-    if (shownConversations_->rowOf(currentId_) >= 0) {
+    if (currentId_ == 0 || conversations_->find(currentId_)) {
         markCurrentInList();
-    } else if (currentId_ != 0 && !conversations_->find(currentId_)) {
+    } else {
         // The open conversation was deleted: open the most recent one left, or none.
         currentId_ = 0;
         transcript_->open(0);
@@ -670,11 +672,12 @@ void MainWindow::selectConversation(qint64 id) {
 }
 
 void MainWindow::markCurrentInList() {
+    // Not a choice of the user's: the list's current row follows the open conversation silently,
+    // and is none while a search hides it (so choosing any shown row opens that one).
     const int row = shownConversations_->rowOf(currentId_);
-    if (row < 0) return;
-    // Not a choice of the user's: the list's current row follows the open conversation silently.
     QSignalBlocker block(list_->selectionModel());
-    list_->setCurrentIndex(shownConversations_->index(row, 0));
+    if (row >= 0) list_->setCurrentIndex(shownConversations_->index(row, 0));
+    else list_->selectionModel()->clear();
     list_->viewport()->update();  // (the view repaints on the signals just blocked)
 }
 
@@ -686,8 +689,10 @@ void MainWindow::readTranscript(qint64 id) {
 void MainWindow::search() {
     const QString query = search_->text();
     if (query.trimmed().isEmpty()) {
-        QSignalBlocker block(list_->selectionModel());
-        shownConversations_->setMatches(std::nullopt);
+        {
+            QSignalBlocker block(list_->selectionModel());
+            shownConversations_->setMatches(std::nullopt);
+        }
         markCurrentInList();
         return;
     }
@@ -699,7 +704,8 @@ void MainWindow::onTranscript(const ConversationItem& conversation, const QList<
     transcript_->setMessages(conversation.id, messages);
     updateStatus(&conversation);
     strategy_->setCurrentText(conversation.cacheSpec);
-    // The last answer's figures, as stored with it.
+    // The last answer's figures, as stored with it (none yet: no figures, not another chat's).
+    lastAnswerLabel_->clear();
     for (auto it = messages.crbegin(); it != messages.crend(); ++it)
         if (it->role == MessageRole::Assistant) {
             lastAnswerLabel_->setText(TranscriptModel::figuresText(it->figures).section(QStringLiteral(" · "), 0, 3));

@@ -220,9 +220,10 @@ void MessageView::showState(MessageState state) {
     state_ = state;
     QString note;
     switch (state) {
+        // A question being answered needs no note: its answer is right under it, and Edit waits.
         case MessageState::Stored:
+        case MessageState::Sending:
         case MessageState::Streaming: break;
-        case MessageState::Sending: note = tr("Sending…"); break;
         case MessageState::Unanswered: note = tr("<i>Not answered. Regenerate (Ctrl+R) answers it.</i>"); break;
         case MessageState::Failed: note = tr("<i>This answer failed and was not saved.</i>"); break;
     }
