@@ -17,7 +17,10 @@
 #include "ui/transcript_model.h"
 #include "ui/transcript_view.h"
 
+#include <QDirIterator>
+#include <QFile>
 #include <QInputDialog>
+#include <QRegularExpression>
 #include <QLineEdit>
 #include <QListView>
 #include <QPushButton>
@@ -29,6 +32,7 @@
 #include <QtTest>
 
 #include <atomic>
+#include <functional>
 #include <memory>
 
 using namespace kvchat;
@@ -409,6 +413,50 @@ private Q_SLOTS:
         QCOMPARE(ids(), QList<qint64>({4, 1, 2, 3}));
         QCOMPARE(shown.idAt(7), qint64(0));
         QCOMPARE(resets.count(), 0);
+    }
+
+    // The window's parts are handed what they need: no file of ui/ finds a widget by object name,
+    // and no two parts include each other (directly or round a longer loop). A part is a header
+    // and its source file (ui/lab/cache_lab.h and .cpp).
+    void noIncludeCyclesNorNameLookUps() {
+        const QString root = QStringLiteral(KVCHAT_SOURCE_DIR);
+        const QRegularExpression include(QStringLiteral("^\\s*#\\s*include\\s+\"(ui/[^\"]+)\\.h\""),
+                                         QRegularExpression::MultilineOption);
+        QMap<QString, QSet<QString>> uses;
+        QDirIterator it(root + "/ui", {"*.h", "*.cpp"}, QDir::Files, QDirIterator::Subdirectories);
+        int files = 0;
+        while (it.hasNext()) {
+            const QString path = it.next();
+            QFile f(path);
+            QVERIFY(f.open(QIODevice::ReadOnly));
+            const QString text = QString::fromUtf8(f.readAll());
+            const QString part = QDir(root).relativeFilePath(path).section('.', 0, 0);
+            QVERIFY2(!text.contains("findChild"), qPrintable(path + " looks a widget up by name"));
+            for (auto m = include.globalMatch(text); m.hasNext();) {
+                const QString used = m.next().captured(1);
+                if (used != part) uses[part].insert(used);
+            }
+            ++files;
+        }
+        QVERIFY(files > 20);
+        QVERIFY(uses.value("ui/main_window").contains("ui/lab/cache_lab"));  // the scan sees includes
+        // Depth-first search; a part met again while still on the path closes a loop.
+        QStringList path;
+        QSet<QString> done;
+        std::function<QString(const QString&)> loopFrom = [&](const QString& part) -> QString {
+            if (path.contains(part)) return (path.mid(path.indexOf(part)) << part).join(" -> ");
+            if (done.contains(part)) return {};
+            path << part;
+            for (const QString& next : uses.value(part))
+                if (QString loop = loopFrom(next); !loop.isEmpty()) return loop;
+            path.removeLast();
+            done.insert(part);
+            return {};
+        };
+        for (const QString& part : uses.keys()) {
+            const QString loop = loopFrom(part);
+            QVERIFY2(loop.isEmpty(), qPrintable("include loop: " + loop));
+        }
     }
 
     // ---- in the window, on a tiny model ----

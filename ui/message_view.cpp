@@ -261,6 +261,55 @@ void MessageView::setRegenerateVisible(bool visible) {
     if (regenerate_) regenerate_->setVisible(visible);
 }
 
+namespace {
+
+// A fenced code block: its language, a Copy code button and the code in a monospace font.
+class CodeBlock : public QFrame {
+public:
+    CodeBlock() {
+        setObjectName(QStringLiteral("codeBlock"));
+        setFrameShape(QFrame::StyledPanel);
+        setAutoFillBackground(true);
+        setBackgroundRole(QPalette::Window);
+        auto* v = new QVBoxLayout(this);
+        v->setContentsMargins(6, 2, 6, 4);
+        v->setSpacing(2);
+        auto* h = new QHBoxLayout;
+        language_ = new QLabel;
+        language_->setObjectName(QStringLiteral("codeLanguage"));
+        language_->setForegroundRole(QPalette::PlaceholderText);
+        h->addWidget(language_);
+        h->addStretch(1);
+        auto* copy = new QToolButton;
+        copy->setObjectName(QStringLiteral("copyCodeButton"));
+        copy->setText(MessageView::tr("Copy code"));
+        copy->setAccessibleName(MessageView::tr("Copy code"));
+        copy->setAutoRaise(true);
+        h->addWidget(copy);
+        v->addLayout(h);
+        code_ = new TextPiece;
+        code_->setObjectName(QStringLiteral("codeText"));
+        code_->setAccessibleName(MessageView::tr("Code"));
+        code_->setFont(QFontDatabase::systemFont(QFontDatabase::FixedFont));
+        code_->setLineWrapMode(QTextEdit::WidgetWidth);
+        code_->setWordWrapMode(QTextOption::WrapAtWordBoundaryOrAnywhere);
+        v->addWidget(code_);
+        connect(copy, &QToolButton::clicked, this, [this] { QGuiApplication::clipboard()->setText(text_); });
+    }
+    void showSegment(const MarkdownSegment& s) {
+        text_ = s.text;
+        language_->setText(s.language);
+        code_->show(s.text, false);
+    }
+
+private:
+    QLabel* language_ = nullptr;
+    TextPiece* code_ = nullptr;
+    QString text_;
+};
+
+}  // namespace
+
 QWidget* MessageView::makeSegmentWidget(const MarkdownSegment& s) {
     if (!s.code) {
         auto* t = new TextPiece;
@@ -268,37 +317,7 @@ QWidget* MessageView::makeSegmentWidget(const MarkdownSegment& s) {
         t->setAccessibleName(tr("Message text"));
         return t;
     }
-    auto* frame = new QFrame;
-    frame->setObjectName(QStringLiteral("codeBlock"));
-    frame->setFrameShape(QFrame::StyledPanel);
-    frame->setAutoFillBackground(true);
-    frame->setBackgroundRole(QPalette::Window);
-    auto* v = new QVBoxLayout(frame);
-    v->setContentsMargins(6, 2, 6, 4);
-    v->setSpacing(2);
-    auto* h = new QHBoxLayout;
-    auto* lang = new QLabel;
-    lang->setObjectName(QStringLiteral("codeLanguage"));
-    lang->setForegroundRole(QPalette::PlaceholderText);
-    h->addWidget(lang);
-    h->addStretch(1);
-    auto* copy = new QToolButton;
-    copy->setObjectName(QStringLiteral("copyCodeButton"));
-    copy->setText(tr("Copy code"));
-    copy->setAccessibleName(tr("Copy code"));
-    copy->setAutoRaise(true);
-    h->addWidget(copy);
-    v->addLayout(h);
-    auto* code = new TextPiece;
-    code->setObjectName(QStringLiteral("codeText"));
-    code->setAccessibleName(tr("Code"));
-    code->setFont(QFontDatabase::systemFont(QFontDatabase::FixedFont));
-    code->setLineWrapMode(QTextEdit::WidgetWidth);
-    code->setWordWrapMode(QTextOption::WrapAtWordBoundaryOrAnywhere);
-    v->addWidget(code);
-    connect(copy, &QToolButton::clicked, frame,
-            [frame] { QGuiApplication::clipboard()->setText(frame->property("code").toString()); });
-    return frame;
+    return new CodeBlock;
 }
 
 void MessageView::updateSegmentWidget(QWidget* w, const MarkdownSegment& s) {
@@ -309,10 +328,7 @@ void MessageView::updateSegmentWidget(QWidget* w, const MarkdownSegment& s) {
         static_cast<TextPiece*>(w)->show(QString(s.text).replace(u'\n', QStringLiteral("  \n")), true);
         return;
     }
-    w->setProperty("code", s.text);
-    w->findChild<QLabel*>(QStringLiteral("codeLanguage"))->setText(s.language);
-    auto* code = static_cast<TextPiece*>(w->findChild<QTextBrowser*>(QStringLiteral("codeText")));
-    code->show(s.text, false);
+    static_cast<CodeBlock*>(w)->showSegment(s);
 }
 
 void MessageView::showThinking(bool has, const QString& thinking, bool answered) {
