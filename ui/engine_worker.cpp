@@ -10,6 +10,7 @@
 #include "engine/model/model.h"
 #include "engine/model/model_path.h"
 #include "engine/store/store.h"
+#include "ui/store_reader.h"
 
 #include <QDateTime>
 #include <QDir>
@@ -28,28 +29,6 @@ namespace {
 QString qs(std::string_view s) { return QString::fromUtf8(s.data(), static_cast<qsizetype>(s.size())); }
 std::string ss(const QString& s) { return s.toStdString(); }
 
-MessageRole roleOf(Role r) {
-    switch (r) {
-        case Role::System: return MessageRole::System;
-        case Role::User: return MessageRole::User;
-        case Role::Assistant: return MessageRole::Assistant;
-    }
-    return MessageRole::User;
-}
-
-AnswerFigures figuresOf(const GenerationStats& s) {
-    AnswerFigures f;
-    f.promptTokens = s.prompt_tokens;
-    f.generatedTokens = s.generated_tokens;
-    f.cachedTokens = s.cached_tokens;
-    f.prefixTokens = s.prefix_tokens;
-    f.computedTokens = s.computed_tokens;
-    f.ttftMs = s.ttft_ms.value_or(-1);
-    f.tokensPerSecond = s.tokens_per_second.value_or(-1);
-    f.prefillSavedMs = s.prefill_saved_ms.value_or(-1);
-    return f;
-}
-
 ConversationItem itemOf(const ConversationSummary& c) {
     ConversationItem item;
     item.id = c.id;
@@ -64,18 +43,6 @@ ConversationItem itemOf(const ConversationSummary& c) {
     return item;
 }
 
-ConversationItem itemOf(const ConversationOverview& o) {
-    ConversationItem item;
-    item.id = o.conversation.id;
-    item.title = qs(o.conversation.title);
-    item.updatedMs = o.conversation.updated_ms;
-    item.messageCount = o.message_count;
-    item.tokens = o.tokens;
-    item.cacheSpec = qs(o.conversation.cache_spec);
-    item.lastUnanswered = o.last_unanswered;
-    return item;
-}
-
 // A new chat is titled after its first message (its first line, cut at a word), as chat apps do.
 std::string titleFrom(const QString& text) {
     QString line = text.trimmed().section(u'\n', 0, 0).simplified();
@@ -86,18 +53,6 @@ std::string titleFrom(const QString& text) {
         line += QStringLiteral("…");
     }
     return ss(line);
-}
-
-MessageItem messageItem(const MessageRecord& m) {
-    MessageItem item;
-    item.id = m.id;
-    item.ordinal = static_cast<int>(m.ordinal);
-    item.role = roleOf(m.role);
-    item.content = qs(m.content);
-    item.repaired = m.content_repaired;
-    item.figures = figuresOf(m.stats);
-    item.createdMs = m.created_ms;
-    return item;
 }
 
 }  // namespace
@@ -114,9 +69,23 @@ void EngineWorker::makeRegistry() {
                                                            static_cast<size_t>(std::max(1, settings_->resident_caches)));
 }
 
-EngineWorker::EngineWorker(QObject* parent) : QObject(parent), settings_(std::make_unique<ChatSettings>()) {}
+EngineWorker::EngineWorker(QObject* parent) : QObject(parent), settings_(std::make_unique<ChatSettings>()) {
+    reader_ = new StoreReader;
+    reader_->moveToThread(&readerThread_);
+    readerThread_.setObjectName(QStringLiteral("store reader"));
+    // Direct: the results leave from the reader's thread, never queued behind a turn on this one.
+    connect(reader_, &StoreReader::transcriptRead, this, &EngineWorker::transcriptLoaded, Qt::DirectConnection);
+    connect(reader_, &StoreReader::searchResults, this, &EngineWorker::searchResults, Qt::DirectConnection);
+    connect(reader_, &StoreReader::failed, this, &EngineWorker::failed, Qt::DirectConnection);
+    readerThread_.start();
+}
 
-EngineWorker::~EngineWorker() { shutdown(); }
+EngineWorker::~EngineWorker() {
+    readerThread_.quit();
+    readerThread_.wait();
+    delete reader_;
+    shutdown();
+}
 
 void EngineWorker::shutdown() {
     if (!registry_) return;
@@ -163,6 +132,8 @@ void EngineWorker::openStore(const QString& path) {
     *settings_ = ChatSettings::load(*store_);
     emitNotices(settings_->notices);
     makeRegistry();
+    // Queued before storeOpened, so the reader has the database before the window asks it anything.
+    QMetaObject::invokeMethod(reader_, [r = reader_, path] { r->open(path); }, Qt::QueuedConnection);
     Q_EMIT settingsLoaded(*settings_);
     Q_EMIT storeOpened(path, conversationItems(), prefixItems());
 }
@@ -218,7 +189,7 @@ QList<ConversationItem> EngineWorker::conversationItems() const {
     if (registry_) {
         for (const ConversationSummary& c : registry_->list()) out.push_back(itemOf(c));
     } else if (store_) {
-        for (const ConversationOverview& o : store_->list_conversation_overviews()) out.push_back(itemOf(o));
+        for (const ConversationOverview& o : store_->list_conversation_overviews()) out.push_back(conversationItemOf(o));
     }
     return out;
 }
@@ -278,16 +249,14 @@ void EngineWorker::createConversation(const QString& system, qint64 prefixId) {
 }
 
 void EngineWorker::openConversation(qint64 id) {
-    if (!store_) return;
-    try {
-        QList<MessageItem> messages;
-        for (const MessageRecord& m : store_->list_messages(id)) messages.push_back(messageItem(m));
-        Q_EMIT transcriptLoaded(conversationItem(id), messages);
-        if (registry_)
-            if (auto t = registry_->telemetry(id)) Q_EMIT cacheTelemetry(id, *t);
-    } catch (const std::exception& e) {
-        Q_EMIT failed(tr("Open conversation"), qs(e.what()));
-    }
+    QMetaObject::invokeMethod(reader_, [r = reader_, id] { r->readTranscript(id); }, Qt::QueuedConnection);
+    QMetaObject::invokeMethod(
+        this,
+        [this, id] {
+            if (registry_)
+                if (auto t = registry_->telemetry(id)) Q_EMIT cacheTelemetry(id, *t);
+        },
+        Qt::QueuedConnection);
 }
 
 void EngineWorker::renameConversation(qint64 id, const QString& title) {
@@ -321,14 +290,7 @@ void EngineWorker::removeConversation(qint64 id) {
 }
 
 void EngineWorker::search(const QString& query) {
-    if (!store_) return;
-    QList<qint64> ids;
-    try {
-        for (const ConversationOverview& o : store_->search_conversations(ss(query))) ids.push_back(o.conversation.id);
-    } catch (const std::exception& e) {
-        Q_EMIT failed(tr("Search"), qs(e.what()));
-    }
-    Q_EMIT searchResults(query, ids);
+    QMetaObject::invokeMethod(reader_, [r = reader_, query] { r->search(query); }, Qt::QueuedConnection);
 }
 
 template <class Turn>
@@ -378,7 +340,12 @@ void EngineWorker::runTurn(qint64 id, Turn&& turn) {
         const auto messages = store_->list_messages(id);
         TurnOutcome out;
         out.conversationId = id;
-        if (!messages.empty() && messages.back().role == Role::Assistant) out.answer = messageItem(messages.back());
+        if (!messages.empty() && messages.back().role == Role::Assistant) out.answer = messageItemOf(messages.back());
+        for (auto it = messages.rbegin(); it != messages.rend(); ++it)
+            if (it->role == Role::User) {
+                out.question = messageItemOf(*it);
+                break;
+            }
         out.stopReason = qs(r.stop_reason);
         for (const std::string& n : r.notices) out.notices.push_back(qs(n));
         out.kvBytes = r.kv_bytes;
