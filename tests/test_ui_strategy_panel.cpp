@@ -105,7 +105,7 @@ private Q_SLOTS:
         auto cache = filled("dynamic", 40);
         kvchat::StrategyPanel panel;
         panel.resize(520, 420);
-        panel.setCurrentSpec(QString::fromStdString(cache->spec()));
+        panel.setCurrentSpec(QString::fromStdString(cache->spec_text()));
         panel.show();
         QVERIFY(QTest::qWaitForWindowExposed(&panel));
         QSignalSpy plans(&panel, &kvchat::StrategyPanel::planRequested);
@@ -154,7 +154,7 @@ private Q_SLOTS:
     void rebuildPlanSaysHowLong() {
         auto cache = filled("sink:window=8,sinks=2", 40);
         kvchat::StrategyPanel panel;
-        panel.setCurrentSpec(QString::fromStdString(cache->spec()));
+        panel.setCurrentSpec(QString::fromStdString(cache->spec_text()));
         retype(panel.specEdit(), "dynamic");
         const auto plan = kvchat::plan_conversion(*cache, "dynamic", 20.0);  // 40 tokens at 20 tok/s: 2 s
         panel.showPlan(plan);

@@ -183,10 +183,10 @@ void StrategyPanel::setCurrentSpec(const QString& spec) {
 
 void StrategyPanel::fillFields(const CacheSpec& s) {
     filling_ = true;
-    QString preset = QString::fromStdString(s.base);
-    if (s.base == "dynamic" && s.nbits > 0) preset = "quantized";
-    if (s.base == "dynamic" && s.nbits == 0 && s.offloaded) preset = "offloaded";
-    if (s.base == "static" && s.offloaded) preset = "offloaded_static";
+    QString preset = QString::fromStdString(std::string(cache_base_name(s.base)));
+    if (s.base == CacheBase::Dynamic && s.nbits > 0) preset = "quantized";
+    if (s.base == CacheBase::Dynamic && s.nbits == 0 && s.offloaded) preset = "offloaded";
+    if (s.base == CacheBase::Static && s.offloaded) preset = "offloaded_static";
     preset_->setCurrentText(preset);
     quantized_->setChecked(s.nbits > 0);
     offloaded_->setChecked(s.offloaded);
