@@ -9,6 +9,7 @@
 #include "engine/compute/thread_pool.h"
 #include "engine/error.h"
 #include "engine/cache/cache_factory.h"
+#include "engine/cache/cache_presets.h"
 #include "engine/cache/cache_spec.h"
 #include "engine/cache/convert.h"
 #include "engine/chat/chat_template.h"
@@ -42,7 +43,7 @@ namespace {
 using nlohmann::json;
 using namespace kvchat::cli;
 
-const char* kUsage =
+const char* kUsageText =
     "kvchat-cli " KVCHAT_VERSION " - local chat with a persistent KV cache\n"
     "\n"
     "usage: kvchat-cli [--version] [--help] COMMAND [OPTIONS]\n"
@@ -83,9 +84,7 @@ const char* kUsage =
     "             [--json]: time to first token over turns, from a saved prefix, and after reopening\n"
     "\n"
     "cache strategies (--cache; combine with +, e.g. quantized:nbits=4+offloaded):\n"
-    "  dynamic | static:max_len=N | offloaded[:dir=PATH] | offloaded_static:max_len=N[,dir=PATH]\n"
-    "  quantized[:nbits=2|4|8,residual=128,group=64] | sliding_window:window=W\n"
-    "  sink:window=W,sinks=S | hybrid[:max_len=N]\n"
+    "%PRESETS%"
     "  dtype=f16|bf16|f32 on any part: the full-precision format (default f16, as llama.cpp)\n"
     "\n"
     "options for every command:\n"
@@ -96,6 +95,24 @@ const char* kUsage =
     "                  be used is named with the reason, and the CPU is used\n"
     "  --version       print the version and exit\n"
     "  --help          print this help and exit\n";
+
+// The help: kUsageText with the engine's presets in place of %PRESETS%, their forms joined by
+// " | " in lines of at most 92 columns.
+std::string usage() {
+    std::string presets, line;
+    for (const kvchat::CachePreset& p : kvchat::cache_presets()) {
+        const std::string form(p.usage);
+        if (!line.empty() && line.size() + 3 + form.size() > 92) {
+            presets += line + "\n";
+            line.clear();
+        }
+        line += (line.empty() ? "  " : " | ") + form;
+    }
+    presets += line + "\n";
+    std::string text = kUsageText;
+    const size_t at = text.find("%PRESETS%");
+    return text.replace(at, std::string_view("%PRESETS%").size(), presets);
+}
 
 int fail(const std::string& msg) {
     // Messages quote titles, names and paths the user or a database gave: no control character
@@ -486,7 +503,7 @@ int main(int argc, char** argv) {
     const std::vector<std::string> args(argv + 1, argv + argc);
     for (const std::string& a : args) {
         if (a == "--help" || a == "-h") {
-            std::fputs(kUsage, stdout);
+            std::fputs(usage().c_str(), stdout);
             return 0;
         }
         if (a == "--version") {
@@ -523,7 +540,7 @@ int run_command(const std::vector<std::string>& args) {
         if (!o.positional.empty() && o.command != "prefix" && o.command != "storage")
             return fail("unexpected argument '" + o.positional[0] + "' (see --help)");
         if (o.command.empty()) {
-            std::fputs(kUsage, stderr);
+            std::fputs(usage().c_str(), stderr);
             return 2;
         }
         if (o.command == "info") return cmd_info(o);
