@@ -12,6 +12,7 @@
 #include "engine/cache/cache_presets.h"
 #include "engine/cache/cache_spec.h"
 #include "engine/cache/convert.h"
+#include "engine/cache/telemetry_json.h"
 #include "engine/chat/chat_template.h"
 #include "engine/generate/comparison.h"
 #include "engine/generate/generator.h"
@@ -176,34 +177,6 @@ int cmd_template(const Options& o) {
     return 0;
 }
 
-json telemetry_json(const kvchat::CacheTelemetry& t) {
-    json j;
-    j["spec"] = t.spec;
-    j["tokens"] = t.tokens;
-    j["total_bytes"] = t.total_bytes;
-    j["bytes_fast"] = t.bytes_fast;
-    j["bytes_slow"] = t.bytes_slow;
-    j["bytes_reserved"] = t.bytes_reserved;
-    j["bytes_per_token"] = t.bytes_per_token;
-    j["moved_in_step"] = t.moved_in_step;
-    j["moved_out_step"] = t.moved_out_step;
-    j["prefetch_stall_ms"] = t.prefetch_stall_ms;
-    json layers = json::array();
-    for (const kvchat::LayerTelemetry& l : t.layers) {
-        layers.push_back({{"kind", l.kind}, {"storage", l.storage}, {"tokens_held", l.tokens_held},
-                          {"capacity", l.capacity}, {"bytes_fast", l.bytes_fast}, {"bytes_slow", l.bytes_slow},
-                          {"bytes_full_precision", l.bytes_full_precision}, {"bytes_quantized", l.bytes_quantized},
-                          {"bytes_reserved", l.bytes_reserved}, {"quantized_tokens", l.quantized_tokens},
-                          {"residual_tokens", l.residual_tokens}, {"sink_range", {l.sink_begin, l.sink_end}},
-                          {"window_range", {l.window_begin, l.window_end}}, {"evicted", l.evicted},
-                          {"moved_in_step", l.moved_in_step}, {"moved_out_step", l.moved_out_step},
-                          {"moved_in_total", l.moved_in_total}, {"moved_out_total", l.moved_out_total},
-                          {"prefetch_stall_ms", l.prefetch_stall_ms}});
-    }
-    j["layers"] = layers;
-    return j;
-}
-
 int cmd_generate(const Options& o) {
     if (!o.has("--prompt")) throw kvchat::Error("generate needs --prompt TEXT");
     const std::string prompt = o.str("--prompt");
@@ -239,7 +212,7 @@ int cmd_generate(const Options& o) {
         j["prefill_tok_s"] = r.prefill_tok_s();
         j["decode_tok_s"] = r.decode_tok_s();
         j["kv_bytes"] = cache->bytes();
-        j["cache"] = telemetry_json(cache->telemetry());
+        j["cache"] = kvchat::telemetry_json(cache->telemetry());
         j["stop_reason"] = r.stop_reason;
         j["seed"] = g.sampling.seed;
         std::printf("%s\n", j.dump(-1, ' ', false, json::error_handler_t::replace).c_str());
@@ -321,7 +294,7 @@ int cmd_bench_caches(const Options& o) {
                         {"prefill_tok_s", r.prefill_tok_s}, {"decode_tok_s", r.decode_tok_s},
                         {"decode_ratio", r.decode_ratio}, {"agreement", r.agreement},
                         {"first_divergence", r.first_divergence}, {"tokens", r.tokens}, {"convert_ms", r.convert_ms},
-                        {"cache", telemetry_json(r.telemetry)}};
+                        {"cache", kvchat::telemetry_json(r.telemetry)}};
             if (o.flag("--json")) {
                 rows.push_back(row);
             } else {
