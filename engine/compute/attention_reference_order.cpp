@@ -385,14 +385,15 @@ void attend_decode(const AttentionInput& in, const AttentionShape& s, const Colu
     // model decodes a layer in tens of microseconds). Every row is computed alike whichever rows
     // share its item. Parts of at least two rows, so that each key and value loaded serves several.
     const int threads = pool.size();
-    const int pieces = std::clamp((2 * threads + n_kv - 1) / n_kv, 1, (group + 1) / 2);
+    // A short context's items cost less than waking the other threads.
+    constexpr int64_t kSerialWork = int64_t(1) << 16;  // multiply-adds of the scores
+    const bool parallel = threads > 1 && int64_t(hi - c0) * s.n_head * hd >= kSerialWork;
+    // On one thread a kv head's rows stay one item (one tile for up to 4 rows).
+    const int pieces = parallel ? std::clamp((2 * threads + n_kv - 1) / n_kv, 1, (group + 1) / 2) : 1;
     const int n_slices = hd / 16;
     const attention_kernels::DecodeAhead ahead{cols.k.data(), cols.v.data(),
                                                int64_t(n_kv) * hd * int64_t(kv_dtype_bytes(cols.dt))};
     const int64_t n_items = static_cast<int64_t>(n_kv) * pieces;
-    // A short context's items cost less than waking the other threads.
-    constexpr int64_t kSerialWork = int64_t(1) << 16;  // multiply-adds of the scores
-    const bool parallel = threads > 1 && int64_t(hi - c0) * s.n_head * hd >= kSerialWork;
     auto item = [&](int64_t i) {
         const int g = static_cast<int>(i / pieces), piece = static_cast<int>(i % pieces);
         const int r0 = group * piece / pieces, r1 = group * (piece + 1) / pieces;
