@@ -377,6 +377,10 @@ private Q_SLOTS:
         QTest::newRow("two queries") << 4 << 1 << 256 << 2 << 300 << 0 << false;
         QTest::newRow("gqa 8/2 head_dim 80") << 8 << 2 << 80 << 13 << 60 << 7 << false;
         QTest::newRow("gqa decode head_dim 80") << 8 << 2 << 80 << 1 << 100 << 0 << false;
+        // SmolLM2's shape (three query heads per kv head, head_dim 64): a decode step's rows of a
+        // kv head cut into parts for the threads, short (one thread takes it) and long.
+        QTest::newRow("smollm2 decode short") << 9 << 3 << 64 << 1 << 50 << 0 << false;
+        QTest::newRow("smollm2 decode long") << 9 << 3 << 64 << 1 << 700 << 0 << false;
     }
     void referenceOrderIsExact() {
         Case c;

@@ -127,8 +127,17 @@ inline int32_t first_seen(const AttentionInput& in, const Columns& cols, int32_t
 // Row r's softmax over columns [c0, c1) of its scores sr (masked: -inf); leaves p = fp16(e / sum)
 // there, zero where masked. c0 is a multiple of 16; sr has room up to c1 rounded up to 16.
 void softmax_row(float* sr, int c0, int c1) {
-    float m = kNegInf;
-    for (int c = c0; c < c1; ++c) m = std::max(m, sr[c]);
+    // The maximum in eight lanes, not one chain of dependent scalar steps. (max(x, m) keeps m on
+    // ties and NaN, as std::max(m, x) does; the order of the steps cannot change the value beyond
+    // the sign of a zero maximum, which subtracts alike.)
+    __m256 vmax = _mm256_set1_ps(kNegInf);
+    int c = c0;
+    for (; c + 8 <= c1; c += 8) vmax = _mm256_max_ps(_mm256_loadu_ps(sr + c), vmax);
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(vmax), _mm256_extractf128_ps(vmax, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+    float m = _mm_cvtss_f32(m4);
+    for (; c < c1; ++c) m = std::max(m, sr[c]);
     const int c_end = (c1 + 15) & ~15;
     for (int c = c1; c < c_end; ++c) sr[c] = kNegInf;
     if (m == kNegInf) {
@@ -327,18 +336,20 @@ void pv_decode8(const float* S, int64_t ldc, const T* const* vcol, int goff, int
 // The 256-bit decode kernels (attention_kernels.h).
 template <class T>
 void decode_scores_avx2_t(const float* const* q, int R, const T* const* k, int goff, int hd, int c0, int c1, float* S,
-                          int64_t ldc) {
-    for (int c = c0; c < c1; ++c)
+                          int64_t ldc, const attention_kernels::DecodeAhead* ahead) {
+    for (int c = c0; c < c1; ++c) {
+        attention_kernels::request_ahead(ahead, c, c1);
         if (k[c])
             for (int r = 0; r < R; ++r) S[r * ldc + c] = dot64(q[r], k[c] + goff, hd);
+    }
 }
 
 void decode_scores_avx2(const float* const* q, int R, const void* const* k, KvDtype dt, int goff, int hd, int c0, int c1,
-                        float* S, int64_t ldc) {
+                        float* S, int64_t ldc, const attention_kernels::DecodeAhead* ahead) {
     if (dt == KvDtype::F16)
-        decode_scores_avx2_t(q, R, reinterpret_cast<const uint16_t* const*>(k), goff, hd, c0, c1, S, ldc);
+        decode_scores_avx2_t(q, R, reinterpret_cast<const uint16_t* const*>(k), goff, hd, c0, c1, S, ldc, ahead);
     else
-        decode_scores_avx2_t(q, R, reinterpret_cast<const float* const*>(k), goff, hd, c0, c1, S, ldc);
+        decode_scores_avx2_t(q, R, reinterpret_cast<const float* const*>(k), goff, hd, c0, c1, S, ldc, ahead);
 }
 
 void decode_values_avx2(const float* S, int64_t ldc, int R, const void* const* v, KvDtype dt, int goff, int c0, int c1,
@@ -364,47 +375,54 @@ void attend_decode(const AttentionInput& in, const AttentionShape& s, const Colu
     const int hd = s.head_dim, n_kv = s.n_head_kv, group = s.n_head / s.n_head_kv;
     const int32_t p = in.qpos[0];
     const int lo = first_seen(in, cols, p), hi = std::min(cols.n, p - cols.base + 1);
-    const int c0 = lo & ~63;
+    const int c0 = lo & ~63, c1 = (hi + 63) & ~63;
     const int64_t ldc = cols.n;
     thread_local std::vector<float> tls_S;
     std::vector<float>& S = tls_S;
-    S.assign(static_cast<size_t>(n_kv) * group * ldc, 0.0f);
-    constexpr int kChunk = 256;
-    const int n_chunks = (hi - c0 + kChunk - 1) / kChunk;
-    // A short context's three steps cost less than their wake-ups and barriers (a small model
-    // decodes a layer in tens of microseconds): the calling thread takes them alone. Every item
-    // is computed alike wherever it runs.
-    constexpr int64_t kSerialWork = int64_t(1) << 19;  // multiply-adds of the scores
-    const bool serial = int64_t(hi - c0) * s.n_head * hd < kSerialWork;
-    auto for_items = [&](int64_t n, const std::function<void(int64_t, int64_t)>& fn) {
-        if (serial) fn(0, n);
-        else pool.parallel_for(n, fn);
-    };
-    for_items(static_cast<int64_t>(n_kv) * n_chunks, [&](int64_t b, int64_t e) {
-        Rows rows;
-        for (int64_t i = b; i < e; ++i) {
-            const int g = static_cast<int>(i / n_chunks);
-            const int a0 = c0 + static_cast<int>(i % n_chunks) * kChunk, a1 = std::min(hi, a0 + kChunk);
-            make_rows(in, s, 0, 1, g, out, rows);
-            float* sg = S.data() + static_cast<int64_t>(g) * group * ldc;
-            for (int h = 0; h < group; ++h) std::fill(sg + h * ldc + a0, sg + h * ldc + a1, kNegInf);
-            const int b0 = std::max(a0, lo);
-            if (b0 < a1) dk.scores(rows.q.data(), group, cols.k.data(), cols.dt, g * hd, hd, b0, a1, sg, ldc);
-        }
-    });
-    for_items(static_cast<int64_t>(n_kv) * group, [&](int64_t b, int64_t e) {
-        for (int64_t i = b; i < e; ++i) softmax_row(S.data() + i * ldc, c0, hi);
-    });
-    const int c1 = (hi + 63) & ~63;
+    S.resize(static_cast<size_t>(n_kv) * group * ldc);
+    // One work item is a kv head's rows (query heads), or a part of them: their scores, softmax and
+    // P.V one after the other, so the threads meet once per call, not after every step (a small
+    // model decodes a layer in tens of microseconds). Every row is computed alike whichever rows
+    // share its item. Parts of at least two rows, so that each key and value loaded serves several.
+    const int threads = pool.size();
+    // A short context's items cost less than waking the other threads.
+    constexpr int64_t kSerialWork = int64_t(1) << 16;  // multiply-adds of the scores
+    const bool parallel = threads > 1 && int64_t(hi - c0) * s.n_head * hd >= kSerialWork;
+    // On one thread a kv head's rows stay one item (one tile for up to 4 rows).
+    const int pieces = parallel ? std::clamp((2 * threads + n_kv - 1) / n_kv, 1, (group + 1) / 2) : 1;
     const int n_slices = hd / 16;
-    for_items(static_cast<int64_t>(n_kv) * n_slices, [&](int64_t b, int64_t e) {
-        Rows rows;
-        for (int64_t i = b; i < e; ++i) {
-            const int g = static_cast<int>(i / n_slices);
-            make_rows(in, s, 0, 1, g, out, rows);
-            dk.values(S.data() + static_cast<int64_t>(g) * group * ldc, ldc, group, cols.v.data(), cols.dt, g * hd, c0, c1,
-                      rows.o.data(), static_cast<int>(i % n_slices) * 16);
+    const attention_kernels::DecodeAhead ahead{cols.k.data(), cols.v.data(),
+                                               int64_t(n_kv) * hd * int64_t(kv_dtype_bytes(cols.dt))};
+    const int64_t n_items = static_cast<int64_t>(n_kv) * pieces;
+    auto item = [&](int64_t i) {
+        const int g = static_cast<int>(i / pieces), piece = static_cast<int>(i % pieces);
+        const int r0 = group * piece / pieces, r1 = group * (piece + 1) / pieces;
+        thread_local Rows rows;
+        make_rows(in, s, 0, 1, g, out, rows);
+        float* sg = S.data() + (static_cast<int64_t>(g) * group + r0) * ldc;
+        for (int r = 0; r < r1 - r0; ++r) std::fill(sg + r * ldc + c0, sg + r * ldc + hi, kNegInf);
+        const int b0 = std::max(c0, lo);
+        // One item per thread requests every kv head's rows: the first of all on one thread, each
+        // kv head's first part when the threads share the items (each thread's L2 its own).
+        const bool request = parallel ? piece == 0 : i == 0;
+        if (b0 < hi)
+            dk.scores(rows.q.data() + r0, r1 - r0, cols.k.data(), cols.dt, g * hd, hd, b0, hi, sg, ldc,
+                      request ? &ahead : nullptr);
+        for (int r = 0; r < r1 - r0; ++r) {
+            float* sr = sg + r * ldc;
+            softmax_row(sr, c0, hi);
+            // Columns past the softmax's last 16-column block, up to the values' 64: no slot there.
+            std::fill(sr + std::min(c1, (hi + 15) & ~15), sr + c1, 0.0f);
         }
+        for (int sl = 0; sl < n_slices; ++sl)
+            dk.values(sg, ldc, r1 - r0, cols.v.data(), cols.dt, g * hd, c0, c1, rows.o.data() + r0, sl * 16);
+    };
+    if (!parallel) {
+        for (int64_t i = 0; i < n_items; ++i) item(i);
+        return;
+    }
+    pool.parallel_for_dynamic(n_items, 1, [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) item(i);
     });
 }
 

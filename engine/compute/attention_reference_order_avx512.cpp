@@ -144,21 +144,29 @@ void decode_scores_tile(const float* const* q, const T* k, int hd, float* S, int
 
 template <class T>
 void decode_scores_t(const float* const* q, int R, const T* const* k, int goff, int hd, int c0, int c1, float* S,
-                     int64_t ldc) {
+                     int64_t ldc, const DecodeAhead* ahead) {
     for (int c = c0; c < c1; ++c) {
+        request_ahead(ahead, c, c1);
         if (!k[c]) continue;
         int r = 0;
         for (; r + 4 <= R; r += 4) decode_scores_tile<T, 4>(q + r, k[c] + goff, hd, S + r * ldc, ldc, c);
-        for (; r < R; ++r) decode_scores_tile<T, 1>(q + r, k[c] + goff, hd, S + r * ldc, ldc, c);
+        // The last rows together too (a group of 3 query heads per kv head is common): each key
+        // converted once for them, and one reduction for all of them.
+        switch (R - r) {
+            case 3: decode_scores_tile<T, 3>(q + r, k[c] + goff, hd, S + r * ldc, ldc, c); break;
+            case 2: decode_scores_tile<T, 2>(q + r, k[c] + goff, hd, S + r * ldc, ldc, c); break;
+            case 1: decode_scores_tile<T, 1>(q + r, k[c] + goff, hd, S + r * ldc, ldc, c); break;
+            default: break;
+        }
     }
 }
 
 void decode_scores(const float* const* q, int R, const void* const* k, KvDtype dt, int goff, int hd, int c0, int c1,
-                   float* S, int64_t ldc) {
+                   float* S, int64_t ldc, const DecodeAhead* ahead) {
     if (dt == KvDtype::F16)
-        decode_scores_t(q, R, reinterpret_cast<const uint16_t* const*>(k), goff, hd, c0, c1, S, ldc);
+        decode_scores_t(q, R, reinterpret_cast<const uint16_t* const*>(k), goff, hd, c0, c1, S, ldc, ahead);
     else
-        decode_scores_t(q, R, reinterpret_cast<const float* const*>(k), goff, hd, c0, c1, S, ldc);
+        decode_scores_t(q, R, reinterpret_cast<const float* const*>(k), goff, hd, c0, c1, S, ldc, ahead);
 }
 
 // Rows [r, r + 4) (RI of them), channels [d0, d0 + 16): chains for the column classes
