@@ -371,7 +371,10 @@ private:
         return {o_.cli, "--db", db_, "--model", model_path_, "--threads", "1"};
     }
 
-    ProcessResult cli(std::vector<std::string> args, int signal = 0, int after_ms = 0, uint64_t fsize = 0) {
+    // opens_store: false for a command refused before it opens the database (a blank message), which
+    // therefore sweeps nothing a killed program left.
+    ProcessResult cli(std::vector<std::string> args, int signal = 0, int after_ms = 0, uint64_t fsize = 0,
+                      bool opens_store = true) {
         ++cli_runs_;
         ProcessOptions p;
         p.args = cli_base();
@@ -409,7 +412,7 @@ private:
             crash_.clear();
         // Opening the store (any command that got that far) removes what a killed run left.
         if (r.term_signal != 0 || r.timed_out) killed();
-        else store_opened();
+        else if (opens_store) store_opened();
         return r;
     }
 
@@ -680,7 +683,8 @@ private:
         const std::string text = d.pick(std::vector<std::string>{"", " ", "\t", "\n \n", "   "});
         op_ = "cli-blank " + show(t.title) + " " + show(text);
         say("STEP %d %s", step_, op_.c_str());
-        const ProcessResult r = cli({"chat", "--conversation", t.title, "--message", text, "--greedy", "-n", "4"});
+        const ProcessResult r = cli({"chat", "--conversation", t.title, "--message", text, "--greedy", "-n", "4"}, 0, 0, 0,
+                                    /*opens_store=*/false);
         const DbView db = read_db(db_);
         if (!crash_.empty()) return report_crash(), adopt(t.title, db);
         if (r.exit_code != 2 || r.err.find("empty") == std::string::npos)
