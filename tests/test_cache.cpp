@@ -702,12 +702,12 @@ private slots:
         auto rule = [&](int il, int64_t p, int64_t j) {
             const bool sliding = kvchat::test::tiny_layer_sliding(ts, il);
             if (sliding) {
-                const int w = cs.retention == kvchat::RetentionKind::SlidingWindow ? std::min(cs.window, ts.sliding_window)
+                const int w = cs.retention() == kvchat::RetentionKind::SlidingWindow ? std::min(cs.window, ts.sliding_window)
                                                                                   : ts.sliding_window;
                 return Visibility{p - j < w, p, j};
             }
-            if (cs.retention == kvchat::RetentionKind::SlidingWindow) return Visibility{p - j < cs.window, p, j};
-            if (cs.retention == kvchat::RetentionKind::Sink) {
+            if (cs.retention() == kvchat::RetentionKind::SlidingWindow) return Visibility{p - j < cs.window, p, j};
+            if (cs.retention() == kvchat::RetentionKind::Sink) {
                 // StreamingLLM: the sinks plus the most recent window - sinks tokens, at their
                 // ranks in the cache.
                 const int64_t S = cs.sinks, W = cs.window;
@@ -730,7 +730,7 @@ private slots:
         const auto tel = c->telemetry();
         QVERIFY(tel.layers[0].tokens_held < 40);
         QVERIFY(tel.layers[0].evicted > 0);
-        if (cs.retention != kvchat::RetentionKind::All)
+        if (cs.retention() != kvchat::RetentionKind::All)
             for (const auto& l : tel.layers) QVERIFY(l.tokens_held < 40);
     }
 
@@ -996,7 +996,7 @@ private slots:
         const auto toks = tokens(20);
         auto lossless = [](const std::string& s) {
             const auto c = kvchat::parse_cache_spec(s);
-            return c.nbits == 0 && c.retention == kvchat::RetentionKind::All;
+            return c.nbits == 0 && c.retention() == kvchat::RetentionKind::All;
         };
         kvchat::ConvertOptions opt;
         std::vector<float> scratch;

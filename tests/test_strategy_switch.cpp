@@ -226,7 +226,7 @@ private slots:
         bool outgrew = false;
         for (const std::string& n : r.notices) outgrew = outgrew || n.find("outgrew the context") != std::string::npos;
         QVERIFY(outgrew);
-        QCOMPARE(parse_cache_spec(reg.telemetry(id)->spec).retention, RetentionKind::Sink);
+        QCOMPARE(parse_cache_spec(reg.telemetry(id)->spec).retention(), RetentionKind::Sink);
         QVERIFY(!reg.list()[0].last_unanswered);
         QCOMPARE(reg.send(id, "and on", o).tokens.size(), size_t(8));
     }

@@ -21,16 +21,16 @@ LayerConfig layer_config(const LayerSpec& spec, const CacheSpec& s) {
         // keeps a ring of it there (a smaller sliding_window narrows it; sinks add nothing the
         // layer could see). dynamic grows it as tokens arrive; the others preallocate it.
         c.retention = RetentionKind::SlidingWindow;
-        c.window = s.retention == RetentionKind::SlidingWindow ? std::min(m, s.window) : m;
+        c.window = s.retention() == RetentionKind::SlidingWindow ? std::min(m, s.window) : m;
         c.fixed = s.base != CacheBase::Dynamic;
         return c;
     }
-    c.retention = s.retention;
+    c.retention = s.retention();
     c.window = s.window;
     c.sinks = s.sinks;
-    c.fixed = s.fixed || s.retention != RetentionKind::All;
-    c.max_len = s.retention == RetentionKind::All ? s.max_len : 0;
-    if (s.retention == RetentionKind::All) c.fixed = s.fixed;
+    c.fixed = s.fixed() || s.retention() != RetentionKind::All;
+    c.max_len = s.retention() == RetentionKind::All ? s.max_len : 0;
+    if (s.retention() == RetentionKind::All) c.fixed = s.fixed();
     return c;
 }
 
@@ -53,7 +53,7 @@ std::string bytes_text(double bytes) {
 [[noreturn]] void refuse_allocation(const std::vector<LayerSpec>& layers, const CacheSpec& s) {
     double total = 0.0;
     for (const LayerSpec& l : layers) total += static_cast<double>(AxisLayer::reserved_bytes(l, layer_config(l, s)));
-    const bool by_len = s.fixed && s.retention == RetentionKind::All && s.max_len > 0;
+    const bool by_len = s.fixed() && s.retention() == RetentionKind::All && s.max_len > 0;
     throw Error(to_string(s) + ": out of memory: its " + std::to_string(layers.size()) + " layers need " + bytes_text(total) +
                 " allocated up front" +
                 (by_len ? " for max_len=" + std::to_string(s.max_len) + " tokens; choose a smaller max_len" : "; choose a smaller window"));

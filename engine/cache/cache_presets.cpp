@@ -5,21 +5,19 @@ namespace kvchat {
 namespace {
 
 std::vector<CachePreset> make_presets() {
-    CacheSpec fixed;
-    fixed.base = CacheBase::Static;
-    fixed.fixed = true;
+    CacheSpec preallocated;
+    preallocated.base = CacheBase::Static;
     CacheSpec offloaded;
     offloaded.offloaded = true;
-    CacheSpec offloaded_fixed = fixed;
+    CacheSpec offloaded_fixed = preallocated;
     offloaded_fixed.offloaded = true;
     CacheSpec quantized;
     quantized.nbits = 4;
     CacheSpec hybrid;
     hybrid.base = CacheBase::Hybrid;
-    hybrid.hybrid = true;
     return {
         {"dynamic", "dynamic", {"dtype"}, {}, CacheSpec{}},
-        {"static", "static:max_len=N", {"max_len", "dtype"}, {"max_len"}, fixed},
+        {"static", "static:max_len=N", {"max_len", "dtype"}, {"max_len"}, preallocated},
         {"offloaded", "offloaded[:dir=PATH]", {"dir", "dtype"}, {}, offloaded},
         {"offloaded_static", "offloaded_static:max_len=N[,dir=PATH]", {"max_len", "dir", "dtype"}, {"max_len"},
          offloaded_fixed},

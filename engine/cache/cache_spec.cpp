@@ -152,7 +152,6 @@ std::string_view cache_base_name(CacheBase base) {
 CacheSpec CacheSpec::sliding_window(int window) {
     CacheSpec s;
     s.base = CacheBase::SlidingWindow;
-    s.retention = RetentionKind::SlidingWindow;
     s.window = window;
     return s;
 }
@@ -160,7 +159,6 @@ CacheSpec CacheSpec::sliding_window(int window) {
 CacheSpec CacheSpec::sink(int window, int sinks) {
     CacheSpec s;
     s.base = CacheBase::Sink;
-    s.retention = RetentionKind::Sink;
     s.window = window;
     s.sinks = sinks;
     return s;
@@ -218,29 +216,23 @@ CacheSpec parse_cache_spec(const std::string& text) {
             }
             if (p.name == "offloaded_static") {
                 take_base(CacheBase::Static);
-                s.fixed = true;
                 s.max_len = integer(piece, "max_len", p.need("max_len"), 1, kMaxTokens);
             }
         } else if (p.name == "dynamic") {
             take_base(CacheBase::Dynamic);
         } else if (p.name == "static") {
             take_base(CacheBase::Static);
-            s.fixed = true;
             s.max_len = integer(piece, "max_len", p.need("max_len"), 1, kMaxTokens);
         } else if (p.name == "hybrid") {
             take_base(CacheBase::Hybrid);
-            s.hybrid = true;
             if (p.has("max_len")) {
-                s.fixed = true;
                 s.max_len = integer(piece, "max_len", p.params.at("max_len"), 1, kMaxTokens);
             }
         } else if (p.name == "sliding_window") {
             take_base(CacheBase::SlidingWindow);
-            s.retention = RetentionKind::SlidingWindow;
             s.window = static_cast<int>(integer(piece, "window", p.need("window"), 1, 1 << 24));
         } else if (p.name == "sink") {
             take_base(CacheBase::Sink);
-            s.retention = RetentionKind::Sink;
             s.window = static_cast<int>(integer(piece, "window", p.need("window"), 2, 1 << 24));
             s.sinks = static_cast<int>(integer(piece, "sinks", p.need("sinks"), 1, 1 << 24));
             if (s.sinks >= s.window)
@@ -278,7 +270,7 @@ std::string to_string(const CacheSpec& s) {
             parts.push_back("static:max_len=" + std::to_string(s.max_len));
         }
     } else if (s.base == CacheBase::Hybrid) {
-        parts.push_back(s.fixed ? "hybrid:max_len=" + std::to_string(s.max_len) : "hybrid");
+        parts.push_back(s.max_len > 0 ? "hybrid:max_len=" + std::to_string(s.max_len) : "hybrid");
     } else if (s.base == CacheBase::SlidingWindow) {
         parts.push_back("sliding_window:window=" + std::to_string(s.window));
     } else if (s.base == CacheBase::Sink) {

@@ -26,14 +26,13 @@ enum class CacheBase { Dynamic, Static, SlidingWindow, Sink, Hybrid };
 // "dynamic", "static", "sliding_window", "sink", "hybrid": the base's name in the spec grammar.
 std::string_view cache_base_name(CacheBase base);
 
+// What a strategy is, field by field; what follows from its base (which tokens it keeps, whether
+// it is preallocated) is asked of it, never stored twice.
 struct CacheSpec {
-    CacheBase base = CacheBase::Dynamic;
-    RetentionKind retention = RetentionKind::All;
-    bool fixed = false;        // storage: preallocated (static, offloaded_static, hybrid with max_len)
-    int64_t max_len = 0;       // fixed: most tokens the cache may hold
+    CacheBase base = CacheBase::Dynamic;  // hybrid: the sliding layers as fixed ring buffers
+    int64_t max_len = 0;       // static, hybrid: most tokens the cache may hold (0: hybrid unbounded)
     int window = 0;            // sliding_window / sink
     int sinks = 0;             // sink
-    bool hybrid = false;       // sliding layers as fixed ring buffers
     // precision
     // Full-precision keys and values (and a quantized cache's residual and sinks): dtype=f16,
     // bf16 or f32 on any part; unset: the model's own (f16 for GGUF models, as llama.cpp).
@@ -50,7 +49,14 @@ struct CacheSpec {
     static CacheSpec sliding_window(int window);
     static CacheSpec sink(int window, int sinks);
 
-    bool lossless() const { return nbits == 0 && retention == RetentionKind::All; }
+    RetentionKind retention() const {
+        return base == CacheBase::SlidingWindow ? RetentionKind::SlidingWindow
+               : base == CacheBase::Sink        ? RetentionKind::Sink
+                                                : RetentionKind::All;
+    }
+    // Storage preallocated for max_len tokens: static, offloaded_static, hybrid with max_len.
+    bool fixed() const { return base == CacheBase::Static || (base == CacheBase::Hybrid && max_len > 0); }
+    bool lossless() const { return nbits == 0 && retention() == RetentionKind::All; }
     bool operator==(const CacheSpec&) const = default;
 };
 

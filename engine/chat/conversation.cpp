@@ -140,7 +140,7 @@ void Conversation::switch_retention(const RenderedChat& rendered, const TurnOpti
                                     std::vector<std::string>& notices) {
     const int64_t needed = static_cast<int64_t>(rendered.tokens.size()) + 1;
     if (needed <= context_limit()) return;
-    if (spec_.retention != RetentionKind::All) return;  // already bounded
+    if (spec_.retention() != RetentionKind::All) return;  // already bounded
     CacheSpec spec;
     if (!options.retention_spec.empty()) {
         spec = parse_cache_spec(options.retention_spec);

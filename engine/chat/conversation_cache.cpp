@@ -22,7 +22,7 @@ std::unique_ptr<Cache> make_conversation_cache(const Model& model, Backend& back
 
 int64_t cache_capacity(const Cache& cache) {
     const CacheSpec& s = cache.spec();
-    return s.fixed ? s.max_len : 0;
+    return s.fixed() ? s.max_len : 0;
 }
 
 void prefill_in_chunks(const Model& model, Backend& backend, Cache& cache, const int32_t* tokens, int64_t n,

@@ -204,7 +204,8 @@ void ConversationRegistry::make_ready(Entry& e, std::vector<std::string>&, const
     e.conversation->set_cache_loading(std::async(
         std::launch::async, [path = store_.snapshot_path(rec->snapshot), title = e.title,
                              has_messages = !e.conversation->messages().empty(),
-                             spec = e.conversation->cache_spec(), &model = model_, &backend = backend_] {
+                             spec = e.conversation->cache_spec(), target = e.conversation->spec(), &model = model_,
+                             &backend = backend_] {
             LoadedCache out;
             SavedCache saved;
             try {
@@ -218,7 +219,7 @@ void ConversationRegistry::make_ready(Entry& e, std::vector<std::string>&, const
             const std::string was = saved.cache->spec_text();
             if (was != spec) {
                 try {
-                    kvchat::switch_strategy(*saved.cache, saved.checkpoints, model, backend, parse_cache_spec(spec));
+                    kvchat::switch_strategy(*saved.cache, saved.checkpoints, model, backend, target);
                     out.notices.push_back("the cache of conversation " + in_quotes(title) + " was converted from " + was +
                                           " to " + spec);
                 } catch (const std::exception& err) {

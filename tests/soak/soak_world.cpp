@@ -65,14 +65,14 @@ std::string canonical_spec(const std::string& spec) { return to_string(parse_cac
 SpecTraits traits_of(const std::string& text) {
     const CacheSpec s = parse_cache_spec(text.empty() ? "dynamic" : text);
     SpecTraits t;
-    t.capacity = s.fixed ? s.max_len : 0;
+    t.capacity = s.fixed() ? s.max_len : 0;
     // bf16 keeps fewer mantissa bits than the f16 the model's attention rounds to: never exact.
     const bool full_precision = !(s.dtype && *s.dtype == KvDtype::BF16);
     t.lossless = s.lossless() && full_precision;
     if (!t.lossless && full_precision) {
         int64_t until = std::numeric_limits<int64_t>::max();
         if (s.nbits > 0) until = std::min<int64_t>(until, s.residual);
-        if (s.retention != RetentionKind::All) until = std::min<int64_t>(until, s.window);
+        if (s.retention() != RetentionKind::All) until = std::min<int64_t>(until, s.window);
         t.exact_until = until;
     }
     return t;

@@ -243,15 +243,12 @@ CacheSpec StrategyPanel::composeSpec() const {
         if (auto v = number("residual")) s.residual = *v;
         if (auto v = number("group")) s.group = *v;
     }
-    if (s.retention != RetentionKind::All)
+    if (s.retention() != RetentionKind::All)
         if (auto v = number("window")) s.window = *v;
-    if (s.retention == RetentionKind::Sink)
+    if (s.retention() == RetentionKind::Sink)
         if (auto v = number("sinks")) s.sinks = *v;
     if (s.base == CacheBase::Static || s.base == CacheBase::Hybrid)
-        if (auto v = number("max_len")) {
-            s.max_len = *v;
-            s.fixed = true;  // a hybrid cache with max_len is preallocated
-        }
+        if (auto v = number("max_len")) s.max_len = *v;
     if (s.offloaded) s.offload_dir = dir_->text().trimmed().toStdString();
     return s;
 }
