@@ -235,7 +235,7 @@ cmd_test() {
 list_skipped_cases() {
   local log=$BUILD_DIR/Testing/Temporary/LastTest.log skipped
   [ -f "$log" ] || return 0
-  skipped=$(grep -E '^SKIP   : ' "$log" | sed 's/^SKIP   : /  /' | sort -u) || true
+  skipped=$(grep -E '^SKIP   : [A-Za-z_][A-Za-z0-9_]*::' "$log" | sed 's/^SKIP   : /  /' | sort -u) || true
   [ -n "$skipped" ] || return 0
   say "skipped cases ($(printf '%s\n' "$skipped" | wc -l)), each with its reason:"
   printf '%s\n' "$skipped"
