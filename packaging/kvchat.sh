@@ -6,7 +6,8 @@
 #           GGUF), the model the desktop app chats with
 #   build   configure and build into build/ (Release with debug info)
 #   run     deps + model + build, then start the desktop app (it chats with SmolLM2)
-#   test    deps + model + build, then run the whole test suite with CTest
+#   test    deps + model + build, then run the whole test suite with CTest (arguments go to
+#           ctest: test -L unit runs one label, test -R NAME one suite; labels in DEVELOPERS.md)
 #   package deps + build, then make the Debian package build/package/kvchat_VERSION_ARCH.deb
 set -euo pipefail
 
@@ -226,6 +227,18 @@ cmd_test() {
   export KVCHAT_MODEL="$MODEL_PATH"
   ctest --test-dir "$BUILD_DIR" --output-on-failure -j "$(nproc)" "$@" ||
     fail "some tests failed" "The failing tests' output is above."
+  list_skipped_cases
+}
+
+# The cases Qt Test skipped (QSKIP) and why. A suite whose every case skipped shows above as
+# "Not Run (Skipped)"; one that skipped only some passed, so its skips are listed here.
+list_skipped_cases() {
+  local log=$BUILD_DIR/Testing/Temporary/LastTest.log skipped
+  [ -f "$log" ] || return 0
+  skipped=$(grep -E '^SKIP   : [A-Za-z_][A-Za-z0-9_]*::' "$log" | sed 's/^SKIP   : /  /' | sort -u) || true
+  [ -n "$skipped" ] || return 0
+  say "skipped cases ($(printf '%s\n' "$skipped" | wc -l)), each with its reason:"
+  printf '%s\n' "$skipped"
 }
 
 cmd_package() {
@@ -241,7 +254,7 @@ cmd_package() {
   say "install it with: sudo apt install $deb"
 }
 
-usage() { sed -n '2,8p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,/^set -euo/{/^#/p}' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 
 case "${1:-}" in
   deps) shift; cmd_deps ;;

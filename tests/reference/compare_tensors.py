@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Sets kvchat's intermediate values (tests/dump_kvchat_tensors) against llama.cpp's
+"""Sets kvchat's intermediate values (tests/bench/dump_kvchat_tensors.cpp) against llama.cpp's
 (tests/reference/dump_llama_cpp_tensors.py), name by name in graph order: how many values differ
 at all (bit for bit) and by how much. A diagnostic for finding the first operation whose
 arithmetic leaves llama.cpp's.

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Golden token ids for byte-level BPE vocabularies from llama.cpp (llama-cpp-python), for
-tests/test_bpe_tokenizer.cpp.
+tests/model/test_bpe_tokenizer.cpp.
 
 Every text is tokenized the way llama.cpp tokenizes text a user typed: no BOS, parse_special off
 (Llama(path, vocab_only=True).tokenize(bytes, add_bos=False, special=False)), so control pieces

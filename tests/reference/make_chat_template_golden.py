@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Golden prompt texts of the chat-template families kvchat renders, from the real Jinja engine,
-for tests/test_chat_template.cpp (matchesJinja).
+for tests/model/test_chat_template.cpp (matchesJinja).
 
 Each template of tests/data/templates/ (SOURCES.md says where each came from) is rendered with the
 Python `jinja2` package the way Hugging Face transformers renders a chat template

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Golden token ids of the chat-template golden texts on real vocabularies, from llama.cpp
-(llama-cpp-python), for tests/test_chat_template.cpp (idsMatchLlamaCppOnRealVocabularies).
+(llama-cpp-python), for tests/model/test_chat_template.cpp (idsMatchLlamaCppOnRealVocabularies).
 
 Each text of tests/data/chat_template_golden.json whose template belongs to one of the models
 below is tokenized as llama.cpp's server tokenizes a rendered prompt: special tokens parsed, BOS

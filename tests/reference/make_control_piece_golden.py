@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Golden ids for every control, user-defined and unknown piece of a GGUF vocabulary typed inside
-user text, from llama.cpp (llama-cpp-python), for tests/test_tokenizer.cpp (typedPiecesMatchLlamaCpp).
+user text, from llama.cpp (llama-cpp-python), for tests/model/test_tokenizer.cpp (typedPiecesMatchLlamaCpp).
 
 Each piece P is typed as "x" + P + " y" and tokenized as llama.cpp tokenizes text a user typed:
 no BOS, parse_special off, so control pieces are never matched and user-defined pieces are

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Golden data for tests/test_tensor_type.cpp: GGML block formats decoded and encoded by an
+"""Golden data for tests/unit/test_tensor_type.cpp: GGML block formats decoded and encoded by an
 implementation that is not ours.
 
 Reference: the `gguf` Python package (gguf-py, maintained in the llama.cpp repository), whose

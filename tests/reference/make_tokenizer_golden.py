@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Golden token ids for tests/test_tokenizer.cpp, made independently of the C++ code.
+"""Golden token ids for tests/model/test_tokenizer.cpp, made independently of the C++ code.
 
 Reads the SentencePiece vocabulary of a GGUF file with the `gguf` package, builds the
 SentencePiece ModelProto with the protobuf classes that python `sentencepiece` ships, and

@@ -6,7 +6,7 @@ Made for the Qwen 2 vocabulary of DeepSeek-R1-Distill-Qwen-7B: the PyPI package
 metadata, with the whole vocabulary and merges, and the start of the tensor data), which no GGUF
 reader opens because its tensors run past the end. Copying the metadata into a file that declares
 no tensors gives a file both llama.cpp (Llama(path, vocab_only=True)) and kvchat open, for the
-tokenizer golden data (make_bpe_golden.py) and tests/test_bpe_tokenizer.cpp.
+tokenizer golden data (make_bpe_golden.py) and tests/model/test_bpe_tokenizer.cpp.
 
 Only the Python standard library is used, so packaging/kvchat.sh can run it without the
 reference environment.

@@ -360,7 +360,7 @@ private Q_SLOTS:
     // f16 probabilities (GGUF models) take llama.cpp's order: every output bit for bit what
     // reference_order_row states, at both SIMD levels, for any thread count and any cut into views.
     // (The fp16 probabilities absorb most last-bit differences of a score; test_gemma3_golden and
-    // tests/dump_kvchat_tensors check the scores of the default model against llama.cpp itself.)
+    // tests/bench/dump_kvchat_tensors check the scores of the default model against llama.cpp itself.)
     void referenceOrderIsExact_data() {
         QTest::addColumn<int>("n_head");
         QTest::addColumn<int>("n_kv");

@@ -1,0 +1,115 @@
+# Checks one engine layer's #include lines against the layers it declared (engine/layers.cmake).
+#   cmake -DCONFIG=build/engine/layer_check/<layer>.cmake [-DSTAMP=file] -P engine/check_layer_includes.cmake
+# CONFIG sets LAYER, LAYER_PUBLIC, LAYER_PRIVATE, LAYER_FILES (absolute paths), KNOWN_LAYERS,
+# TOP_LEVEL_LAYER, ROOT and DECLARED_IN. Every include that breaks a rule is printed as
+# "file:line: #include ...: why", then the script fails; on success it touches STAMP.
+#
+# The rules, for a file of engine/<LAYER>/:
+# - "engine/<X>/..." needs X to be LAYER or one of its declared layers; a header (.h, .inc) may
+#   reach only the PUBLIC ones, since whoever includes the header includes those too.
+# - "engine/<file>" (a file at the top of engine/) belongs to TOP_LEVEL_LAYER.
+# - Any other quoted include (relative, "../", ui/, app/) and any Qt header are refused: engine
+#   code names engine files from the repository root and has no Qt dependency.
+cmake_minimum_required(VERSION 3.25)
+
+if(NOT DEFINED CONFIG OR NOT EXISTS "${CONFIG}")
+  message(FATAL_ERROR "check_layer_includes.cmake: pass -DCONFIG=<the layer's configuration file>")
+endif()
+include(${CONFIG})
+list(REMOVE_ITEM KNOWN_LAYERS "")
+
+function(describe_allowed out for_header)
+  set(layers ${LAYER} ${LAYER_PUBLIC})
+  if(NOT for_header)
+    list(APPEND layers ${LAYER_PRIVATE})
+  endif()
+  list(REMOVE_DUPLICATES layers)
+  set(text "")
+  foreach(l IN LISTS layers)
+    list(APPEND text "engine/${l}/")
+  endforeach()
+  if(TOP_LEVEL_LAYER IN_LIST layers)
+    list(APPEND text "engine/*.h")
+  endif()
+  list(JOIN text ", " text)
+  set(${out} "${text}" PARENT_SCOPE)
+endfunction()
+
+describe_allowed(allowed_in_cpp OFF)
+describe_allowed(allowed_in_header ON)
+set(problems "")
+
+foreach(file IN LISTS LAYER_FILES)
+  file(RELATIVE_PATH rel "${ROOT}" "${file}")
+  set(is_header OFF)
+  if(file MATCHES "\\.(h|inc|cuh)$")
+    set(is_header ON)
+  endif()
+  file(READ "${file}" content)
+  # Brackets and semicolons would confuse CMake's lists; includes never need them.
+  string(REPLACE ";" "," content "${content}")
+  string(REPLACE "[" "(" content "${content}")
+  string(REPLACE "]" ")" content "${content}")
+  string(REGEX MATCHALL "(^|\n)[ \t]*#[ \t]*include[ \t]*[<\"][^\">\n]*[\">]" lines "${content}")
+  foreach(line IN LISTS lines)
+    string(REGEX REPLACE "^\n" "" line "${line}")
+    string(REGEX MATCH "[<\"]([^\">]*)[\">]" _ "${line}")
+    set(path "${CMAKE_MATCH_1}")
+    string(SUBSTRING "${CMAKE_MATCH_0}" 0 1 opener)
+    set(why "")
+    if(opener STREQUAL "<")
+      if(path MATCHES "^Q[A-Za-z0-9_]*(/|$)")
+        set(why "the engine has no Qt dependency (Qt code goes in ui/ or app/)")
+      endif()
+    elseif(path MATCHES "^engine/([^/]+)/")
+      set(target "${CMAKE_MATCH_1}")
+    elseif(path MATCHES "^engine/[^/]+$")
+      set(target "${TOP_LEVEL_LAYER}")
+    else()
+      set(why "engine code includes engine files by their path from the repository root (engine/<layer>/...)")
+    endif()
+    if(NOT why AND NOT opener STREQUAL "<")
+      if(target STREQUAL LAYER OR target IN_LIST LAYER_PUBLIC)
+        # allowed everywhere in the layer
+      elseif(target IN_LIST LAYER_PRIVATE)
+        if(is_header)
+          set(why "${target} is a PRIVATE layer of ${LAYER}, so only its .cpp files may include it (make it PUBLIC if its headers need it)")
+        endif()
+      elseif(NOT target IN_LIST KNOWN_LAYERS)
+        set(why "engine/${target}/ is not a layer below ${LAYER}, so the ${LAYER} layer may not use it")
+      else()
+        set(why "the ${LAYER} layer does not declare the ${target} layer")
+      endif()
+    endif()
+    if(why)
+      string(FIND "${content}" "${line}" at)
+      string(SUBSTRING "${content}" 0 ${at} before)
+      string(REGEX MATCHALL "\n" newlines "${before}")
+      list(LENGTH newlines n)
+      math(EXPR n "${n} + 1")
+      if(is_header)
+        set(allowed "${allowed_in_header}")
+        set(kind "a header")
+      else()
+        set(allowed "${allowed_in_cpp}")
+        set(kind "a .cpp file")
+      endif()
+      string(STRIP "${line}" line)
+      list(APPEND problems "${rel}:${n}: ${line}: ${why}.\n  In engine/${LAYER}, ${kind} may include: ${allowed}.")
+    endif()
+  endforeach()
+endforeach()
+
+if(problems)
+  list(LENGTH problems count)
+  list(JOIN problems "\n" text)
+  file(RELATIVE_PATH declared "${ROOT}" "${DECLARED_IN}")
+  # NOTICE prints the lines as they are (an error message would be re-wrapped), one
+  # "file:line:" per include, as a compiler names its errors.
+  message(NOTICE "${text}")
+  message(FATAL_ERROR "${count} include(s) break the engine's layers. The layers and what each may "
+    "use are declared in ${declared} (kvchat_engine_layer); the arrows point down only.")
+endif()
+if(DEFINED STAMP)
+  file(TOUCH "${STAMP}")
+endif()
