@@ -1,11 +1,11 @@
-// ConversationRegistry's strategy switch: the preview and the verb (a file of its own, as the
+// ChatSession's strategy switch: the preview and the verb (a file of its own, as the
 // verb is the only part of the registry that plans a conversion).
 #include "engine/chat/conversation_cache.h"
-#include "engine/chat/conversation_registry.h"
+#include "engine/chat/chat_session.h"
 
 namespace kvchat {
 
-ConversionPlan ConversationRegistry::plan_switch(int64_t id, const std::string& spec) {
+ConversionPlan ChatSession::plan_switch(int64_t id, const std::string& spec) {
     std::vector<std::string> notices;
     Entry& e = prepare(id, notices);
     const Unlock unlock{e};
@@ -15,7 +15,7 @@ ConversionPlan ConversationRegistry::plan_switch(int64_t id, const std::string& 
     return plan;
 }
 
-ConversionPlan ConversationRegistry::switch_strategy(int64_t id, const std::string& spec, const Progress& progress) {
+ConversionPlan ChatSession::switch_strategy(int64_t id, const std::string& spec, const Progress& progress) {
     std::vector<std::string> notices;
     Entry& e = prepare(id, notices);
     const Unlock unlock{e};
@@ -25,7 +25,7 @@ ConversionPlan ConversationRegistry::switch_strategy(int64_t id, const std::stri
     ConversionPlan plan = plan_conversion(c.cache(), target, prefill_tok_s_);
     if (plan.kind != ConversionPlan::Kind::Unchanged) {
         // Throws (Cancelled included) with the old cache as it was.
-        convert_conversation_cache(c.cache(), model_, backend_, target, progress);
+        convert_conversation_cache(c.cache(), model(), backend(), target, progress);
         // The checkpoints were of the old strategy.
         std::unique_ptr<Cache> converted = c.release_cache();
         c.set_cache_spec(target);
