@@ -53,9 +53,9 @@ private slots:
             const int64_t id = reg->create("greeting");
             const kvchat::TurnResult r = reg->send(id, "Hi! How are you today?", o);
             qInfo("seed %llu: %zu tokens, stop %s: %s", static_cast<unsigned long long>(seed), r.tokens.size(),
-                  std::string(stop_reason_name(r.stop_reason)).c_str(), r.text.c_str());
+                  std::string(kvchat::stop_reason_name(r.stop_reason)).c_str(), r.text.c_str());
             // SmolLM2's <|im_end|> is also its end-of-sequence token.
-            QVERIFY2(r.stop_reason == StopReason::EndOfTurn || r.stop_reason == StopReason::EndOfSequence, std::string(stop_reason_name(r.stop_reason)).c_str());
+            QVERIFY2(r.stop_reason == kvchat::StopReason::EndOfTurn || r.stop_reason == kvchat::StopReason::EndOfSequence, std::string(kvchat::stop_reason_name(r.stop_reason)).c_str());
             QVERIFY2(static_cast<int>(r.tokens.size()) < settings.max_new_tokens / 4,
                      qPrintable(QString("%1 tokens").arg(r.tokens.size())));
             std::map<std::string, int> lines;

@@ -10,7 +10,6 @@
 #include "engine/generate/comparison.h"
 #include "engine/model/model.h"
 
-#include <QElapsedTimer>
 
 namespace kvchat {
 
@@ -53,14 +52,9 @@ void EngineWorker::compare(const QStringList& strategies, qint64 conversationId,
         const std::vector<int32_t> tokens = session_->chat_template().render(messages, true).tokens;
         ComparisonOptions opt;
         opt.gen_tokens = genTokens;
-        opt.progress.cancel = &stop_;
-        QElapsedTimer since;
-        since.start();
-        opt.progress.report = [&](std::string_view task, int64_t done, int64_t total) {
-            if (done != total && since.elapsed() < kTelemetryMs) return;
-            since.restart();
-            Q_EMIT comparisonProgress(text(task), done, total);
-        };
+        opt.progress = throttled(
+            [this](const QString& task, qint64 done, qint64 total) { Q_EMIT comparisonProgress(task, done, total); },
+            &stop_);
         std::vector<std::string> specs;
         for (const QString& s : strategies) specs.push_back(s.toStdString());
         Q_EMIT comparisonFinished(compare_strategies(*model_, *backend_, tokens, specs, opt));

@@ -54,78 +54,6 @@ TurnResult ended(std::exception_ptr thrown, bool changed) {
 
 }  // namespace
 
-void ChatSession::restore_messages(Entry& e, const std::vector<MessageRecord>& before, size_t keep) {
-    Conversation& c = *e.conversation;
-    c.truncate(keep);
-    store_.delete_messages_after(e.id, static_cast<int64_t>(keep) - 1);
-    for (size_t i = keep; i < before.size(); ++i) {
-        store_.append_message(e.id, before[i].role, before[i].content, before[i].stats);
-        adopt(c, before[i]);
-    }
-}
-
-bool ChatSession::take_back(Entry& e, const std::vector<MessageRecord>& before, size_t keep) {
-    try {
-        // Every turn stores its answer last: once it is there, the turn happened and stays.
-        const std::vector<MessageRecord> now = store_.list_messages(e.id);
-        if (!now.empty() && now.back().role == Role::Assistant) return false;
-        restore_messages(e, before, keep);
-        return true;
-    } catch (const std::exception&) {
-        // The store itself failed (a full disk): what it holds stays, as a crash would leave it.
-        return false;
-    }
-}
-
-TurnCallbacks ChatSession::callbacks_of(const std::function<void(std::string_view)>& on_text,
-                                                 const std::atomic<bool>* cancel) {
-    TurnCallbacks c;
-    c.on_text = on_text;
-    c.progress.cancel = cancel;
-    return c;
-}
-
-TurnResult ChatSession::send(std::string_view title, std::string_view text, const TurnOptions& options,
-                                      const std::function<void(std::string_view)>& on_text,
-                                      const std::atomic<bool>* cancel) {
-    open(title);
-    return send(entry(title).id, text, options, callbacks_of(on_text, cancel));
-}
-
-TurnResult ChatSession::regenerate(std::string_view title, const TurnOptions& options,
-                                            const std::function<void(std::string_view)>& on_text,
-                                            const std::atomic<bool>* cancel) {
-    open(title);
-    return regenerate(entry(title).id, options, callbacks_of(on_text, cancel));
-}
-
-TurnResult ChatSession::edit(std::string_view title, size_t ordinal, std::string_view text,
-                                      const TurnOptions& options, const std::function<void(std::string_view)>& on_text,
-                                      const std::atomic<bool>* cancel) {
-    open(title);
-    return edit(entry(title).id, ordinal, text, options, callbacks_of(on_text, cancel));
-}
-
-TurnResult ChatSession::send(int64_t id, std::string_view text, const TurnOptions& options,
-                              const TurnCallbacks& callbacks) {
-    return thrown_if_unanswered(take_turn(id, TurnRequest::send(std::string(text)), options, callbacks));
-}
-
-TurnResult ChatSession::regenerate(int64_t id, const TurnOptions& options, const TurnCallbacks& callbacks) {
-    return thrown_if_unanswered(take_turn(id, TurnRequest::regenerate(), options, callbacks));
-}
-
-TurnResult ChatSession::edit(int64_t id, size_t ordinal, std::string_view text, const TurnOptions& options,
-                              const TurnCallbacks& callbacks) {
-    return thrown_if_unanswered(take_turn(id, TurnRequest::edit(ordinal, std::string(text)), options, callbacks));
-}
-
-TurnResult ChatSession::thrown_if_unanswered(TurnResult r) {
-    if (r.thrown) std::rethrow_exception(r.thrown);
-    return r;
-}
-
-
 TurnResult ChatSession::take_turn(int64_t id, const TurnRequest& request, const TurnOptions& options,
                                   const TurnCallbacks& callbacks) {
     const auto t0 = std::chrono::steady_clock::now();
@@ -298,6 +226,81 @@ TurnResult ChatSession::run_turn(Entry& e, const TurnRequest& request, const std
     } catch (...) {
         return ended(std::current_exception(), !take_back(e, before, keep));
     }
+}
+
+// ---- the verbs that run it ----
+
+TurnResult ChatSession::send(std::string_view title, std::string_view text, const TurnOptions& options,
+                             const std::function<void(std::string_view)>& on_text,
+                             const std::atomic<bool>* cancel) {
+    open(title);
+    return send(entry(title).id, text, options, callbacks_of(on_text, cancel));
+}
+
+TurnResult ChatSession::regenerate(std::string_view title, const TurnOptions& options,
+                                   const std::function<void(std::string_view)>& on_text,
+                                   const std::atomic<bool>* cancel) {
+    open(title);
+    return regenerate(entry(title).id, options, callbacks_of(on_text, cancel));
+}
+
+TurnResult ChatSession::edit(std::string_view title, size_t ordinal, std::string_view text,
+                             const TurnOptions& options, const std::function<void(std::string_view)>& on_text,
+                             const std::atomic<bool>* cancel) {
+    open(title);
+    return edit(entry(title).id, ordinal, text, options, callbacks_of(on_text, cancel));
+}
+
+TurnResult ChatSession::send(int64_t id, std::string_view text, const TurnOptions& options,
+                              const TurnCallbacks& callbacks) {
+    return thrown_if_unanswered(take_turn(id, TurnRequest::send(std::string(text)), options, callbacks));
+}
+
+TurnResult ChatSession::regenerate(int64_t id, const TurnOptions& options, const TurnCallbacks& callbacks) {
+    return thrown_if_unanswered(take_turn(id, TurnRequest::regenerate(), options, callbacks));
+}
+
+TurnResult ChatSession::edit(int64_t id, size_t ordinal, std::string_view text, const TurnOptions& options,
+                              const TurnCallbacks& callbacks) {
+    return thrown_if_unanswered(take_turn(id, TurnRequest::edit(ordinal, std::string(text)), options, callbacks));
+}
+
+TurnResult ChatSession::thrown_if_unanswered(TurnResult r) {
+    if (r.thrown) std::rethrow_exception(r.thrown);
+    return r;
+}
+
+// ---- putting the conversation back ----
+
+void ChatSession::restore_messages(Entry& e, const std::vector<MessageRecord>& before, size_t keep) {
+    Conversation& c = *e.conversation;
+    c.truncate(keep);
+    store_.delete_messages_after(e.id, static_cast<int64_t>(keep) - 1);
+    for (size_t i = keep; i < before.size(); ++i) {
+        store_.append_message(e.id, before[i].role, before[i].content, before[i].stats);
+        adopt(c, before[i]);
+    }
+}
+
+bool ChatSession::take_back(Entry& e, const std::vector<MessageRecord>& before, size_t keep) {
+    try {
+        // Every turn stores its answer last: once it is there, the turn happened and stays.
+        const std::vector<MessageRecord> now = store_.list_messages(e.id);
+        if (!now.empty() && now.back().role == Role::Assistant) return false;
+        restore_messages(e, before, keep);
+        return true;
+    } catch (const std::exception&) {
+        // The store itself failed (a full disk): what it holds stays, as a crash would leave it.
+        return false;
+    }
+}
+
+TurnCallbacks ChatSession::callbacks_of(const std::function<void(std::string_view)>& on_text,
+                                        const std::atomic<bool>* cancel) {
+    TurnCallbacks c;
+    c.on_text = on_text;
+    c.progress.cancel = cancel;
+    return c;
 }
 
 }  // namespace kvchat
