@@ -116,8 +116,10 @@ std::string existing_db_path(const Options& o) {
 // sampling and policy, which win.
 TurnOptions turn_options(const ChatSettings& settings, const Options& o) {
     TurnOptions t = settings.turn_options(o.str("--cache"));
-    t.generation.max_new_tokens = static_cast<int>(o.integer("-n", 256, 1, 1 << 20));
-    t.generation.sampling = sampling_options(o);
+    // A chat samples as the window does (the settings' chat sampling, 0.7/40/0.9/0.05/1.1 unless changed),
+    // not as generate's text completion.
+    t.generation.max_new_tokens = static_cast<int>(o.integer("-n", t.generation.max_new_tokens, 1, 1 << 20));
+    t.generation.sampling = sampling_options(o, t.generation.sampling);
     if (o.has("--policy")) t.policy = parse_context_policy(o.str("--policy"));
     return t;
 }
@@ -243,7 +245,12 @@ int cmd_chat(const Options& o) {
     }
     if (output_error()) throw output_failed(" and is kept in conversation " + in_quotes(title));
     if (as_json) {
-        std::printf("%s\n", turn_json(r, title).dump(-1, ' ', false, json::error_handler_t::replace).c_str());
+        json j = turn_json(r, title);
+        const SamplerConfig& sc = t.generation.sampling;
+        j["sampling"] = {{"greedy", sc.greedy},       {"temperature", sc.temperature}, {"top_k", sc.top_k},
+                         {"top_p", sc.top_p},         {"min_p", sc.min_p},             {"repeat_penalty", sc.repetition_penalty},
+                         {"seed", sc.seed},           {"max_new_tokens", t.generation.max_new_tokens}};
+        std::printf("%s\n", j.dump(-1, ' ', false, json::error_handler_t::replace).c_str());
     } else {
         std::printf("\n");
         for (const std::string& n : r.notices) note(n);

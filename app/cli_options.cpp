@@ -81,15 +81,23 @@ double Options::number(const std::string& name, double fallback) const {
 }
 
 SamplerConfig sampling_options(const Options& o) {
-    SamplerConfig s;
+    SamplerConfig base;
+    base.seed = static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count() & 0x7fffffff);
+    return sampling_options(o, base);
+}
+
+SamplerConfig sampling_options(const Options& o, const SamplerConfig& base) {
+    SamplerConfig s = base;
     s.greedy = o.flag("--greedy");
     s.temperature = static_cast<float>(o.number("--temp", s.temperature));
     s.top_k = static_cast<int>(o.integer("--top-k", s.top_k, 0, 1 << 30));
     s.top_p = static_cast<float>(o.number("--top-p", s.top_p));
     s.min_p = static_cast<float>(o.number("--min-p", s.min_p));
+    // --greedy is the plain argmax the cache tests and llama.cpp's greedy comparisons mean: a chat's
+    // saved repetition penalty is not applied unless asked for.
+    if (s.greedy) s.repetition_penalty = 1.0f;
     s.repetition_penalty = static_cast<float>(o.number("--repeat-penalty", s.repetition_penalty));
-    const auto now = std::chrono::steady_clock::now().time_since_epoch().count();
-    s.seed = static_cast<uint64_t>(o.integer("--seed", static_cast<long long>(now & 0x7fffffff), 0, 1LL << 62));
+    s.seed = static_cast<uint64_t>(o.integer("--seed", static_cast<long long>(base.seed), 0, 1LL << 62));
     if (s.greedy && (o.has("--temp") || o.has("--top-k") || o.has("--top-p") || o.has("--min-p")))
         throw Error("--greedy cannot be combined with --temp, --top-k, --top-p or --min-p");
     validate(s);

@@ -33,6 +33,8 @@ struct Options {
 Options parse(const std::vector<std::string>& args);
 
 kvchat::SamplerConfig sampling_options(const Options& o);
+// The same over `base` (a chat's saved sampling settings): options given win, the rest stay base's.
+kvchat::SamplerConfig sampling_options(const Options& o, const kvchat::SamplerConfig& base);
 
 struct Loaded {
     std::unique_ptr<kvchat::Model> model;

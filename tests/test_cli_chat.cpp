@@ -2,6 +2,7 @@
 // a second process prefilling only the new turn, a process killed mid-turn, awkward names and
 // text, the prefix commands. The default model where the numbers matter, tiny models elsewhere.
 #include "engine/cache/cache_spec.h"
+#include "engine/chat/chat_settings.h"
 #include "engine/chat/chat_template.h"
 #include "engine/compute/backend.h"
 #include "engine/generate/generator.h"
@@ -111,6 +112,48 @@ class TestCliChat : public QObject {
     std::vector<int32_t> want_more_, want_regenerated_;
 
 private slots:
+    // chat samples as the window does: the chat defaults issue 20 chose (temperature 0.7, top-k 40,
+    // top-p 0.9, min-p 0.05, repetition penalty 1.1, 1,024 tokens), not generate's text-completion
+    // ones; an option given wins, and a setting the window saved is used.
+    void chatSamplesWithTheChatSettings() {
+        QTemporaryDir dir;
+        const QString model = tiny_model_path(dir), db = dir.path() + "/kv.db";
+        const auto sampling = [&](const QStringList& extra) {
+            const Run r = cli(QStringList{"chat", "--model", model, "--db", db, "--conversation", "s", "--message",
+                                          "hello there", "--json"} + extra);
+            if (r.code != 0) qWarning() << r.err;
+            return json_of(r)["sampling"].toObject();
+        };
+        QJsonObject s = sampling({"-n", "2"});
+        QCOMPARE(s["greedy"].toBool(), false);
+        QCOMPARE(float(s["temperature"].toDouble()), 0.7f);
+        QCOMPARE(s["top_k"].toInt(), 40);
+        QCOMPARE(float(s["top_p"].toDouble()), 0.9f);
+        QCOMPARE(float(s["min_p"].toDouble()), 0.05f);
+        QCOMPARE(float(s["repeat_penalty"].toDouble()), 1.1f);
+        QCOMPARE(s["max_new_tokens"].toInt(), 2);
+        s = sampling({"-n", "2", "--temp", "0.2", "--repeat-penalty", "1.3"});
+        QCOMPARE(float(s["temperature"].toDouble()), 0.2f);
+        QCOMPARE(float(s["repeat_penalty"].toDouble()), 1.3f);
+        QCOMPARE(s["top_k"].toInt(), 40);
+        s = sampling({"-n", "2", "--greedy"});
+        QCOMPARE(s["greedy"].toBool(), true);
+        QCOMPARE(float(s["repeat_penalty"].toDouble()), 1.0f);  // the plain argmax
+        s = sampling({"-n", "2", "--greedy", "--repeat-penalty", "1.2"});
+        QCOMPARE(float(s["repeat_penalty"].toDouble()), 1.2f);
+        // Without -n the settings' answer length.
+        {
+            Store store(db.toStdString());
+            ChatSettings c = ChatSettings::load(store);
+            c.max_new_tokens = 3;
+            c.sampling.top_k = 7;
+            c.save(store);
+        }
+        s = sampling({});
+        QCOMPARE(s["max_new_tokens"].toInt(), 3);
+        QCOMPARE(s["top_k"].toInt(), 7);
+    }
+
     // Two processes, one conversation: the second prefills only its own turn (the closing of the
     // first answer, the message, its markers) and answers as a fresh cache over the whole
     // transcript does.

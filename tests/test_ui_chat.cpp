@@ -51,19 +51,7 @@ namespace {
 
 constexpr int kTurnTimeoutMs = 120000;
 
-// Answers the next modal dialog (an exec()'d input or prefix form) from inside its event loop.
-void whenModal(std::function<void(QWidget*)> act) {
-    auto* timer = new QTimer;
-    timer->setInterval(20);
-    QObject::connect(timer, &QTimer::timeout, [timer, act] {
-        if (QWidget* w = QApplication::activeModalWidget()) {
-            timer->stop();
-            timer->deleteLater();
-            act(w);
-        }
-    });
-    timer->start();
-}
+using kvchat::test::whenModal;
 
 }  // namespace
 

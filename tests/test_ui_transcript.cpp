@@ -7,6 +7,7 @@
 #include "ui/markdown_segments.h"
 #include "ui/message_box.h"
 #include "ui/message_view.h"
+#include "ui/transcript_model.h"
 #include "ui/transcript_view.h"
 
 #include <QApplication>
@@ -77,28 +78,32 @@ private Q_SLOTS:
     // While an answer streams, its view parses only its last piece, and a token costs the same
     // number of parses at message 200 as at message 2: the other messages are not touched.
     void streamingTouchesOnlyTheGrowingMessage() {
+        TranscriptModel model;
         TranscriptView view;
+        view.setModel(&model);
         view.resize(800, 600);
         view.show();
         QList<MessageItem> history;
         for (int i = 0; i < 200; ++i) {
             MessageItem m;
+            m.id = i + 1;
             m.ordinal = i;
             m.role = i % 2 ? MessageRole::Assistant : MessageRole::User;
             m.content = QString("Message %1 with *emphasis* and `code`.").arg(i);
             history.push_back(m);
         }
-        view.setMessages(history);
+        model.open(1);
+        model.setMessages(1, history);
         QTRY_COMPARE(view.messageViews().size(), 200);
         QList<int> before;
         for (MessageView* v : view.messageViews()) before.push_back(v->parses());
-        view.startAnswer();
+        QVERIFY(model.beginSend("and one more question"));
+        QTRY_VERIFY(view.streamingView() != nullptr);
         MessageView* growing = view.streamingView();
-        QVERIFY(growing);
         QString prose;
         for (int i = 0; i < 40; ++i) prose += QString("Sentence %1 of a long answer about caches.\n\n").arg(i);
         for (qsizetype at = 0; at < prose.size(); at += 16) {
-            view.appendAnswerText(prose.mid(at, 16));
+            model.appendAnswerText(1, prose.mid(at, 16));
         }
         const int piecesBefore = growing->parses();
         QTest::qWait(3 * MessageView::kReparseMs);
@@ -106,18 +111,24 @@ private Q_SLOTS:
         // One render after many tokens: the pieces that changed since the last render, at most
         // all of them the first time; then a token costs one parse.
         QVERIFY(afterOneRender > piecesBefore);
-        view.appendAnswerText("one more token");
+        model.appendAnswerText(1, "one more token");
         QTest::qWait(3 * MessageView::kReparseMs);
         QCOMPARE(growing->parses(), afterOneRender + 1);
         for (int i = 0; i < 200; ++i) QCOMPARE(view.messageViews()[i]->parses(), before[i]);
-        MessageItem stored;
-        stored.id = 7;
-        stored.ordinal = 200;
-        stored.role = MessageRole::Assistant;
-        stored.content = growing->content();
-        view.finishAnswer(stored);
-        QVERIFY(!view.answering());
-        QCOMPARE(view.messageViews().last()->message().id, qint64(7));
+        TurnOutcome outcome;
+        outcome.conversationId = 1;
+        outcome.question.id = 201;
+        outcome.question.ordinal = 200;
+        outcome.question.content = "and one more question";
+        outcome.answer.id = 202;
+        outcome.answer.ordinal = 201;
+        outcome.answer.role = MessageRole::Assistant;
+        outcome.answer.content = growing->content();
+        model.finishTurn(outcome);
+        QVERIFY(!view.streamingView());
+        QCOMPARE(view.messageViews().last(), growing);  // the same view, now of the stored answer
+        QCOMPARE(view.messageViews().last()->message().id, qint64(202));
+        for (int i = 0; i < 200; ++i) QCOMPARE(view.messageViews()[i]->parses(), before[i]);
     }
 
     // The meter sees a blocked event loop (here 120 ms of work on the GUI thread); it measures,

@@ -1,8 +1,10 @@
 #pragma once
-// The conversations as the list on the left shows them: most recent activity first, narrowed to
-// a search's matches when one is active. Lives on the GUI thread and changes only there, from
-// the worker's values; renaming in place asks the worker (renameRequested) rather than changing
-// the row, which comes back with the worker's next list.
+// The conversations the worker reported, one row each, in the order they arrived (the
+// ConversationSearchModel above it sorts and filters them for the list). Lives on the GUI thread
+// and changes only there: a new list from the worker is applied by rows (rows inserted for new
+// conversations, removed for deleted ones, dataChanged for changed ones), never by a reset, so
+// the view keeps its selection and scroll position. Renaming in place asks the worker
+// (renameRequested) rather than changing the row, which comes back with the worker's next list.
 #include "ui/engine_values.h"
 
 #include <QAbstractListModel>
@@ -23,23 +25,16 @@ public:
     Qt::ItemFlags flags(const QModelIndex& index) const override;
 
     void setConversations(const QList<ConversationItem>& conversations);
-    // Shows only these conversations (a search's results); nullopt shows all.
-    void setFilter(std::optional<QList<qint64>> ids);
-    bool filtered() const { return filter_.has_value(); }
 
-    int rowOf(qint64 id) const;  // -1 when not shown
-    qint64 idAt(int row) const;
+    int rowOf(qint64 id) const;  // -1 when absent
     std::optional<ConversationItem> find(qint64 id) const;
-    const QList<ConversationItem>& all() const { return all_; }
+    const QList<ConversationItem>& all() const { return rows_; }
 
 Q_SIGNALS:
     void renameRequested(qint64 id, const QString& title);
 
 private:
-    void rebuild();
-    QList<ConversationItem> all_;
-    QList<ConversationItem> shown_;
-    std::optional<QList<qint64>> filter_;
+    QList<ConversationItem> rows_;
 };
 
 }  // namespace kvchat

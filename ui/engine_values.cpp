@@ -3,6 +3,72 @@
 
 namespace kvchat {
 
+namespace {
+
+QString qs(std::string_view s) { return QString::fromUtf8(s.data(), static_cast<qsizetype>(s.size())); }
+
+}  // namespace
+
+MessageRole messageRoleOf(Role r) {
+    switch (r) {
+        case Role::System: return MessageRole::System;
+        case Role::User: return MessageRole::User;
+        case Role::Assistant: return MessageRole::Assistant;
+    }
+    return MessageRole::User;
+}
+
+AnswerFigures answerFiguresOf(const GenerationStats& s) {
+    AnswerFigures f;
+    f.promptTokens = s.prompt_tokens;
+    f.generatedTokens = s.generated_tokens;
+    f.cachedTokens = s.cached_tokens;
+    f.prefixTokens = s.prefix_tokens;
+    f.computedTokens = s.computed_tokens;
+    f.ttftMs = s.ttft_ms.value_or(-1);
+    f.tokensPerSecond = s.tokens_per_second.value_or(-1);
+    f.prefillSavedMs = s.prefill_saved_ms.value_or(-1);
+    return f;
+}
+
+MessageItem messageItemOf(const MessageRecord& m) {
+    MessageItem item;
+    item.id = m.id;
+    item.ordinal = static_cast<int>(m.ordinal);
+    item.role = messageRoleOf(m.role);
+    item.content = qs(m.content);
+    item.repaired = m.content_repaired;
+    item.figures = answerFiguresOf(m.stats);
+    item.createdMs = m.created_ms;
+    return item;
+}
+
+ConversationItem conversationItemOf(const ConversationOverview& o) {
+    ConversationItem item;
+    item.id = o.conversation.id;
+    item.title = qs(o.conversation.title);
+    item.updatedMs = o.conversation.updated_ms;
+    item.messageCount = o.message_count;
+    item.tokens = o.tokens;
+    item.cacheSpec = qs(o.conversation.cache_spec);
+    item.cacheSaved = !o.conversation.snapshot.empty();
+    item.lastUnanswered = o.last_unanswered;
+    return item;
+}
+
+ConversationItem conversationItemOf(const ConversationRecord& c, const std::vector<MessageRecord>& messages) {
+    ConversationOverview o;
+    o.conversation = c;
+    o.message_count = static_cast<int64_t>(messages.size());
+    for (auto it = messages.rbegin(); it != messages.rend(); ++it)
+        if (it->role == Role::Assistant) {
+            o.tokens = it->stats.prompt_tokens + it->stats.generated_tokens;
+            break;
+        }
+    o.last_unanswered = !messages.empty() && messages.back().role == Role::User;
+    return conversationItemOf(o);
+}
+
 void registerEngineValues() {
     qRegisterMetaType<AnswerFigures>();
     qRegisterMetaType<MessageItem>();

@@ -3,6 +3,7 @@
 // EngineWorker carries only these (copies, never pointers into the engine), so widgets and item
 // models never see an engine object that another thread could change under them.
 #include "engine/cache/cache.h"
+#include "engine/store/records.h"
 
 #include <QList>
 #include <QMetaType>
@@ -90,16 +91,25 @@ struct ModelInfo {
     int layers = 0;
 };
 
-// What one finished (or stopped) turn left: the stored answer and the cache after it.
+// What one finished (or stopped) turn left: the stored question and answer and the cache after it.
 struct TurnOutcome {
     qint64 conversationId = 0;
-    MessageItem answer;
+    MessageItem question;  // the user's message the turn answered, as stored (id 0: none)
+    MessageItem answer;    // id 0: no answer was stored
     QString stopReason;
     QStringList notices;
     qint64 contextTokens = 0;  // tokens the conversation's cache holds now
     qint64 kvBytes = 0;
     QString cacheSpec;
 };
+
+// The engine's records as the window's values.
+MessageRole messageRoleOf(Role role);
+AnswerFigures answerFiguresOf(const GenerationStats& stats);
+MessageItem messageItemOf(const MessageRecord& message);
+ConversationItem conversationItemOf(const ConversationOverview& overview);
+// A conversation's line from its row and its messages, counted as the store's overview counts them.
+ConversationItem conversationItemOf(const ConversationRecord& conversation, const std::vector<MessageRecord>& messages);
 
 // Registers every value above (and the engine's CacheTelemetry and ChatSettings) with Qt's
 // meta-type system so queued connections can copy them. Called once before the worker starts.

@@ -10,6 +10,7 @@
 #include "engine/model/model.h"
 #include "engine/model/model_path.h"
 #include "engine/store/store.h"
+#include "ui/store_reader.h"
 
 #include <QDateTime>
 #include <QDir>
@@ -28,28 +29,6 @@ namespace {
 QString qs(std::string_view s) { return QString::fromUtf8(s.data(), static_cast<qsizetype>(s.size())); }
 std::string ss(const QString& s) { return s.toStdString(); }
 
-MessageRole roleOf(Role r) {
-    switch (r) {
-        case Role::System: return MessageRole::System;
-        case Role::User: return MessageRole::User;
-        case Role::Assistant: return MessageRole::Assistant;
-    }
-    return MessageRole::User;
-}
-
-AnswerFigures figuresOf(const GenerationStats& s) {
-    AnswerFigures f;
-    f.promptTokens = s.prompt_tokens;
-    f.generatedTokens = s.generated_tokens;
-    f.cachedTokens = s.cached_tokens;
-    f.prefixTokens = s.prefix_tokens;
-    f.computedTokens = s.computed_tokens;
-    f.ttftMs = s.ttft_ms.value_or(-1);
-    f.tokensPerSecond = s.tokens_per_second.value_or(-1);
-    f.prefillSavedMs = s.prefill_saved_ms.value_or(-1);
-    return f;
-}
-
 ConversationItem itemOf(const ConversationSummary& c) {
     ConversationItem item;
     item.id = c.id;
@@ -61,18 +40,6 @@ ConversationItem itemOf(const ConversationSummary& c) {
     item.cacheResident = c.cache_resident;
     item.cacheSaved = c.cache_saved;
     item.lastUnanswered = c.last_unanswered;
-    return item;
-}
-
-MessageItem messageItem(const MessageRecord& m) {
-    MessageItem item;
-    item.id = m.id;
-    item.ordinal = static_cast<int>(m.ordinal);
-    item.role = roleOf(m.role);
-    item.content = qs(m.content);
-    item.repaired = m.content_repaired;
-    item.figures = figuresOf(m.stats);
-    item.createdMs = m.created_ms;
     return item;
 }
 
@@ -111,9 +78,23 @@ Progress EngineWorker::turnProgressOf(qint64 conversationId) {
                      &stop_);
 }
 
-EngineWorker::EngineWorker(QObject* parent) : QObject(parent), settings_(std::make_unique<ChatSettings>()) {}
+EngineWorker::EngineWorker(QObject* parent) : QObject(parent), settings_(std::make_unique<ChatSettings>()) {
+    reader_ = new StoreReader;
+    reader_->moveToThread(&readerThread_);
+    readerThread_.setObjectName(QStringLiteral("store reader"));
+    // Direct: the results leave from the reader's thread, never queued behind a turn on this one.
+    connect(reader_, &StoreReader::transcriptRead, this, &EngineWorker::transcriptLoaded, Qt::DirectConnection);
+    connect(reader_, &StoreReader::searchResults, this, &EngineWorker::searchResults, Qt::DirectConnection);
+    connect(reader_, &StoreReader::failed, this, &EngineWorker::failed, Qt::DirectConnection);
+    readerThread_.start();
+}
 
-EngineWorker::~EngineWorker() { shutdown(); }
+EngineWorker::~EngineWorker() {
+    readerThread_.quit();
+    readerThread_.wait();
+    delete reader_;
+    shutdown();
+}
 
 void EngineWorker::shutdown() {
     if (!session_) return;
@@ -160,6 +141,8 @@ void EngineWorker::openStore(const QString& path) {
     *settings_ = ChatSettings::load(*store_);
     emitNotices(settings_->notices);
     makeSession();
+    // Queued before storeOpened, so the reader has the database before the window asks it anything.
+    QMetaObject::invokeMethod(reader_, [r = reader_, path] { r->open(path); }, Qt::QueuedConnection);
     Q_EMIT settingsLoaded(*settings_);
     Q_EMIT storeOpened(path, conversationItems(), prefixItems());
 }
@@ -262,15 +245,14 @@ void EngineWorker::createConversation(const QString& system, qint64 prefixId) {
 }
 
 void EngineWorker::openConversation(qint64 id) {
-    if (!session_) return;
-    try {
-        QList<MessageItem> messages;
-        for (const MessageRecord& m : session_->messages(id)) messages.push_back(messageItem(m));
-        Q_EMIT transcriptLoaded(conversationItem(id), messages);
-        if (auto t = session_->telemetry(id)) Q_EMIT cacheTelemetry(id, *t);
-    } catch (const std::exception& e) {
-        Q_EMIT failed(tr("Open conversation"), qs(e.what()));
-    }
+    QMetaObject::invokeMethod(reader_, [r = reader_, id] { r->readTranscript(id); }, Qt::QueuedConnection);
+    QMetaObject::invokeMethod(
+        this,
+        [this, id] {
+            if (session_)
+                if (auto t = session_->telemetry(id)) Q_EMIT cacheTelemetry(id, *t);
+        },
+        Qt::QueuedConnection);
 }
 
 void EngineWorker::renameConversation(qint64 id, const QString& title) {
@@ -294,14 +276,7 @@ void EngineWorker::removeConversation(qint64 id) {
 }
 
 void EngineWorker::search(const QString& query) {
-    if (!session_) return;
-    QList<qint64> ids;
-    try {
-        for (const ConversationSummary& c : session_->search(ss(query))) ids.push_back(c.id);
-    } catch (const std::exception& e) {
-        Q_EMIT failed(tr("Search"), qs(e.what()));
-    }
-    Q_EMIT searchResults(query, ids);
+    QMetaObject::invokeMethod(reader_, [r = reader_, query] { r->search(query); }, Qt::QueuedConnection);
 }
 
 void EngineWorker::runTurn(qint64 id, const TurnRequest& request) {
@@ -344,7 +319,8 @@ void EngineWorker::runTurn(qint64 id, const TurnRequest& request) {
     } else {
         TurnOutcome out;
         out.conversationId = id;
-        if (r.answer) out.answer = messageItem(*r.answer);
+        if (r.answer) out.answer = messageItemOf(*r.answer);
+        if (r.question) out.question = messageItemOf(*r.question);
         out.stopReason = qs(stop_reason_name(r.stop_reason));
         for (const std::string& n : r.notices) out.notices.push_back(qs(n));
         out.kvBytes = r.kv_bytes;

@@ -15,6 +15,7 @@
 #include <QElapsedTimer>
 #include <QLockFile>
 #include <QObject>
+#include <QThread>
 
 #include <atomic>
 #include <functional>
@@ -24,6 +25,7 @@
 namespace kvchat {
 
 class Store;
+class StoreReader;
 class Model;
 class Backend;
 class ChatSession;
@@ -41,6 +43,13 @@ public:
     void stop() { stop_.store(true); }
     void cancelLoad() { cancelLoad_.store(true); }
 
+    // Thread-safe, and meant to be called directly from the GUI thread: the read runs on the
+    // store reader's thread (ui/store_reader.h), so it never waits behind a turn, and answers with
+    // transcriptLoaded / searchResults. The cache telemetry of an opened conversation follows
+    // from this worker's thread once it is free.
+    void openConversation(qint64 id);
+    void search(const QString& query);
+
     // How often streamed text and telemetry may be signalled.
     static constexpr int kTextBatchMs = 30;
     static constexpr int kTelemetryMs = 33;
@@ -51,10 +60,8 @@ public Q_SLOTS:
     void loadModel(const QString& path);
 
     void createConversation(const QString& system, qint64 prefixId);
-    void openConversation(qint64 id);
     void renameConversation(qint64 id, const QString& title);
     void removeConversation(qint64 id);
-    void search(const QString& query);
 
     void send(qint64 id, const QString& text);
     void regenerate(qint64 id);
@@ -145,6 +152,9 @@ private:
     void emitNotices(const std::vector<std::string>& notices);
 
     std::unique_ptr<Store> store_;
+    // Reads on a thread of its own; not a child (it must not move to this worker's thread).
+    QThread readerThread_;
+    StoreReader* reader_ = nullptr;
     std::unique_ptr<QLockFile> lock_;
     std::unique_ptr<Backend> backend_;
     std::unique_ptr<Model> model_;

@@ -6,12 +6,13 @@
 #include "engine/store/store.h"
 #include "ui/conversation_delegate.h"
 #include "ui/conversation_list_model.h"
+#include "ui/conversation_search_model.h"
 #include "ui/engine_worker.h"
 #include "ui/message_box.h"
-#include "ui/message_view.h"
 #include "ui/prefix_library_panel.h"
 #include "ui/storage_panel.h"
 #include "ui/settings_dialog.h"
+#include "ui/transcript_model.h"
 #include "ui/transcript_view.h"
 
 #include <QAction>
@@ -81,6 +82,10 @@ MainWindow::MainWindow(const WindowOptions& options, QWidget* parent)
     }
 
     conversations_ = new ConversationListModel(this);
+    conversations_->setObjectName(QStringLiteral("conversationModel"));
+    shownConversations_ = new ConversationSearchModel(this);
+    shownConversations_->setSourceModel(conversations_);
+    transcript_ = new TranscriptModel(this);
     createActions();
     createMenus();
     auto* splitter = new QSplitter;
@@ -101,7 +106,8 @@ MainWindow::MainWindow(const WindowOptions& options, QWidget* parent)
     thread_.setObjectName(QStringLiteral("engine"));
     connectWorker();
     // The cache inspector, strategy panel and comparison view, before the docks' state is restored.
-    lab_ = new CacheLab(this);
+    lab_ = new CacheLab(worker_, this, inspectorDock_, viewMenu_);
+    connect(this, &MainWindow::currentConversationChanged, lab_, &CacheLab::setConversation);
     thread_.start();
 
     if (options_.restoreState) restoreWindowState();
@@ -168,7 +174,14 @@ void MainWindow::createActions() {
     connect(regenerateAction_, &QAction::triggered, this, &MainWindow::regenerate);
     stopAction_ = make(tr("&Stop answer"), QStringLiteral("stopAction"), QKeySequence(Qt::Key_Escape));
     connect(stopAction_, &QAction::triggered, this, [this] {
-        if (answering_) worker_->stop();
+        if (answering_) {
+            worker_->stop();
+        } else if (!queuedMessage_.isEmpty()) {
+            // Not sent yet: it goes back into the box.
+            if (input_->isBlank()) input_->setPlainText(queuedMessage_);
+            queuedMessage_.clear();
+            updateSendState();
+        }
     });
     settingsAction_ = make(tr("&Settings…"), QStringLiteral("settingsAction"), QKeySequence(Qt::CTRL | Qt::Key_Comma));
     connect(settingsAction_, &QAction::triggered, this, &MainWindow::openSettings);
@@ -229,24 +242,17 @@ QWidget* MainWindow::createConversationPane() {
     searchDelay_.setSingleShot(true);
     searchDelay_.setInterval(150);
     connect(search_, &QLineEdit::textChanged, this, [this] { searchDelay_.start(); });
-    connect(&searchDelay_, &QTimer::timeout, this, [this] {
-        if (search_->text().trimmed().isEmpty())
-            conversations_->setFilter(std::nullopt);
-        else
-            Q_EMIT requestSearch(search_->text());
-        if (const int row = conversations_->rowOf(currentId_); row >= 0)
-            list_->setCurrentIndex(conversations_->index(row));
-    });
+    connect(&searchDelay_, &QTimer::timeout, this, &MainWindow::search);
     connect(search_, &QLineEdit::returnPressed, this, [this] {
-        if (conversations_->rowCount() > 0) {
+        if (shownConversations_->rowCount() > 0) {
             list_->setFocus();
-            list_->setCurrentIndex(conversations_->index(0));
+            list_->setCurrentIndex(shownConversations_->index(0, 0));
         }
     });
     list_ = new QListView;
     list_->setObjectName(QStringLiteral("conversationList"));
     list_->setAccessibleName(tr("Conversations"));
-    list_->setModel(conversations_);
+    list_->setModel(shownConversations_);
     list_->setHorizontalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
     list_->setTextElideMode(Qt::ElideRight);
     list_->setUniformItemSizes(true);
@@ -256,7 +262,7 @@ QWidget* MainWindow::createConversationPane() {
     list_->addAction(renameAction_);
     list_->addAction(deleteAction_);
     connect(list_->selectionModel(), &QItemSelectionModel::currentChanged, this, [this](const QModelIndex& index) {
-        const qint64 id = conversations_->idAt(index.row());
+        const qint64 id = shownConversations_->idAt(index.row());
         if (id != 0 && id != currentId_) selectConversation(id);
     });
     connect(conversations_, &ConversationListModel::renameRequested, this, &MainWindow::requestRename);
@@ -271,9 +277,10 @@ QWidget* MainWindow::createChatPane() {
     pane->setObjectName(QStringLiteral("chatPane"));
     auto* v = new QVBoxLayout(pane);
     v->setContentsMargins(0, 6, 6, 6);
-    transcript_ = new TranscriptView;
-    connect(transcript_, &TranscriptView::editRequested, this, &MainWindow::editMessage);
-    connect(transcript_, &TranscriptView::regenerateRequested, this, &MainWindow::regenerate);
+    transcriptView_ = new TranscriptView;
+    transcriptView_->setModel(transcript_);
+    connect(transcriptView_, &TranscriptView::editRequested, this, &MainWindow::editMessage);
+    connect(transcriptView_, &TranscriptView::regenerateRequested, this, &MainWindow::regenerate);
     notice_ = new QLabel;
     notice_->setObjectName(QStringLiteral("noticeBanner"));
     notice_->setAccessibleName(tr("Notice"));
@@ -316,7 +323,7 @@ QWidget* MainWindow::createChatPane() {
     row->addWidget(stop_);
     row->addWidget(send_);
 
-    v->addWidget(transcript_, 1);
+    v->addWidget(transcriptView_, 1);
     v->addWidget(notice_);
     v->addWidget(input_);
     v->addLayout(row);
@@ -392,10 +399,8 @@ void MainWindow::connectWorker() {
     connect(this, &MainWindow::requestOpenStore, w, &EngineWorker::openStore);
     connect(this, &MainWindow::requestLoadModel, w, &EngineWorker::loadModel);
     connect(this, &MainWindow::requestCreate, w, &EngineWorker::createConversation);
-    connect(this, &MainWindow::requestOpen, w, &EngineWorker::openConversation);
     connect(this, &MainWindow::requestRename, w, &EngineWorker::renameConversation);
     connect(this, &MainWindow::requestRemove, w, &EngineWorker::removeConversation);
-    connect(this, &MainWindow::requestSearch, w, &EngineWorker::search);
     connect(this, &MainWindow::requestSend, w, &EngineWorker::send);
     connect(this, &MainWindow::requestRegenerate, w, &EngineWorker::regenerate);
     connect(this, &MainWindow::requestEdit, w, &EngineWorker::edit);
@@ -451,24 +456,27 @@ void MainWindow::connectWorker() {
     connect(w, &EngineWorker::conversationsChanged, this, &MainWindow::onConversations);
     connect(w, &EngineWorker::conversationCreated, this, [this](const ConversationItem& c) {
         onConversations(conversations_->all());
+        // A message typed before there was a conversation is sent once its messages are shown.
         selectConversation(c.id);
-        if (!sendWhenCreated_.isEmpty()) {
-            input_->setPlainText(std::exchange(sendWhenCreated_, QString()));
-            send();
-        }
         input_->setFocus();
     });
     connect(w, &EngineWorker::transcriptLoaded, this, &MainWindow::onTranscript);
     connect(w, &EngineWorker::searchResults, this, [this](const QString& query, const QList<qint64>& ids) {
-        if (query == search_->text()) conversations_->setFilter(ids);
+        if (query != search_->text() || query.trimmed().isEmpty()) return;  // an older search
+        // Narrowing the list moves the view's current row off a hidden conversation; that is not
+        // the user opening another one.
+        {
+            QSignalBlocker block(list_->selectionModel());
+            shownConversations_->setMatches(QSet<qint64>(ids.begin(), ids.end()));
+        }
+        markCurrentInList();
     });
     connect(w, &EngineWorker::answerText, this, [this](qint64 id, const QString& piece) {
-        if (id != currentId_) return;
-        if (!answerHasText_) {
+        transcript_->appendAnswerText(id, piece);
+        if (id == currentId_ && !answerHasText_) {
             answerHasText_ = true;
             Q_EMIT answerStarted(id);
         }
-        transcript_->appendAnswerText(piece);
     });
     connect(w, &EngineWorker::turnFinished, this, &MainWindow::onTurnFinished);
     connect(w, &EngineWorker::turnFailed, this, &MainWindow::onTurnFailed);
@@ -488,6 +496,12 @@ void MainWindow::connectWorker() {
     connect(w, &EngineWorker::notice, this, [this](const QString& text) { showNotice(text); });
     connect(w, &EngineWorker::failed, this, [this](const QString& what, const QString& problem) {
         showNotice(tr("%1 failed: %2").arg(what, problem), true);
+        if (!queuedMessage_.isEmpty() && !transcript_->loaded()) {
+            // Its conversation could not be made or read: the message goes back into the box.
+            if (input_->isBlank()) input_->setPlainText(queuedMessage_);
+            queuedMessage_.clear();
+            updateSendState();
+        }
     });
 }
 
@@ -536,11 +550,14 @@ void MainWindow::onStoreOpened(const QString& path, const QList<ConversationItem
     storeReady_ = true;
     storePath_ = path;
     setWindowFilePath(path);
-    conversations_->setConversations(conversations);
+    {
+        QSignalBlocker block(list_->selectionModel());
+        conversations_->setConversations(conversations);
+    }
     prefixes_->setPrefixes(prefixes);
     qint64 open = 0;
     if (restoreId_ != 0 && conversations_->rowOf(restoreId_) >= 0) open = restoreId_;
-    else if (!conversations.isEmpty()) open = conversations_->idAt(0);
+    else if (!conversations.isEmpty()) open = shownConversations_->idAt(0);
     if (open != 0) selectConversation(open);
     else newChatWhenReady_ = true;  // first start: a new chat as soon as the model is there
     if (modelReady_ && newChatWhenReady_) newChat();
@@ -596,7 +613,7 @@ void MainWindow::onModelLoaded(const ModelInfo& model) {
     rememberModel(model.path);
     Q_EMIT modelReadyChanged(true);
     if (storeReady_ && newChatWhenReady_) newChat();
-    else if (currentId_ != 0) Q_EMIT requestOpen(currentId_);
+    else if (currentId_ != 0) readTranscript(currentId_);
     updateSendState();
 }
 
@@ -621,16 +638,20 @@ void MainWindow::onModelFailed(const QString& path, const QString& problem) {
 }
 
 void MainWindow::onConversations(const QList<ConversationItem>& conversations) {
-    conversations_->setConversations(conversations);
-    if (!search_->text().trimmed().isEmpty()) Q_EMIT requestSearch(search_->text());
-    if (const int row = conversations_->rowOf(currentId_); row >= 0) {
+    {
+        // Rows that come and go move the view's current row; only the user opens another conversation.
         QSignalBlocker block(list_->selectionModel());
-        list_->setCurrentIndex(conversations_->index(row));
-    } else if (currentId_ != 0 && !conversations_->find(currentId_)) {
+        conversations_->setConversations(conversations);
+    }
+    if (shownConversations_->searching()) search();  // a new or renamed conversation may match
+    if (currentId_ == 0 || conversations_->find(currentId_)) {
+        markCurrentInList();
+    } else {
         // The open conversation was deleted: open the most recent one left, or none.
         currentId_ = 0;
-        transcript_->clear();
-        if (conversations_->rowCount() > 0) selectConversation(conversations_->idAt(0));
+        transcript_->open(0);
+        if (shownConversations_->rowCount() > 0) selectConversation(shownConversations_->idAt(0));
+        else if (conversations_->rowCount() > 0) selectConversation(conversations_->all().first().id);
         else Q_EMIT currentConversationChanged(0);
     }
     if (auto c = conversations_->find(currentId_)) updateStatus(&*c);
@@ -641,29 +662,57 @@ void MainWindow::selectConversation(qint64 id) {
     if (id != currentId_) {
         currentId_ = id;
         answerHasText_ = false;
-        transcript_->clear();
+        transcript_->open(id);
         QSettings().setValue(QStringLiteral("window/conversation"), id);
         Q_EMIT currentConversationChanged(id);
     }
-    if (const int row = conversations_->rowOf(id); row >= 0) {
-        QSignalBlocker block(list_->selectionModel());
-        list_->setCurrentIndex(conversations_->index(row));
-    }
-    Q_EMIT requestOpen(id);
+    markCurrentInList();
+    readTranscript(id);
     updateSendState();
 }
 
+void MainWindow::markCurrentInList() {
+    // Not a choice of the user's: the list's current row follows the open conversation silently,
+    // and is none while a search hides it (so choosing any shown row opens that one).
+    const int row = shownConversations_->rowOf(currentId_);
+    QSignalBlocker block(list_->selectionModel());
+    if (row >= 0) list_->setCurrentIndex(shownConversations_->index(row, 0));
+    else list_->selectionModel()->clear();
+    list_->viewport()->update();  // (the view repaints on the signals just blocked)
+}
+
+void MainWindow::readTranscript(qint64 id) {
+    // A direct call: the worker reads on its reader's thread, so this never waits behind a turn.
+    if (id != 0) worker_->openConversation(id);
+}
+
+void MainWindow::search() {
+    const QString query = search_->text();
+    if (query.trimmed().isEmpty()) {
+        {
+            QSignalBlocker block(list_->selectionModel());
+            shownConversations_->setMatches(std::nullopt);
+        }
+        markCurrentInList();
+        return;
+    }
+    worker_->search(query);  // the matches arrive as searchResults
+}
+
 void MainWindow::onTranscript(const ConversationItem& conversation, const QList<MessageItem>& messages) {
-    if (conversation.id != currentId_ || (answering_ && transcript_->answering())) return;
-    transcript_->setMessages(messages);
+    if (conversation.id != currentId_) return;
+    transcript_->setMessages(conversation.id, messages);
     updateStatus(&conversation);
     strategy_->setCurrentText(conversation.cacheSpec);
-    // The last answer's figures, as stored with it.
+    // The last answer's figures, as stored with it (none yet: no figures, not another chat's).
+    lastAnswerLabel_->clear();
     for (auto it = messages.crbegin(); it != messages.crend(); ++it)
         if (it->role == MessageRole::Assistant) {
-            lastAnswerLabel_->setText(MessageView::figuresText(it->figures).section(QStringLiteral(" · "), 0, 3));
+            lastAnswerLabel_->setText(TranscriptModel::figuresText(it->figures).section(QStringLiteral(" · "), 0, 3));
             break;
         }
+    if (!queuedMessage_.isEmpty() && !answering_ && modelReady_) startSend(std::exchange(queuedMessage_, QString()));
+    updateSendState();
 }
 
 void MainWindow::newChat(qint64 prefixId) {
@@ -682,35 +731,34 @@ void MainWindow::sendMessage(const QString& text) {
 }
 
 void MainWindow::send() {
-    if (input_->isBlank() || answering_ || !modelReady_) return;
+    if (input_->isBlank() || answering_ || !queuedMessage_.isEmpty() || !modelReady_) return;
     const QString text = input_->toPlainText();
-    if (currentId_ == 0) {
-        sendWhenCreated_ = text;
-        input_->clear();
-        newChat();
+    input_->clear();
+    if (currentId_ == 0 || !transcript_->loaded()) {
+        // No conversation yet (a first message makes one), or its messages are not shown yet: the
+        // message waits for them (onTranscript sends it).
+        queuedMessage_ = text;
+        if (currentId_ == 0) newChat();
+        updateSendState();
         return;
     }
-    MessageItem user;
-    user.role = MessageRole::User;
-    user.content = text;
-    const auto views = transcript_->messageViews();
-    user.ordinal = transcript_->messageCount();
-    user.createdMs = QDateTime::currentMSecsSinceEpoch();
-    transcript_->appendMessage(user);
-    input_->clear();
+    startSend(text);
+}
+
+void MainWindow::startSend(const QString& text) {
+    if (!transcript_->beginSend(text)) {
+        if (input_->isBlank()) input_->setPlainText(text);
+        return;
+    }
     notice_->setVisible(false);
     setAnswering(true);
-    transcript_->startAnswer();
     Q_EMIT requestSend(currentId_, text);
 }
 
 void MainWindow::regenerate() {
-    if (answering_ || !modelReady_ || currentId_ == 0 || transcript_->messageCount() == 0) return;
-    transcript_->removeLastAnswer();
-    if (transcript_->messageViews().isEmpty() || transcript_->messageViews().last()->message().role != MessageRole::User)
-        return showNotice(tr("There is no question to answer again."), true);
+    if (answering_ || !modelReady_ || currentId_ == 0 || transcript_->rowCount() == 0) return;
+    if (!transcript_->beginRegenerate()) return showNotice(tr("There is no question to answer again."), true);
     setAnswering(true);
-    transcript_->startAnswer();
     Q_EMIT requestRegenerate(currentId_);
 }
 
@@ -720,21 +768,15 @@ void MainWindow::editMessage(int ordinal, const QString& content) {
     const QString text = QInputDialog::getMultiLineText(this, tr("Edit message"),
                                                         tr("The answers after this message are replaced."), content, &ok);
     if (!ok || text.trimmed().isEmpty() || text == content) return;
-    transcript_->truncateAfter(ordinal);
-    transcript_->replaceContent(ordinal, text);
+    if (answering_ || !transcript_->beginEdit(ordinal, text)) return;  // (a turn began while the dialog was open)
     setAnswering(true);
-    transcript_->startAnswer();
     Q_EMIT requestEdit(currentId_, ordinal, text);
 }
 
 void MainWindow::onTurnFinished(const TurnOutcome& outcome) {
     setAnswering(false);
-    if (outcome.conversationId == currentId_ && !transcript_->answering()) {
-        // The user came back to this chat while it was answering: show it as stored.
-        Q_EMIT requestOpen(currentId_);
-    }
+    transcript_->finishTurn(outcome);
     if (outcome.conversationId == currentId_) {
-        transcript_->finishAnswer(outcome.answer);
         contextBar_->setValue(static_cast<int>(std::min<qint64>(outcome.contextTokens, contextBar_->maximum())));
         kvLabel_->setText(tr("KV %1").arg(bytesText(outcome.kvBytes)));
         strategyLabel_->setText(outcome.cacheSpec);
@@ -752,27 +794,20 @@ void MainWindow::onTurnFinished(const TurnOutcome& outcome) {
 void MainWindow::onTurnFailed(qint64 id, const QString& problem, bool messageStored) {
     setAnswering(false);
     answerHasText_ = false;
-    if (id != currentId_) return showNotice(problem, true);
-    transcript_->finishAnswer({});
-    if (!messageStored) {
-        // Nothing was stored: the message goes back into the box so it is not lost.
-        const auto views = transcript_->messageViews();
-        if (!views.isEmpty() && views.last()->message().role == MessageRole::User && views.last()->message().id == 0) {
-            const QString text = views.last()->content();
-            transcript_->truncateAfter(views.last()->message().ordinal - 1);
-            if (input_->isBlank()) input_->setPlainText(text);
-        }
-        Q_EMIT requestOpen(currentId_);
-    }
+    // Nothing stored: the rows are as before the turn, and a sent message comes back into the box
+    // so it is not lost. Something stored: what is stored is read again.
+    const QString draft = transcript_->failTurn(id, messageStored);
+    if (id == currentId_ && !draft.isEmpty() && input_->isBlank()) input_->setPlainText(draft);
+    if (messageStored && id == currentId_) readTranscript(id);
     showNotice(problem, true);
 }
 
 void MainWindow::renameCurrent() {
-    const int row = conversations_->rowOf(currentId_);
+    const int row = shownConversations_->rowOf(currentId_);
     if (row < 0) return;
     list_->setFocus();
-    list_->setCurrentIndex(conversations_->index(row));
-    list_->edit(conversations_->index(row));
+    list_->setCurrentIndex(shownConversations_->index(row, 0));
+    list_->edit(shownConversations_->index(row, 0));
 }
 
 void MainWindow::deleteCurrent() {
@@ -807,9 +842,10 @@ void MainWindow::setAnswering(bool answering) {
 }
 
 void MainWindow::updateSendState() {
-    send_->setEnabled(!answering_ && modelReady_ && storeReady_ && !input_->isBlank());
-    stop_->setEnabled(answering_);
-    stop_->setVisible(answering_);
+    const bool sending = answering_ || !queuedMessage_.isEmpty();
+    send_->setEnabled(!sending && modelReady_ && storeReady_ && !input_->isBlank());
+    stop_->setEnabled(sending);
+    stop_->setVisible(sending);
     regenerateAction_->setEnabled(!answering_ && modelReady_ && currentId_ != 0);
     strategy_->setEnabled(!answering_ && currentId_ != 0);
     renameAction_->setEnabled(currentId_ != 0);

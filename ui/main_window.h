@@ -27,10 +27,12 @@ namespace kvchat {
 
 class CacheLab;
 class ConversationListModel;
+class ConversationSearchModel;
 class EngineWorker;
 class MessageBox;
 class PrefixLibraryPanel;
 class StoragePanel;
+class TranscriptModel;
 class TranscriptView;
 struct ChatSettings;
 
@@ -52,6 +54,11 @@ public:
     QComboBox* strategyControl() const { return strategy_; }
     QMenu* viewMenu() const { return viewMenu_; }
     CacheLab* cacheLab() const { return lab_; }
+    // The item models the views show (for tests and tools): the open conversation's messages, the
+    // conversations, and the list as shown (sorted, searched).
+    TranscriptModel* transcriptModel() const { return transcript_; }
+    ConversationListModel* conversationModel() const { return conversations_; }
+    ConversationSearchModel* conversationSearch() const { return shownConversations_; }
     qint64 currentConversation() const { return currentId_; }
     bool modelReady() const { return modelReady_; }
     bool answering() const { return answering_; }
@@ -71,10 +78,8 @@ Q_SIGNALS:
     void requestOpenStore(const QString& path);
     void requestLoadModel(const QString& path);
     void requestCreate(const QString& system, qint64 prefixId);
-    void requestOpen(qint64 id);
     void requestRename(qint64 id, const QString& title);
     void requestRemove(qint64 id);
-    void requestSearch(const QString& query);
     void requestSend(qint64 id, const QString& text);
     void requestRegenerate(qint64 id);
     void requestEdit(qint64 id, int ordinal, const QString& text);
@@ -113,8 +118,14 @@ private:
     void onTurnFinished(const TurnOutcome& outcome);
     void onTurnFailed(qint64 id, const QString& problem, bool messageStored);
     void selectConversation(qint64 id);
+    // The open conversation becomes the list's current row (when the list shows it).
+    void markCurrentInList();
+    // Reads the conversation's messages again (they arrive as transcriptLoaded).
+    void readTranscript(qint64 id);
+    void search();
     void newChat(qint64 prefixId = 0);
     void send();
+    void startSend(const QString& text);
     void regenerate();
     void editMessage(int ordinal, const QString& content);
     void renameCurrent();
@@ -131,10 +142,12 @@ private:
     QThread thread_;
     EngineWorker* worker_ = nullptr;
     ConversationListModel* conversations_ = nullptr;
+    ConversationSearchModel* shownConversations_ = nullptr;
+    TranscriptModel* transcript_ = nullptr;
 
     QListView* list_ = nullptr;
     QLineEdit* search_ = nullptr;
-    TranscriptView* transcript_ = nullptr;
+    TranscriptView* transcriptView_ = nullptr;
     MessageBox* input_ = nullptr;
     QPushButton* send_ = nullptr;
     QPushButton* stop_ = nullptr;
@@ -181,7 +194,9 @@ private:
     bool answering_ = false;
     bool newChatWhenReady_ = false;
     bool answerHasText_ = false;
-    QString sendWhenCreated_;
+    // A message sent before its conversation was there (a first message makes one) or before its
+    // messages were shown: it is sent when they are.
+    QString queuedMessage_;
     QPointer<QWidget> errorDialog_;
 };
 

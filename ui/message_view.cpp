@@ -100,29 +100,7 @@ QString roleTitle(MessageRole r) {
 
 QString number(qint64 n) { return QLocale().toString(n); }
 
-QString duration(double ms) {
-    if (ms >= 1000) return MessageView::tr("%1 s").arg(ms / 1000.0, 0, 'f', 2);
-    return MessageView::tr("%1 ms").arg(ms, 0, 'f', 0);
-}
-
 }  // namespace
-
-QString MessageView::figuresText(const AnswerFigures& f) {
-    if (!f.present()) return {};
-    QStringList parts;
-    QString prompt = tr("prompt %1 tokens").arg(number(f.promptTokens));
-    if (f.cachedTokens > 0 || f.computedTokens > 0) {
-        QString cached = tr("%1 cached").arg(number(f.cachedTokens));
-        if (f.prefixTokens > 0) cached += tr(" (%1 from a prefix)").arg(number(f.prefixTokens));
-        prompt += QStringLiteral(": ") + cached + tr(", %1 computed").arg(number(f.computedTokens));
-    }
-    parts << prompt;
-    if (f.prefillSavedMs > 0) parts << tr("saved %1 of prefill").arg(duration(f.prefillSavedMs));
-    if (f.ttftMs >= 0) parts << tr("first token %1").arg(duration(f.ttftMs));
-    if (f.tokensPerSecond >= 0) parts << tr("%1 tok/s").arg(f.tokensPerSecond, 0, 'f', 1);
-    parts << tr("%1 tokens").arg(number(f.generatedTokens));
-    return parts.join(QStringLiteral(" · "));
-}
 
 MessageView::MessageView(const MessageItem& message, QWidget* parent) : QFrame(parent), message_(message) {
     setObjectName(QStringLiteral("message"));
@@ -194,6 +172,11 @@ MessageView::MessageView(const MessageItem& message, QWidget* parent) : QFrame(p
     cutNote_->setObjectName(QStringLiteral("cutNote"));
     cutNote_->setVisible(false);
     outer->addWidget(cutNote_);
+    stateNote_ = new QLabel;
+    stateNote_->setObjectName(QStringLiteral("messageState"));
+    stateNote_->setWordWrap(true);
+    stateNote_->setVisible(false);
+    outer->addWidget(stateNote_);
     figures_ = new QLabel;
     figures_->setObjectName(QStringLiteral("answerFigures"));
     figures_->setWordWrap(true);
@@ -209,10 +192,45 @@ MessageView::MessageView(const MessageItem& message, QWidget* parent) : QFrame(p
 
 void MessageView::setMessage(const MessageItem& message) {
     message_ = message;
-    const QString f = figuresText(message.figures);
+    const QString f = TranscriptModel::figuresText(message.figures);
     figures_->setText(f);
     figures_->setVisible(!f.isEmpty());
     render();
+}
+
+void MessageView::showRow(const MessageItem& m, MessageState state) {
+    if (state == MessageState::Streaming) {
+        if (!streaming_) startStreaming();
+        if (m.content != message_.content) {
+            message_.content = m.content;
+            if (!reparse_.isActive()) reparse_.start();
+        }
+    } else if (streaming_) {
+        finish(m);
+    } else if (m.content != message_.content || m.repaired != message_.repaired ||
+               TranscriptModel::figuresText(m.figures) != figures_->text()) {
+        setMessage(m);
+    } else {
+        message_ = m;  // the same text, now stored (its id and time): nothing to parse again
+    }
+    showState(state);
+}
+
+void MessageView::showState(MessageState state) {
+    state_ = state;
+    QString note;
+    switch (state) {
+        // A question being answered needs no note: its answer is right under it, and Edit waits.
+        case MessageState::Stored:
+        case MessageState::Sending:
+        case MessageState::Streaming: break;
+        case MessageState::Unanswered: note = tr("<i>Not answered. Regenerate (Ctrl+R) answers it.</i>"); break;
+        case MessageState::Failed: note = tr("<i>This answer failed and was not saved.</i>"); break;
+    }
+    stateNote_->setText(note);
+    stateNote_->setVisible(!note.isEmpty());
+    stateNote_->setForegroundRole(QPalette::PlaceholderText);
+    setActionsEnabled(state == MessageState::Stored || state == MessageState::Unanswered);
 }
 
 void MessageView::startStreaming() {
@@ -243,6 +261,55 @@ void MessageView::setRegenerateVisible(bool visible) {
     if (regenerate_) regenerate_->setVisible(visible);
 }
 
+namespace {
+
+// A fenced code block: its language, a Copy code button and the code in a monospace font.
+class CodeBlock : public QFrame {
+public:
+    CodeBlock() {
+        setObjectName(QStringLiteral("codeBlock"));
+        setFrameShape(QFrame::StyledPanel);
+        setAutoFillBackground(true);
+        setBackgroundRole(QPalette::Window);
+        auto* v = new QVBoxLayout(this);
+        v->setContentsMargins(6, 2, 6, 4);
+        v->setSpacing(2);
+        auto* h = new QHBoxLayout;
+        language_ = new QLabel;
+        language_->setObjectName(QStringLiteral("codeLanguage"));
+        language_->setForegroundRole(QPalette::PlaceholderText);
+        h->addWidget(language_);
+        h->addStretch(1);
+        auto* copy = new QToolButton;
+        copy->setObjectName(QStringLiteral("copyCodeButton"));
+        copy->setText(MessageView::tr("Copy code"));
+        copy->setAccessibleName(MessageView::tr("Copy code"));
+        copy->setAutoRaise(true);
+        h->addWidget(copy);
+        v->addLayout(h);
+        code_ = new TextPiece;
+        code_->setObjectName(QStringLiteral("codeText"));
+        code_->setAccessibleName(MessageView::tr("Code"));
+        code_->setFont(QFontDatabase::systemFont(QFontDatabase::FixedFont));
+        code_->setLineWrapMode(QTextEdit::WidgetWidth);
+        code_->setWordWrapMode(QTextOption::WrapAtWordBoundaryOrAnywhere);
+        v->addWidget(code_);
+        connect(copy, &QToolButton::clicked, this, [this] { QGuiApplication::clipboard()->setText(text_); });
+    }
+    void showSegment(const MarkdownSegment& s) {
+        text_ = s.text;
+        language_->setText(s.language);
+        code_->show(s.text, false);
+    }
+
+private:
+    QLabel* language_ = nullptr;
+    TextPiece* code_ = nullptr;
+    QString text_;
+};
+
+}  // namespace
+
 QWidget* MessageView::makeSegmentWidget(const MarkdownSegment& s) {
     if (!s.code) {
         auto* t = new TextPiece;
@@ -250,37 +317,7 @@ QWidget* MessageView::makeSegmentWidget(const MarkdownSegment& s) {
         t->setAccessibleName(tr("Message text"));
         return t;
     }
-    auto* frame = new QFrame;
-    frame->setObjectName(QStringLiteral("codeBlock"));
-    frame->setFrameShape(QFrame::StyledPanel);
-    frame->setAutoFillBackground(true);
-    frame->setBackgroundRole(QPalette::Window);
-    auto* v = new QVBoxLayout(frame);
-    v->setContentsMargins(6, 2, 6, 4);
-    v->setSpacing(2);
-    auto* h = new QHBoxLayout;
-    auto* lang = new QLabel;
-    lang->setObjectName(QStringLiteral("codeLanguage"));
-    lang->setForegroundRole(QPalette::PlaceholderText);
-    h->addWidget(lang);
-    h->addStretch(1);
-    auto* copy = new QToolButton;
-    copy->setObjectName(QStringLiteral("copyCodeButton"));
-    copy->setText(tr("Copy code"));
-    copy->setAccessibleName(tr("Copy code"));
-    copy->setAutoRaise(true);
-    h->addWidget(copy);
-    v->addLayout(h);
-    auto* code = new TextPiece;
-    code->setObjectName(QStringLiteral("codeText"));
-    code->setAccessibleName(tr("Code"));
-    code->setFont(QFontDatabase::systemFont(QFontDatabase::FixedFont));
-    code->setLineWrapMode(QTextEdit::WidgetWidth);
-    code->setWordWrapMode(QTextOption::WrapAtWordBoundaryOrAnywhere);
-    v->addWidget(code);
-    connect(copy, &QToolButton::clicked, frame,
-            [frame] { QGuiApplication::clipboard()->setText(frame->property("code").toString()); });
-    return frame;
+    return new CodeBlock;
 }
 
 void MessageView::updateSegmentWidget(QWidget* w, const MarkdownSegment& s) {
@@ -291,10 +328,7 @@ void MessageView::updateSegmentWidget(QWidget* w, const MarkdownSegment& s) {
         static_cast<TextPiece*>(w)->show(QString(s.text).replace(u'\n', QStringLiteral("  \n")), true);
         return;
     }
-    w->setProperty("code", s.text);
-    w->findChild<QLabel*>(QStringLiteral("codeLanguage"))->setText(s.language);
-    auto* code = static_cast<TextPiece*>(w->findChild<QTextBrowser*>(QStringLiteral("codeText")));
-    code->show(s.text, false);
+    static_cast<CodeBlock*>(w)->showSegment(s);
 }
 
 void MessageView::showThinking(bool has, const QString& thinking, bool answered) {

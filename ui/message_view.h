@@ -1,6 +1,8 @@
 #pragma once
-// One message of the transcript: who said it, its text rendered as Markdown (code blocks in a
-// monospace frame with a Copy button), and under an answer the figures it was produced with.
+// One message of the transcript, as the transcript view shows a row of the TranscriptModel: who
+// said it, its text rendered as Markdown (code blocks in a monospace frame with a Copy button),
+// under an answer the figures it was produced with, and a line for a row that is not simply
+// stored (a question not answered, an answer that failed).
 // A thinking model's reasoning (<think>…</think>) is folded into a "Thinking" line the user can
 // open.
 // Each message has its own documents, so a growing answer re-lays out only itself: while it
@@ -8,6 +10,7 @@
 // markdown_segments.h); finish() parses once more when it ends.
 #include "ui/engine_values.h"
 #include "ui/markdown_segments.h"
+#include "ui/transcript_model.h"
 
 #include <QFrame>
 #include <QList>
@@ -27,6 +30,12 @@ public:
     const MessageItem& message() const { return message_; }
     QString content() const { return message_.content; }
     bool streaming() const { return streaming_; }
+    MessageState state() const { return state_; }
+
+    // A row of the model, as it is now: a streaming row grows (parsed again on the timer), a row
+    // that stops streaming is parsed once more, a changed row is shown again, an unchanged one
+    // costs nothing.
+    void showRow(const MessageItem& message, MessageState state);
 
     // Streaming: the answer grows by `piece`; the view catches up on its own timer.
     void startStreaming();
@@ -44,8 +53,6 @@ public:
     static constexpr qsizetype kShownChars = 32 * 1024;
     static constexpr int kReparseMs = 80;
 
-    static QString figuresText(const AnswerFigures& f);
-
 Q_SIGNALS:
     void editRequested(int ordinal, const QString& content);
     void regenerateRequested();
@@ -55,14 +62,17 @@ private:
     QWidget* makeSegmentWidget(const MarkdownSegment& s);
     void updateSegmentWidget(QWidget* w, const MarkdownSegment& s);
     void showThinking(bool has, const QString& thinking, bool answered);
+    void showState(MessageState state);
 
     MessageItem message_;
+    MessageState state_ = MessageState::Stored;
     bool streaming_ = false;
     int parses_ = 0;
     QTimer reparse_;
     QLabel* roleLabel_ = nullptr;
     QLabel* figures_ = nullptr;
     QLabel* cutNote_ = nullptr;
+    QLabel* stateNote_ = nullptr;
     QToolButton* copy_ = nullptr;
     QToolButton* edit_ = nullptr;
     QToolButton* regenerate_ = nullptr;

@@ -1,6 +1,7 @@
 #include "ui/transcript_view.h"
 
 #include "ui/message_view.h"
+#include "ui/transcript_model.h"
 
 #include <QLabel>
 #include <QScrollBar>
@@ -20,6 +21,7 @@ TranscriptView::TranscriptView(QWidget* parent) : QScrollArea(parent) {
     layout_ = new QVBoxLayout(column_);
     layout_->setContentsMargins(12, 12, 12, 12);
     layout_->setSpacing(10);
+    // The layout holds the placeholder, then one view per built row, then the stretch.
     placeholder_ = new QLabel(tr("Start the conversation below."));
     placeholder_->setObjectName(QStringLiteral("transcriptPlaceholder"));
     placeholder_->setAlignment(Qt::AlignCenter);
@@ -37,120 +39,115 @@ TranscriptView::TranscriptView(QWidget* parent) : QScrollArea(parent) {
     });
 }
 
+void TranscriptView::setModel(TranscriptModel* model) {
+    if (model_) disconnect(model_, nullptr, this, nullptr);
+    model_ = model;
+    if (model_) {
+        connect(model_, &QAbstractItemModel::modelReset, this, &TranscriptView::rebuild);
+        connect(model_, &QAbstractItemModel::layoutChanged, this, &TranscriptView::rebuild);
+        connect(model_, &QAbstractItemModel::rowsMoved, this, &TranscriptView::rebuild);
+        connect(model_, &QAbstractItemModel::rowsInserted, this,
+                [this](const QModelIndex&, int first, int last) { insertViews(first, last); });
+        connect(model_, &QAbstractItemModel::rowsRemoved, this,
+                [this](const QModelIndex&, int first, int last) { removeViews(first, last); });
+        connect(model_, &QAbstractItemModel::dataChanged, this,
+                [this](const QModelIndex& from, const QModelIndex& to) { updateViews(from.row(), to.row()); });
+    }
+    rebuild();
+}
+
 void TranscriptView::setPlaceholder(const QString& text) { placeholder_->setText(text); }
 
-void TranscriptView::clear() {
+MessageView* TranscriptView::streamingView() const {
+    for (MessageView* v : views_)
+        if (v->state() == MessageState::Streaming) return v;
+    return nullptr;
+}
+
+MessageView* TranscriptView::makeView(int row) {
+    auto* v = new MessageView(model_->message(row), column_);
+    v->showRow(model_->message(row), model_->state(row));
+    connect(v, &MessageView::editRequested, this, &TranscriptView::editRequested);
+    connect(v, &MessageView::regenerateRequested, this, &TranscriptView::regenerateRequested);
+    return v;
+}
+
+void TranscriptView::rebuild() {
     ++generation_;
-    pending_.clear();
     for (MessageView* v : views_) {
         v->hide();
         v->deleteLater();
     }
     views_.clear();
-    streaming_ = nullptr;
     following_ = true;
-    placeholder_->setVisible(true);
+    updatePlaceholder();
+    buildMore();
 }
 
-void TranscriptView::setMessages(const QList<MessageItem>& messages) {
-    clear();
-    pending_ = messages;
-    placeholder_->setVisible(messages.isEmpty());
-    buildPending();
-}
-
-void TranscriptView::buildPending() {
-    for (int n = 0; n < kBuildBatch && !pending_.isEmpty(); ++n) addView(pending_.takeFirst());
-    if (!pending_.isEmpty()) {
+void TranscriptView::buildMore() {
+    if (!model_) return;
+    const int rows = model_->rowCount();
+    for (int n = 0; n < kBuildBatch && views_.size() < rows; ++n) {
+        MessageView* v = makeView(static_cast<int>(views_.size()));
+        layout_->insertWidget(1 + static_cast<int>(views_.size()), v);
+        views_.push_back(v);
+    }
+    if (views_.size() < rows) {
         const int gen = generation_;
         QTimer::singleShot(0, this, [this, gen] {
-            if (gen == generation_) buildPending();
+            if (gen == generation_) buildMore();
         });
     }
-}
-
-void TranscriptView::flushPending() {
-    while (!pending_.isEmpty()) addView(pending_.takeFirst());
-}
-
-MessageView* TranscriptView::appendMessage(const MessageItem& message) {
-    // A message added while the history is still being built goes after all of it.
-    flushPending();
-    return addView(message);
-}
-
-MessageView* TranscriptView::addView(const MessageItem& message) {
-    placeholder_->setVisible(false);
-    auto* v = new MessageView(message, column_);
-    connect(v, &MessageView::editRequested, this, &TranscriptView::editRequested);
-    connect(v, &MessageView::regenerateRequested, this, &TranscriptView::regenerateRequested);
-    layout_->insertWidget(layout_->count() - 1, v);
-    views_.push_back(v);
     updateRegenerate();
-    return v;
 }
 
-void TranscriptView::truncateAfter(int ordinal) {
-    flushPending();
-    while (!views_.isEmpty() && views_.last()->message().ordinal > ordinal) {
-        MessageView* v = views_.takeLast();
-        if (v == streaming_) streaming_ = nullptr;
+void TranscriptView::insertViews(int first, int last) {
+    updatePlaceholder();
+    // Rows past the ones built so far are built in their turn.
+    if (first > views_.size()) return;
+    for (int row = first; row <= last; ++row) {
+        MessageView* v = makeView(row);
+        layout_->insertWidget(1 + row, v);
+        views_.insert(row, v);
+    }
+    if (last == model_->rowCount() - 1) following_ = true;  // a new message at the end is shown
+    updateRegenerate();
+}
+
+void TranscriptView::removeViews(int first, int last) {
+    for (int row = std::min(last, static_cast<int>(views_.size()) - 1); row >= first; --row) {
+        MessageView* v = views_.takeAt(row);
         v->hide();
         v->deleteLater();
     }
+    updatePlaceholder();
     updateRegenerate();
 }
 
-void TranscriptView::removeLastAnswer() {
-    flushPending();
-    if (!views_.isEmpty() && views_.last()->message().role == MessageRole::Assistant)
-        truncateAfter(views_.last()->message().ordinal - 1);
-}
-
-void TranscriptView::replaceContent(int ordinal, const QString& content) {
-    for (MessageView* v : views_)
-        if (v->message().ordinal == ordinal) {
-            MessageItem m = v->message();
-            m.content = content;
-            v->setMessage(m);
+void TranscriptView::updateViews(int first, int last) {
+    for (int row = first; row <= last && row < views_.size(); ++row) {
+        MessageView* v = views_[row];
+        if (v->message().role != model_->message(row).role) {
+            // Another author: another kind of view (a question has Edit, an answer Regenerate).
+            MessageView* replacement = makeView(row);
+            layout_->replaceWidget(v, replacement);
+            views_[row] = replacement;
+            v->hide();
+            v->deleteLater();
+            continue;
         }
-}
-
-void TranscriptView::startAnswer() {
-    flushPending();
-    MessageItem m;
-    m.role = MessageRole::Assistant;
-    m.ordinal = views_.isEmpty() ? 0 : views_.last()->message().ordinal + 1;
-    streaming_ = appendMessage(m);
-    streaming_->startStreaming();
-    following_ = true;
+        v->showRow(model_->message(row), model_->state(row));
+    }
     updateRegenerate();
 }
 
-void TranscriptView::appendAnswerText(const QString& piece) {
-    if (streaming_) streaming_->appendText(piece);
-}
-
-void TranscriptView::finishAnswer(const MessageItem& stored) {
-    if (!streaming_) return;
-    MessageItem m = stored;
-    if (m.id == 0) {
-        // Nothing was stored (the turn failed): what streamed stays on screen as it was.
-        m = streaming_->message();
-    }
-    streaming_->finish(m);
-    if (streaming_->content().isEmpty() && stored.id == 0) {
-        views_.removeOne(streaming_);
-        streaming_->hide();
-        streaming_->deleteLater();
-    }
-    streaming_ = nullptr;
-    updateRegenerate();
-}
+void TranscriptView::updatePlaceholder() { placeholder_->setVisible(!model_ || model_->rowCount() == 0); }
 
 void TranscriptView::updateRegenerate() {
+    const bool all = model_ && views_.size() == model_->rowCount();
     for (qsizetype i = 0; i < views_.size(); ++i)
-        views_[i]->setRegenerateVisible(i == views_.size() - 1 && pending_.isEmpty() && !streaming_);
+        views_[i]->setRegenerateVisible(all && i == views_.size() - 1 && !model_->answering() &&
+                                        views_[i]->state() == MessageState::Stored);
 }
 
 }  // namespace kvchat

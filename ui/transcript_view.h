@@ -1,10 +1,12 @@
 #pragma once
-// The messages of the open conversation, one MessageView each, in a scrolling column. Only the
-// answer being streamed changes while it streams; the others are laid out once. A long history
-// is built a few messages per event-loop turn so opening it never freezes the window.
-#include "ui/engine_values.h"
-
+// The transcript: a view bound to a TranscriptModel that shows each row as a MessageView in a
+// scrolling column. It follows the model's row signals: inserted and removed rows add and drop
+// their views, a changed row updates only its own view (a streaming answer re-parses only itself),
+// a reset builds the column again, a few messages per event-loop turn so that opening a long
+// history never freezes the window. It never changes the model; Edit and Regenerate are
+// requests the window answers.
 #include <QList>
+#include <QPointer>
 #include <QScrollArea>
 
 class QLabel;
@@ -13,29 +15,20 @@ class QVBoxLayout;
 namespace kvchat {
 
 class MessageView;
+class TranscriptModel;
 
 class TranscriptView : public QScrollArea {
     Q_OBJECT
 public:
     explicit TranscriptView(QWidget* parent = nullptr);
 
-    void setMessages(const QList<MessageItem>& messages);
-    void clear();
-    MessageView* appendMessage(const MessageItem& message);
-    // Drops every message after `ordinal` (an edit answers again from there).
-    void truncateAfter(int ordinal);
-    // Drops the last answer (regenerate).
-    void removeLastAnswer();
-    void replaceContent(int ordinal, const QString& content);
+    void setModel(TranscriptModel* model);
+    TranscriptModel* model() const { return model_; }
 
-    void startAnswer();
-    void appendAnswerText(const QString& piece);
-    void finishAnswer(const MessageItem& stored);
-    bool answering() const { return streaming_ != nullptr; }
-
+    // The views built so far, one per row from the first.
     QList<MessageView*> messageViews() const { return views_; }
-    MessageView* streamingView() const { return streaming_; }
-    int messageCount() const { return static_cast<int>(views_.size()) + static_cast<int>(pending_.size()); }
+    // The view of the answer being streamed, when it is built.
+    MessageView* streamingView() const;
     void setPlaceholder(const QString& text);
 
     // How many messages are built per event-loop turn when a history opens.
@@ -46,18 +39,20 @@ Q_SIGNALS:
     void regenerateRequested();
 
 private:
-    void buildPending();
-    void flushPending();
-    MessageView* addView(const MessageItem& message);
+    void rebuild();
+    void buildMore();
+    void insertViews(int first, int last);
+    void removeViews(int first, int last);
+    void updateViews(int first, int last);
+    MessageView* makeView(int row);
     void updateRegenerate();
-    void scrollToEndIfFollowing();
+    void updatePlaceholder();
 
+    QPointer<TranscriptModel> model_;
     QWidget* column_ = nullptr;
     QVBoxLayout* layout_ = nullptr;
     QLabel* placeholder_ = nullptr;
-    QList<MessageView*> views_;
-    QList<MessageItem> pending_;
-    MessageView* streaming_ = nullptr;
+    QList<MessageView*> views_;  // rows 0 .. views_.size() - 1; later rows are still to be built
     bool following_ = true;
     int generation_ = 0;
 };

@@ -86,6 +86,7 @@ TurnResult ChatSession::run_turn(Entry& e, const TurnRequest& request, const std
     size_t keep = before.size();  // stored messages the request leaves in place
     std::string new_title;        // the chat's name from its first message
     std::optional<RenderedChat> rendered;
+    std::optional<MessageRecord> question;  // the user's message the turn answers, as stored
 
     // The request, in memory; rendered; then in the store. Refused or failed before the store
     // changed, the conversation is as it was.
@@ -147,15 +148,23 @@ TurnResult ChatSession::run_turn(Entry& e, const TurnRequest& request, const std
         }
         // The raw text, so the store records that it repaired it (it repairs it the same way).
         switch (request.kind) {
-            case Kind::Send: store_.append_message(e.id, Role::User, request.text); break;
+            case Kind::Send: question = store_.append_message(e.id, Role::User, request.text); break;
             case Kind::Regenerate:
                 if (keep < before.size()) store_.delete_messages_after(e.id, static_cast<int64_t>(keep) - 1);
                 break;
             case Kind::Edit:
-                store_.update_message_content(before[request.ordinal].id, request.text);
+                question = before[request.ordinal];
+                question->content_repaired = store_.update_message_content(question->id, request.text);
+                question->content = fixed.text;  // (repaired as the store repairs it)
                 store_.delete_messages_after(e.id, static_cast<int64_t>(request.ordinal));
                 break;
         }
+        if (!question)  // regenerate: the last message of the user's that stays
+            for (size_t i = keep; i-- > 0;)
+                if (before[i].role == Role::User) {
+                    question = before[i];
+                    break;
+                }
     } catch (...) {
         c.truncate(0);
         for (const ChatMessage& m : was) c.append(m.role, m.content, m.tokens);
@@ -212,6 +221,7 @@ TurnResult ChatSession::run_turn(Entry& e, const TurnRequest& request, const std
         }
         r.notices.insert(r.notices.begin(), notices.begin(), notices.end());
         r.cache_spec = c.cache_spec();
+        r.question = std::move(question);
         r.ending = r.stop_reason == StopReason::Stopped ? TurnResult::Ending::Stopped : TurnResult::Ending::Answered;
         return r;
     } catch (const Cancelled&) {

@@ -83,7 +83,8 @@ struct TurnResult {
     int64_t kv_bytes = 0;
     StopReason stop_reason = StopReason::MaxNewTokens;
     std::vector<std::string> notices;  // things the user should be told (a rebuild, a fallback)
-    std::optional<MessageRecord> answer;  // the answer as the store holds it (ChatSession's turns)
+    std::optional<MessageRecord> question;  // the user's message answered, as stored (ChatSession's turns)
+    std::optional<MessageRecord> answer;    // the answer as the store holds it (ChatSession's turns)
     std::string cache_spec;               // the conversation's strategy after the turn
 };
 

@@ -452,7 +452,10 @@ void rows32_unsigned_512(const uint8_t* rows, size_t stride, int64_t nb, const Q
             start[k] = _mm512_slli_epi32(_mm512_broadcast_i64x4(load256(xs[k] + 8 * i)), Values::kShift);
         }
         __m128i raw = _mm_cvtsi32_si128(b[0][i].d);
-        for (int j = 1; j < R; ++j) raw = _mm_insert_epi16(raw, b[j][i].d, j);
+        // The lane index must be a constant even where the loop is not unrolled (-O0, the sanitizer build).
+        [&]<int... J>(std::integer_sequence<int, J...>) {
+            ((raw = _mm_insert_epi16(raw, b[J + 1][i].d, J + 1)), ...);
+        }(std::make_integer_sequence<int, R - 1>{});
         const __m256 dw = _mm256_cvtph_ps(raw);
         __m512 d[NT];
         for (int k = 0; k < NT; ++k) d[k] = _mm512_castps256_ps512(_mm256_mul_ps(dw, _mm256_set1_ps(xd[k][i])));

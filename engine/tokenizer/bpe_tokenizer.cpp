@@ -184,26 +184,6 @@ public:
         return bytes_[static_cast<size_t>(id)];
     }
 
-    std::string decode(const std::vector<int32_t>& ids) const override {
-        std::string bytes;
-        for (int32_t id : ids) bytes += token_bytes(id);
-        std::string text;
-        text.reserve(bytes.size());
-        append_valid_utf8(bytes, true, text);
-        return text;
-    }
-
-    int32_t vocab_size() const override { return static_cast<int32_t>(tokens_.size()); }
-
-    TokenType type(int32_t id) const override {
-        check(id);
-        return types_[static_cast<size_t>(id)];
-    }
-
-    std::string piece(int32_t id) const override {
-        check(id);
-        return tokens_[static_cast<size_t>(id)];
-    }
 
     int32_t find_piece(std::string_view piece) const override {
         const auto it = text_to_id_.find(piece);
@@ -224,12 +204,6 @@ private:
         std::unordered_map<std::string_view, std::pair<uint32_t, uint32_t>> cache;  // word -> ids in cached
         std::vector<int32_t> cached;
     };
-
-    void check(int32_t id) const {
-        if (id < 0 || id >= vocab_size())
-            throw Error("token id " + std::to_string(id) + " is outside the vocabulary of " +
-                        std::to_string(tokens_.size()));
-    }
 
     void set_types(const BpeVocab& v) {
         for (size_t i = 0; i < tokens_.size(); ++i) {
@@ -475,8 +449,6 @@ private:
 
     PreTokenizerSpec spec_;
     PreTokenizer pre_;
-    std::vector<std::string> tokens_;
-    std::vector<TokenType> types_;
     std::vector<std::string> bytes_;  // token_bytes
     StringMap text_to_id_;
     StringMap symbol_of_bytes_;

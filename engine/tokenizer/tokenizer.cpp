@@ -10,6 +10,30 @@
 
 namespace kvchat {
 
+void Tokenizer::check(int32_t id) const {
+    if (id < 0 || id >= vocab_size())
+        throw Error("token id " + std::to_string(id) + " is outside the vocabulary of " + std::to_string(tokens_.size()));
+}
+
+std::string Tokenizer::decode(const std::vector<int32_t>& ids) const {
+    std::string bytes;
+    for (int32_t id : ids) bytes += token_bytes(id);
+    std::string text;
+    text.reserve(bytes.size());
+    append_valid_utf8(bytes, true, text);
+    return text;
+}
+
+TokenType Tokenizer::type(int32_t id) const {
+    check(id);
+    return types_[static_cast<size_t>(id)];
+}
+
+std::string Tokenizer::piece(int32_t id) const {
+    check(id);
+    return tokens_[static_cast<size_t>(id)];
+}
+
 namespace {
 
 constexpr std::string_view kSpaceMark = "\xE2\x96\x81";       // U+2581
@@ -45,7 +69,9 @@ public:
     // the same vocabulary as the tokenizer reports it.
     SentencePieceTokenizer(std::string_view model_proto, std::vector<std::string> tokens,
                            std::vector<TokenType> types, const std::string& source)
-        : tokens_(std::move(tokens)), types_(std::move(types)) {
+    {
+        tokens_ = std::move(tokens);
+        types_ = std::move(types);
         const auto status = processor_.LoadFromSerializedProto(model_proto);
         if (!status.ok()) throw Error("tokenizer from " + source + ": " + status.ToString());
         if (processor_.GetPieceSize() != static_cast<int>(tokens_.size()))
@@ -84,26 +110,6 @@ public:
         return {};
     }
 
-    std::string decode(const std::vector<int32_t>& ids) const override {
-        std::string bytes;
-        for (int32_t id : ids) bytes += token_bytes(id);
-        std::string text;
-        text.reserve(bytes.size());
-        append_valid_utf8(bytes, true, text);
-        return text;
-    }
-
-    int32_t vocab_size() const override { return static_cast<int32_t>(tokens_.size()); }
-
-    TokenType type(int32_t id) const override {
-        check(id);
-        return types_[static_cast<size_t>(id)];
-    }
-
-    std::string piece(int32_t id) const override {
-        check(id);
-        return tokens_[static_cast<size_t>(id)];
-    }
 
     int32_t find_piece(std::string_view piece) const override {
         // SentencePiece knows user-defined pieces with U+2581 for their spaces (spm_vocab.h), and
@@ -116,15 +122,7 @@ public:
     }
 
 private:
-    void check(int32_t id) const {
-        if (id < 0 || id >= vocab_size())
-            throw Error("token id " + std::to_string(id) + " is outside the vocabulary of " +
-                        std::to_string(tokens_.size()));
-    }
-
     sentencepiece::SentencePieceProcessor processor_;
-    std::vector<std::string> tokens_;
-    std::vector<TokenType> types_;
 };
 
 // A tokenizer.model's pieces, and the model with special markers retyped as control.

@@ -46,16 +46,22 @@ public:
     // The concatenated token bytes as valid UTF-8 (invalid sequences become U+FFFD). A space
     // prefix that encode() added (add_space_prefix vocabularies) is kept: decode is what the
     // model wrote, byte for byte, and equals what StreamingDetokenizer yields.
-    virtual std::string decode(const std::vector<int32_t>& ids) const = 0;
-    virtual int32_t vocab_size() const = 0;
-    virtual TokenType type(int32_t id) const = 0;  // after the conversion rules of spm_vocab.h
+    std::string decode(const std::vector<int32_t>& ids) const;
+    int32_t vocab_size() const { return static_cast<int32_t>(tokens_.size()); }
+    TokenType type(int32_t id) const;  // after the conversion rules of spm_vocab.h
     bool is_control(int32_t id) const { return type(id) == TokenType::Control; }
-    virtual std::string piece(int32_t id) const = 0;  // the raw vocabulary string
+    std::string piece(int32_t id) const;  // the raw vocabulary string
     virtual int32_t find_piece(std::string_view piece) const = 0;  // -1 when absent
     const SpecialTokens& special() const { return special_; }
 
 protected:
+    // Throws kvchat::Error for an id outside the vocabulary.
+    void check(int32_t id) const;
+
     SpecialTokens special_;
+    // The vocabulary as both kinds report it: each id's raw string and its type.
+    std::vector<std::string> tokens_;
+    std::vector<TokenType> types_;
 };
 
 // Turns a stream of token ids into text pieces that are always valid UTF-8: bytes of a

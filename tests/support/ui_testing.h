@@ -1,11 +1,15 @@
 #pragma once
 // What the window suites share: a fresh user profile, where screenshots go, typing over a
 // field's text as a user does, and reading exported CSV back independently of the writer.
+#include <QApplication>
 #include <QDir>
 #include <QLineEdit>
+#include <QTimer>
 #include <QString>
 #include <QStringList>
 #include <QtTest>
+
+#include <functional>
 
 namespace kvchat::test {
 
@@ -22,6 +26,20 @@ inline QString screenshotDir() {
     if (dir.isEmpty()) dir = QStringLiteral(QT_TESTCASE_BUILDDIR) + "/../screenshots";
     QDir().mkpath(dir);
     return QDir(dir).absolutePath();
+}
+
+// Answers the next modal dialog (an exec()'d input or prefix form) from inside its event loop.
+inline void whenModal(std::function<void(QWidget*)> act) {
+    auto* timer = new QTimer;
+    timer->setInterval(20);
+    QObject::connect(timer, &QTimer::timeout, [timer, act] {
+        if (QWidget* w = QApplication::activeModalWidget()) {
+            timer->stop();
+            timer->deleteLater();
+            act(w);
+        }
+    });
+    timer->start();
 }
 
 // Selects all of the field's text and types `text` over it, key by key.

@@ -5,11 +5,11 @@
 #include "ui/lab/comparison_view.h"
 #include "ui/lab/lab_values.h"
 #include "ui/lab/strategy_panel.h"
-#include "ui/main_window.h"
 #include "ui/inspector/reuse_panel.h"
 
 #include <QAction>
 #include <QDockWidget>
+#include <QMainWindow>
 #include <QMenu>
 
 namespace kvchat {
@@ -28,21 +28,19 @@ std::optional<TurnReuse> reuseOf(const AnswerFigures& f) {
 
 }  // namespace
 
-CacheLab::CacheLab(MainWindow* window) : QObject(window), window_(window) {
+CacheLab::CacheLab(EngineWorker* w, QMainWindow* window, QDockWidget* inspectorDock, QMenu* viewMenu) : QObject(window) {
     registerLabValues();
-    EngineWorker* w = window->worker();
 
-    // The inspector takes the cache dock (MainWindow made it, named cacheInspectorDock).
     inspector_ = new CacheInspector;
     inspector_->setMinimumWidth(300);
-    if (auto* dock = window->findChild<QDockWidget*>(QStringLiteral("cacheInspectorDock"))) dock->setWidget(inspector_);
+    inspectorDock->setWidget(inspector_);
 
     panel_ = new StrategyPanel;
     auto* strategyDock = new QDockWidget(tr("Strategy"), window);
     strategyDock->setObjectName(QStringLiteral("strategyDock"));
     strategyDock->setWidget(panel_);
     window->addDockWidget(Qt::RightDockWidgetArea, strategyDock);
-    window->viewMenu()->addAction(strategyDock->toggleViewAction());
+    viewMenu->addAction(strategyDock->toggleViewAction());
 
     comparison_ = new ComparisonView;
     auto* comparisonDock = new QDockWidget(tr("Compare strategies"), window);
@@ -52,7 +50,7 @@ CacheLab::CacheLab(MainWindow* window) : QObject(window), window_(window) {
     comparisonDock->hide();
     QAction* toggle = comparisonDock->toggleViewAction();
     toggle->setShortcut(QKeySequence(QStringLiteral("Ctrl+Shift+M")));
-    window->viewMenu()->addAction(toggle);
+    viewMenu->addAction(toggle);
 
     // Requests.
     connect(this, &CacheLab::requestPlan, w, &EngineWorker::planSwitch);
@@ -60,10 +58,10 @@ CacheLab::CacheLab(MainWindow* window) : QObject(window), window_(window) {
     connect(this, &CacheLab::requestCompare, w, &EngineWorker::compare);
     connect(this, &CacheLab::requestSnapshot, w, &EngineWorker::reportSnapshot);
     connect(panel_, &StrategyPanel::planRequested, this, [this](const QString& spec) {
-        if (window_->currentConversation() != 0) Q_EMIT requestPlan(window_->currentConversation(), spec);
+        if (conversation_ != 0) Q_EMIT requestPlan(conversation_, spec);
     });
     connect(panel_, &StrategyPanel::applyRequested, this, [this](const QString& spec) {
-        if (window_->currentConversation() != 0) Q_EMIT requestSwitch(window_->currentConversation(), spec);
+        if (conversation_ != 0) Q_EMIT requestSwitch(conversation_, spec);
     });
     // stop() only sets the flag the running step checks: safe from this thread.
     connect(panel_, &StrategyPanel::cancelRequested, this, [w] { w->stop(); });
@@ -72,14 +70,10 @@ CacheLab::CacheLab(MainWindow* window) : QObject(window), window_(window) {
 
     // Results.
     connect(w, &EngineWorker::cacheTelemetry, this, [this](qint64 id, const CacheTelemetry& t) {
-        if (id == window_->currentConversation()) inspector_->setTelemetry(t);
-    });
-    connect(window, &MainWindow::currentConversationChanged, this, [this](qint64) {
-        inspector_->clear();
-        lastAnswerId_ = -1;
+        if (id == conversation_) inspector_->setTelemetry(t);
     });
     connect(w, &EngineWorker::transcriptLoaded, this, [this](const ConversationItem& c, const QList<MessageItem>& messages) {
-        if (c.id != window_->currentConversation()) return;
+        if (c.id != conversation_) return;
         if (!panel_->busy()) panel_->setCurrentSpec(c.cacheSpec);
         std::optional<TurnReuse> reuse;
         for (auto it = messages.rbegin(); it != messages.rend() && !reuse; ++it)
@@ -89,31 +83,31 @@ CacheLab::CacheLab(MainWindow* window) : QObject(window), window_(window) {
         Q_EMIT requestSnapshot(c.id);
     });
     connect(w, &EngineWorker::turnFinished, this, [this](const TurnOutcome& o) {
-        if (o.conversationId != window_->currentConversation()) return;
+        if (o.conversationId != conversation_) return;
         if (!panel_->busy()) panel_->setCurrentSpec(o.cacheSpec);
         inspector_->setReuse(reuseOf(o.answer.figures));
         lastAnswerId_ = o.conversationId;
         Q_EMIT requestSnapshot(o.conversationId);
     });
     connect(w, &EngineWorker::snapshotReported, this, [this](qint64 id, qint64 bytes) {
-        if (id != lastAnswerId_ || id != window_->currentConversation()) return;
+        if (id != lastAnswerId_ || id != conversation_) return;
         std::optional<TurnReuse> r = inspector_->reusePanel()->reuse();
         if (!r) r = TurnReuse{};
         r->snapshot_bytes = bytes;
         inspector_->setReuse(r);
     });
     connect(w, &EngineWorker::switchPlanned, this, [this](qint64 id, const ConversionPlan& plan) {
-        if (id == window_->currentConversation()) panel_->showPlan(plan);
+        if (id == conversation_) panel_->showPlan(plan);
     });
     connect(w, &EngineWorker::switchPlanFailed, this, [this](qint64 id, const QString& spec, const QString& problem) {
-        if (id == window_->currentConversation() && spec == panel_->chosenSpec()) panel_->showError(problem);
+        if (id == conversation_ && spec == panel_->chosenSpec()) panel_->showError(problem);
     });
     connect(w, &EngineWorker::turnProgress, this, [this](qint64 id, const QString& task, qint64 done, qint64 total) {
-        if (id == window_->currentConversation() && panel_->busy()) panel_->showProgress(task, done, total);
+        if (id == conversation_ && panel_->busy()) panel_->showProgress(task, done, total);
     });
     // A switch that failed (or was cancelled) comes back with the old spec and no summary.
     connect(w, &EngineWorker::strategySwitched, this, [this](qint64 id, const QString& spec, const QString& summary) {
-        if (id != window_->currentConversation()) return;
+        if (id != conversation_) return;
         if (panel_->busy())
             panel_->applyFinished(!summary.isEmpty(), spec, summary.isEmpty() ? tr("The strategy was not changed.") : summary);
         else
@@ -132,6 +126,13 @@ CacheLab::CacheLab(MainWindow* window) : QObject(window), window_(window) {
     connect(w, &EngineWorker::comparisonFailed, this, [this](const QString& problem) {
         comparison_->showError(problem.isEmpty() ? tr("The comparison was cancelled.") : problem);
     });
+}
+
+void CacheLab::setConversation(qint64 id) {
+    if (id == conversation_) return;
+    conversation_ = id;
+    inspector_->clear();
+    lastAnswerId_ = -1;
 }
 
 }  // namespace kvchat

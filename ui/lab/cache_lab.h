@@ -2,24 +2,35 @@
 // The cache lab in the main window: the cache inspector in the cache dock, the strategy panel in
 // a dock of its own, and the comparison view in a bottom dock (View menu, Ctrl+Shift+M). It only
 // connects these widgets to the window's engine worker: requests go out as queued calls, results
-// come back as values.
+// come back as values. The window hands it what it needs (the worker, the dock the inspector goes
+// into, the View menu) and tells it which conversation is open (setConversation).
 #include <QObject>
+
+class QDockWidget;
+class QMainWindow;
+class QMenu;
 
 namespace kvchat {
 
 class CacheInspector;
 class ComparisonView;
-class MainWindow;
+class EngineWorker;
 class StrategyPanel;
 
 class CacheLab : public QObject {
     Q_OBJECT
 public:
-    explicit CacheLab(MainWindow* window);
+    // The docks are added to `window`, their toggles to `viewMenu`; the inspector becomes
+    // `inspectorDock`'s widget.
+    CacheLab(EngineWorker* worker, QMainWindow* window, QDockWidget* inspectorDock, QMenu* viewMenu);
 
     CacheInspector* inspector() const { return inspector_; }
     StrategyPanel* strategyPanel() const { return panel_; }
     ComparisonView* comparisonView() const { return comparison_; }
+
+public Q_SLOTS:
+    // The conversation the window shows (0: none): the lab describes its cache.
+    void setConversation(qint64 id);
 
 Q_SIGNALS:
     // To the worker (queued: it lives on its own thread).
@@ -29,7 +40,7 @@ Q_SIGNALS:
     void requestSnapshot(qint64 conversationId);
 
 private:
-    MainWindow* window_;
+    qint64 conversation_ = 0;
     CacheInspector* inspector_ = nullptr;
     StrategyPanel* panel_ = nullptr;
     ComparisonView* comparison_ = nullptr;
