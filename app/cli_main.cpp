@@ -9,8 +9,10 @@
 #include "engine/compute/thread_pool.h"
 #include "engine/error.h"
 #include "engine/cache/cache_factory.h"
+#include "engine/cache/cache_presets.h"
 #include "engine/cache/cache_spec.h"
 #include "engine/cache/convert.h"
+#include "engine/cache/telemetry_json.h"
 #include "engine/chat/chat_template.h"
 #include "engine/generate/comparison.h"
 #include "engine/generate/generator.h"
@@ -42,7 +44,7 @@ namespace {
 using nlohmann::json;
 using namespace kvchat::cli;
 
-const char* kUsage =
+const char* kUsageText =
     "kvchat-cli " KVCHAT_VERSION " - local chat with a persistent KV cache\n"
     "\n"
     "usage: kvchat-cli [--version] [--help] COMMAND [OPTIONS]\n"
@@ -83,9 +85,7 @@ const char* kUsage =
     "             [--json]: time to first token over turns, from a saved prefix, and after reopening\n"
     "\n"
     "cache strategies (--cache; combine with +, e.g. quantized:nbits=4+offloaded):\n"
-    "  dynamic | static:max_len=N | offloaded[:dir=PATH] | offloaded_static:max_len=N[,dir=PATH]\n"
-    "  quantized[:nbits=2|4|8,residual=128,group=64] | sliding_window:window=W\n"
-    "  sink:window=W,sinks=S | hybrid[:max_len=N]\n"
+    "%PRESETS%"
     "  dtype=f16|bf16|f32 on any part: the full-precision format (default f16, as llama.cpp)\n"
     "\n"
     "options for every command:\n"
@@ -96,6 +96,24 @@ const char* kUsage =
     "                  be used is named with the reason, and the CPU is used\n"
     "  --version       print the version and exit\n"
     "  --help          print this help and exit\n";
+
+// The help: kUsageText with the engine's presets in place of %PRESETS%, their forms joined by
+// " | " in lines of at most 92 columns.
+std::string usage() {
+    std::string presets, line;
+    for (const kvchat::CachePreset& p : kvchat::cache_presets()) {
+        const std::string form(p.usage);
+        if (!line.empty() && line.size() + 3 + form.size() > 92) {
+            presets += line + "\n";
+            line.clear();
+        }
+        line += (line.empty() ? "  " : " | ") + form;
+    }
+    presets += line + "\n";
+    std::string text = kUsageText;
+    const size_t at = text.find("%PRESETS%");
+    return text.replace(at, std::string_view("%PRESETS%").size(), presets);
+}
 
 int fail(const std::string& msg) {
     // Messages quote titles, names and paths the user or a database gave: no control character
@@ -159,34 +177,6 @@ int cmd_template(const Options& o) {
     return 0;
 }
 
-json telemetry_json(const kvchat::CacheTelemetry& t) {
-    json j;
-    j["spec"] = t.spec;
-    j["tokens"] = t.tokens;
-    j["total_bytes"] = t.total_bytes;
-    j["bytes_fast"] = t.bytes_fast;
-    j["bytes_slow"] = t.bytes_slow;
-    j["bytes_reserved"] = t.bytes_reserved;
-    j["bytes_per_token"] = t.bytes_per_token;
-    j["moved_in_step"] = t.moved_in_step;
-    j["moved_out_step"] = t.moved_out_step;
-    j["prefetch_stall_ms"] = t.prefetch_stall_ms;
-    json layers = json::array();
-    for (const kvchat::LayerTelemetry& l : t.layers) {
-        layers.push_back({{"kind", l.kind}, {"storage", l.storage}, {"tokens_held", l.tokens_held},
-                          {"capacity", l.capacity}, {"bytes_fast", l.bytes_fast}, {"bytes_slow", l.bytes_slow},
-                          {"bytes_full_precision", l.bytes_full_precision}, {"bytes_quantized", l.bytes_quantized},
-                          {"bytes_reserved", l.bytes_reserved}, {"quantized_tokens", l.quantized_tokens},
-                          {"residual_tokens", l.residual_tokens}, {"sink_range", {l.sink_begin, l.sink_end}},
-                          {"window_range", {l.window_begin, l.window_end}}, {"evicted", l.evicted},
-                          {"moved_in_step", l.moved_in_step}, {"moved_out_step", l.moved_out_step},
-                          {"moved_in_total", l.moved_in_total}, {"moved_out_total", l.moved_out_total},
-                          {"prefetch_stall_ms", l.prefetch_stall_ms}});
-    }
-    j["layers"] = layers;
-    return j;
-}
-
 int cmd_generate(const Options& o) {
     if (!o.has("--prompt")) throw kvchat::Error("generate needs --prompt TEXT");
     const std::string prompt = o.str("--prompt");
@@ -222,7 +212,7 @@ int cmd_generate(const Options& o) {
         j["prefill_tok_s"] = r.prefill_tok_s();
         j["decode_tok_s"] = r.decode_tok_s();
         j["kv_bytes"] = cache->bytes();
-        j["cache"] = telemetry_json(cache->telemetry());
+        j["cache"] = kvchat::telemetry_json(cache->telemetry());
         j["stop_reason"] = stop_reason_name(r.stop_reason);
         j["seed"] = g.sampling.seed;
         std::printf("%s\n", j.dump(-1, ' ', false, json::error_handler_t::replace).c_str());
@@ -304,7 +294,7 @@ int cmd_bench_caches(const Options& o) {
                         {"prefill_tok_s", r.prefill_tok_s}, {"decode_tok_s", r.decode_tok_s},
                         {"decode_ratio", r.decode_ratio}, {"agreement", r.agreement},
                         {"first_divergence", r.first_divergence}, {"tokens", r.tokens}, {"convert_ms", r.convert_ms},
-                        {"cache", telemetry_json(r.telemetry)}};
+                        {"cache", kvchat::telemetry_json(r.telemetry)}};
             if (o.flag("--json")) {
                 rows.push_back(row);
             } else {
@@ -486,7 +476,7 @@ int main(int argc, char** argv) {
     const std::vector<std::string> args(argv + 1, argv + argc);
     for (const std::string& a : args) {
         if (a == "--help" || a == "-h") {
-            std::fputs(kUsage, stdout);
+            std::fputs(usage().c_str(), stdout);
             return 0;
         }
         if (a == "--version") {
@@ -523,7 +513,7 @@ int run_command(const std::vector<std::string>& args) {
         if (!o.positional.empty() && o.command != "prefix" && o.command != "storage")
             return fail("unexpected argument '" + o.positional[0] + "' (see --help)");
         if (o.command.empty()) {
-            std::fputs(kUsage, stderr);
+            std::fputs(usage().c_str(), stderr);
             return 2;
         }
         if (o.command == "info") return cmd_info(o);

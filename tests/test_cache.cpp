@@ -380,7 +380,7 @@ private slots:
                     c.run(*cache, toks, 20);
                     const std::string m = error_of([&] { kvchat::convert(*cache, to + dir, opt); });
                     CHILD_CHECK(names_spill(m), from + " -> " + to + ": " + m);
-                    CHILD_CHECK(cache->spec() == from && cache->tokens() == toks, from + " -> " + to + ": the cache changed");
+                    CHILD_CHECK(cache->spec_text() == from && cache->tokens() == toks, from + " -> " + to + ": the cache changed");
                     auto direct = c.cache(from);
                     c.run(*direct, toks, 20);
                     CHILD_CHECK(c.next_logits(*cache, 42) == c.next_logits(*direct, 42), from + " -> " + to + ": the cache changed");
@@ -1016,7 +1016,7 @@ private slots:
                 };
                 const auto r = kvchat::convert(*c, to, opt);
                 const std::string label = from + " -> " + to;
-                QVERIFY2(c->spec() == kvchat::to_string(kvchat::parse_cache_spec(to)), label.c_str());
+                QVERIFY2(c->spec_text() == kvchat::to_string(kvchat::parse_cache_spec(to)), label.c_str());
                 QCOMPARE(c->seq_length(), int64_t(20));
                 QCOMPARE(c->tokens(), toks);
                 if (r.rebuilt) {
@@ -1095,7 +1095,7 @@ private slots:
         QCOMPARE(r.rebuilt, rebuilt);
         QCOMPARE(progress, rebuilt ? int64_t(40) : int64_t(0));
         QCOMPARE(c->tokens(), toks);
-        QCOMPARE(QString::fromStdString(c->spec()), QString::fromStdString(kvchat::to_string(kvchat::parse_cache_spec(to.toStdString()))));
+        QCOMPARE(QString::fromStdString(c->spec_text()), QString::fromStdString(kvchat::to_string(kvchat::parse_cache_spec(to.toStdString()))));
         auto direct = t.cache(to.toStdString());
         t.run(*direct, toks, rebuilt ? 7 : 40);
         const auto got = t.next_logits(*c, 42), want = t.next_logits(*direct, 42);
@@ -1226,7 +1226,7 @@ private slots:
         // A bad spec, and an unwritable slow tier.
         QVERIFY(error_of([&] { kvchat::convert(*c, "quantized:nbits=5"); }).find("nbits=5") != std::string::npos);
         QVERIFY(error_of([&] { kvchat::convert(*c, "offloaded:dir=/nonexistent/x"); }).find("/nonexistent/x") != std::string::npos);
-        QCOMPARE(QString::fromStdString(c->spec()), QString("sink:window=8,sinks=2"));
+        QCOMPARE(QString::fromStdString(c->spec_text()), QString("sink:window=8,sinks=2"));
         QCOMPARE(probe(), bytes);
         auto direct = t.cache("sink:window=8,sinks=2");
         t.run(*direct, toks, 20);
@@ -1286,7 +1286,7 @@ private slots:
         t.run(*c, tokens(12, 5), 5);
         kvchat::save_snapshot(path, *c, t.model->fingerprint(), std::span(&cp, 1));
         auto loaded = kvchat::load_snapshot(path, t.model->layer_specs(), t.model->fingerprint(), *t.backend);
-        QCOMPARE(loaded.cache->spec(), c->spec());
+        QCOMPARE(loaded.cache->spec_text(), c->spec_text());
         QCOMPARE(loaded.cache->tokens(), c->tokens());
         QCOMPARE(loaded.checkpoints.size(), size_t(1));
         for (size_t i = 0; i < c->n_layers(); ++i) QCOMPARE(loaded.cache->layer(i).tokens_held(), c->layer(i).tokens_held());

@@ -3,6 +3,7 @@
 #include <QTemporaryDir>
 #include "support/cli_run.h"
 #include "support/test_paths.h"
+#include "engine/cache/cache_presets.h"
 #include "support/tiny_model.h"
 
 #include <QDir>
@@ -52,6 +53,11 @@ private slots:
         QCOMPARE(r.code, 0);
         QVERIFY(r.out.contains("usage:"));
         QVERIFY(r.out.contains("--model"));
+        // The strategies --cache takes are the engine's presets, each in the form it is written.
+        for (const kvchat::CachePreset& p : kvchat::cache_presets())
+            QVERIFY2(r.out.contains(QString::fromUtf8(p.usage.data(), static_cast<int>(p.usage.size()))),
+                     p.usage.data());
+        QVERIFY(!r.out.contains("%PRESETS%"));
     }
     void missingModel() {
         const Run r = cli({"info", "--model", "/nonexistent/m.gguf"});

@@ -79,7 +79,7 @@ struct Tiny {
 // The parts of a layer's telemetry that a plan must leave alone (offload traffic aside: reading
 // an offloaded layer to look at it moves bytes).
 QString held(const Cache& c) {
-    QString s = QString::fromStdString(c.spec()) + " " + QString::number(c.seq_length());
+    QString s = QString::fromStdString(c.spec_text()) + " " + QString::number(c.seq_length());
     for (const auto& l : c.telemetry().layers)
         s += QString(" [%1 %2 %3 %4 %5 %6 %7 %8 %9]")
                  .arg(l.tokens_held)
@@ -160,7 +160,7 @@ private slots:
         QCOMPARE(held(*c), before);
         QCOMPARE(plan.bytes_before, bytes_before);
         QCOMPARE(plan.tokens, int64_t(length));
-        QCOMPARE(plan.from_spec, c->spec());
+        QCOMPARE(plan.from_spec, c->spec_text());
         QCOMPARE(plan.to_spec, kvchat::to_string(kvchat::parse_cache_spec(to.toStdString())));
         QVERIFY(!plan.summary.empty());
 

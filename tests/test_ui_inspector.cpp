@@ -4,7 +4,9 @@
 // coalesced redraws, hover, exports that parse back, and screenshots.
 #include "engine/cache/snapshot.h"
 #include "engine/compute/backend.h"
+#include "engine/generate/generator.h"
 #include "engine/model/model.h"
+#include "support/test_paths.h"
 #include "support/tiny_model.h"
 #include "support/ui_testing.h"
 #include "ui/inspector/cache_inspector.h"
@@ -20,6 +22,7 @@
 #include <QJsonArray>
 #include <QJsonDocument>
 #include <QJsonObject>
+#include <QProcess>
 #include <QTemporaryDir>
 #include <QtTest>
 
@@ -289,6 +292,40 @@ private Q_SLOTS:
             QCOMPARE(static_cast<int64_t>(o["window_range"].toArray()[0].toDouble()), l.window_begin);
             QCOMPARE(static_cast<int64_t>(o["sink_range"].toArray()[1].toDouble()), l.sink_end);
         }
+    }
+
+    // The inspector's JSON export and the "cache" object of kvchat-cli generate --json are written
+    // by one engine function: for the same cache (the same greedy run), the same bytes.
+    void jsonExportIsWhatTheCliPrints() {
+        const QString model = dir_.path() + "/tiny.gguf";
+        const std::string spec = "sink:window=8,sinks=2+quantized:nbits=4,residual=8,group=8";
+        const std::string prompt = "the cat";
+        constexpr int kTokens = 24;
+        QProcess cli;
+        cli.start(kvchat::test::cli_path(), {"generate", "--model", model, "--prompt", QString::fromStdString(prompt), "-n",
+                                             QString::number(kTokens), "--greedy", "--json", "--threads", "2", "--cache",
+                                             QString::fromStdString(spec)});
+        QVERIFY(cli.waitForFinished(120000));
+        QVERIFY2(cli.exitStatus() == QProcess::NormalExit && cli.exitCode() == 0, cli.readAllStandardError().constData());
+        const QByteArray printed = cli.readAllStandardOutput();
+
+        auto cache = model_->make_cache(*backend_, spec);
+        kvchat::GenerationConfig g;
+        g.max_new_tokens = kTokens;
+        g.sampling.greedy = true;
+        kvchat::Generator gen(*model_, *backend_);
+        gen.generate(*cache, model_->tokenizer().encode(prompt, true), g, {}, nullptr);
+        kvchat::CacheInspector inspector;
+        inspector.setTelemetry(cache->telemetry());
+        QTemporaryDir out;
+        QVERIFY(inspector.exportJson(out.path() + "/t.json"));
+        QFile js(out.path() + "/t.json");
+        QVERIFY(js.open(QIODevice::ReadOnly));
+        const QByteArray exported = js.readAll();
+        QVERIFY(exported.endsWith('\n'));
+        const QByteArray object = exported.chopped(1);
+        QVERIFY2(object.contains("\"window_range\""), object.constData());
+        QVERIFY2(printed.contains("\"cache\":" + object), (printed + "\n" + object).constData());
     }
 
     // The inspector while a tiny 12-layer model (window 32 on its sliding layers) generates, for

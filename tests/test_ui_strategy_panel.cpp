@@ -1,6 +1,7 @@
 // The strategy panel driven as a user would (keys into its fields, clicks): validation as typed
 // with the engine's messages, one plan request per pause in typing, a real plan from the engine
 // shown before Apply, and Apply / Cancel / progress through its signals only.
+#include "engine/cache/cache_presets.h"
 #include "engine/cache/conversion_plan.h"
 #include "engine/compute/backend.h"
 #include "engine/model/model.h"
@@ -85,7 +86,7 @@ private Q_SLOTS:
         QTest::qWait(kvchat::StrategyPanel::kPlanDelayMs + 150);
         QCOMPARE(plans.count(), 1);
         QCOMPARE(plans.at(0).at(0).toString(), QString("quantized:nbits=4,residual=64,group=64"));
-        QCOMPARE(panel.specEdit()->text(), QString("quantized:nbits=4,residual=64"));
+        QCOMPARE(panel.specEdit()->text(), QString("quantized:nbits=4,residual=64,group=64"));  // to_string of the fields
         // The spec line takes a whole spec; a missing parameter is named.
         retype(panel.specEdit(), "sink:window=8");
         QVERIFY2(panel.validationMessage().contains("sinks"), qPrintable(panel.validationMessage()));
@@ -100,12 +101,54 @@ private Q_SLOTS:
         QCOMPARE(panel.chosenSpec(), QString("offloaded_static:max_len=100"));
     }
 
+    // The panel offers the engine's presets, in its order, and the spec it shows for each is
+    // to_string of the preset's typed spec with the values typed into its fields: the grammar is
+    // written by the engine alone.
+    void everyPresetShowsTheTypedSpecsText() {
+        kvchat::StrategyPanel panel;
+        panel.show();
+        QVERIFY(QTest::qWaitForWindowExposed(&panel));
+        QComboBox* box = panel.presetBox();
+        QCOMPARE(static_cast<size_t>(box->count()), kvchat::cache_presets().size());
+        for (size_t i = 0; i < kvchat::cache_presets().size(); ++i) {
+            const kvchat::CachePreset& p = kvchat::cache_presets()[i];
+            const QString name = QString::fromUtf8(p.name.data(), static_cast<int>(p.name.size()));
+            QCOMPARE(box->itemText(static_cast<int>(i)), name);
+            panel.setCurrentSpec("dynamic");
+            box->setCurrentIndex(static_cast<int>(i));
+            Q_EMIT box->activated(static_cast<int>(i));
+            kvchat::CacheSpec want = p.spec;
+            for (std::string_view r : p.required) {
+                const int v = r == "sinks" ? 2 : r == "window" ? 8 : 64;
+                retype(panel.field(QString::fromUtf8(r.data(), static_cast<int>(r.size()))), QString::number(v));
+                if (r == "sinks") want.sinks = v;
+                if (r == "window") want.window = v;
+                if (r == "max_len") want.max_len = v;
+            }
+            const QString text = QString::fromStdString(kvchat::to_string(want));
+            QVERIFY2(panel.validationMessage().isEmpty(), qPrintable(name + ": " + panel.validationMessage()));
+            QCOMPARE(panel.specEdit()->text(), text);
+            QCOMPARE(panel.chosenSpec(), text);
+            QVERIFY(kvchat::parse_cache_spec(text.toStdString()) == want);
+        }
+        // A required field left empty is named; letters where a number belongs too.
+        box->setCurrentIndex(box->findText("sink"));
+        Q_EMIT box->activated(box->findText("sink"));
+        retype(panel.field("window"), "8");
+        retype(panel.field("sinks"), "");
+        QVERIFY2(panel.validationMessage().contains("missing parameter sinks"), qPrintable(panel.validationMessage()));
+        QVERIFY(panel.chosenSpec().isEmpty());
+        retype(panel.field("sinks"), "two");
+        QVERIFY2(panel.validationMessage().contains("sinks expects a whole number"), qPrintable(panel.validationMessage()));
+        QVERIFY(panel.chosenSpec().isEmpty());
+    }
+
     // A plan the engine made for a real cache; Apply, progress, Cancel and the result.
     void previewThenApply() {
         auto cache = filled("dynamic", 40);
         kvchat::StrategyPanel panel;
         panel.resize(520, 420);
-        panel.setCurrentSpec(QString::fromStdString(cache->spec()));
+        panel.setCurrentSpec(QString::fromStdString(cache->spec_text()));
         panel.show();
         QVERIFY(QTest::qWaitForWindowExposed(&panel));
         QSignalSpy plans(&panel, &kvchat::StrategyPanel::planRequested);
@@ -154,7 +197,7 @@ private Q_SLOTS:
     void rebuildPlanSaysHowLong() {
         auto cache = filled("sink:window=8,sinks=2", 40);
         kvchat::StrategyPanel panel;
-        panel.setCurrentSpec(QString::fromStdString(cache->spec()));
+        panel.setCurrentSpec(QString::fromStdString(cache->spec_text()));
         retype(panel.specEdit(), "dynamic");
         const auto plan = kvchat::plan_conversion(*cache, "dynamic", 20.0);  // 40 tokens at 20 tok/s: 2 s
         panel.showPlan(plan);

@@ -6,8 +6,8 @@
 
 namespace kvchat {
 
-Cache::Cache(std::string spec, std::vector<std::unique_ptr<CacheLayer>> layers, std::shared_ptr<OffloadTier> tier)
-    : spec_(std::move(spec)), tier_(std::move(tier)), layers_(std::move(layers)) {}
+Cache::Cache(CacheSpec spec, std::vector<std::unique_ptr<CacheLayer>> layers, std::shared_ptr<OffloadTier> tier)
+    : spec_(std::move(spec)), spec_text_(to_string(spec_)), tier_(std::move(tier)), layers_(std::move(layers)) {}
 
 Cache::~Cache() {
     layers_.clear();  // before the tier they may write to
@@ -34,7 +34,7 @@ void Cache::crop(int64_t n) {
     if (n < 0) throw Error("cannot crop the cache to a negative length");
     if (n >= seq_length()) return;
     if (!can_crop_to(n))
-        throw Error("cannot crop the " + spec_ + " cache back to " + std::to_string(n) + " tokens: its windows no longer hold the tokens before that point (restore a checkpoint or rebuild)");
+        throw Error("cannot crop the " + spec_text_ + " cache back to " + std::to_string(n) + " tokens: its windows no longer hold the tokens before that point (restore a checkpoint or rebuild)");
     for (auto& l : layers_) l->crop(n);
     tokens_.resize(static_cast<size_t>(n));
 }
@@ -67,7 +67,7 @@ CacheCheckpoint Cache::checkpoint(CacheCheckpoint&& old) const {
         if (layers_[i]->crop_needs_checkpoint()) layers_[i]->save_state(owned->states[i]);
     }
     CacheCheckpoint cp;
-    cp.spec = spec_;
+    cp.spec = spec_text_;
     cp.length = seq_length();
     cp.layer_states.assign(owned->states.begin(), owned->states.end());
     cp.storage = std::move(owned);
@@ -75,7 +75,7 @@ CacheCheckpoint Cache::checkpoint(CacheCheckpoint&& old) const {
 }
 
 bool Cache::restore(const CacheCheckpoint& cp) {
-    if (cp.spec != spec_ || cp.length > seq_length() || cp.length < 0 || cp.layer_states.size() != layers_.size()) return false;
+    if (cp.spec != spec_text_ || cp.length > seq_length() || cp.length < 0 || cp.layer_states.size() != layers_.size()) return false;
     for (size_t i = 0; i < layers_.size(); ++i)
         if (layers_[i]->crop_needs_checkpoint() && cp.layer_states[i].empty()) return false;
     if (!cp.intact()) return false;
@@ -104,7 +104,7 @@ int64_t Cache::bytes() const {
 
 CacheTelemetry Cache::telemetry() const {
     CacheTelemetry c;
-    c.spec = spec_;
+    c.spec = spec_text_;
     c.tokens = seq_length();
     for (const auto& l : layers_) {
         c.layers.push_back(l->telemetry());
@@ -125,6 +125,7 @@ void Cache::replace_with(Cache& other) {
     layers_.clear();
     tier_.reset();
     spec_ = std::move(other.spec_);
+    spec_text_ = std::move(other.spec_text_);
     tier_ = std::move(other.tier_);
     layers_ = std::move(other.layers_);
     tokens_ = std::move(other.tokens_);

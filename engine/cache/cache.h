@@ -8,6 +8,7 @@
 // it. That backend is the one the model computes with (the chat session's), and it must outlive
 // every cache made on it, conversions and copies included (they are made on the same backend).
 #include "engine/cache/cache_layer.h"
+#include "engine/cache/cache_spec.h"
 
 #include <memory>
 #include <string>
@@ -68,11 +69,13 @@ struct CacheTelemetry {
 
 class Cache {
 public:
-    Cache(std::string spec, std::vector<std::unique_ptr<CacheLayer>> layers, std::shared_ptr<OffloadTier> tier = nullptr);
+    Cache(CacheSpec spec, std::vector<std::unique_ptr<CacheLayer>> layers, std::shared_ptr<OffloadTier> tier = nullptr);
     ~Cache();
 
-    // The canonical spec string the cache was made with (see cache_spec.h).
-    const std::string& spec() const { return spec_; }
+    // The strategy the cache was made with: ask it, rather than its text, what the cache is.
+    const CacheSpec& spec() const { return spec_; }
+    // Its canonical text, to_string(spec()) (what the store and snapshots keep, and messages show).
+    const std::string& spec_text() const { return spec_text_; }
     size_t n_layers() const { return layers_.size(); }
     CacheLayer& layer(size_t i) { return *layers_[i]; }
     const CacheLayer& layer(size_t i) const { return *layers_[i]; }
@@ -121,7 +124,8 @@ public:
 private:
     std::vector<LayerSpec> layer_specs_;
     Backend* backend_ = nullptr;  // not owned: outlives the cache
-    std::string spec_;
+    CacheSpec spec_;
+    std::string spec_text_;  // to_string(spec_), made once
     std::shared_ptr<OffloadTier> tier_;  // declared before layers_: outlives them
     std::vector<std::unique_ptr<CacheLayer>> layers_;
     std::vector<int32_t> tokens_;

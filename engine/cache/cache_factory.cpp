@@ -22,7 +22,7 @@ LayerConfig layer_config(const LayerSpec& spec, const CacheSpec& s) {
         // layer could see). dynamic grows it as tokens arrive; the others preallocate it.
         c.retention = RetentionKind::SlidingWindow;
         c.window = s.retention == RetentionKind::SlidingWindow ? std::min(m, s.window) : m;
-        c.fixed = s.base != "dynamic";
+        c.fixed = s.base != CacheBase::Dynamic;
         return c;
     }
     c.retention = s.retention;
@@ -72,7 +72,7 @@ std::unique_ptr<Cache> make_cache(const std::vector<LayerSpec>& layers, const Ca
         out.clear();  // what was allocated goes back first
         refuse_allocation(layers, s);
     }
-    auto cache = std::make_unique<Cache>(to_string(s), std::move(out), std::move(tier));
+    auto cache = std::make_unique<Cache>(s, std::move(out), std::move(tier));
     cache->set_origin(layers, backend);
     return cache;
 }

@@ -1,5 +1,6 @@
 #include "engine/cache/cache_spec.h"
 
+#include "engine/cache/cache_presets.h"
 #include "engine/error.h"
 
 #include <map>
@@ -9,17 +10,16 @@ namespace kvchat {
 
 namespace {
 
-// The parameters each strategy name takes; every other key is refused.
-const std::map<std::string, std::set<std::string>> kParams = {
-    {"dynamic", {"dtype"}},
-    {"static", {"max_len", "dtype"}},
-    {"offloaded", {"dir", "dtype"}},
-    {"offloaded_static", {"max_len", "dir", "dtype"}},
-    {"quantized", {"nbits", "residual", "group", "dtype"}},
-    {"sliding_window", {"window", "dtype"}},
-    {"sink", {"window", "sinks", "dtype"}},
-    {"hybrid", {"max_len", "dtype"}},
-};
+// The parameters each strategy name takes (its preset's); every other key is refused. Sorted by
+// name, as messages list them.
+const std::map<std::string, std::set<std::string>>& params_by_name() {
+    static const std::map<std::string, std::set<std::string>> params = [] {
+        std::map<std::string, std::set<std::string>> m;
+        for (const CachePreset& p : cache_presets()) m[std::string(p.name)] = {p.params.begin(), p.params.end()};
+        return m;
+    }();
+    return params;
+}
 
 // A spec, or a piece of one, as an error message echoes it: quoted, and cut to its first 200 bytes
 // (whole UTF-8 characters) so a pasted 100 KB spec does not flood the terminal.
@@ -69,7 +69,7 @@ std::string unquoted_value(const std::string& part, const std::string& key, cons
 
 std::string known_names() {
     std::string s;
-    for (const auto& [name, params] : kParams) s += (s.empty() ? "" : ", ") + name;
+    for (const auto& [name, params] : params_by_name()) s += (s.empty() ? "" : ", ") + name;
     return s;
 }
 
@@ -106,8 +106,8 @@ Part parse_part(const std::string& text) {
     const size_t colon = text.find(':');
     p.name = text.substr(0, colon);
     if (p.name.empty()) throw Error("cache spec " + shown(text) + ": empty strategy name (known: " + known_names() + ")");
-    auto known = kParams.find(p.name);
-    if (known == kParams.end())
+    auto known = params_by_name().find(p.name);
+    if (known == params_by_name().end())
         throw Error("unknown cache strategy " + shown(p.name) + " (known: " + known_names() + ")");
     if (colon == std::string::npos) return p;
     const std::string rest = text.substr(colon + 1);
@@ -138,6 +138,34 @@ constexpr int64_t kMaxTokens = (int64_t{1} << 31) - 1;
 
 }  // namespace
 
+std::string_view cache_base_name(CacheBase base) {
+    switch (base) {
+        case CacheBase::Dynamic: return "dynamic";
+        case CacheBase::Static: return "static";
+        case CacheBase::SlidingWindow: return "sliding_window";
+        case CacheBase::Sink: return "sink";
+        case CacheBase::Hybrid: return "hybrid";
+    }
+    return "dynamic";
+}
+
+CacheSpec CacheSpec::sliding_window(int window) {
+    CacheSpec s;
+    s.base = CacheBase::SlidingWindow;
+    s.retention = RetentionKind::SlidingWindow;
+    s.window = window;
+    return s;
+}
+
+CacheSpec CacheSpec::sink(int window, int sinks) {
+    CacheSpec s;
+    s.base = CacheBase::Sink;
+    s.retention = RetentionKind::Sink;
+    s.window = window;
+    s.sinks = sinks;
+    return s;
+}
+
 CacheSpec parse_cache_spec(const std::string& text) {
     if (text.empty()) throw Error("empty cache spec (known strategies: " + known_names() + ")");
     CacheSpec s;
@@ -159,7 +187,7 @@ CacheSpec parse_cache_spec(const std::string& text) {
             if (!s.dtype)
                 throw Error("cache spec '" + piece + "': dtype=" + p.params.at("dtype") + " is not supported (f16, bf16 or f32)");
         }
-        auto take_base = [&](const char* base) {
+        auto take_base = [&](CacheBase base) {
             if (!base_part.empty())
                 throw Error("cache spec " + shown(text) + ": " + shown(base_part) + " and " + shown(piece) +
                             " both choose what the cache keeps; combine one of them with quantized or offloaded");
@@ -189,29 +217,29 @@ CacheSpec parse_cache_spec(const std::string& text) {
                 if (s.offload_dir.empty()) throw Error("cache spec " + shown(piece) + ": dir is empty");
             }
             if (p.name == "offloaded_static") {
-                take_base("static");
+                take_base(CacheBase::Static);
                 s.fixed = true;
                 s.max_len = integer(piece, "max_len", p.need("max_len"), 1, kMaxTokens);
             }
         } else if (p.name == "dynamic") {
-            take_base("dynamic");
+            take_base(CacheBase::Dynamic);
         } else if (p.name == "static") {
-            take_base("static");
+            take_base(CacheBase::Static);
             s.fixed = true;
             s.max_len = integer(piece, "max_len", p.need("max_len"), 1, kMaxTokens);
         } else if (p.name == "hybrid") {
-            take_base("hybrid");
+            take_base(CacheBase::Hybrid);
             s.hybrid = true;
             if (p.has("max_len")) {
                 s.fixed = true;
                 s.max_len = integer(piece, "max_len", p.params.at("max_len"), 1, kMaxTokens);
             }
         } else if (p.name == "sliding_window") {
-            take_base("sliding_window");
+            take_base(CacheBase::SlidingWindow);
             s.retention = RetentionKind::SlidingWindow;
             s.window = static_cast<int>(integer(piece, "window", p.need("window"), 1, 1 << 24));
         } else if (p.name == "sink") {
-            take_base("sink");
+            take_base(CacheBase::Sink);
             s.retention = RetentionKind::Sink;
             s.window = static_cast<int>(integer(piece, "window", p.need("window"), 2, 1 << 24));
             s.sinks = static_cast<int>(integer(piece, "sinks", p.need("sinks"), 1, 1 << 24));
@@ -242,18 +270,18 @@ std::string to_string(const CacheSpec& s) {
         }
     }
     bool offload_done = false;
-    if (s.base == "static") {
+    if (s.base == CacheBase::Static) {
         if (s.offloaded) {
             parts.push_back("offloaded_static:max_len=" + std::to_string(s.max_len) + (dir.empty() ? "" : "," + dir));
             offload_done = true;
         } else {
             parts.push_back("static:max_len=" + std::to_string(s.max_len));
         }
-    } else if (s.base == "hybrid") {
+    } else if (s.base == CacheBase::Hybrid) {
         parts.push_back(s.fixed ? "hybrid:max_len=" + std::to_string(s.max_len) : "hybrid");
-    } else if (s.base == "sliding_window") {
+    } else if (s.base == CacheBase::SlidingWindow) {
         parts.push_back("sliding_window:window=" + std::to_string(s.window));
-    } else if (s.base == "sink") {
+    } else if (s.base == CacheBase::Sink) {
         parts.push_back("sink:window=" + std::to_string(s.window) + ",sinks=" + std::to_string(s.sinks));
     } else if (s.nbits == 0 && !s.offloaded) {
         parts.push_back("dynamic");

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace kvchat {
@@ -19,9 +20,14 @@ enum class RetentionKind {
     Sink,           // the first `sinks` tokens plus the most recent window - sinks
 };
 
+// The part of a spec that chooses what the cache keeps and how it is laid out (the other parts,
+// quantized and offloaded, combine with any of them).
+enum class CacheBase { Dynamic, Static, SlidingWindow, Sink, Hybrid };
+// "dynamic", "static", "sliding_window", "sink", "hybrid": the base's name in the spec grammar.
+std::string_view cache_base_name(CacheBase base);
+
 struct CacheSpec {
-    // The base part: dynamic, static, sliding_window, sink or hybrid.
-    std::string base = "dynamic";
+    CacheBase base = CacheBase::Dynamic;
     RetentionKind retention = RetentionKind::All;
     bool fixed = false;        // storage: preallocated (static, offloaded_static, hybrid with max_len)
     int64_t max_len = 0;       // fixed: most tokens the cache may hold
@@ -38,6 +44,11 @@ struct CacheSpec {
     // placement
     bool offloaded = false;
     std::string offload_dir;   // slow-tier directory; empty: $TMPDIR or /tmp
+
+    // The bounded strategies a conversation that outgrew its context switches to, with every
+    // field that goes with them set (nothing else: full precision, resident).
+    static CacheSpec sliding_window(int window);
+    static CacheSpec sink(int window, int sinks);
 
     bool lossless() const { return nbits == 0 && retention == RetentionKind::All; }
     bool operator==(const CacheSpec&) const = default;

@@ -156,9 +156,12 @@ void check_offload_dir(const CacheSpec& spec) {
 }  // namespace
 
 ConversionPlan plan_conversion(const Cache& cache, const std::string& target, double prefill_tok_s) {
-    const CacheSpec spec = parse_cache_spec(target);
+    return plan_conversion(cache, parse_cache_spec(target), prefill_tok_s);
+}
+
+ConversionPlan plan_conversion(const Cache& cache, const CacheSpec& spec, double prefill_tok_s) {
     ConversionPlan plan;
-    plan.from_spec = cache.spec();
+    plan.from_spec = cache.spec_text();
     plan.to_spec = to_string(spec);
     plan.tokens = cache.seq_length();
     plan.bytes_before = cache.bytes();

@@ -65,6 +65,7 @@ std::string_view layer_conversion_mode_name(LayerConversion::Mode mode);  // "ve
 // scratch cache of the target's layout (resident, whatever the target's placement), so its
 // figures are what the converted cache will report; the scratch memory is freed on return. It
 // costs about what the conversion's carry-over costs, and never runs the model.
+ConversionPlan plan_conversion(const Cache& cache, const CacheSpec& target, double prefill_tok_s = 0);
 ConversionPlan plan_conversion(const Cache& cache, const std::string& target, double prefill_tok_s = 0);
 
 }  // namespace kvchat

@@ -12,9 +12,12 @@
 namespace kvchat {
 
 ConvertResult convert(Cache& cache, const std::string& target, const ConvertOptions& opt) {
+    return convert(cache, parse_cache_spec(target), opt);
+}
+
+ConvertResult convert(Cache& cache, const CacheSpec& spec, const ConvertOptions& opt) {
     const auto t0 = std::chrono::steady_clock::now();
     if (!cache.backend()) throw Error("this cache was not made by make_cache and cannot be converted");
-    const CacheSpec spec = parse_cache_spec(target);
     ThreadPool& pool = *cache.pool();
     std::unique_ptr<Cache> fresh = make_cache(cache.layer_specs(), spec, *cache.backend());
     const int64_t length = cache.seq_length();
@@ -71,13 +74,13 @@ ConvertResult convert(Cache& cache, const std::string& target, const ConvertOpti
         fresh->append_tokens(cache.tokens().data(), length);
     } else {
         if (!opt.reprefill)
-            throw Error("converting the " + cache.spec() + " cache to " + fresh->spec() +
+            throw Error("converting the " + cache.spec_text() + " cache to " + fresh->spec_text() +
                         " needs tokens it no longer holds; it must be rebuilt through the model");
         fresh->reset();
         const std::vector<int32_t>& tokens = cache.tokens();
         const int64_t chunk = opt.chunk > 0 ? opt.chunk : 256;
         for (int64_t at = 0; at < length; at += chunk) {
-            if (opt.cancel && opt.cancel->load()) throw Error("conversion to " + fresh->spec() + " cancelled; the cache is unchanged");
+            if (opt.cancel && opt.cancel->load()) throw Error("conversion to " + fresh->spec_text() + " cancelled; the cache is unchanged");
             const int64_t m = std::min(chunk, length - at);
             opt.reprefill(*fresh, std::vector<int32_t>(tokens.begin() + at, tokens.begin() + at + m));
             if (fresh->seq_length() != at + m)

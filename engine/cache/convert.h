@@ -33,6 +33,7 @@ struct ConvertResult {
 
 // Throws kvchat::Error (bad spec, a max_len too small for the tokens held, no reprefill for a
 // conversion that needs one, "cancelled"); the cache is then unchanged.
+ConvertResult convert(Cache& cache, const CacheSpec& target, const ConvertOptions& options = {});
 ConvertResult convert(Cache& cache, const std::string& target, const ConvertOptions& options = {});
 
 }  // namespace kvchat

@@ -300,7 +300,7 @@ void save_snapshot(const std::string& path, const Cache& cache, const std::strin
     {
         ByteWriter w(head);
         w.str(fingerprint);
-        w.str(cache.spec());
+        w.str(cache.spec_text());
         w.put<int64_t>(cache.seq_length());
         w.bytes(cache.tokens().data(), cache.tokens().size() * sizeof(int32_t));
         w.put<uint32_t>(static_cast<uint32_t>(cache.n_layers()));

@@ -131,17 +131,8 @@ Conversation& ChatSession::open(std::string_view title_in, const OpenOptions& op
             Entry& e = entries_.front();
             if (!options.cache_spec.empty() && canonical_cache_spec(options.cache_spec) != e.conversation->cache_spec()) {
                 // A live switch: the cache is converted in place, keeping what it can.
-                const std::string spec = canonical_cache_spec(options.cache_spec);
-                if (e.conversation->has_cache()) {
-                    convert_conversation_cache(e.conversation->cache(), model(), backend(), spec);
-                    std::unique_ptr<Cache> c = e.conversation->release_cache();  // (its checkpoints are of the old strategy)
-                    e.conversation->set_cache_spec(spec);
-                    e.conversation->set_cache(std::move(c));
-                    e.dirty = true;
-                } else {
-                    e.conversation->set_cache_spec(spec);
-                }
-                store_.set_conversation_cache_spec(e.id, spec);
+                if (e.conversation->switch_strategy(conversation_cache_spec(options.cache_spec))) e.dirty = true;
+                store_.set_conversation_cache_spec(e.id, e.conversation->cache_spec());
                 e.switched_from.reset();
             }
             return *e.conversation;
@@ -233,11 +224,10 @@ void ChatSession::make_ready(Entry& e, const ConversationRecord& row, const Prog
                                           err.what() + "); its transcript is prefilled again");
                 return out;
             }
-            const std::string was = saved.cache->spec();
+            const std::string was = saved.cache->spec_text();
             if (was != spec) {
                 try {
-                    convert_conversation_cache(*saved.cache, model, backend, spec);
-                    saved.checkpoints.clear();
+                    kvchat::switch_strategy(*saved.cache, saved.checkpoints, model, backend, parse_cache_spec(spec));
                     out.notices.push_back("the cache of conversation " + in_quotes(title) + " was converted from " + was +
                                           " to " + spec);
                 } catch (const std::exception& err) {
@@ -295,18 +285,14 @@ ConversationRecord ChatSession::lock_and_sync(Entry& e, std::vector<std::string>
             // Still what it was when this process asked for its own switch: that one goes on.
         } else if (stored_spec != conv.cache_spec()) {
             e.switched_from.reset();
-            std::unique_ptr<Cache> cache;
-            if (conv.has_cache()) {
-                try {
-                    convert_conversation_cache(conv.cache(), model(), backend(), stored_spec);
-                    cache = conv.release_cache();  // (its checkpoints are of the old strategy)
-                } catch (const Error&) {
-                    conv.release_cache();
-                }
+            bool converted = false;
+            try {
+                converted = conv.switch_strategy(parse_cache_spec(stored_spec));
+            } catch (const Error&) {
+                conv.release_cache();
+                conv.set_cache_spec(stored_spec);
             }
-            conv.set_cache_spec(stored_spec);
-            if (cache) conv.set_cache(std::move(cache));
-            e.dirty = cache != nullptr;
+            e.dirty = converted;
             notices.push_back("conversation " + in_quotes(e.title) + " was switched to " + stored_spec +
                               " by another kvchat process");
         }

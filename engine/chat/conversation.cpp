@@ -38,9 +38,21 @@ std::string_view context_policy_name(ContextPolicy p) {
 }
 
 Conversation::Conversation(const Model& model, Backend& backend, ChatTemplate chat_template, std::string cache_spec)
-    : model_(model), backend_(backend), template_(std::move(chat_template)), cache_spec_(canonical_cache_spec(cache_spec)) {}
+    : model_(model), backend_(backend), template_(std::move(chat_template)), spec_(conversation_cache_spec(cache_spec)),
+      cache_spec_(to_string(spec_)) {}
 
-void Conversation::set_cache_spec(const std::string& spec) { cache_spec_ = canonical_cache_spec(spec); }
+void Conversation::set_cache_spec(const std::string& spec) {
+    spec_ = conversation_cache_spec(spec);
+    cache_spec_ = to_string(spec_);
+}
+
+bool Conversation::switch_strategy(const CacheSpec& spec, const Progress& progress) {
+    const bool converted = has_cache();
+    if (converted) kvchat::switch_strategy(cache(), checkpoints_, model_, backend_, spec, progress);
+    spec_ = spec;
+    cache_spec_ = to_string(spec_);
+    return converted;
+}
 
 void Conversation::set_cache(std::unique_ptr<Cache> cache, std::vector<CacheCheckpoint> checkpoints) {
     settle();
@@ -128,16 +140,15 @@ void Conversation::switch_retention(const RenderedChat& rendered, const TurnOpti
                                     std::vector<std::string>& notices) {
     const int64_t needed = static_cast<int64_t>(rendered.tokens.size()) + 1;
     if (needed <= context_limit()) return;
-    if (parse_cache_spec(cache_spec_).retention != RetentionKind::All) return;  // already bounded
-    std::string spec = options.retention_spec;
-    if (spec.empty()) {
-        const int64_t window = std::max<int64_t>(16, model_.config().n_ctx_train / 2);
-        spec = options.policy == ContextPolicy::Sink ? "sink:window=" + std::to_string(window) + ",sinks=4"
-                                                     : "sliding_window:window=" + std::to_string(window);
+    if (spec_.retention != RetentionKind::All) return;  // already bounded
+    CacheSpec spec;
+    if (!options.retention_spec.empty()) {
+        spec = parse_cache_spec(options.retention_spec);
+    } else {
+        const int window = std::max(16, model_.config().n_ctx_train / 2);
+        spec = options.policy == ContextPolicy::Sink ? CacheSpec::sink(window, 4) : CacheSpec::sliding_window(window);
     }
-    convert_conversation_cache(cache(), model_, backend_, spec);
-    cache_spec_ = cache().spec();
-    checkpoints_.clear();
+    switch_strategy(spec);
     notices.push_back("the conversation outgrew the context; the cache switched to " + cache_spec_ +
                       " (the oldest tokens are no longer attended to)");
 }
@@ -282,9 +293,7 @@ TurnResult Conversation::answer(const RenderedChat& rendered, const TurnOptions&
         c.roll_back();
         const std::string spec = options.fallback_spec.empty() ? std::string("offloaded") : options.fallback_spec;
         try {
-            convert_conversation_cache(c, model_, backend_, spec);
-            cache_spec_ = c.spec();
-            checkpoints_.clear();
+            switch_strategy(parse_cache_spec(spec));
             out.notices.push_back(why + "; the cache moved to " + cache_spec_ + " and the turn continued");
         } catch (const Error& e) {
             out.notices.push_back(why + "; the fallback to " + spec + " failed (" + e.what() + ")");

@@ -4,6 +4,7 @@
 // cache already holds (cropping away what the template now renders differently: an edit, a
 // regenerated answer), prefills only the rest and generates. The transcript is the truth; the
 // cache can always be rebuilt from it.
+#include "engine/cache/cache_spec.h"
 #include "engine/chat/chat_template.h"
 #include "engine/common/progress.h"
 #include "engine/generate/generator.h"
@@ -111,9 +112,16 @@ public:
 
     const std::vector<ChatMessage>& messages() const { return messages_; }
     const ChatTemplate& chat_template() const { return template_; }
+    // The strategy's canonical text (as the store keeps it) and the strategy itself.
     const std::string& cache_spec() const { return cache_spec_; }
+    const CacheSpec& spec() const { return spec_; }
     // Takes effect with the next cache made (release_cache() to drop the current one).
     void set_cache_spec(const std::string& spec);
+    // The conversation under another strategy: its cache, when it has one (a loading one is
+    // waited for), converted in place and its checkpoints dropped (switch_strategy in
+    // conversation_cache.h), and the spec set. Returns whether a cache was converted. Throws
+    // (kvchat::Error, kvchat::Cancelled) with the cache, checkpoints and spec as they were.
+    bool switch_strategy(const CacheSpec& spec, const Progress& progress = {});
 
     // A prefill of `tokens` tokens took `ms`: the speed turns report savings by is that of the
     // largest prefill of at least kBatchTokens tokens. (A prefill of a few tokens costs nearly
@@ -208,7 +216,8 @@ private:
     const Model& model_;
     Backend& backend_;
     ChatTemplate template_;
-    std::string cache_spec_;
+    CacheSpec spec_;
+    std::string cache_spec_;  // to_string(spec_)
     std::vector<ChatMessage> messages_;
     int64_t speed_tokens_ = 0;  // the prefill the speed was measured on (0: none yet)
     double speed_ms_ = 0.0;

@@ -10,8 +10,10 @@ namespace kvchat {
 
 std::string default_cache_spec() { return canonical_cache_spec("dynamic"); }
 
-std::string canonical_cache_spec(const std::string& spec) {
-    return to_string(parse_cache_spec(spec.empty() ? std::string("dynamic") : spec));
+std::string canonical_cache_spec(const std::string& spec) { return to_string(conversation_cache_spec(spec)); }
+
+CacheSpec conversation_cache_spec(const std::string& spec) {
+    return parse_cache_spec(spec.empty() ? std::string("dynamic") : spec);
 }
 
 std::unique_ptr<Cache> make_conversation_cache(const Model& model, Backend& backend, const std::string& spec) {
@@ -19,7 +21,7 @@ std::unique_ptr<Cache> make_conversation_cache(const Model& model, Backend& back
 }
 
 int64_t cache_capacity(const Cache& cache) {
-    const CacheSpec s = parse_cache_spec(cache.spec());
+    const CacheSpec& s = cache.spec();
     return s.fixed ? s.max_len : 0;
 }
 
@@ -38,7 +40,7 @@ void prefill_in_chunks(const Model& model, Backend& backend, Cache& cache, const
     }
 }
 
-ConvertResult convert_conversation_cache(Cache& cache, const Model& model, Backend& backend, const std::string& spec,
+ConvertResult convert_conversation_cache(Cache& cache, const Model& model, Backend& backend, const CacheSpec& spec,
                                          const Progress& progress) {
     constexpr std::string_view kTask = "Converting cache";
     progress.check(kTask);
@@ -56,6 +58,13 @@ ConvertResult convert_conversation_cache(Cache& cache, const Model& model, Backe
         if (progress.cancelled()) throw Cancelled(std::string(kTask) + " was cancelled");
         throw;
     }
+}
+
+ConvertResult switch_strategy(Cache& cache, std::vector<CacheCheckpoint>& checkpoints, const Model& model,
+                              Backend& backend, const CacheSpec& spec, const Progress& progress) {
+    ConvertResult r = convert_conversation_cache(cache, model, backend, spec, progress);
+    checkpoints.clear();
+    return r;
 }
 
 void save_cache_snapshot(const Cache& cache, std::span<const CacheCheckpoint> checkpoints, const Model& model,

@@ -15,8 +15,11 @@ namespace kvchat {
 
 // The strategy a new conversation gets when the user names none.
 std::string default_cache_spec();
-// The canonical text of a spec (what Cache::spec() reports); throws kvchat::Error for a bad one.
+// The canonical text of a spec (what Cache::spec_text() reports; empty: the default); throws
+// kvchat::Error for a bad one.
 std::string canonical_cache_spec(const std::string& spec);
+// The spec a text names (empty: the default); throws kvchat::Error for a bad one.
+CacheSpec conversation_cache_spec(const std::string& spec);
 
 // A fresh, empty cache of the strategy `spec`. Throws kvchat::Error for a bad spec, or one naming
 // the spec and the bytes when a static cache cannot be allocated.
@@ -30,8 +33,15 @@ int64_t cache_capacity(const Cache& cache);
 // cache is then unchanged).
 // With `progress`, a rebuild reports "Converting cache" per chunk and a set cancel flag throws
 // kvchat::Cancelled (the cache is then unchanged too).
-ConvertResult convert_conversation_cache(Cache& cache, const Model& model, Backend& backend, const std::string& spec,
+ConvertResult convert_conversation_cache(Cache& cache, const Model& model, Backend& backend, const CacheSpec& spec,
                                          const Progress& progress = {});
+
+// The one way a cache changes strategy: converted in place (convert_conversation_cache) and its
+// checkpoints dropped, as they were of the old strategy and can no longer be restored. Throws
+// (kvchat::Error, kvchat::Cancelled) with the cache and the checkpoints as they were.
+// Conversation::switch_strategy does this for a conversation and sets its spec.
+ConvertResult switch_strategy(Cache& cache, std::vector<CacheCheckpoint>& checkpoints, const Model& model,
+                              Backend& backend, const CacheSpec& spec, const Progress& progress = {});
 
 // Runs `n` tokens through the model into `cache` in chunks, reporting `task` after each chunk as
 // (done_before + tokens done, total; total < 0: n) and checking the cancel flag before each.

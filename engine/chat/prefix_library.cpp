@@ -79,7 +79,7 @@ void PrefixLibrary::write_snapshot(const PrefixRecord& prefix, const Cache& cach
                           "); it will be prefilled again when used");
         return;
     }
-    store_.remove_snapshot_file(store_.set_prefix_snapshot(prefix.id, name, model_.fingerprint(), cache.spec()));
+    store_.remove_snapshot_file(store_.set_prefix_snapshot(prefix.id, name, model_.fingerprint(), cache.spec_text()));
     keep_snapshots_in_budget(store_, self, notices);
 }
 
@@ -179,9 +179,9 @@ std::unique_ptr<Cache> PrefixLibrary::load_cache(const PrefixRecord& prefix, con
         cache = prefill(prefix.tokens, saved, progress);
         write_snapshot(prefix, *cache, notices);
     }
-    if (cache->spec() != want) {
+    if (cache->spec_text() != want) {
         try {
-            convert_conversation_cache(*cache, model_, backend_, want, progress);
+            convert_conversation_cache(*cache, model_, backend_, parse_cache_spec(want), progress);
             notices.push_back("prefix " + in_quotes(prefix.name) + " was saved under " + saved +
                               "; its cache was converted to " + want);
         } catch (const Cancelled&) {

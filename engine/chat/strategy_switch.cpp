@@ -21,18 +21,14 @@ ConversionPlan ChatSession::switch_strategy(int64_t id, const std::string& spec,
     const Unlock unlock{e};
     for (std::string& n : notices) notices_.push_back(std::move(n));
     Conversation& c = *e.conversation;
-    const std::string target = canonical_cache_spec(spec);
+    const CacheSpec target = conversation_cache_spec(spec);
     ConversionPlan plan = plan_conversion(c.cache(), target, prefill_tok_s_);
     if (plan.kind != ConversionPlan::Kind::Unchanged) {
         // Throws (Cancelled included) with the old cache as it was.
-        convert_conversation_cache(c.cache(), model(), backend(), target, progress);
-        // The checkpoints were of the old strategy.
-        std::unique_ptr<Cache> converted = c.release_cache();
-        c.set_cache_spec(target);
-        c.set_cache(std::move(converted));
+        c.switch_strategy(target, progress);
         e.dirty = true;
     }
-    store_.set_conversation_cache_spec(e.id, target);
+    store_.set_conversation_cache_spec(e.id, to_string(target));
     e.switched_from.reset();
     if (e.dirty) save_snapshot(e, notices_);
     enforce_budget(e);

@@ -77,7 +77,7 @@ GenerationResult Generator::generate(Cache& cache, const std::vector<int32_t>& i
     if (config.max_new_tokens < 0) throw Error("-n must not be negative");
     // A sink cache places tokens at their rank in the cache, so it never leaves the positions the
     // model was trained on and may run on indefinitely (bounded by 32-bit positions).
-    const bool sink = parse_cache_spec(cache.spec()).retention == RetentionKind::Sink;
+    const bool sink = cache.spec().retention == RetentionKind::Sink;
     const int64_t max_ctx = config.max_context > 0 ? config.max_context
                             : sink                 ? int64_t{INT32_MAX}
                                                    : mc.n_ctx_train;

@@ -1206,7 +1206,7 @@ private:
         const DbConversation* c = db.conversation(title);
         if (!c || c->snapshot.empty()) return "";
         try {
-            return load_cache_snapshot(data_ + "/snapshots/" + c->snapshot, *model_, *backend_).cache->spec();
+            return load_cache_snapshot(data_ + "/snapshots/" + c->snapshot, *model_, *backend_).cache->spec_text();
         } catch (const std::exception&) {
             return "";
         }
@@ -1255,7 +1255,7 @@ private:
         if (!p || p->snapshot.empty()) return "";
         std::string was;
         try {
-            was = load_cache_snapshot(data_ + "/snapshots/" + p->snapshot, *model_, *backend_).cache->spec();
+            was = load_cache_snapshot(data_ + "/snapshots/" + p->snapshot, *model_, *backend_).cache->spec_text();
         } catch (const std::exception&) {
             return "";
         }

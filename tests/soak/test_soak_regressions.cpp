@@ -316,7 +316,7 @@ private slots:
         QVERIFY(!third.send("c", "more", greedy(4)).tokens.empty());
         QCOMPARE(QString::fromStdString(store3.find_conversation_by_id(id)->cache_spec), QString("offloaded"));
         const std::string snapshot = store3.find_conversation_by_id(id)->snapshot;
-        QCOMPARE(QString::fromStdString(load_cache_snapshot(store3.snapshot_path(snapshot), *s.m, *s.be).cache->spec()),
+        QCOMPARE(QString::fromStdString(load_cache_snapshot(store3.snapshot_path(snapshot), *s.m, *s.be).cache->spec_text()),
                  QString("offloaded"));
     }
 

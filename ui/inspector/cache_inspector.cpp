@@ -1,5 +1,7 @@
 #include "ui/inspector/cache_inspector.h"
 
+#include "engine/cache/telemetry_json.h"
+
 #include "ui/inspector/byte_size_text.h"
 #include "ui/inspector/memory_bars.h"
 #include "ui/inspector/telemetry_export.h"
@@ -9,7 +11,6 @@
 #include <QFile>
 #include <QFileDialog>
 #include <QHBoxLayout>
-#include <QJsonDocument>
 #include <QLabel>
 #include <QPushButton>
 #include <QScrollArea>
@@ -143,7 +144,8 @@ bool CacheInspector::exportJson(const QString& path) const {
     if (!telemetry_) return false;
     QFile f(path);
     if (!f.open(QIODevice::WriteOnly | QIODevice::Truncate)) return false;
-    const QByteArray data = QJsonDocument(telemetryJson(*telemetry_)).toJson();
+    // Written by the engine, as kvchat-cli prints it, so the two can be compared byte for byte.
+    const QByteArray data = QByteArray::fromStdString(telemetry_json_text(*telemetry_) + "\n");
     return f.write(data) == data.size();
 }
 

@@ -1,5 +1,6 @@
 #include "ui/lab/strategy_panel.h"
 
+#include "engine/cache/cache_presets.h"
 #include "engine/cache/cache_spec.h"
 #include "engine/error.h"
 #include "ui/inspector/byte_size_text.h"
@@ -16,11 +17,12 @@
 #include <QTimer>
 #include <QVBoxLayout>
 
+#include <limits>
+#include <optional>
+
 namespace kvchat {
 
 namespace {
-
-const char* kPresets[] = {"dynamic", "static", "offloaded", "offloaded_static", "quantized", "sliding_window", "sink", "hybrid"};
 
 QColor kindColor(ConversionPlan::Kind kind) {
     switch (kind) {
@@ -43,7 +45,7 @@ StrategyPanel::StrategyPanel(QWidget* parent) : QWidget(parent) {
     preset_ = new QComboBox(this);
     preset_->setObjectName("strategyPreset");
     preset_->setAccessibleName(tr("Strategy preset"));
-    for (const char* p : kPresets) preset_->addItem(p);
+    for (const CachePreset& p : cache_presets()) preset_->addItem(QString::fromUtf8(p.name.data(), static_cast<qsizetype>(p.name.size())));
     quantized_ = new QCheckBox(tr("+ quantized"), this);
     quantized_->setObjectName("strategyQuantized");
     offloaded_ = new QCheckBox(tr("+ offloaded"), this);
@@ -183,11 +185,8 @@ void StrategyPanel::setCurrentSpec(const QString& spec) {
 
 void StrategyPanel::fillFields(const CacheSpec& s) {
     filling_ = true;
-    QString preset = QString::fromStdString(s.base);
-    if (s.base == "dynamic" && s.nbits > 0) preset = "quantized";
-    if (s.base == "dynamic" && s.nbits == 0 && s.offloaded) preset = "offloaded";
-    if (s.base == "static" && s.offloaded) preset = "offloaded_static";
-    preset_->setCurrentText(preset);
+    const std::string_view preset = cache_preset_of(s).name;
+    preset_->setCurrentText(QString::fromUtf8(preset.data(), static_cast<qsizetype>(preset.size())));
     quantized_->setChecked(s.nbits > 0);
     offloaded_->setChecked(s.offloaded);
     nbits_->setText(s.nbits > 0 ? QString::number(s.nbits) : QString());
@@ -213,43 +212,60 @@ void StrategyPanel::presetChosen(int index) {
     fieldsEdited();
 }
 
-QString StrategyPanel::composeSpec() const {
-    const QString p = preset_->currentText();
-    auto params = [](std::initializer_list<std::pair<const char*, QLineEdit*>> list) {
-        QStringList out;
-        for (const auto& [name, edit] : list)
-            if (!edit->text().trimmed().isEmpty()) out << QString("%1=%2").arg(name, edit->text().trimmed());
-        return out.join(',');
-    };
-    auto part = [](const QString& name, const QString& ps) { return ps.isEmpty() ? name : name + ":" + ps; };
-    QStringList parts;
-    const bool offload = offloaded_->isChecked();
-    bool offloadDone = false;
-    if (p == "static" || p == "offloaded_static") {
-        if (offload) {
-            parts << part("offloaded_static", params({{"max_len", maxLen_}, {"dir", dir_}}));
-            offloadDone = true;
-        } else {
-            parts << part("static", params({{"max_len", maxLen_}}));
-        }
-    } else if (p == "sliding_window") {
-        parts << part("sliding_window", params({{"window", window_}}));
-    } else if (p == "sink") {
-        parts << part("sink", params({{"window", window_}, {"sinks", sinks_}}));
-    } else if (p == "hybrid") {
-        parts << part("hybrid", params({{"max_len", maxLen_}}));
+CacheSpec StrategyPanel::composeSpec() const {
+    const CachePreset* preset = find_cache_preset(preset_->currentText().toStdString());
+    if (!preset) throw Error("unknown cache strategy '" + preset_->currentText().toStdString() + "'");
+    CacheSpec s = preset->spec;
+    if (quantized_->isChecked() && s.nbits == 0) {
+        const CacheSpec& q = find_cache_preset("quantized")->spec;
+        s.nbits = q.nbits;
+        s.residual = q.residual;
+        s.group = q.group;
     }
-    if (quantized_->isChecked() || p == "quantized")
-        parts << part("quantized", params({{"nbits", nbits_}, {"residual", residual_}, {"group", group_}}));
-    if ((offload || p == "offloaded") && !offloadDone) parts << part("offloaded", params({{"dir", dir_}}));
-    return parts.isEmpty() ? QString("dynamic") : parts.join('+');
+    if (offloaded_->isChecked()) s.offloaded = true;
+    // A field's whole number; nullopt when it is empty (the preset's default stands).
+    auto number = [&](const char* name) -> std::optional<int> {
+        const QString text = field(name)->text().trimmed();
+        if (text.isEmpty()) {
+            for (std::string_view r : preset->required)
+                if (r == name) throw Error("missing parameter " + std::string(name) + " (" + std::string(preset->usage) + ")");
+            return std::nullopt;
+        }
+        bool ok = false;
+        const qlonglong v = text.toLongLong(&ok);
+        if (!ok) throw Error(std::string(name) + " expects a whole number, got '" + text.left(40).toStdString() + "'");
+        if (v < std::numeric_limits<int>::min() || v > std::numeric_limits<int>::max())
+            throw Error(std::string(name) + "=" + text.left(40).toStdString() + " is out of range");
+        return static_cast<int>(v);
+    };
+    if (s.nbits > 0) {
+        if (auto v = number("nbits")) s.nbits = *v;
+        if (auto v = number("residual")) s.residual = *v;
+        if (auto v = number("group")) s.group = *v;
+    }
+    if (s.retention != RetentionKind::All)
+        if (auto v = number("window")) s.window = *v;
+    if (s.retention == RetentionKind::Sink)
+        if (auto v = number("sinks")) s.sinks = *v;
+    if (s.base == CacheBase::Static || s.base == CacheBase::Hybrid)
+        if (auto v = number("max_len")) {
+            s.max_len = *v;
+            s.fixed = true;  // a hybrid cache with max_len is preallocated
+        }
+    if (s.offloaded) s.offload_dir = dir_->text().trimmed().toStdString();
+    return s;
 }
 
 void StrategyPanel::fieldsEdited() {
     if (filling_) return;
-    const QString text = composeSpec();
-    spec_->setText(text);
-    validate(text, false);
+    try {
+        // The grammar is the engine's: the fields make a typed spec, and its text is to_string's.
+        const QString text = QString::fromStdString(to_string(composeSpec()));
+        spec_->setText(text);
+        validate(text, false);
+    } catch (const Error& e) {
+        rejectChoice(QString::fromUtf8(e.what()));
+    }
 }
 
 void StrategyPanel::specEdited() {
@@ -271,12 +287,21 @@ void StrategyPanel::validate(const QString& text, bool fromSpecLine) {
         planText_->clear();
         if (chosen_ != current_) planTimer_->start();
     } catch (const Error& e) {
-        chosen_.clear();
-        error_text_ = QString::fromUtf8(e.what());
-        error_->setText(error_text_);
-        kind_->clear();
-        planText_->clear();
+        rejectChoice(QString::fromUtf8(e.what()));
+        return;
     }
+    updateEnabled();
+}
+
+void StrategyPanel::rejectChoice(const QString& message) {
+    planTimer_->stop();
+    planned_.clear();
+    planApplicable_ = false;
+    chosen_.clear();
+    error_text_ = message;
+    error_->setText(error_text_);
+    kind_->clear();
+    planText_->clear();
     updateEnabled();
 }
 

@@ -61,7 +61,11 @@ private:
     void presetChosen(int index);
     void validate(const QString& text, bool fromSpecLine);
     void fillFields(const CacheSpec& spec);
-    QString composeSpec() const;
+    // The spec the preset, the check boxes and the fields describe; throws kvchat::Error naming
+    // a field that holds no whole number, or a required one left empty.
+    CacheSpec composeSpec() const;
+    // Shows why the fields or the spec line name no valid spec; nothing is chosen.
+    void rejectChoice(const QString& message);
     void updateEnabled();
     void setBusy(bool busy);
 
