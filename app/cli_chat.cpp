@@ -4,7 +4,7 @@
 
 #include "engine/chat/chat_settings.h"
 #include "engine/chat/conversation_cache.h"
-#include "engine/chat/conversation_registry.h"
+#include "engine/chat/chat_session.h"
 #include "engine/common/quoted.h"
 #include "engine/common/regular_file.h"
 #include "engine/common/utf8.h"
@@ -135,7 +135,7 @@ json turn_json(const TurnResult& r, const std::string& conversation) {
     j["ttft_ms"] = r.ttft_ms;
     j["decode_tok_s"] = r.decode_tok_s;
     j["kv_bytes"] = r.kv_bytes;
-    j["stop_reason"] = r.stop_reason;
+    j["stop_reason"] = stop_reason_name(r.stop_reason);
     j["notices"] = r.notices;
     return j;
 }
@@ -143,7 +143,7 @@ json turn_json(const TurnResult& r, const std::string& conversation) {
 void print_turn_footer(const TurnResult& r) {
     std::fprintf(stderr, "[%lld tokens prefilled, %lld reused, ttft %.1f ms, decode %.1f tok/s, cache %.1f MiB, stop: %s]\n",
                  static_cast<long long>(r.prefill_tokens), static_cast<long long>(r.cached_tokens), r.ttft_ms,
-                 r.decode_tok_s, static_cast<double>(r.kv_bytes) / (1024.0 * 1024.0), r.stop_reason.c_str());
+                 r.decode_tok_s, static_cast<double>(r.kv_bytes) / (1024.0 * 1024.0), std::string(stop_reason_name(r.stop_reason)).c_str());
 }
 
 void print_piece(std::string_view piece) { write_answer_piece(piece); }
@@ -152,21 +152,20 @@ void print_piece(std::string_view piece) { write_answer_piece(piece); }
 // message in it (a blank or refused first message, Ctrl-C before the first token, an interactive
 // session left at once): a conversation nobody wrote to is not kept.
 struct CreatedConversation {
-    ConversationRegistry* reg = nullptr;
-    Store* store = nullptr;
+    ChatSession* reg = nullptr;
     int64_t id = 0;
     size_t opening = 0;  // messages it was created with (a system prompt, a prefix's messages)
     ~CreatedConversation() {
         if (!reg) return;
         try {
-            if (store->list_messages(id).size() <= opening) reg->remove(id);
+            if (reg->messages(id).size() <= opening) reg->remove(id);
         } catch (const std::exception&) {
             // An empty conversation left behind costs nothing but a line in the list.
         }
     }
 };
 
-int interactive(ConversationRegistry& reg, const std::string& title, const TurnOptions& t) {
+int interactive(ChatSession& reg, const std::string& title, const TurnOptions& t) {
     std::fprintf(stderr,
                  "conversation '%s' (%s format). Type a message and press Enter; /regenerate replaces the last "
                  "answer, /quit or end of input leaves. Ctrl-C stops an answer.\n",
@@ -216,7 +215,7 @@ int cmd_chat(const Options& o) {
     if (!o.has("--threads") && settings.threads > 0) with_settings.values["--threads"] = std::to_string(settings.threads);
     if (!o.has("--device")) with_settings.values["--device"] = settings.device;
     Loaded l = load_model(with_settings);
-    ConversationRegistry reg(store, *l.model, *l.backend, static_cast<size_t>(settings.resident_caches));
+    ChatSession reg(store, *l.model, *l.backend, static_cast<size_t>(settings.resident_caches));
     OpenOptions open;
     open.cache_spec = o.str("--cache");
     open.prefix = o.str("--prefix");
@@ -226,8 +225,7 @@ int cmd_chat(const Options& o) {
     CreatedConversation created;
     if (!existed) {
         created.id = reg.id_of(title);
-        created.opening = store.list_messages(created.id).size();
-        created.store = &store;
+        created.opening = reg.messages(created.id).size();
         created.reg = &reg;
     }
     catch_interrupts();
@@ -368,8 +366,7 @@ int cmd_prefix(const Options& o) {
         need_words(1, "delete NAME");
         const auto p = store.find_prefix(o.positional[1]);
         if (!p) throw Error("there is no prefix named '" + o.positional[1] + "'");
-        const std::string snapshot = store.delete_prefix(p->id);
-        if (!snapshot.empty()) store.remove_snapshot_file(snapshot);
+        ChatSession(store, nullptr, nullptr).remove_prefix(p->id);
         return 0;
     }
     if (action == "save" || action == "edit") {
@@ -513,7 +510,7 @@ int cmd_chat_bench(const Options& o) {
     // so a busy machine's hiccups do not decide the ratio.
     if (part("turns")) {
         Store store(db);
-        ConversationRegistry reg(store, m, *l.backend);
+        ChatSession reg(store, m, *l.backend);
         Conversation scratch(m, *l.backend, reg.chat_template(), default_cache_spec());
         std::vector<double> best(static_cast<size_t>(turns), 1e300);
         json hist = json::array(), prefilled = json::array(), without = json::array();
@@ -551,7 +548,7 @@ int cmd_chat_bench(const Options& o) {
     // 2. A conversation started from a saved prefix against a cold start with the same text.
     if (part("prefix")) {
         Store store(db);
-        ConversationRegistry reg(store, m, *l.backend);
+        ChatSession reg(store, m, *l.backend);
         const std::string text =
             "You answer questions about the reference text below.\n" + text_of_tokens(m.tokenizer(), prefix_tokens);
         std::vector<std::string> notices;
@@ -593,7 +590,7 @@ int cmd_chat_bench(const Options& o) {
         TurnOptions brief = t;
         brief.generation.max_new_tokens = 8;
         Store live_store(db);
-        ConversationRegistry live(live_store, m, *l.backend);
+        ChatSession live(live_store, m, *l.backend);
         // (The live registry keeps "reopened" too but never touches it again: its snapshot is
         // saved after every turn.)
         for (const char* title : {"live", "reopened"}) {
@@ -610,7 +607,7 @@ int cmd_chat_bench(const Options& o) {
             const std::string message = "Summarise part " + std::to_string(i + 1) + " in one sentence.";
             live_ms = std::min(live_ms, live.send("live", message, t).ttft_ms);
             Store store(db);  // the restart
-            ConversationRegistry reg(store, m, *l.backend);
+            ChatSession reg(store, m, *l.backend);
             const auto t0 = std::chrono::steady_clock::now();
             reg.open("reopened");
             const double open_ms = ms_since(t0);

@@ -213,16 +213,16 @@ int cmd_generate(const Options& o) {
         j["decode_tok_s"] = r.decode_tok_s();
         j["kv_bytes"] = cache->bytes();
         j["cache"] = kvchat::telemetry_json(cache->telemetry());
-        j["stop_reason"] = r.stop_reason;
+        j["stop_reason"] = stop_reason_name(r.stop_reason);
         j["seed"] = g.sampling.seed;
         std::printf("%s\n", j.dump(-1, ' ', false, json::error_handler_t::replace).c_str());
     } else {
         std::printf("\n");
         std::fprintf(stderr, "[%lld prompt tokens, ttft %.1f ms, prefill %.1f tok/s, decode %.1f tok/s, stop: %s]\n",
                      static_cast<long long>(r.prompt_tokens), r.ttft_ms, r.prefill_tok_s(), r.decode_tok_s(),
-                     r.stop_reason.c_str());
+                     std::string(stop_reason_name(r.stop_reason)).c_str());
     }
-    if (r.stop_reason == "cancelled") {
+    if (r.stop_reason == kvchat::StopReason::Stopped) {
         // Ctrl-C, SIGTERM or SIGHUP: nothing is left to save, so end now; freeing the model and
         // its 262,144-piece tokenizer would add a tenth of a second or more.
         std::fflush(stdout);

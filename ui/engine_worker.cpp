@@ -3,7 +3,7 @@
 #include "engine/compute/device.h"
 
 #include "engine/chat/chat_settings.h"
-#include "engine/chat/conversation_registry.h"
+#include "engine/chat/chat_session.h"
 #include "engine/compute/backend.h"
 #include "engine/error.h"
 #include "engine/model/load_model.h"
@@ -43,30 +43,39 @@ ConversationItem itemOf(const ConversationSummary& c) {
     return item;
 }
 
-// A new chat is titled after its first message (its first line, cut at a word), as chat apps do.
-std::string titleFrom(const QString& text) {
-    QString line = text.trimmed().section(u'\n', 0, 0).simplified();
-    if (line.size() > 48) {
-        line.truncate(48);
-        const qsizetype space = line.lastIndexOf(u' ');
-        if (space > 24) line.truncate(space);
-        line += QStringLiteral("…");
-    }
-    return ss(line);
-}
-
 }  // namespace
 
 TurnOptions EngineWorker::turnOptions(qint64 id) const {
-    const auto rec = store_->find_conversation_by_id(id);
-    return settings_->turn_options(rec ? rec->cache_spec : settings_->default_strategy);
+    const auto c = session_->summary(id);
+    return settings_->turn_options(c ? c->cache_spec : settings_->default_strategy);
 }
 
-void EngineWorker::makeRegistry() {
-    registry_.reset();
-    if (store_ && model_)
-        registry_ = std::make_unique<ConversationRegistry>(*store_, *model_, *backend_,
-                                                           static_cast<size_t>(std::max(1, settings_->resident_caches)));
+void EngineWorker::makeSession() {
+    session_.reset();
+    if (store_)
+        session_ = std::make_unique<ChatSession>(*store_, model_.get(), backend_.get(),
+                                                 static_cast<size_t>(std::max(1, settings_->resident_caches)));
+}
+
+Progress EngineWorker::throttled(std::function<void(const QString&, qint64, qint64)> report,
+                                 const std::atomic<bool>* cancel) {
+    Progress progress;
+    progress.cancel = cancel;
+    auto since = std::make_shared<QElapsedTimer>();
+    since->start();
+    // Every report that ends a task goes through; the others at most every kTelemetryMs.
+    progress.report = [since, report = std::move(report)](std::string_view task, int64_t done, int64_t total) {
+        if (done != total && since->elapsed() < kTelemetryMs) return;
+        since->restart();
+        report(qs(task), done, total);
+    };
+    return progress;
+}
+
+Progress EngineWorker::turnProgressOf(qint64 conversationId) {
+    return throttled([this, conversationId](const QString& task, qint64 done,
+                                            qint64 total) { Q_EMIT turnProgress(conversationId, task, done, total); },
+                     &stop_);
 }
 
 EngineWorker::EngineWorker(QObject* parent) : QObject(parent), settings_(std::make_unique<ChatSettings>()) {
@@ -88,14 +97,14 @@ EngineWorker::~EngineWorker() {
 }
 
 void EngineWorker::shutdown() {
-    if (!registry_) return;
+    if (!session_) return;
     std::vector<std::string> notices;
     try {
-        registry_->save_all(notices);
+        session_->save_all(notices);
     } catch (const std::exception&) {
         // A snapshot is only an acceleration; the transcript is already in the database.
     }
-    registry_.reset();
+    session_.reset();
 }
 
 void EngineWorker::emitNotices(const std::vector<std::string>& notices) {
@@ -121,7 +130,7 @@ void EngineWorker::openStore(const QString& path) {
         return;
     }
     try {
-        registry_.reset();
+        session_.reset();
         auto store = std::make_unique<Store>(ss(path));
         store_ = std::move(store);
         lock_ = std::move(lock);
@@ -131,7 +140,7 @@ void EngineWorker::openStore(const QString& path) {
     }
     *settings_ = ChatSettings::load(*store_);
     emitNotices(settings_->notices);
-    makeRegistry();
+    makeSession();
     // Queued before storeOpened, so the reader has the database before the window asks it anything.
     QMetaObject::invokeMethod(reader_, [r = reader_, path] { r->open(path); }, Qt::QueuedConnection);
     Q_EMIT settingsLoaded(*settings_);
@@ -144,15 +153,9 @@ void EngineWorker::loadModel(const QString& path) {
     Q_EMIT modelProgress(tr("Loading model"), 0, 0);
     std::unique_ptr<Model> model;
     try {
-        Progress progress;
-        progress.cancel = &cancelLoad_;
-        QElapsedTimer since;
-        since.start();
-        progress.report = [&](std::string_view task, int64_t done, int64_t total) {
-            if (done != total && since.elapsed() < kTelemetryMs) return;
-            since.restart();
-            Q_EMIT modelProgress(qs(task), done, total);
-        };
+        const Progress progress = throttled(
+            [this](const QString& task, qint64 done, qint64 total) { Q_EMIT modelProgress(task, done, total); },
+            &cancelLoad_);
         // No path: the chat model, else the default model, or an error that says how to install it.
         model = load_model(path.isEmpty() ? find_chat_model("") : ss(path), progress);
     } catch (const Cancelled&) {
@@ -172,8 +175,8 @@ void EngineWorker::loadModel(const QString& path) {
         if (!opened.notice.empty()) Q_EMIT notice(qs(opened.notice));
     }
     model_ = std::move(model);
-    makeRegistry();
-    if (registry_) emitNotices(registry_->take_notices());
+    makeSession();
+    if (session_) emitNotices(session_->take_notices());
     ModelInfo info;
     info.path = qs(model_->path());
     info.name = QFileInfo(info.path).fileName();
@@ -186,31 +189,28 @@ void EngineWorker::loadModel(const QString& path) {
 
 QList<ConversationItem> EngineWorker::conversationItems() const {
     QList<ConversationItem> out;
-    if (registry_) {
-        for (const ConversationSummary& c : registry_->list()) out.push_back(itemOf(c));
-    } else if (store_) {
-        for (const ConversationOverview& o : store_->list_conversation_overviews()) out.push_back(conversationItemOf(o));
-    }
+    if (session_)
+        for (const ConversationSummary& c : session_->list()) out.push_back(itemOf(c));
     return out;
 }
 
 ConversationItem EngineWorker::conversationItem(qint64 id) const {
-    for (const ConversationItem& c : conversationItems())
-        if (c.id == id) return c;
+    if (session_)
+        if (const auto c = session_->summary(id)) return itemOf(*c);
     return {};
 }
 
 QList<PrefixItem> EngineWorker::prefixItems() const {
     QList<PrefixItem> out;
-    if (!store_) return out;
-    for (const PrefixRecord& p : store_->list_prefixes()) {
+    if (!session_) return out;
+    for (const PrefixSummary& p : session_->prefix_list()) {
         PrefixItem item;
         item.id = p.id;
         item.name = qs(p.name);
         item.text = qs(p.text);
-        item.messageCount = static_cast<int>(p.messages.size());
-        item.tokens = static_cast<qint64>(p.tokens.size());
-        if (!p.snapshot.empty()) item.cacheBytes = QFileInfo(qs(store_->snapshot_path(p.snapshot))).size();
+        item.messageCount = static_cast<int>(p.message_count);
+        item.tokens = p.tokens;
+        item.cacheBytes = p.snapshot_bytes;
         item.lastUsedMs = p.last_used_ms.value_or(-1);
         item.useCount = p.use_count;
         item.cacheSpec = qs(p.cache_spec);
@@ -220,8 +220,8 @@ QList<PrefixItem> EngineWorker::prefixItems() const {
 }
 
 bool EngineWorker::needModel(const QString& what) {
-    if (registry_) return true;
-    Q_EMIT failed(what, model_ ? tr("No database is open.") : tr("No model is loaded yet; open one from the Model menu."));
+    if (session_ && session_->has_model()) return true;
+    Q_EMIT failed(what, !session_ ? tr("No database is open.") : tr("No model is loaded yet; open one from the Model menu."));
     return false;
 }
 
@@ -231,13 +231,9 @@ void EngineWorker::createConversation(const QString& system, qint64 prefixId) {
         OpenOptions options;
         options.system = system.isEmpty() ? settings_->system_prompt : ss(system);
         options.cache_spec = settings_->default_strategy;
-        if (prefixId > 0) {
-            const auto p = store_->find_prefix_by_id(prefixId);
-            if (!p) throw Error("the prefix was deleted");
-            options.prefix = p->name;
-        }
-        const int64_t id = registry_->create(prefixId > 0 ? ss(QString::fromStdString(options.prefix)) : "Chat", options);
-        emitNotices(registry_->take_notices());
+        if (prefixId > 0) options.prefix = session_->prefix(prefixId).name;
+        const int64_t id = session_->create(prefixId > 0 ? options.prefix : "", options);
+        emitNotices(session_->take_notices());
         const QList<ConversationItem> all = conversationItems();
         Q_EMIT conversationsChanged(all);
         for (const ConversationItem& c : all)
@@ -253,21 +249,16 @@ void EngineWorker::openConversation(qint64 id) {
     QMetaObject::invokeMethod(
         this,
         [this, id] {
-            if (registry_)
-                if (auto t = registry_->telemetry(id)) Q_EMIT cacheTelemetry(id, *t);
+            if (session_)
+                if (auto t = session_->telemetry(id)) Q_EMIT cacheTelemetry(id, *t);
         },
         Qt::QueuedConnection);
 }
 
 void EngineWorker::renameConversation(qint64 id, const QString& title) {
-    if (!store_) return;
+    if (!session_) return;
     try {
-        const std::string t = ss(title.trimmed());
-        if (t.empty()) throw Error("a conversation needs a name");
-        if (auto other = store_->find_conversation(t); other && other->id != id)
-            throw Error("a conversation named \u201c" + t + "\u201d already exists");
-        if (registry_) registry_->rename(id, t);
-        else store_->rename_conversation(id, t);
+        session_->rename(id, ss(title));
     } catch (const std::exception& e) {
         Q_EMIT failed(tr("Rename"), qs(e.what()));
     }
@@ -275,14 +266,9 @@ void EngineWorker::renameConversation(qint64 id, const QString& title) {
 }
 
 void EngineWorker::removeConversation(qint64 id) {
-    if (!store_) return;
+    if (!session_) return;
     try {
-        if (registry_) {
-            registry_->remove(id);
-        } else {
-            const std::string snapshot = store_->delete_conversation(id);
-            if (!snapshot.empty()) store_->remove_snapshot_file(snapshot);
-        }
+        session_->remove(id);
     } catch (const std::exception& e) {
         Q_EMIT failed(tr("Delete"), qs(e.what()));
     }
@@ -293,27 +279,18 @@ void EngineWorker::search(const QString& query) {
     QMetaObject::invokeMethod(reader_, [r = reader_, query] { r->search(query); }, Qt::QueuedConnection);
 }
 
-template <class Turn>
-void EngineWorker::runTurn(qint64 id, Turn&& turn) {
+void EngineWorker::runTurn(qint64 id, const TurnRequest& request) {
     if (!needModel(tr("Send"))) {
         Q_EMIT turnFailed(id, tr("No model is loaded yet."), false);
         return;
     }
     stop_.store(false);
-    size_t before = 0;
-    try {
-        before = store_->list_messages(id).size();
-    } catch (const std::exception& e) {
-        Q_EMIT turnFailed(id, qs(e.what()), false);
-        return;
-    }
     Q_EMIT busyChanged(true);
     Q_EMIT turnStarted(id);
     QString pending;
-    QElapsedTimer sinceText, sinceStep, sinceProgress;
+    QElapsedTimer sinceText, sinceStep;
     sinceText.start();
     sinceStep.start();
-    sinceProgress.start();
     TurnCallbacks callbacks;
     callbacks.on_text = [&](std::string_view piece) {
         pending += qs(piece);
@@ -328,81 +305,44 @@ void EngineWorker::runTurn(qint64 id, Turn&& turn) {
         sinceStep.restart();
         Q_EMIT cacheTelemetry(id, t);
     };
-    callbacks.progress.cancel = &stop_;
-    callbacks.progress.report = [&](std::string_view task, int64_t done, int64_t total) {
-        if (done != total && sinceProgress.elapsed() < kTelemetryMs) return;
-        sinceProgress.restart();
-        Q_EMIT turnProgress(id, qs(task), done, total);
-    };
+    callbacks.progress = turnProgressOf(id);
+    TurnResult r;
     try {
-        const TurnResult r = turn(turnOptions(id), callbacks);
-        if (!pending.isEmpty()) Q_EMIT answerText(id, pending);
-        const auto messages = store_->list_messages(id);
+        r = session_->take_turn(id, request, turnOptions(id), callbacks);
+    } catch (const std::exception& e) {  // (take_turn itself never throws; reading the strategy may)
+        r.ending = TurnResult::Ending::Failed;
+        r.problem = e.what();
+    }
+    if (!pending.isEmpty()) Q_EMIT answerText(id, pending);
+    if (r.ending == TurnResult::Ending::Cancelled || r.ending == TurnResult::Ending::Failed) {
+        Q_EMIT turnFailed(id, qs(r.problem), r.changed);
+    } else {
         TurnOutcome out;
         out.conversationId = id;
-        if (!messages.empty() && messages.back().role == Role::Assistant) out.answer = messageItemOf(messages.back());
-        for (auto it = messages.rbegin(); it != messages.rend(); ++it)
-            if (it->role == Role::User) {
-                out.question = messageItemOf(*it);
-                break;
-            }
-        out.stopReason = qs(r.stop_reason);
+        if (r.answer) out.answer = messageItemOf(*r.answer);
+        if (r.question) out.question = messageItemOf(*r.question);
+        out.stopReason = qs(stop_reason_name(r.stop_reason));
         for (const std::string& n : r.notices) out.notices.push_back(qs(n));
         out.kvBytes = r.kv_bytes;
         out.contextTokens = r.prompt_tokens + static_cast<qint64>(r.tokens.size());
-        if (auto rec = store_->find_conversation_by_id(id)) out.cacheSpec = qs(rec->cache_spec);
-        if (auto t = registry_->telemetry(id)) Q_EMIT cacheTelemetry(id, *t);
+        out.cacheSpec = qs(r.cache_spec);
+        if (auto t = session_->telemetry(id)) Q_EMIT cacheTelemetry(id, *t);
         Q_EMIT turnFinished(out);
-    } catch (const std::exception& e) {
-        if (!pending.isEmpty()) Q_EMIT answerText(id, pending);
-        bool stored = false;
-        try {
-            stored = store_->list_messages(id).size() != before;
-        } catch (const std::exception&) {
-            stored = true;  // unknown: the window reloads the transcript rather than assume
-        }
-        Q_EMIT turnFailed(id, qs(e.what()), stored);
     }
     Q_EMIT conversationsChanged(conversationItems());
     Q_EMIT busyChanged(false);
 }
 
 void EngineWorker::send(qint64 id, const QString& text) {
-    // The first message names a chat that still has its default title.
-    std::optional<std::string> title;
-    try {
-        const auto rec = store_ ? store_->find_conversation_by_id(id) : std::nullopt;
-        const auto msgs = rec ? store_->list_messages(id) : std::vector<MessageRecord>{};
-        const bool unnamed = rec && (rec->title == "Chat" || rec->title.rfind("Chat ", 0) == 0);
-        if (unnamed && std::none_of(msgs.begin(), msgs.end(), [](const MessageRecord& m) { return m.role == Role::User; }))
-            title = titleFrom(text);
-    } catch (const std::exception&) {
-    }
-    runTurn(id, [&](const TurnOptions& options, const TurnCallbacks& callbacks) {
-        return registry_->send(id, ss(text), options, callbacks);
-    });
-    if (title && !title->empty()) {
-        try {
-            std::string t = *title;
-            for (int n = 2; store_->find_conversation(t); ++n) t = *title + " " + std::to_string(n);
-            registry_->rename(id, t);
-            Q_EMIT conversationsChanged(conversationItems());
-        } catch (const std::exception&) {
-            // The default title stays; the user can rename it.
-        }
-    }
+    TurnRequest request = TurnRequest::send(ss(text));
+    request.names_new_chat = true;  // a new chat takes its title from its first message
+    runTurn(id, request);
 }
 
-void EngineWorker::regenerate(qint64 id) {
-    runTurn(id, [&](const TurnOptions& options, const TurnCallbacks& callbacks) {
-        return registry_->regenerate(id, options, callbacks);
-    });
-}
+void EngineWorker::regenerate(qint64 id) { runTurn(id, TurnRequest::regenerate()); }
 
 void EngineWorker::edit(qint64 id, int ordinal, const QString& text) {
-    runTurn(id, [&](const TurnOptions& options, const TurnCallbacks& callbacks) {
-        return registry_->edit(id, static_cast<size_t>(ordinal), ss(text), options, callbacks);
-    });
+    runTurn(id, TurnRequest::edit(static_cast<size_t>(ordinal), ss(text)));
 }
 
 void EngineWorker::switchStrategy(qint64 id, const QString& spec) {
@@ -410,22 +350,13 @@ void EngineWorker::switchStrategy(qint64 id, const QString& spec) {
     stop_.store(false);
     Q_EMIT busyChanged(true);
     try {
-        Progress progress;
-        progress.cancel = &stop_;
-        QElapsedTimer since;
-        since.start();
-        progress.report = [&](std::string_view task, int64_t done, int64_t total) {
-            if (done != total && since.elapsed() < kTelemetryMs) return;
-            since.restart();
-            Q_EMIT turnProgress(id, qs(task), done, total);
-        };
-        const ConversionPlan plan = registry_->switch_strategy(id, ss(spec), progress);
-        emitNotices(registry_->take_notices());
+        const ConversionPlan plan = session_->switch_strategy(id, ss(spec), turnProgressOf(id));
+        emitNotices(session_->take_notices());
         Q_EMIT strategySwitched(id, qs(plan.to_spec), qs(plan.summary));
-        if (auto t = registry_->telemetry(id)) Q_EMIT cacheTelemetry(id, *t);
+        if (auto t = session_->telemetry(id)) Q_EMIT cacheTelemetry(id, *t);
     } catch (const std::exception& e) {
         Q_EMIT failed(tr("Switch strategy"), qs(e.what()));
-        if (auto rec = store_->find_conversation_by_id(id)) Q_EMIT strategySwitched(id, qs(rec->cache_spec), QString());
+        if (const auto c = session_->summary(id)) Q_EMIT strategySwitched(id, qs(c->cache_spec), QString());
     }
     Q_EMIT conversationsChanged(conversationItems());
     Q_EMIT busyChanged(false);
@@ -439,9 +370,9 @@ void EngineWorker::saveSettings(const ChatSettings& settings) {
         const bool rebuild = settings.resident_caches != settings_->resident_caches;
         *settings_ = settings;
         settings_->notices.clear();
-        if (rebuild && registry_) {
+        if (rebuild && session_) {
             shutdown();
-            makeRegistry();
+            makeSession();
         }
         if (model_ && backendThreads_ != settings.threads)
             Q_EMIT notice(tr("The new thread count applies when a model is next loaded."));
@@ -453,25 +384,11 @@ void EngineWorker::saveSettings(const ChatSettings& settings) {
     Q_EMIT settingsLoaded(*settings_);
 }
 
-Progress EngineWorker::longStep(qint64 conversationId) {
-    stop_.store(false);
-    Progress progress;
-    progress.cancel = &stop_;
-    auto since = std::make_shared<QElapsedTimer>();
-    since->start();
-    progress.report = [this, since, conversationId](std::string_view task, int64_t done, int64_t total) {
-        if (done != total && since->elapsed() < kTelemetryMs) return;
-        since->restart();
-        Q_EMIT turnProgress(conversationId, qs(task), done, total);
-    };
-    return progress;
-}
-
 void EngineWorker::savePrefixFromText(const QString& name, const QString& text) {
     if (!needModel(tr("Save prefix"))) return;
     try {
         std::vector<std::string> notices;
-        registry_->prefixes().save(ss(name), ss(text), "", notices, longStep(0));
+        session_->prefixes().save(ss(name), ss(text), "", notices, turnProgressOf(0));
         emitNotices(notices);
     } catch (const std::exception& e) {
         Q_EMIT failed(tr("Save prefix"), qs(e.what()));
@@ -482,14 +399,8 @@ void EngineWorker::savePrefixFromText(const QString& name, const QString& text) 
 void EngineWorker::savePrefixFromConversation(const QString& name, qint64 conversationId, int messages) {
     if (!needModel(tr("Save prefix"))) return;
     try {
-        const auto all = store_->list_messages(conversationId);
-        if (messages < 1 || static_cast<size_t>(messages) > all.size())
-            throw Error("the conversation has " + std::to_string(all.size()) + " messages; " + std::to_string(messages) +
-                        " were asked for");
-        std::vector<ChatMessage> opening;
-        for (int i = 0; i < messages; ++i) opening.push_back({all[static_cast<size_t>(i)].role, all[static_cast<size_t>(i)].content});
         std::vector<std::string> notices;
-        registry_->prefixes().save_messages(ss(name), opening, "", notices, longStep(conversationId));
+        session_->save_prefix_from(ss(name), conversationId, messages, notices, turnProgressOf(conversationId));
         emitNotices(notices);
     } catch (const std::exception& e) {
         Q_EMIT failed(tr("Save prefix"), qs(e.what()));
@@ -500,10 +411,8 @@ void EngineWorker::savePrefixFromConversation(const QString& name, qint64 conver
 void EngineWorker::editPrefix(qint64 id, const QString& text) {
     if (!needModel(tr("Edit prefix"))) return;
     try {
-        const auto p = store_->find_prefix_by_id(id);
-        if (!p) throw Error("the prefix was deleted");
         std::vector<std::string> notices;
-        registry_->prefixes().edit(p->name, ss(text), notices, longStep(0));
+        session_->edit_prefix(id, ss(text), notices, turnProgressOf(0));
         emitNotices(notices);
     } catch (const std::exception& e) {
         Q_EMIT failed(tr("Edit prefix"), qs(e.what()));
@@ -512,13 +421,9 @@ void EngineWorker::editPrefix(qint64 id, const QString& text) {
 }
 
 void EngineWorker::renamePrefix(qint64 id, const QString& name) {
-    if (!store_) return;
+    if (!session_) return;
     try {
-        const std::string n = ss(name.trimmed());
-        if (n.empty()) throw Error("a prefix needs a name");
-        if (auto other = store_->find_prefix(n); other && other->id != id)
-            throw Error("a prefix named \u201c" + n + "\u201d already exists");
-        store_->rename_prefix(id, n);
+        session_->rename_prefix(id, ss(name));
     } catch (const std::exception& e) {
         Q_EMIT failed(tr("Rename prefix"), qs(e.what()));
     }
@@ -526,10 +431,9 @@ void EngineWorker::renamePrefix(qint64 id, const QString& name) {
 }
 
 void EngineWorker::removePrefix(qint64 id) {
-    if (!store_) return;
+    if (!session_) return;
     try {
-        const std::string snapshot = store_->delete_prefix(id);
-        if (!snapshot.empty()) store_->remove_snapshot_file(snapshot);
+        session_->remove_prefix(id);
     } catch (const std::exception& e) {
         Q_EMIT failed(tr("Delete prefix"), qs(e.what()));
     }

@@ -1,7 +1,8 @@
 #pragma once
 // The one object that touches the engine. It lives on its own QThread and owns the store, the
-// model, the backend and the conversation registry; the window talks to it only through queued
-// signals and slots that carry values (ui/engine_values.h). Long steps (a model load, a turn)
+// model, the backend and the chat session (engine/chat/chat_session.h, where the chat's rules
+// live: this class only converts values between it and Qt). The window talks to it only through
+// queued signals and slots that carry values (ui/engine_values.h). Long steps (a model load, a turn)
 // run inside one slot; stop() and cancelLoad() are the only calls meant for another thread, and
 // they only set flags the running step checks.
 //
@@ -17,6 +18,7 @@
 #include <QThread>
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -26,8 +28,9 @@ class Store;
 class StoreReader;
 class Model;
 class Backend;
-class ConversationRegistry;
+class ChatSession;
 struct TurnOptions;
+struct TurnRequest;
 struct Progress;
 
 class EngineWorker : public QObject {
@@ -136,12 +139,15 @@ private:
     QList<PrefixItem> prefixItems() const;
     ConversationItem conversationItem(qint64 id) const;
     // Runs one turn (send, regenerate or edit) with streaming and telemetry.
-    template <class Turn>
-    void runTurn(qint64 id, Turn&& turn);
+    void runTurn(qint64 id, const TurnRequest& request);
     TurnOptions turnOptions(qint64 id) const;
-    void makeRegistry();
-    // Progress of a prefix save or edit, reported like a turn's; Esc (stop()) cancels it.
-    Progress longStep(qint64 conversationId);
+    void makeSession();
+    // Progress reports passed on by `report` at most every kTelemetryMs (a task's last one always),
+    // and cancelled by `cancel`.
+    static Progress throttled(std::function<void(const QString&, qint64, qint64)> report,
+                              const std::atomic<bool>* cancel);
+    // A turn's, a switch's or a prefix save's progress as turnProgress; Esc (stop()) cancels it.
+    Progress turnProgressOf(qint64 conversationId);
     bool needModel(const QString& what);
     void emitNotices(const std::vector<std::string>& notices);
 
@@ -152,7 +158,7 @@ private:
     std::unique_ptr<QLockFile> lock_;
     std::unique_ptr<Backend> backend_;
     std::unique_ptr<Model> model_;
-    std::unique_ptr<ConversationRegistry> registry_;
+    std::unique_ptr<ChatSession> session_;  // from openStore on; turns need the model too
     std::atomic<bool> stop_{false};
     std::atomic<bool> cancelLoad_{false};
     std::unique_ptr<ChatSettings> settings_;

@@ -4,15 +4,12 @@
 #include "ui/engine_worker.h"
 
 #include "engine/chat/chat_template.h"
-#include "engine/chat/conversation_registry.h"
+#include "engine/chat/chat_session.h"
 #include "engine/compute/backend.h"
 #include "engine/error.h"
 #include "engine/generate/comparison.h"
 #include "engine/model/model.h"
-#include "engine/store/store.h"
 
-#include <QElapsedTimer>
-#include <QFileInfo>
 
 namespace kvchat {
 
@@ -21,12 +18,12 @@ QString text(std::string_view s) { return QString::fromUtf8(s.data(), static_cas
 }  // namespace
 
 void EngineWorker::planSwitch(qint64 id, const QString& spec) {
-    if (!registry_) {
+    if (!session_ || !session_->has_model()) {
         Q_EMIT switchPlanFailed(id, spec, tr("No model is loaded yet."));
         return;
     }
     try {
-        Q_EMIT switchPlanned(id, registry_->plan_switch(id, spec.toStdString()));
+        Q_EMIT switchPlanned(id, session_->plan_switch(id, spec.toStdString()));
     } catch (const std::exception& e) {
         Q_EMIT switchPlanFailed(id, spec, text(e.what()));
     }
@@ -44,7 +41,7 @@ void EngineWorker::compare(const QStringList& strategies, qint64 conversationId,
         // one prompt as a user message, rendered as the model was trained.
         std::vector<ChatMessage> messages;
         if (conversationId > 0) {
-            const std::vector<MessageRecord> records = registry_->messages(conversationId);
+            const std::vector<MessageRecord> records = session_->messages(conversationId);
             size_t end = records.size();
             while (end > 0 && records[end - 1].role == Role::Assistant) --end;
             for (size_t i = 0; i < end; ++i) messages.push_back({records[i].role, records[i].content});
@@ -52,17 +49,12 @@ void EngineWorker::compare(const QStringList& strategies, qint64 conversationId,
         } else {
             messages.push_back({Role::User, prompt.toStdString()});
         }
-        const std::vector<int32_t> tokens = registry_->chat_template().render(messages, true).tokens;
+        const std::vector<int32_t> tokens = session_->chat_template().render(messages, true).tokens;
         ComparisonOptions opt;
         opt.gen_tokens = genTokens;
-        opt.progress.cancel = &stop_;
-        QElapsedTimer since;
-        since.start();
-        opt.progress.report = [&](std::string_view task, int64_t done, int64_t total) {
-            if (done != total && since.elapsed() < kTelemetryMs) return;
-            since.restart();
-            Q_EMIT comparisonProgress(text(task), done, total);
-        };
+        opt.progress = throttled(
+            [this](const QString& task, qint64 done, qint64 total) { Q_EMIT comparisonProgress(task, done, total); },
+            &stop_);
         std::vector<std::string> specs;
         for (const QString& s : strategies) specs.push_back(s.toStdString());
         Q_EMIT comparisonFinished(compare_strategies(*model_, *backend_, tokens, specs, opt));
@@ -75,14 +67,13 @@ void EngineWorker::compare(const QStringList& strategies, qint64 conversationId,
 }
 
 void EngineWorker::reportSnapshot(qint64 id) {
-    qint64 bytes = -1;
-    if (store_) {
-        if (const auto rec = store_->find_conversation_by_id(id); rec && !rec->snapshot.empty()) {
-            const QFileInfo f(text(store_->snapshot_path(rec->snapshot)));
-            if (f.exists()) bytes = f.size();
-        }
+    std::optional<int64_t> bytes;
+    try {
+        if (session_) bytes = session_->snapshot_bytes(id);
+    } catch (const std::exception&) {
+        // Unknown reads as none on disk.
     }
-    Q_EMIT snapshotReported(id, bytes);
+    Q_EMIT snapshotReported(id, bytes.value_or(-1));
 }
 
 }  // namespace kvchat

@@ -230,26 +230,40 @@ TurnResult Conversation::respond(const TurnOptions& options, const std::function
 }
 
 TurnResult Conversation::respond(const TurnOptions& options, const TurnCallbacks& callbacks) {
+    return answer(render_for_reply(), options, callbacks);
+}
+
+Conversation::CacheMatch Conversation::match_cache(const RenderedChat& rendered, const TurnOptions& options,
+                                                   const Progress& progress, std::vector<std::string>& notices) {
+    finish_loading(progress);  // it was read while the transcript rendered
+    check_fits(rendered, options);
+    if (options.policy != ContextPolicy::Refuse) switch_retention(rendered, options, notices);
+    CacheMatch m;
+    m.kept = align_cache(rendered.tokens, notices);
+    notices.insert(notices.begin(), load_notices_.begin(), load_notices_.end());
+    load_notices_.clear();
+    const int64_t total = static_cast<int64_t>(rendered.tokens.size());
+    // Prefill up to the last message boundary before the end with checkpoints; the generator
+    // prefills the rest, so its last token's logits start the reply.
+    m.prefill_until = m.kept;
+    for (int64_t b : rendered.message_starts)
+        if (b > m.prefill_until && b < total) m.prefill_until = b;
+    if (rendered.prompt_start > m.prefill_until && rendered.prompt_start < total) m.prefill_until = rendered.prompt_start;
+    return m;
+}
+
+TurnResult Conversation::answer(const RenderedChat& rendered, const TurnOptions& options,
+                                const TurnCallbacks& callbacks) {
     using clock = std::chrono::steady_clock;
     const std::function<void(std::string_view)>& on_text = callbacks.on_text;
     const std::atomic<bool>* cancel = callbacks.progress.cancel;
     const auto t0 = clock::now();
     TurnResult out;
-    const RenderedChat rendered = render_for_reply();
-    finish_loading(callbacks.progress);  // it was read while the transcript rendered
-    check_fits(rendered, options);
-    if (options.policy != ContextPolicy::Refuse) switch_retention(rendered, options, out.notices);
-
-    const int64_t keep = align_cache(rendered.tokens, out.notices);
-    out.notices.insert(out.notices.begin(), load_notices_.begin(), load_notices_.end());
-    load_notices_.clear();
     const int64_t total = static_cast<int64_t>(rendered.tokens.size());
-    // Prefill up to the last message boundary before the end with checkpoints; the generator
-    // prefills the rest, so its last token's logits start the reply.
-    int64_t last_boundary = keep;
-    for (int64_t b : rendered.message_starts)
-        if (b > last_boundary && b < total) last_boundary = b;
-    if (rendered.prompt_start > last_boundary && rendered.prompt_start < total) last_boundary = rendered.prompt_start;
+
+    // Match the cache.
+    const CacheMatch match = match_cache(rendered, options, callbacks.progress, out.notices);
+    const int64_t keep = match.kept;
 
     GenerationConfig g = options.generation;
     for (int32_t id : template_.stop_tokens()) g.stop_tokens.push_back(id);
@@ -288,13 +302,14 @@ TurnResult Conversation::respond(const TurnOptions& options, const TurnCallbacks
         return true;
     };
 
+    // Prefill, then generate (once more after a fallback when the cache could not grow).
     GenerationResult r;
     auto gen_start = clock::now();
     double checkpointed_prefill_ms = 0.0;
     for (int attempt = 0;; ++attempt) {
         try {
             const auto prefill_start = clock::now();
-            prefill(rendered, last_boundary, callbacks.progress);
+            prefill(rendered, match.prefill_until, callbacks.progress);
             gen_start = clock::now();
             checkpointed_prefill_ms = ms_between(prefill_start, gen_start);
             const std::vector<int32_t> input(rendered.tokens.begin() + cache().seq_length(), rendered.tokens.end());
@@ -317,7 +332,7 @@ TurnResult Conversation::respond(const TurnOptions& options, const TurnCallbacks
     // Stopped before the answer began (in the generator's part of the prefill, or before its first
     // piece of text): there is no answer to keep, so the turn is cancelled as a cancelled prefill
     // is, and the caller takes its message back. The cache keeps the prompt it computed.
-    if (r.stop_reason == "cancelled" && r.text.empty() && !budget_stop) {
+    if (r.stop_reason == StopReason::Stopped && r.text.empty() && !budget_stop) {
         crop_back(total);
         throw Cancelled("stopped before the answer began");
     }
@@ -327,7 +342,7 @@ TurnResult Conversation::respond(const TurnOptions& options, const TurnCallbacks
 
     // Over budget: move the cache (or, when that fails, keep it and say so) and go on from the
     // last token the generator produced, which is not in the cache yet.
-    if (budget_stop && !user_cancelled() && r.stop_reason == "cancelled" && !r.tokens.empty()) {
+    if (budget_stop && !user_cancelled() && r.stop_reason == StopReason::Stopped && !r.tokens.empty()) {
         fall_back("the cache grew past its memory budget of " + std::to_string(options.max_cache_bytes) + " bytes");
         GenerationConfig rest = g;
         rest.max_new_tokens = g.max_new_tokens - static_cast<int>(r.tokens.size());
@@ -339,7 +354,7 @@ TurnResult Conversation::respond(const TurnOptions& options, const TurnCallbacks
             r.decode_ms += more.decode_ms + more.prefill_ms;
             r.stop_reason = more.stop_reason;
         } else {
-            r.stop_reason = "max_new_tokens";
+            r.stop_reason = StopReason::MaxNewTokens;
         }
     }
 
@@ -353,7 +368,8 @@ TurnResult Conversation::respond(const TurnOptions& options, const TurnCallbacks
     if (const auto per_token = prefill_ms_per_token()) out.prefill_saved_ms = static_cast<double>(keep) * *per_token;
     out.decode_tok_s = r.decode_tok_s();
     out.stop_reason = r.stop_reason;
-    if (!(r.stop_reason == "cancelled" && r.text.empty())) {
+    // Keep the answer.
+    if (!(r.stop_reason == StopReason::Stopped && r.text.empty())) {
         append(Role::Assistant, r.text, r.tokens);
         close_reply();
     }

@@ -10,6 +10,7 @@
 #include "engine/generate/generator.h"
 
 #include <atomic>
+#include <exception>
 #include <functional>
 #include <future>
 #include <memory>
@@ -37,7 +38,37 @@ struct TurnOptions {
     int64_t max_cache_bytes = 0;  // 0: no limit besides the machine's memory
 };
 
+// What a turn answers: a new message, the last answer again, or an edited message of the user's.
+struct TurnRequest {
+    enum class Kind { Send, Regenerate, Edit };
+    Kind kind = Kind::Send;
+    std::string text;     // Send, Edit: the message
+    size_t ordinal = 0;   // Edit: the message replaced (a user message); what followed it is dropped
+    // Send: a conversation still titled as ChatSession::create() titles new ones ("Chat",
+    // "Chat 2", ...) and holding no message of the user's is renamed after this message
+    // (title_from_message) once it is stored, as the window names a new chat.
+    bool names_new_chat = false;
+
+    static TurnRequest send(std::string text) { return {Kind::Send, std::move(text), 0, false}; }
+    static TurnRequest regenerate() { return {Kind::Regenerate, {}, 0, false}; }
+    static TurnRequest edit(size_t ordinal, std::string text) { return {Kind::Edit, std::move(text), ordinal, false}; }
+};
+
+// How one turn ended and what it left: the one value every front end converts.
 struct TurnResult {
+    enum class Ending {
+        Answered,   // the answer ended by itself (stop_reason says how) and is stored
+        Stopped,    // the cancel flag stopped the answer; what it had is stored
+        Cancelled,  // stopped before the answer began: the conversation is as it was
+        Failed,     // refused or failed: `problem` says why
+    };
+    Ending ending = Ending::Answered;
+    std::string problem;  // Cancelled, Failed: in words
+    // Cancelled, Failed: the stored messages are no longer as they were (the answer was stored
+    // before the failure, or the store could not be changed back): a front end reads them again.
+    bool changed = false;
+    std::exception_ptr thrown;  // Cancelled, Failed: what the throwing verbs rethrow
+
     std::string text;              // the reply (kept even when the turn was stopped)
     std::vector<int32_t> tokens;   // its ids
     int64_t prompt_tokens = 0;     // the rendered conversation, generation prompt included
@@ -51,8 +82,11 @@ struct TurnResult {
     double ttft_ms = 0.0;          // from the turn's start to its first token
     double decode_tok_s = 0.0;
     int64_t kv_bytes = 0;
-    std::string stop_reason;
+    StopReason stop_reason = StopReason::MaxNewTokens;
     std::vector<std::string> notices;  // things the user should be told (a rebuild, a fallback)
+    std::optional<MessageRecord> question;  // the user's message answered, as stored (ChatSession's turns)
+    std::optional<MessageRecord> answer;    // the answer as the store holds it (ChatSession's turns)
+    std::string cache_spec;               // the conversation's strategy after the turn
 };
 
 // What a turn tells its caller while it runs.
@@ -130,8 +164,14 @@ public:
     RenderedChat render_for_reply() const;
     void check_fits(const RenderedChat& rendered, const TurnOptions& options) const;
 
-    // Generates the assistant's reply to the transcript as it stands and appends it. A stopped
-    // turn (cancel) keeps its partial reply, and the cache holds exactly its tokens.
+    // The answer to `rendered` (the transcript as it stands, rendered for a reply), in the phases
+    // of a turn after the rendering: match the cache (wait for a loading one, refuse what does not
+    // fit or bound the cache under the Sink and Sliding policies, keep the longest prefix it
+    // holds), prefill the rest, generate; then the answer is appended and closed in the cache. A
+    // stopped answer (cancel) keeps what it had, and the cache holds exactly its tokens; cancelled
+    // before the answer began, it throws kvchat::Cancelled and nothing is appended.
+    TurnResult answer(const RenderedChat& rendered, const TurnOptions& options, const TurnCallbacks& callbacks);
+    // answer() to the transcript as it stands.
     TurnResult respond(const TurnOptions& options, const std::function<void(std::string_view)>& on_text = {},
                        const std::atomic<bool>* cancel = nullptr);
     TurnResult respond(const TurnOptions& options, const TurnCallbacks& callbacks);
@@ -162,6 +202,14 @@ private:
     // Checkpoints the cache as it stands, keeping the latest few.
     void keep_checkpoint();
     int64_t context_limit() const;
+    // The cache brought to the longest prefix of `rendered` it can keep; returns where the
+    // checkpointed prefill stops (the generator prefills the rest).
+    struct CacheMatch {
+        int64_t kept = 0;           // tokens reused
+        int64_t prefill_until = 0;  // the last message boundary before the end
+    };
+    CacheMatch match_cache(const RenderedChat& rendered, const TurnOptions& options, const Progress& progress,
+                           std::vector<std::string>& notices);
     void close_reply();
     void switch_retention(const RenderedChat& rendered, const TurnOptions& options, std::vector<std::string>& notices);
 

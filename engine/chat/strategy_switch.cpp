@@ -1,11 +1,11 @@
-// ConversationRegistry's strategy switch: the preview and the verb (a file of its own, as the
+// ChatSession's strategy switch: the preview and the verb (a file of its own, as the
 // verb is the only part of the registry that plans a conversion).
 #include "engine/chat/conversation_cache.h"
-#include "engine/chat/conversation_registry.h"
+#include "engine/chat/chat_session.h"
 
 namespace kvchat {
 
-ConversionPlan ConversationRegistry::plan_switch(int64_t id, const std::string& spec) {
+ConversionPlan ChatSession::plan_switch(int64_t id, const std::string& spec) {
     std::vector<std::string> notices;
     Entry& e = prepare(id, notices);
     const Unlock unlock{e};
@@ -15,7 +15,7 @@ ConversionPlan ConversationRegistry::plan_switch(int64_t id, const std::string& 
     return plan;
 }
 
-ConversionPlan ConversationRegistry::switch_strategy(int64_t id, const std::string& spec, const Progress& progress) {
+ConversionPlan ChatSession::switch_strategy(int64_t id, const std::string& spec, const Progress& progress) {
     std::vector<std::string> notices;
     Entry& e = prepare(id, notices);
     const Unlock unlock{e};

@@ -89,29 +89,58 @@ RepairedUtf8 repair_utf8(std::string_view text) {
     return out;
 }
 
+size_t white_space_at(std::string_view text, size_t i) {
+    const auto byte = [&](size_t k) { return static_cast<unsigned char>(text[k]); };
+    if (i >= text.size()) return 0;
+    const unsigned char c = byte(i);
+    if (c == ' ' || (c >= 0x09 && c <= 0x0D)) return 1;
+    if (c == 0xC2 && i + 1 < text.size() && (byte(i + 1) == 0x85 || byte(i + 1) == 0xA0)) return 2;  // U+0085, U+00A0
+    if (c == 0xE1 && i + 2 < text.size() && byte(i + 1) == 0x9A && byte(i + 2) == 0x80) return 3;    // U+1680
+    if (c == 0xE2 && i + 2 < text.size() && byte(i + 1) == 0x80 &&
+        ((byte(i + 2) >= 0x80 && byte(i + 2) <= 0x8A) || byte(i + 2) == 0xA8 || byte(i + 2) == 0xA9 || byte(i + 2) == 0xAF))
+        return 3;  // U+2000..U+200A, U+2028, U+2029, U+202F
+    if (c == 0xE2 && i + 2 < text.size() && byte(i + 1) == 0x81 && byte(i + 2) == 0x9F) return 3;  // U+205F
+    if (c == 0xE3 && i + 2 < text.size() && byte(i + 1) == 0x80 && byte(i + 2) == 0x80) return 3;  // U+3000
+    return 0;
+}
+
 bool is_blank_text(std::string_view text) {
     size_t i = 0;
-    const auto byte = [&](size_t k) { return static_cast<unsigned char>(text[k]); };
     while (i < text.size()) {
-        const unsigned char c = byte(i);
-        if (c == ' ' || (c >= 0x09 && c <= 0x0D)) {
-            ++i;
-        } else if (c == 0xC2 && i + 1 < text.size() && (byte(i + 1) == 0x85 || byte(i + 1) == 0xA0)) {
-            i += 2;  // U+0085, U+00A0
-        } else if (c == 0xE1 && i + 2 < text.size() && byte(i + 1) == 0x9A && byte(i + 2) == 0x80) {
-            i += 3;  // U+1680
-        } else if (c == 0xE2 && i + 2 < text.size() && byte(i + 1) == 0x80 &&
-                   ((byte(i + 2) >= 0x80 && byte(i + 2) <= 0x8A) || byte(i + 2) == 0xA8 || byte(i + 2) == 0xA9 || byte(i + 2) == 0xAF)) {
-            i += 3;  // U+2000..U+200A, U+2028, U+2029, U+202F
-        } else if (c == 0xE2 && i + 2 < text.size() && byte(i + 1) == 0x81 && byte(i + 2) == 0x9F) {
-            i += 3;  // U+205F
-        } else if (c == 0xE3 && i + 2 < text.size() && byte(i + 1) == 0x80 && byte(i + 2) == 0x80) {
-            i += 3;  // U+3000
-        } else {
-            return false;
-        }
+        const size_t n = white_space_at(text, i);
+        if (n == 0) return false;
+        i += n;
     }
     return true;
+}
+
+std::string trim_white_space(std::string_view text) {
+    size_t begin = std::string_view::npos, end = 0;
+    for (size_t i = 0; i < text.size();) {
+        if (const size_t n = white_space_at(text, i)) {
+            i += n;
+            continue;
+        }
+        if (begin == std::string_view::npos) begin = i;
+        end = ++i;
+    }
+    return begin == std::string_view::npos ? std::string() : std::string(text.substr(begin, end - begin));
+}
+
+std::string simplify_white_space(std::string_view text) {
+    std::string out;
+    bool gap = false;
+    for (size_t i = 0; i < text.size();) {
+        if (const size_t n = white_space_at(text, i)) {
+            gap = true;
+            i += n;
+            continue;
+        }
+        if (gap && !out.empty()) out += ' ';
+        gap = false;
+        out += text[i++];
+    }
+    return out;
 }
 
 }  // namespace kvchat

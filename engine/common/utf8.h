@@ -25,6 +25,13 @@ RepairedUtf8 repair_utf8(std::string_view text);
 // U+1680, U+2000..U+200A, U+2028, U+2029, U+202F, U+205F, U+3000): a message of it says nothing,
 // whichever of them it is made of. Invalid UTF-8 is not white space.
 bool is_blank_text(std::string_view text);
+// Bytes of the white-space character (as is_blank_text counts them) starting at text[i]; 0 when
+// there is none.
+size_t white_space_at(std::string_view text, size_t i);
+// The text without white space at either end.
+std::string trim_white_space(std::string_view text);
+// The text without white space at either end, each run of it inside made one space.
+std::string simplify_white_space(std::string_view text);
 
 // The streaming form, for text that arrives in pieces (a model's tokens): appends `bytes` to `out`
 // repaired as repair_utf8 does, except that an incomplete but so far valid sequence at the end is

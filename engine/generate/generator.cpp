@@ -55,6 +55,18 @@ private:
 
 }  // namespace
 
+std::string_view stop_reason_name(StopReason reason) {
+    switch (reason) {
+        case StopReason::EndOfSequence: return "eos";
+        case StopReason::EndOfTurn: return "end_of_turn";
+        case StopReason::StopString: return "stop_string";
+        case StopReason::MaxNewTokens: return "max_new_tokens";
+        case StopReason::ContextFull: return "context_full";
+        case StopReason::Stopped: return "cancelled";
+    }
+    return "cancelled";
+}
+
 GenerationResult Generator::generate(Cache& cache, const std::vector<int32_t>& input, const GenerationConfig& config,
                                      const std::function<void(std::string_view)>& on_text,
                                      const std::atomic<bool>* cancel) {
@@ -108,16 +120,16 @@ GenerationResult Generator::generate(Cache& cache, const std::vector<int32_t>& i
     } catch (const Cancelled&) {
         r.prefill_tokens = cache.seq_length() - (config.use_cache ? held_before : 0);
         r.prefill_ms = ms_since(t0);
-        r.stop_reason = "cancelled";
+        r.stop_reason = StopReason::Stopped;
         return r;
     }
     r.prefill_ms = ms_since(t0);
     auto t_first = std::chrono::steady_clock::now();
 
-    r.stop_reason = "max_new_tokens";
+    r.stop_reason = StopReason::MaxNewTokens;
     for (int step = 0; step < config.max_new_tokens; ++step) {
         if (cancelled()) {
-            r.stop_reason = "cancelled";
+            r.stop_reason = StopReason::Stopped;
             break;
         }
         const int32_t next = sampler.sample(logits.data(), mc.n_vocab, context);
@@ -126,11 +138,11 @@ GenerationResult Generator::generate(Cache& cache, const std::vector<int32_t>& i
             t_first = std::chrono::steady_clock::now();
         }
         if (config.stop_at_eos && (next == tok.special().eos || next == tok.special().end_of_turn)) {
-            r.stop_reason = next == tok.special().eos ? "eos" : "end_of_turn";
+            r.stop_reason = next == tok.special().eos ? StopReason::EndOfSequence : StopReason::EndOfTurn;
             break;
         }
         if (std::find(config.stop_tokens.begin(), config.stop_tokens.end(), next) != config.stop_tokens.end()) {
-            r.stop_reason = "end_of_turn";
+            r.stop_reason = StopReason::EndOfTurn;
             break;
         }
         r.tokens.push_back(next);
@@ -139,16 +151,16 @@ GenerationResult Generator::generate(Cache& cache, const std::vector<int32_t>& i
         const bool hit = stops.push(detok.push(next), shown);
         emit(shown);
         if (hit) {
-            r.stop_reason = "stop_string";
+            r.stop_reason = StopReason::StopString;
             break;
         }
         if (step + 1 == config.max_new_tokens) break;
         if (static_cast<int64_t>(context.size()) >= max_ctx) {
-            r.stop_reason = "context_full";
+            r.stop_reason = StopReason::ContextFull;
             break;
         }
         if (cancelled()) {
-            r.stop_reason = "cancelled";
+            r.stop_reason = StopReason::Stopped;
             break;
         }
         if (config.use_cache) {
@@ -160,7 +172,7 @@ GenerationResult Generator::generate(Cache& cache, const std::vector<int32_t>& i
         }
         if (config.on_step) config.on_step(cache);
     }
-    if (r.stop_reason != "stop_string") {
+    if (r.stop_reason != StopReason::StopString) {
         std::string tail;
         stops.push(detok.flush(), tail);
         emit(tail + stops.rest());

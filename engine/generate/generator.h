@@ -26,6 +26,18 @@ struct GenerationConfig {
     std::function<void(const Cache&)> on_step;
 };
 
+// Why an answer ended.
+enum class StopReason {
+    EndOfSequence,  // the model's end of sequence
+    EndOfTurn,      // the chat format's end of turn
+    StopString,     // a stop string appeared
+    MaxNewTokens,   // the answer reached its length limit
+    ContextFull,    // the context (or a static cache) is full
+    Stopped,        // the cancel flag was set
+};
+// The name outputs give it: eos, end_of_turn, stop_string, max_new_tokens, context_full, cancelled.
+std::string_view stop_reason_name(StopReason reason);
+
 struct GenerationResult {
     std::vector<int32_t> tokens;  // generated ids (the stop token not included)
     std::string text;             // their text, cut before a stop string
@@ -35,7 +47,7 @@ struct GenerationResult {
     double ttft_ms = 0.0;
     double prefill_ms = 0.0;
     double decode_ms = 0.0;       // after the first token
-    std::string stop_reason;      // eos, end_of_turn, stop_string, max_new_tokens, context_full, cancelled
+    StopReason stop_reason = StopReason::MaxNewTokens;
     double prefill_tok_s() const { return prefill_ms > 0 ? prefill_tokens * 1000.0 / prefill_ms : 0.0; }
     double decode_tok_s() const {
         return decode_ms > 0 && tokens.size() > 1 ? (tokens.size() - 1) * 1000.0 / decode_ms : 0.0;
@@ -48,7 +60,7 @@ public:
 
     // Continues `cache` with `input` and generates. on_text receives each new piece of text (valid
     // UTF-8) as it is produced. Setting *cancel from another thread stops at the next step, or
-    // during the prefill at the next layer (stop_reason "cancelled", prefill_tokens the tokens
+    // during the prefill at the next layer (StopReason::Stopped, prefill_tokens the tokens
     // taken, no text); the cache then holds exactly the tokens it reports in cache.tokens().
     GenerationResult generate(Cache& cache, const std::vector<int32_t>& input, const GenerationConfig& config,
                               const std::function<void(std::string_view)>& on_text = {},

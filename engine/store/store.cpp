@@ -1056,6 +1056,7 @@ MessageRecord Store::insert_message(int64_t conversation_id, Role role, std::str
 }
 
 std::vector<MessageRecord> Store::list_messages(int64_t conversation_id) const {
+    ++transcript_reads_;
     Statement st(db_, path_,
                  "SELECT " KVCHAT_MESSAGE_COLUMNS " FROM messages WHERE conversation_id = ?1 ORDER BY ordinal");
     st.bind_int(1, conversation_id);

@@ -119,6 +119,8 @@ public:
     MessageRecord append_message(int64_t conversation_id, Role role, std::string_view content,
                                  const GenerationStats& stats = {});
     std::vector<MessageRecord> list_messages(int64_t conversation_id) const;  // in ordinal order
+    // How many times list_messages ran on this connection: lets tests hold a turn to one read.
+    int64_t transcript_reads() const { return transcript_reads_; }
     // Replaces a message's content (an edit); returns true when invalid UTF-8 was repaired.
     bool update_message_content(int64_t message_id, std::string_view content);
     // Deletes the messages whose ordinal is greater than `ordinal` (edit and regenerate); returns
@@ -175,6 +177,7 @@ private:
     std::string key_;  // file_key() of the database's file name
     std::string snapshot_dir_;
     sqlite3* db_ = nullptr;
+    mutable int64_t transcript_reads_ = 0;
 };
 
 }  // namespace kvchat

@@ -382,8 +382,8 @@ private slots:
         options.generation.max_new_tokens = 200;
         options.generation.sampling.greedy = true;
         const TurnResult r = c.send("Hello!", options);
-        qInfo("SmolLM2 answered in %zu tokens (%s): %s", r.tokens.size(), r.stop_reason.c_str(), r.text.c_str());
-        QVERIFY2(r.stop_reason == "eos" || r.stop_reason == "end_of_turn", r.stop_reason.c_str());
+        qInfo("SmolLM2 answered in %zu tokens (%s): %s", r.tokens.size(), std::string(stop_reason_name(r.stop_reason)).c_str(), r.text.c_str());
+        QVERIFY2(r.stop_reason == StopReason::EndOfSequence || r.stop_reason == StopReason::EndOfTurn, std::string(stop_reason_name(r.stop_reason)).c_str());
         QVERIFY(!r.text.empty());
         QVERIFY(r.tokens.size() < 100);
         QVERIFY(!contains_text(r.text, "<|im_end|>") && !contains_text(r.text, "<|im_start|>"));

@@ -3,7 +3,7 @@
 // Regenerate, edit, stop mid-answer, the context refusal and the live retention switch.
 #include "engine/chat/conversation.h"
 #include "engine/chat/conversation_cache.h"
-#include "engine/chat/conversation_registry.h"
+#include "engine/chat/chat_session.h"
 #include "engine/model/model_path.h"
 #include "engine/compute/backend.h"
 #include "engine/error.h"
@@ -203,7 +203,7 @@ private slots:
         const TurnResult r = c.send("the cat", o, [&](std::string_view) {
             if (++pieces == 3) stop = true;
         }, &stop);
-        QCOMPARE(r.stop_reason, std::string("cancelled"));
+        QCOMPARE(r.stop_reason, StopReason::Stopped);
         QVERIFY(!r.tokens.empty() && r.tokens.size() < 40);
         QCOMPARE(c.messages().size(), size_t(2));
         QCOMPARE(c.messages().back().content, r.text);
@@ -294,13 +294,13 @@ private slots:
         TurnResult second;
         {
             Store store(db);
-            ConversationRegistry reg(store, *t->model, *t->backend);
+            ChatSession reg(store, *t->model, *t->backend);
             reg.open("c");
             reg.send("c", "the cat", greedy(6));
             second = reg.send("c", "sat on", greedy(6));
         }
         Store store(db);
-        ConversationRegistry reg(store, *t->model, *t->backend);
+        ChatSession reg(store, *t->model, *t->backend);
         reg.open("c");
         std::vector<ChatMessage> msgs;
         for (const MessageRecord& m : store.list_messages(reg.id_of("c"))) msgs.push_back({m.role, m.content});
@@ -335,7 +335,7 @@ private slots:
         std::string path;
         {
             Store store(db);
-            ConversationRegistry reg(store, *t->model, *t->backend);
+            ChatSession reg(store, *t->model, *t->backend);
             reg.open("c");
             reg.send("c", "the cat sat on the mat", greedy(12));
             reg.send("c", "a cat sat on a mat", greedy(12));
@@ -363,7 +363,7 @@ private slots:
             std::ofstream(path, std::ios::binary | std::ios::trunc).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
         }
         Store store(db);
-        ConversationRegistry reg(store, *t->model, *t->backend);
+        ChatSession reg(store, *t->model, *t->backend);
         reg.open("c");
         std::vector<ChatMessage> msgs;
         for (const MessageRecord& m : store.list_messages(reg.id_of("c"))) msgs.push_back({m.role, m.content});
@@ -387,7 +387,7 @@ private slots:
     void megabytePasteIsRefusedCleanly() {
         auto t = tiny("llama");
         Store store((t->dir.path() + "/kv.db").toStdString());
-        ConversationRegistry reg(store, *t->model, *t->backend);
+        ChatSession reg(store, *t->model, *t->backend);
         reg.open("c");
         std::string paste;
         while (paste.size() < (1u << 20)) paste += "the cat 'sat'; DROP TABLE messages; -- on the mat\n";
@@ -416,7 +416,7 @@ private slots:
         std::string path;
         {
             Store store(db);
-            ConversationRegistry reg(store, *t->model, *t->backend);
+            ChatSession reg(store, *t->model, *t->backend);
             reg.open("c");
             reg.send("c", "the cat", greedy(6));
             path = store.snapshot_path(store.find_conversation("c")->snapshot);
@@ -432,14 +432,14 @@ private slots:
             // A snapshot written for a model of the same layout but other weights.
             auto other = tiny("gemma3", 160);
             Store other_store((other->dir.path() + "/o.db").toStdString());
-            ConversationRegistry other_reg(other_store, *other->model, *other->backend);
+            ChatSession other_reg(other_store, *other->model, *other->backend);
             other_reg.open("c");
             other_reg.send("c", "the cat", greedy(6));
             std::filesystem::copy_file(other_store.snapshot_path(other_store.find_conversation("c")->snapshot), path,
                                        std::filesystem::copy_options::overwrite_existing);
         }
         Store store(db);
-        ConversationRegistry reg(store, *t->model, *t->backend);
+        ChatSession reg(store, *t->model, *t->backend);
         reg.open("c");
         std::vector<ChatMessage> msgs;
         for (const MessageRecord& m : store.list_messages(reg.id_of("c"))) msgs.push_back({m.role, m.content});
@@ -458,7 +458,7 @@ private slots:
     void memoryBudgetKeepsOneResident() {
         auto t = tiny("llama");
         Store store((t->dir.path() + "/kv.db").toStdString());
-        ConversationRegistry reg(store, *t->model, *t->backend, 1);
+        ChatSession reg(store, *t->model, *t->backend, 1);
         reg.open("a");
         reg.open("b");
         const TurnResult a1 = reg.send("a", "the cat", greedy(5));

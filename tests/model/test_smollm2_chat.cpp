@@ -3,7 +3,7 @@
 // the answer limit, and does not repeat itself. Several seeds, each a new conversation. Skipped
 // where SmolLM2 is not installed, or while kvchat cannot read its vocabulary or chat template yet.
 #include "engine/chat/chat_settings.h"
-#include "engine/chat/conversation_registry.h"
+#include "engine/chat/chat_session.h"
 #include "engine/compute/backend.h"
 #include "engine/error.h"
 #include "engine/model/model.h"
@@ -40,9 +40,9 @@ private slots:
     void greetingEndsAtEndOfTurn() {
         QTemporaryDir dir;
         kvchat::Store store((dir.path() + "/kv.db").toStdString());
-        std::unique_ptr<kvchat::ConversationRegistry> reg;
+        std::unique_ptr<kvchat::ChatSession> reg;
         try {
-            reg = std::make_unique<kvchat::ConversationRegistry>(store, *model_, *backend_);
+            reg = std::make_unique<kvchat::ChatSession>(store, *model_, *backend_);
         } catch (const kvchat::Error& e) {
             QSKIP(qPrintable(QString("kvchat does not recognise SmolLM2's chat template yet: %1").arg(e.what())));
         }
@@ -53,9 +53,9 @@ private slots:
             const int64_t id = reg->create("greeting");
             const kvchat::TurnResult r = reg->send(id, "Hi! How are you today?", o);
             qInfo("seed %llu: %zu tokens, stop %s: %s", static_cast<unsigned long long>(seed), r.tokens.size(),
-                  r.stop_reason.c_str(), r.text.c_str());
+                  std::string(kvchat::stop_reason_name(r.stop_reason)).c_str(), r.text.c_str());
             // SmolLM2's <|im_end|> is also its end-of-sequence token.
-            QVERIFY2(r.stop_reason == "end_of_turn" || r.stop_reason == "eos", r.stop_reason.c_str());
+            QVERIFY2(r.stop_reason == kvchat::StopReason::EndOfTurn || r.stop_reason == kvchat::StopReason::EndOfSequence, std::string(kvchat::stop_reason_name(r.stop_reason)).c_str());
             QVERIFY2(static_cast<int>(r.tokens.size()) < settings.max_new_tokens / 4,
                      qPrintable(QString("%1 tokens").arg(r.tokens.size())));
             std::map<std::string, int> lines;

@@ -4,7 +4,7 @@
 // reopened the conversation from its snapshot answers; a cancelled rebuild leaves the old cache
 // and strategy in use and the conversation goes on.
 #include "engine/cache/cache_spec.h"
-#include "engine/chat/conversation_registry.h"
+#include "engine/chat/chat_session.h"
 #include "engine/compute/backend.h"
 #include "engine/error.h"
 #include "engine/model/model.h"
@@ -72,7 +72,7 @@ private slots:
         const std::string to = target.toStdString();
         const QString tag = QString::fromUtf8(QTest::currentDataTag()).replace(' ', '-').remove('(').remove(')');
         Store a_store(db("a-" + tag));
-        ConversationRegistry a(a_store, model, *backend_);
+        ChatSession a(a_store, model, *backend_);
         OpenOptions dyn;
         dyn.cache_spec = "dynamic";
         const int64_t ia = a.create("switched", dyn);
@@ -93,7 +93,7 @@ private slots:
         QCOMPARE(a2.cached_tokens > 0, true);  // the switched cache was used, not rebuilt
 
         Store b_store(db("b-" + tag));
-        ConversationRegistry b(b_store, model, *backend_);
+        ChatSession b(b_store, model, *backend_);
         OpenOptions target_opts;
         target_opts.cache_spec = to;
         const int64_t ib = b.create("from the start", target_opts);
@@ -145,7 +145,7 @@ private slots:
 
         // The same conversation live: no restart, no switch.
         Store live_store(db("live-" + tag));
-        ConversationRegistry live(live_store, *model_, *backend_);
+        ChatSession live(live_store, *model_, *backend_);
         const int64_t il = live.create("o");
         const TurnResult l1 = live.send(il, first, greedy(16));
         const TurnResult want = regen ? l1 : live.send(il, second, greedy(16));
@@ -154,12 +154,12 @@ private slots:
         int64_t id = 0;
         {
             Store store(path);
-            ConversationRegistry reg(store, *model_, *backend_);
+            ChatSession reg(store, *model_, *backend_);
             id = reg.create("o");
             QCOMPARE(reg.send(id, first, greedy(16)).tokens, l1.tokens);
         }
         Store store(path);
-        ConversationRegistry reg(store, *model_, *backend_);
+        ChatSession reg(store, *model_, *backend_);
         if (way.startsWith("switch")) {
             reg.switch_strategy(id, to);
         } else {
@@ -207,14 +207,14 @@ private slots:
         int64_t tokens = 0;
         {
             Store store(path);
-            ConversationRegistry reg(store, *model, *backend_);
+            ChatSession reg(store, *model, *backend_);
             id = reg.create("long");
             for (int turn = 0; turn < 3; ++turn) reg.send(id, "word " + std::to_string(turn), greedy(8));
             tokens = reg.list()[0].tokens;
         }
         QVERIFY2(tokens > 40 && tokens < 96, qPrintable(QString::number(tokens)));
         Store store(path);
-        ConversationRegistry reg(store, *model, *backend_);
+        ChatSession reg(store, *model, *backend_);
         TurnOptions o = greedy(8);
         o.policy = ContextPolicy::Sink;
         std::string words;
@@ -235,7 +235,7 @@ private slots:
     // stay, and the conversation continues under them.
     void cancelledRebuildKeepsTheOldCache() {
         Store store(db("cancel"));
-        ConversationRegistry r(store, *model_, *backend_);
+        ChatSession r(store, *model_, *backend_);
         OpenOptions sink;
         sink.cache_spec = "sink:window=16,sinks=2";
         const int64_t id = r.create("sink", sink);

@@ -5,7 +5,7 @@
 //   - kvchat-cli processes: send, regenerate, switch strategy with a turn, save / use / rename /
 //     delete prefixes; some stopped with SIGINT at a random moment, some killed with SIGKILL,
 //     SIGTERM or SIGHUP, some run under a file size limit (a full disk without root);
-//   - the session API the window uses (ConversationRegistry, in this process): create, send,
+//   - the session API the window uses (ChatSession, in this process): create, send,
 //     stop at a random moment, regenerate, edit, switch strategy live, close, rename, remove,
 //     save prefixes, and restart (the registry and its store destroyed and made again);
 //   - and between them, damage: a snapshot file flipped, cut short or emptied, put in place by
@@ -24,7 +24,7 @@
 //                    [--cli PATH] [-v]
 #include "engine/cache/cache_spec.h"
 #include "engine/chat/conversation_cache.h"
-#include "engine/chat/conversation_registry.h"
+#include "engine/chat/chat_session.h"
 #include "engine/compute/backend.h"
 #include "engine/error.h"
 #include "engine/model/model.h"
@@ -315,10 +315,10 @@ private:
             spec.n_layer, spec.n_ctx, dir_.c_str());
     }
 
-    ConversationRegistry& reg() {
+    ChatSession& reg() {
         if (!reg_) {
             store_ = std::make_unique<Store>(db_);
-            reg_ = std::make_unique<ConversationRegistry>(*store_, *model_, *backend_, 2);
+            reg_ = std::make_unique<ChatSession>(*store_, *model_, *backend_, 2);
             store_opened();  // opening the store removes what a killed program left
         }
         return *reg_;
@@ -891,7 +891,7 @@ private:
                 for (const std::string& x : r.notices) notices += " | " + x;
                 note("session API turn (-n " + std::to_string(n) + (stop ? ", stop after piece " + std::to_string(stop_at_) : "") +
                      "): prompt " + std::to_string(r.prompt_tokens) + " tokens, " + std::to_string(r.cached_tokens) +
-                     " from the cache, answer " + show_ids(r.tokens) + " (" + r.stop_reason + ")" + notices);
+                     " from the cache, answer " + show_ids(r.tokens) + " (" + std::string(stop_reason_name(r.stop_reason)) + ")" + notices);
             }
             return "";
         } catch (const Cancelled&) {
@@ -932,7 +932,7 @@ private:
         const TurnExpectation e = expect_send(t, text, n, spec, opening);
         std::string why;
         const bool refuse = refusal_expected(e, why);
-        ConversationRegistry& r = reg();
+        ChatSession& r = reg();
         int64_t id = 0;
         std::string err;
         bool stop_set = false;
@@ -992,7 +992,7 @@ private:
         const bool refuse = e.base.empty() || e.base.back().role != "user" || ref_->answer(e.base, n, traits_of(e.spec).capacity).refused;
         bool stop_set = false;
         const int64_t id = c->id;
-        ConversationRegistry& r = reg();
+        ChatSession& r = reg();
         const std::string err = api_turn([&](const TurnCallbacks& cb) { return r.regenerate(id, turn_options(n), cb); }, d, stop, n, stop_set);
         const DbView db = read_db(db_);
         if (!err.empty() && err != "cancelled") {
@@ -1034,7 +1034,7 @@ private:
         const bool refuse = blank(text) || ref_->answer(e.base, n, traits_of(e.spec).capacity).refused;
         bool stop_set = false;
         const int64_t id = c->id;
-        ConversationRegistry& r = reg();
+        ChatSession& r = reg();
         const std::string err =
             api_turn([&](const TurnCallbacks& cb) { return r.edit(id, ordinal, text, turn_options(n), cb); }, d, stop, n, stop_set);
         const DbView db = read_db(db_);
@@ -1063,7 +1063,7 @@ private:
         const std::string title = c->title, old = c->spec;
         op_ = "api-switch " + show(title) + " " + old + " -> " + spec + reopen_marker(title, spec, true);
         say("STEP %d %s", step_, op_.c_str());
-        ConversationRegistry& r = reg();
+        ChatSession& r = reg();
         std::string err;
         ++api_calls_;
         try {
@@ -1413,7 +1413,7 @@ private:
     std::unique_ptr<Backend> backend_;
     std::unique_ptr<Reference> ref_;
     std::unique_ptr<Store> store_;
-    std::unique_ptr<ConversationRegistry> reg_;
+    std::unique_ptr<ChatSession> reg_;
     World world_;
     int step_ = 0;
     std::string op_;

@@ -120,7 +120,7 @@ ReferenceAnswer Reference::answer(const std::vector<Message>& messages, int n, i
         const GenerationResult r = gen.generate(c.cache(), rendered.tokens, g);
         a.ids = r.tokens;
         a.text = r.text;
-        a.stop_reason = r.stop_reason;
+        a.stop_reason = std::string(stop_reason_name(r.stop_reason));
         ++computed_;
     }
     memo_.emplace(std::move(key), a);

@@ -2,7 +2,7 @@
 // that show it. The seed and step that first showed each are named above it; DEVELOPERS.md ("The
 // soak test") says how to replay one.
 #include "engine/chat/conversation_cache.h"
-#include "engine/chat/conversation_registry.h"
+#include "engine/chat/chat_session.h"
 #include "engine/compute/backend.h"
 #include "engine/error.h"
 #include "soak/soak_support.h"
@@ -33,7 +33,7 @@ struct Setup {
     std::string db = (dir.path() + "/kv.db").toStdString();
 };
 
-std::vector<std::pair<Role, std::string>> transcript(const ConversationRegistry& reg, int64_t id) {
+std::vector<std::pair<Role, std::string>> transcript(const ChatSession& reg, int64_t id) {
     std::vector<std::pair<Role, std::string>> out;
     for (const MessageRecord& m : reg.messages(id)) out.emplace_back(m.role, m.content);
     return out;
@@ -62,14 +62,14 @@ private slots:
         int64_t id = 0;
         {
             Store store(s.db);
-            ConversationRegistry reg(store, *s.m, *s.be);
+            ChatSession reg(store, *s.m, *s.be);
             id = reg.create("c");
             reg.send(id, "the cat sat", greedy(4));
             // Regenerate answers a message a crash left unanswered: its tokens are still to prefill.
             if (verb == "regenerate") store.append_message(id, Role::User, "on the mat");
         }
         Store store(s.db);
-        ConversationRegistry reg(store, *s.m, *s.be);
+        ChatSession reg(store, *s.m, *s.be);
         const auto before = transcript(reg, id);
 
         std::atomic<bool> stop{false};
@@ -161,14 +161,14 @@ private slots:
     void messagesReadAgainKeepTheirAnswerIds() {
         Setup s;
         Store store_a(s.db);
-        ConversationRegistry a(store_a, *s.m, *s.be);
+        ChatSession a(store_a, *s.m, *s.be);
         const int64_t id = a.create("c");
         // Answers whose text tokenizes to other ids than the model wrote (random weights write
         // pieces a tokenizer would merge): found among a few openings, checked below.
         a.send(id, "the cat sat on the mat", greedy(24));
         {
             Store store_b(s.db);
-            ConversationRegistry b(store_b, *s.m, *s.be);
+            ChatSession b(store_b, *s.m, *s.be);
             b.send(id, "and the dog ran far", greedy(24));  // the other program's turn
         }
         const auto stored = store_a.list_messages(id);
@@ -196,7 +196,7 @@ private slots:
     void answerRegeneratedElsewhereWithTheSameTextIsReadAgain() {
         Setup s;
         Store store_a(s.db);
-        ConversationRegistry a(store_a, *s.m, *s.be);
+        ChatSession a(store_a, *s.m, *s.be);
         const int64_t id = a.create("c");
         a.send(id, "the cat sat on the mat", greedy(6));
         {
@@ -230,7 +230,7 @@ private slots:
     void strategySwitchedByAnotherProgramStands() {
         Setup s;
         Store store_a(s.db);
-        ConversationRegistry a(store_a, *s.m, *s.be);
+        ChatSession a(store_a, *s.m, *s.be);
         const int64_t id = a.create("c");
         a.send(id, "the cat sat on the mat", greedy(4));
         const std::string other = "offloaded";
@@ -263,13 +263,13 @@ private slots:
         int64_t id = 0;
         {
             Store store(s.db);
-            ConversationRegistry reg(store, *s.m, *s.be);
+            ChatSession reg(store, *s.m, *s.be);
             id = reg.create("c");
             reg.send(id, "the cat sat on the mat and the dog ran far", greedy(8));
             store.set_conversation_cache_spec(id, "static:max_len=24");
         }
         Store store(s.db);
-        ConversationRegistry reg(store, *s.m, *s.be);
+        ChatSession reg(store, *s.m, *s.be);
         const auto before = transcript(reg, id);
         const std::string err = test::error_of([&] { reg.regenerate(id, greedy(4)); });
         QVERIFY2(test::contains(err, "24"), err.c_str());
@@ -287,12 +287,12 @@ private slots:
         int64_t id = 0;
         {
             Store store(s.db);
-            ConversationRegistry reg(store, *s.m, *s.be);
+            ChatSession reg(store, *s.m, *s.be);
             id = reg.create("c");
             reg.send(id, "the cat sat on the mat and the dog ran far", greedy(8));
         }
         Store store(s.db);
-        ConversationRegistry reg(store, *s.m, *s.be);
+        ChatSession reg(store, *s.m, *s.be);
         OpenOptions open;
         open.cache_spec = "static:max_len=24";
         const std::string err = test::error_of([&] {
@@ -305,11 +305,11 @@ private slots:
         // The next program's turn runs with the old strategy, answered; and a switch whose turn is
         // answered is recorded with it, its snapshot of the new strategy.
         Store store2(s.db);
-        ConversationRegistry next(store2, *s.m, *s.be);
+        ChatSession next(store2, *s.m, *s.be);
         QVERIFY(!next.send("c", "and then", greedy(4)).tokens.empty());
         QCOMPARE(QString::fromStdString(store2.find_conversation_by_id(id)->cache_spec), QString("dynamic"));
         Store store3(s.db);
-        ConversationRegistry third(store3, *s.m, *s.be);
+        ChatSession third(store3, *s.m, *s.be);
         OpenOptions offloaded;
         offloaded.cache_spec = "offloaded";
         third.open("c", offloaded);
@@ -329,7 +329,7 @@ private slots:
     void answerWithATurnMarkerRendersAsReopened() {
         Setup s;
         Store store(s.db);
-        ConversationRegistry reg(store, *s.m, *s.be);
+        ChatSession reg(store, *s.m, *s.be);
         const ChatTemplate& t = reg.chat_template();
         const Tokenizer& tok = s.m->tokenizer();
         const int32_t marker = tok.find_piece("<start_of_turn>");
@@ -374,13 +374,13 @@ private slots:
         int64_t id = 0;
         {
             Store store(s.db);
-            ConversationRegistry reg(store, *s.m, *s.be);
+            ChatSession reg(store, *s.m, *s.be);
             id = reg.create("c");
             reg.send(id, "the cat sat on the mat and the dog ran far away from home", greedy(40));
             reg.send(id, "and then what", greedy(40));
         }
         Store store(s.db);
-        ConversationRegistry reg(store, *s.m, *s.be);
+        ChatSession reg(store, *s.m, *s.be);
         // A turn stopped before its first token loads the snapshot and writes none: the file is
         // still the one the cache was loaded from (a turn that is answered replaces it by rename).
         std::atomic<bool> stop{false};
@@ -426,7 +426,7 @@ private slots:
         {
             // Another program's turns, then the window reopens the conversation from its snapshot.
             Store store(s.db);
-            ConversationRegistry reg(store, *s.m, *s.be);
+            ChatSession reg(store, *s.m, *s.be);
             OpenOptions open;
             open.cache_spec = spec.toStdString();
             id = reg.create("c", open);
@@ -434,7 +434,7 @@ private slots:
             reg.send(id, "and then what", greedy(30));
         }
         Store store(s.db);
-        ConversationRegistry reg(store, *s.m, *s.be);
+        ChatSession reg(store, *s.m, *s.be);
         std::atomic<bool> stop{false};
         int pieces = 0;
         TurnCallbacks cb;

@@ -2,7 +2,7 @@
 // prompt, or the first messages of a conversation) prefills only the suffix and answers as a
 // fresh cache over the whole prompt does; automatic reuse; rename, edit and delete; another
 // model's prefix is refused; a damaged snapshot is rebuilt.
-#include "engine/chat/conversation_registry.h"
+#include "engine/chat/chat_session.h"
 #include "engine/compute/backend.h"
 #include "engine/error.h"
 #include "support/tiny_model.h"
@@ -67,7 +67,7 @@ private slots:
     void conversationFromPrefixPrefillsOnlySuffix() {
         Setup setup;
         auto& [dir, m, be, store] = setup;
-        ConversationRegistry reg(store, *m, *be);
+        ChatSession reg(store, *m, *be);
         std::vector<std::string> notices;
         const PrefixRecord p = reg.prefixes().save("cats", kSystem, "", notices);
         QVERIFY(p.tokens.size() > 10);
@@ -88,7 +88,7 @@ private slots:
     void promptStartingWithPrefixReusesIt() {
         Setup setup;
         auto& [dir, m, be, store] = setup;
-        ConversationRegistry reg(store, *m, *be);
+        ChatSession reg(store, *m, *be);
         std::vector<std::string> notices;
         const PrefixRecord p = reg.prefixes().save("cats", kSystem, "", notices);
         OpenOptions open;
@@ -110,7 +110,7 @@ private slots:
     void conversationFromMultiMessagePrefix() {
         Setup setup;
         auto& [dir, m, be, store] = setup;
-        ConversationRegistry reg(store, *m, *be);
+        ChatSession reg(store, *m, *be);
         OpenOptions sys;
         sys.system = kSystem;
         reg.open("src", sys);
@@ -164,7 +164,7 @@ private slots:
         Setup setup;
         auto& [dir, m, be, store] = setup;
         {
-            ConversationRegistry reg(store, *m, *be);
+            ChatSession reg(store, *m, *be);
             std::vector<std::string> notices;
             // A system prompt and a first question.
             reg.prefixes().save_messages("asked", {{Role::System, kSystem}, {Role::User, "the mat"}}, "", notices);
@@ -188,7 +188,7 @@ private slots:
         const int64_t id = store.find_conversation("d")->id;
         const std::string snapshot = store.set_conversation_snapshot(id, "");
         std::filesystem::remove(store.snapshot_path(snapshot));
-        ConversationRegistry reg(store, *m, *be);
+        ChatSession reg(store, *m, *be);
         const PrefixRecord p = *store.find_prefix("all of d");
         std::vector<ChatMessage> expected = PrefixLibrary::messages_of(p);
         expected.push_back({Role::User, "on the mat"});
@@ -294,11 +294,11 @@ private slots:
         auto be = make_cpu_backend(2);
         Store store((dir.path() + "/kv.db").toStdString());
         {
-            ConversationRegistry reg(store, *a, *be);
+            ChatSession reg(store, *a, *be);
             std::vector<std::string> notices;
             reg.prefixes().save("cats", kSystem, "", notices);
         }
-        ConversationRegistry reg(store, *b, *be);
+        ChatSession reg(store, *b, *be);
         OpenOptions open;
         open.prefix = "cats";
         try {
@@ -320,7 +320,7 @@ private slots:
         auto& [dir, m, be, store] = setup;
         std::string snapshot;
         {
-            ConversationRegistry reg(store, *m, *be);
+            ChatSession reg(store, *m, *be);
             std::vector<std::string> notices;
             snapshot = reg.prefixes().save("cats", kSystem, "", notices).snapshot;
         }
@@ -329,7 +329,7 @@ private slots:
             std::ofstream f(store.snapshot_path(snapshot), std::ios::binary | std::ios::trunc);
             f << "this is not a cache snapshot";
         }
-        ConversationRegistry reg(store, *m, *be);
+        ChatSession reg(store, *m, *be);
         OpenOptions open;
         open.prefix = "cats";
         reg.open("c", open);

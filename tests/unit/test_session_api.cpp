@@ -3,7 +3,7 @@
 // strategy switching, and progress with cancel for the long steps.
 #include "engine/chat/chat_settings.h"
 #include "engine/chat/conversation_cache.h"
-#include "engine/chat/conversation_registry.h"
+#include "engine/chat/chat_session.h"
 #include "engine/chat/prefix_library.h"
 #include "engine/chat/snapshot_storage.h"
 #include "engine/compute/backend.h"
@@ -75,7 +75,7 @@ struct StoredMessage {
     int64_t prompt_tokens;
     bool operator==(const StoredMessage&) const = default;
 };
-std::vector<StoredMessage> stored(const ConversationRegistry& reg, int64_t id) {
+std::vector<StoredMessage> stored(const ChatSession& reg, int64_t id) {
     std::vector<StoredMessage> out;
     for (const MessageRecord& m : reg.messages(id)) out.push_back({m.role, m.content, m.stats.prompt_tokens});
     return out;
@@ -112,7 +112,7 @@ private slots:
         for (int i = 0; i < 20 && refusal.empty(); ++i) {
             // A new store and registry for every turn: the cache comes back from its snapshot.
             Store store(s.db);
-            ConversationRegistry reg(store, *s.m, *s.be);
+            ChatSession reg(store, *s.m, *s.be);
             if (id == 0) {
                 OpenOptions o;
                 o.cache_spec = "static:max_len=256";
@@ -131,7 +131,7 @@ private slots:
         QVERIFY(before.size() >= 2);
         // The next message is refused for the same reason, not as one a crash left unanswered.
         Store store(s.db);
-        ConversationRegistry reg(store, *s.m, *s.be);
+        ChatSession reg(store, *s.m, *s.be);
         const std::string again = error_of([&] { reg.send(id, "short", greedy(12)); });
         QVERIFY2(!contains(again, "has no answer"), again.c_str());
         QCOMPARE(stored(reg, id), before);
@@ -141,7 +141,7 @@ private slots:
     void unicodeBlankMessagesAreRefused() {
         Setup s;
         Store store(s.db);
-        ConversationRegistry reg(store, *s.m, *s.be);
+        ChatSession reg(store, *s.m, *s.be);
         const int64_t id = reg.create("blank");
         for (const char* blank : {"\u00a0\u3000\u2003", "\u2028\u205f\u1680\u0085", " \t\n", "\u202f\u2009"}) {
             const std::string e = error_of([&] { reg.send(id, blank, greedy(4)); });
@@ -163,7 +163,7 @@ private slots:
         std::string legacy;
         {
             Store store(s.db);
-            ConversationRegistry reg(store, *s.m, *s.be);
+            ChatSession reg(store, *s.m, *s.be);
             id = reg.create("one");
             reg.send(id, "the cat sat on the mat and the dog sat on the log.", greedy(8));
             const std::string name = store.find_conversation_by_id(id)->snapshot;
@@ -179,7 +179,7 @@ private slots:
         {
             Store store(s.db);
             QVERIFY(std::filesystem::exists(snapshots + legacy));  // not swept: its row names it
-            ConversationRegistry reg(store, *s.m, *s.be);
+            ChatSession reg(store, *s.m, *s.be);
             const TurnResult r = reg.send(id, "and then?", greedy(4));
             QVERIFY2(r.cached_tokens > 20, std::to_string(r.cached_tokens).c_str());
             QCOMPARE(store.find_conversation_by_id(id)->snapshot, store.conversation_snapshot_name(id));
@@ -200,7 +200,7 @@ private slots:
         }
         {
             Store store(s.db);
-            ConversationRegistry reg(store, *s.m, *s.be);
+            ChatSession reg(store, *s.m, *s.be);
             const TurnResult r = reg.send(id, "and after that?", greedy(4));
             QVERIFY(r.cached_tokens > 20);
             QVERIFY(std::filesystem::exists(snapshots + legacy));
@@ -217,7 +217,7 @@ private slots:
     void snapshotBudget() {
         Setup s;
         Store store(s.db);
-        ConversationRegistry reg(store, *s.m, *s.be);
+        ChatSession reg(store, *s.m, *s.be);
         set_snapshot_budget(store, 1'000'000'000);
         std::vector<int64_t> ids;
         std::vector<std::string> replies;
@@ -301,7 +301,7 @@ private slots:
     void lifecycleById() {
         Setup s;
         Store store(s.db);
-        ConversationRegistry reg(store, *s.m, *s.be);
+        ChatSession reg(store, *s.m, *s.be);
         const int64_t a = reg.create("");
         const int64_t b = reg.create("");
         const int64_t c = reg.create("Chat");
@@ -367,7 +367,7 @@ private slots:
     void searchByTitleAndText() {
         Setup s;
         Store store(s.db);
-        ConversationRegistry reg(store, *s.m, *s.be);
+        ChatSession reg(store, *s.m, *s.be);
         const int64_t garden = reg.create("Garden notes");
         const int64_t other = reg.create("Other");
         reg.send(other, "tomatoes want sun", greedy(2));
@@ -390,7 +390,7 @@ private slots:
         int64_t id = 0;
         {
             Store store(s.db);
-            ConversationRegistry reg(store, *s.m, *s.be);
+            ChatSession reg(store, *s.m, *s.be);
             id = reg.create("t");
             const TurnResult r = reg.send(id, "the cat", greedy(4));
             const auto t = reg.telemetry(id);
@@ -399,7 +399,7 @@ private slots:
             QVERIFY(t->total_bytes > 0);
         }
         Store store(s.db);
-        ConversationRegistry reg(store, *s.m, *s.be);
+        ChatSession reg(store, *s.m, *s.be);
         const auto files_before = files_in(store.snapshot_dir());
         QVERIFY(!reg.telemetry(id).has_value());
         QVERIFY(!reg.telemetry(id + 100).has_value());
@@ -417,7 +417,7 @@ private slots:
     void onStepOncePerDecodeStep() {
         Setup s;
         Store store(s.db);
-        ConversationRegistry reg(store, *s.m, *s.be);
+        ChatSession reg(store, *s.m, *s.be);
         const int64_t id = reg.create("steps");
         TurnOptions o = greedy(10);
         o.generation.stop_at_eos = false;
@@ -427,7 +427,7 @@ private slots:
         const TurnResult r = reg.send(id, "the cat sat on", o, cb);
         // The generator computes every sampled token into the cache except the last one (the
         // answer ends there) and a stop token (never kept).
-        const bool stopped_by_token = r.stop_reason == "eos" || r.stop_reason == "end_of_turn";
+        const bool stopped_by_token = r.stop_reason == StopReason::EndOfSequence || r.stop_reason == StopReason::EndOfTurn;
         QCOMPARE(static_cast<int64_t>(lengths.size()),
                  static_cast<int64_t>(r.tokens.size()) - (stopped_by_token ? 0 : 1));
         QVERIFY(lengths.size() >= 2);
@@ -443,7 +443,7 @@ private slots:
         size_t prefix_tokens = 0;
         {
             Store store(s.db);
-            ConversationRegistry reg(store, *s.m, *s.be);
+            ChatSession reg(store, *s.m, *s.be);
             id = reg.create("figures");
             const TurnResult first = reg.send(id, long_message(), greedy(6));
             QCOMPARE(first.cached_tokens, int64_t(0));
@@ -470,7 +470,7 @@ private slots:
             QVERIFY(first_of_prefix.cached_tokens >= first_of_prefix.prefix_tokens);
         }
         Store store(s.db);
-        ConversationRegistry reg(store, *s.m, *s.be);
+        ChatSession reg(store, *s.m, *s.be);
         const auto msgs = reg.messages(id);
         QCOMPARE(msgs.size(), size_t(4));
         {
@@ -508,7 +508,7 @@ private slots:
             int64_t id = 0, closed = 0;
             {
                 Store store(s.db);
-                ConversationRegistry reg(store, *s.m, *s.be);
+                ChatSession reg(store, *s.m, *s.be);
                 id = reg.create(opening);
                 const TurnResult first = reg.send(id, opening, greedy(24));
                 if (first.text.empty() || s.m->tokenizer().encode(first.text, false) == first.tokens) continue;
@@ -520,7 +520,7 @@ private slots:
             }
             found = true;
             Store store(s.db);
-            ConversationRegistry reg(store, *s.m, *s.be);
+            ChatSession reg(store, *s.m, *s.be);
             const TurnResult second = reg.send(id, "the mat", greedy(4));
             QCOMPARE(second.cached_tokens, closed);
             break;
@@ -532,7 +532,7 @@ private slots:
     void smallPrefillsClaimNoSaving() {
         Setup s;
         Store store(s.db);
-        ConversationRegistry reg(store, *s.m, *s.be);
+        ChatSession reg(store, *s.m, *s.be);
         const int64_t id = reg.create("small");
         const TurnResult first = reg.send(id, "a cat", greedy(4));
         QVERIFY(first.prefill_tokens < Conversation::kBatchTokens);
@@ -587,12 +587,12 @@ private slots:
         int64_t id = 0;
         {
             Store store(s.db);
-            ConversationRegistry reg(store, *s.m, *s.be);
+            ChatSession reg(store, *s.m, *s.be);
             id = reg.create("c");
             reg.send(id, "the cat sat", greedy(4));
         }
         Store store(s.db);
-        ConversationRegistry reg(store, *s.m, *s.be);
+        ChatSession reg(store, *s.m, *s.be);
         const auto before = stored(reg, id);
         CancelAt cancel{"Loading cache"};
         TurnCallbacks cb;
@@ -625,7 +625,7 @@ private slots:
     void prefillCancelled() {
         Setup s;
         Store store(s.db);
-        ConversationRegistry reg(store, *s.m, *s.be);
+        ChatSession reg(store, *s.m, *s.be);
         const int64_t id = reg.create("c");
         const int64_t twin = reg.create("twin");
         reg.send(id, "the cat sat", greedy(4));
@@ -681,7 +681,7 @@ private slots:
     void editAndRegenerateCancelled() {
         Setup s;
         Store store(s.db);
-        ConversationRegistry reg(store, *s.m, *s.be);
+        ChatSession reg(store, *s.m, *s.be);
         const int64_t id = reg.create("c");
         reg.send(id, "the cat sat", greedy(4));
         reg.send(id, "on the mat", greedy(4));
@@ -728,7 +728,7 @@ private slots:
     void prefixSaveAndEditCancelled() {
         Setup s;
         Store store(s.db);
-        ConversationRegistry reg(store, *s.m, *s.be);
+        ChatSession reg(store, *s.m, *s.be);
         std::vector<std::string> notices;
         {
             CancelAt cancel{"Saving prefix"};
@@ -769,7 +769,7 @@ private slots:
     void chatFromPrefixCancelled() {
         Setup s;
         Store store(s.db);
-        ConversationRegistry reg(store, *s.m, *s.be);
+        ChatSession reg(store, *s.m, *s.be);
         std::vector<std::string> notices;
         const PrefixRecord p = reg.prefixes().save("long", long_text(), "", notices);
         std::filesystem::remove(store.snapshot_path(p.snapshot));
@@ -799,7 +799,7 @@ private slots:
         std::string quantized;
         {
             Store store(s.db);
-            ConversationRegistry reg(store, *s.m, *s.be);
+            ChatSession reg(store, *s.m, *s.be);
             OpenOptions open;
             open.cache_spec = "quantized:nbits=4,residual=16,group=16";
             id = reg.create("q", open);
@@ -848,7 +848,7 @@ private slots:
         }
         // Reopened: the snapshot holds the converted cache, so nothing is converted or rebuilt.
         Store store(s.db);
-        ConversationRegistry reg(store, *s.m, *s.be);
+        ChatSession reg(store, *s.m, *s.be);
         const TurnResult r = reg.send(id, "the mat", greedy(2));
         for (const std::string& n : r.notices) QVERIFY2(!contains(n, "convert") && !contains(n, "prefilled again"), n.c_str());
         QVERIFY(r.cached_tokens > 256);

@@ -146,11 +146,11 @@ private slots:
         g.stop_at_eos = false;
         auto dynamic = model->make_cache(*backend, "dynamic");
         const auto bounded = gen.generate(*dynamic, kTokens, g);
-        QCOMPARE(bounded.stop_reason, std::string("context_full"));
+        QCOMPARE(bounded.stop_reason, kvchat::StopReason::ContextFull);
         QCOMPARE(static_cast<int64_t>(kTokens.size() + bounded.tokens.size()), int64_t(48));
         auto sink = model->make_cache(*backend, "sink:window=16,sinks=2");
         const auto endless = gen.generate(*sink, kTokens, g);
-        QCOMPARE(endless.stop_reason, std::string("max_new_tokens"));
+        QCOMPARE(endless.stop_reason, kvchat::StopReason::MaxNewTokens);
         QCOMPARE(endless.tokens.size(), size_t(100));
         QVERIFY(sink->seq_length() > 48);
     }

@@ -2,7 +2,7 @@
 // its process), a second writer waits briefly and is then refused by name, a turn made after
 // another process's reads that process's messages first (transcripts never interleave), and a
 // snapshot never replaces a newer one. Different conversations keep working side by side.
-#include "engine/chat/conversation_registry.h"
+#include "engine/chat/chat_session.h"
 #include "engine/compute/backend.h"
 #include "engine/error.h"
 #include "engine/model/load_model.h"
@@ -104,7 +104,7 @@ private slots:
     void secondWriterWaitsThenIsRefused() {
         Setup s;
         Store store(s.db);
-        ConversationRegistry reg(store, s.model(), *s.be);
+        ChatSession reg(store, s.model(), *s.be);
         const int64_t id = reg.create("shared talk");
         const int64_t other = reg.create("other");
         reg.send(id, "the cat", greedy(3));
@@ -145,11 +145,11 @@ private slots:
     void aTurnReadsTheOtherWritersMessagesFirst() {
         Setup s;
         Store store_a(s.db);
-        ConversationRegistry a(store_a, s.model(), *s.be);
+        ChatSession a(store_a, s.model(), *s.be);
         const int64_t id = a.create("c");
         a.send(id, "the cat", greedy(3));
         Store store_b(s.db);
-        ConversationRegistry b(store_b, s.model(), *s.be);
+        ChatSession b(store_b, s.model(), *s.be);
         b.send(id, "sat on", greedy(3));  // a still holds the transcript of one turn
 
         const TurnResult r = a.send(id, "the mat", greedy(3));
@@ -176,7 +176,7 @@ private slots:
         int64_t id = 0;
         {
             Store store_a(s.db);
-            auto a = std::make_unique<ConversationRegistry>(store_a, s.model(), *s.be);
+            auto a = std::make_unique<ChatSession>(store_a, s.model(), *s.be);
             id = a->create("c");
             a->send(id, "the cat", greedy(3));
             std::atomic<bool> cancel{false};
@@ -194,7 +194,7 @@ private slots:
             QVERIFY(cancelled);  // a's cache changed and is unsaved
             {
                 Store store_b(s.db);
-                ConversationRegistry b(store_b, s.model(), *s.be);
+                ChatSession b(store_b, s.model(), *s.be);
                 b.send(id, "sat on", greedy(3));
             }
             const auto rec = store_a.find_conversation_by_id(id);
@@ -208,7 +208,7 @@ private slots:
         QVERIFY(file_bytes(snapshot_path) == newer);
         // And the conversation goes on from the newer snapshot.
         Store store(s.db);
-        ConversationRegistry reg(store, s.model(), *s.be);
+        ChatSession reg(store, s.model(), *s.be);
         const TurnResult r = reg.send(id, "the mat", greedy(3));
         QVERIFY(r.cached_tokens > 0);
         QCOMPARE(store.list_messages(id).size(), size_t(6));

@@ -1,7 +1,7 @@
 // A user message left without an answer (a crash between its commit and the reply): the list
 // marks it, a new message is refused rather than stacked on it (the refusal says regenerate
 // answers it), regenerate answers it, and blank messages are refused before anything is stored.
-#include "engine/chat/conversation_registry.h"
+#include "engine/chat/chat_session.h"
 #include "engine/compute/backend.h"
 #include "engine/error.h"
 #include "engine/model/load_model.h"
@@ -42,14 +42,14 @@ private slots:
         int64_t id = 0;
         {
             Store store(db);
-            ConversationRegistry reg(store, *model, *be);
+            ChatSession reg(store, *model, *be);
             id = reg.create("notes");
             reg.send(id, "the cat", greedy(3));
             // What a process killed while answering leaves behind.
             store.append_message(id, Role::User, "sat on the mat and then a very long question follows it here");
         }
         Store store(db);
-        ConversationRegistry reg(store, *model, *be);
+        ChatSession reg(store, *model, *be);
         QVERIFY(find(reg.list(), id)->last_unanswered);
         const std::string err = error_of([&] { reg.send(id, "another question", greedy(3)); });
         QVERIFY2(contains(err, "'notes'") && contains(err, "no answer") && contains(err, "regenerate"), err.c_str());

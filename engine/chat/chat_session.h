@@ -1,5 +1,13 @@
 #pragma once
-// The conversations of a store, opened by title, with their turns made durable: the user's
+// The chat session: the one object the window's worker, kvchat-cli and the API server drive. It
+// holds the conversations and prefixes of a store and the rules about them (unique titles, a new
+// chat named by its first message, what removing one removes), and runs their turns.
+//
+// A session opened without a model can list, search, read, rename and remove conversations and
+// prefixes; everything that needs the model (turns, strategy switches, saving prefixes) refuses
+// with an Error saying so.
+//
+// Turns are made durable: the user's
 // message is committed before generation starts, the reply as soon as it ends, and the cache is
 // then written as a snapshot beside the database (so a crash can cost a cache, never a message).
 // Reopening a conversation loads its snapshot and the next turn prefills only the new tokens; a
@@ -36,6 +44,23 @@ struct OpenOptions {
     std::string system;      // system message of a new conversation (a prefix's messages win)
 };
 
+// One line of the prefix library.
+struct PrefixSummary {
+    int64_t id = 0;
+    std::string name;
+    std::string text;             // the first message (all of a prefix saved from text)
+    int64_t message_count = 0;
+    int64_t tokens = 0;
+    int64_t snapshot_bytes = 0;   // its saved cache on disk (0: none)
+    std::optional<int64_t> last_used_ms;
+    int64_t use_count = 0;
+    std::string cache_spec;
+};
+
+// The title of a chat named after its first message: the message's first line, white space
+// collapsed, cut at a word after 48 characters (with an ellipsis), as chat apps do.
+std::string title_from_message(std::string_view text);
+
 // One line of the conversation list.
 struct ConversationSummary {
     int64_t id = 0;
@@ -49,13 +74,19 @@ struct ConversationSummary {
     bool last_unanswered = false;  // ends with a user message
 };
 
-class ConversationRegistry {
+class ChatSession {
 public:
-    ConversationRegistry(Store& store, const Model& model, Backend& backend, size_t max_resident = 4);
-    ~ConversationRegistry();
+    ChatSession(Store& store, const Model& model, Backend& backend, size_t max_resident = 4);
+    // Without a model (model and backend null): conversations and prefixes can be browsed and
+    // managed, turns are refused.
+    ChatSession(Store& store, const Model* model, Backend* backend, size_t max_resident = 4);
+    ~ChatSession();
 
-    const ChatTemplate& chat_template() const { return template_; }
-    PrefixLibrary& prefixes() { return prefixes_; }
+    bool has_model() const { return model_ != nullptr; }
+    // These three throw kvchat::Error when the session has no model.
+    const ChatTemplate& chat_template() const;
+    PrefixLibrary& prefixes();
+    const Model& model() const;
 
     // The conversation titled `title`, created when new. Nothing is loaded into the cache yet.
     // Starting from a prefix whose cache must be rebuilt reports "Prefilling" (cancel: nothing
@@ -82,18 +113,23 @@ public:
                     const std::function<void(std::string_view)>& on_text = {},
                     const std::atomic<bool>* cancel = nullptr);
 
-    // ---- by id (the window's verbs) ----
+    // ---- by id (the window's and the server's verbs) ----
     // A new conversation titled `title` (empty: "Chat"); when that title is taken, the first free
     // of "title 2", "title 3", ... Returns its id.
     int64_t create(std::string_view title, const OpenOptions& options = {}, const Progress& progress = {});
     std::vector<ConversationSummary> list() const;  // most recent first
+    std::optional<ConversationSummary> summary(int64_t id) const;  // nullopt: no such conversation
     // Conversations whose title or message text holds every word of `query` (plain text; a word
     // matches the start of a word), most recent first.
     std::vector<ConversationSummary> search(std::string_view query) const;
     std::vector<MessageRecord> messages(int64_t id) const;
+    // The title is trimmed of white space; an empty one, or one another conversation has, is refused.
     void rename(int64_t id, std::string_view title);
-    // Deletes the rows, then the snapshot file; the cache in memory is dropped unsaved.
+    // Deletes the rows, then the snapshot file and the lock file; the cache in memory is dropped
+    // unsaved.
     void remove(int64_t id);
+    // Bytes of the conversation's saved cache on disk; nullopt when none is saved.
+    std::optional<int64_t> snapshot_bytes(int64_t id) const;
     // Saves a changed cache, then frees it (the conversation is reopened by its next use).
     void close(int64_t id);
     // A turn whose prefill or cache load is cancelled (callbacks.progress.cancel set before the
@@ -104,6 +140,26 @@ public:
     TurnResult regenerate(int64_t id, const TurnOptions& options, const TurnCallbacks& callbacks = {});
     TurnResult edit(int64_t id, size_t ordinal, std::string_view text, const TurnOptions& options,
                     const TurnCallbacks& callbacks = {});
+    // The turn all of the above run: it never throws. How it ended is in the result (ending,
+    // problem, changed); send, regenerate and edit rethrow what a turn that was not answered threw.
+    // Its phases: the request applied (in memory), render, match the cache (a loading snapshot, a
+    // saved prefix, the longest common prefix), the request stored, prefill, generate, store the
+    // answer, snapshot. The stored transcript is read once, when the conversation is locked.
+    TurnResult take_turn(int64_t id, const TurnRequest& request, const TurnOptions& options,
+                         const TurnCallbacks& callbacks = {});
+    // ---- prefixes by id ----
+    std::vector<PrefixSummary> prefix_list() const;  // by name
+    PrefixRecord prefix(int64_t id) const;            // throws kvchat::Error when it was deleted
+    // Saves the first `count` messages of conversation `conversation_id` as a prefix.
+    PrefixRecord save_prefix_from(std::string_view name, int64_t conversation_id, int64_t count,
+                                  std::vector<std::string>& notices, const Progress& progress = {});
+    PrefixRecord edit_prefix(int64_t id, std::string_view text, std::vector<std::string>& notices,
+                             const Progress& progress = {});
+    // The name is trimmed of white space; an empty one, or one another prefix has, is refused.
+    void rename_prefix(int64_t id, std::string_view name);
+    // Deletes the record, then its snapshot file.
+    void remove_prefix(int64_t id);
+
     // The cache's telemetry when it is in memory now, else nullopt. Loads and creates nothing.
     std::optional<CacheTelemetry> telemetry(int64_t id) const;
     // What switching the conversation's cache to `spec` would do; nothing changes (the cache is
@@ -126,6 +182,7 @@ private:
         int64_t id = 0;
         std::string title;
         std::unique_ptr<Conversation> conversation;
+        bool loaded = false;       // its messages were read from the store
         bool cache_ready = false;  // the snapshot was loaded (or found unusable) for this session
         bool dirty = false;        // the cache changed since its snapshot was written
         int64_t prefix_tokens = 0; // tokens of the saved prefix its cache started from, until the first answer
@@ -139,10 +196,13 @@ private:
         Entry& e;
         ~Unlock() { e.lock.reset(); }
     };
-    // Takes the entry's lock and reads the transcript again when another process changed it.
-    void lock_and_sync(Entry& e, std::vector<std::string>& notices);
-    // True when the entry's transcript is the stored one, message for message.
+    // Takes the entry's lock, reads the conversation's row and its stored transcript (into
+    // `stored`), and takes the stored messages when another process changed them (or the entry
+    // has none yet). Returns the row.
+    ConversationRecord lock_and_sync(Entry& e, std::vector<std::string>& notices, std::vector<MessageRecord>& stored);
+    // True when the entry's transcript is the stored one (read now) / `stored`, message for message.
     bool transcript_is_stored(const Entry& e) const;
+    bool transcript_is(const Entry& e, const std::vector<MessageRecord>& stored) const;
     std::string lock_path(const Entry& e) const;
     Entry& entry(std::string_view title);
     // The conversation `id`, opened (its transcript read) when it was not.
@@ -150,34 +210,44 @@ private:
     const Entry* find_entry(int64_t id) const;
     // Starts reading the conversation's snapshot ("Loading cache"; a set cancel flag throws
     // kvchat::Cancelled before anything is read).
-    void make_ready(Entry& e, std::vector<std::string>& notices, const Progress& progress = {});
+    void make_ready(Entry& e, const ConversationRecord& row, const Progress& progress = {});
     // The conversation opened, locked (release with Unlock) and its cache ready for a turn;
-    // notices get what that said.
-    Entry& prepare(int64_t id, std::vector<std::string>& notices, const Progress& progress = {});
+    // notices get what that said, `stored` the transcript as stored and `row` its row.
+    Entry& prepare(int64_t id, std::vector<std::string>& notices, const Progress& progress = {},
+                   std::vector<MessageRecord>* stored = nullptr, ConversationRecord* row = nullptr);
     // After a cancelled turn: the transcript and the stored messages become `before` again from
     // message `keep` on (the messages the turn removed come back, those it added go).
     void restore_messages(Entry& e, const std::vector<MessageRecord>& before, size_t keep);
     // The same after a failed turn; false when its answer was stored after all (the turn stays) or
     // the store could not be changed back.
     bool take_back(Entry& e, const std::vector<MessageRecord>& before, size_t keep);
-    // Answers the last message and records the turn; t0 is when the call began.
-    TurnResult answer(Entry& e, std::chrono::steady_clock::time_point t0, const TurnOptions& options,
-                      const TurnCallbacks& callbacks, std::vector<std::string>& notices);
+    // take_turn's phases with the conversation locked; `before` is the stored transcript, `row`
+    // the conversation's row, t0 when the call began.
+    TurnResult run_turn(Entry& e, const TurnRequest& request, const std::vector<MessageRecord>& before,
+                        const ConversationRecord& row, std::chrono::steady_clock::time_point t0,
+                        const TurnOptions& options, const TurnCallbacks& callbacks, std::vector<std::string>& notices);
+    static TurnResult thrown_if_unanswered(TurnResult r);
     ConversationSummary summary_of(const ConversationOverview& o) const;
     static TurnCallbacks callbacks_of(const std::function<void(std::string_view)>& on_text,
                                       const std::atomic<bool>* cancel);
-    void save_snapshot(Entry& e, std::vector<std::string>& notices);
+    // known_stored: the caller holds the lock and knows the transcript is the stored one.
+    void save_snapshot(Entry& e, std::vector<std::string>& notices, bool known_stored = false);
     // A stored message into the conversation: its text, its ids when they may be rendered, and
     // its prefill speed.
     void adopt(Conversation& c, const MessageRecord& m) const;
-    void finish_turn(Entry& e, const TurnResult& r, size_t messages_before, std::vector<std::string>& notices);
     void enforce_budget(const Entry& keep);
 
+    Backend& backend() const;
+    // True when `title` is one create() gives a chat it names itself ("Chat", "Chat 2", ...).
+    static bool is_default_title(std::string_view title);
+    // The first free of `base`, "base 2", "base 3", ...
+    std::string unique_title(const std::string& base) const;
+
     Store& store_;
-    const Model& model_;
-    Backend& backend_;
-    ChatTemplate template_;
-    PrefixLibrary prefixes_;
+    const Model* model_;
+    Backend* backend_;
+    std::optional<ChatTemplate> template_;
+    std::optional<PrefixLibrary> prefixes_;
     size_t max_resident_;
     std::list<Entry> entries_;  // most recently used first
     std::vector<std::string> notices_;

@@ -1,0 +1,265 @@
+// The chat session's rules that the window's worker used to hold itself, and the shape of a turn,
+// on the tiny chat model: removing a conversation removes its lock file and snapshot; titles are
+// unique, trimmed, and a new chat is named by its first message; prefixes renamed and removed by
+// id; a session without a model browses and refuses turns; one turn reads the stored transcript
+// once; take_turn's outcome says answered, stopped, cancelled or failed (and whether anything
+// changed).
+#include "engine/chat/chat_session.h"
+#include "engine/compute/backend.h"
+#include "engine/error.h"
+#include "support/chat_turns.h"
+
+#include <QTemporaryDir>
+#include <QtTest>
+
+#include <atomic>
+#include <filesystem>
+
+using namespace kvchat;
+
+using test::contains;
+using test::error_of;
+using test::greedy;
+
+namespace {
+
+struct Setup {
+    QTemporaryDir dir;
+    std::unique_ptr<Model> m = test::chat_model(dir);
+    std::unique_ptr<Backend> be = make_cpu_backend(2);
+    std::string db = (dir.path() + "/kv.db").toStdString();
+};
+
+std::string title_of(const Store& store, int64_t id) { return store.find_conversation_by_id(id)->title; }
+
+}  // namespace
+
+class TestChatSession : public QObject {
+    Q_OBJECT
+private slots:
+    // The window removed conversations through the store, leaving the lock file behind.
+    void removeTakesLockFileAndSnapshot() {
+        Setup s;
+        Store store(s.db);
+        ChatSession session(store, *s.m, *s.be);
+        const int64_t id = session.create("");
+        session.send(id, "the cat sat", greedy(4));
+        const std::string snapshot = store.find_conversation_by_id(id)->snapshot;
+        const std::string lock = store.conversation_lock_path(id);
+        QVERIFY(!snapshot.empty());
+        QVERIFY(std::filesystem::exists(store.snapshot_path(snapshot)));
+        QVERIFY(std::filesystem::exists(lock));
+        session.remove(id);
+        QVERIFY(!store.find_conversation_by_id(id).has_value());
+        QVERIFY(!std::filesystem::exists(store.snapshot_path(snapshot)));
+        QVERIFY(!std::filesystem::exists(lock));
+    }
+
+    // create() makes titles unique; rename() trims, refuses an empty name and one in use (the
+    // conversation's own name is not "in use").
+    void titlesUniqueAndTrimmed() {
+        Setup s;
+        Store store(s.db);
+        ChatSession session(store, *s.m, *s.be);
+        const int64_t a = session.create("");
+        const int64_t b = session.create("");
+        const int64_t c = session.create("Notes");
+        const int64_t d = session.create("Notes");
+        QCOMPARE(title_of(store, a), std::string("Chat"));
+        QCOMPARE(title_of(store, b), std::string("Chat 2"));
+        QCOMPARE(title_of(store, c), std::string("Notes"));
+        QCOMPARE(title_of(store, d), std::string("Notes 2"));
+        session.rename(a, "\u00a0 Cats\t");
+        QCOMPARE(title_of(store, a), std::string("Cats"));
+        session.rename(a, "Cats");
+        QVERIFY(contains(error_of([&] { session.rename(b, " Cats "); }), "already exists"));
+        QVERIFY(contains(error_of([&] { session.rename(b, " \u3000"); }), "needs a name"));
+        QCOMPARE(title_of(store, b), std::string("Chat 2"));
+    }
+
+    // A chat with the title create() gave it is named by its first message when the request asks
+    // (the window's send); other titles, later messages and the by-id send leave the title.
+    void newChatNamedByFirstMessage() {
+        Setup s;
+        Store store(s.db);
+        ChatSession session(store, *s.m, *s.be);
+        const int64_t a = session.create("");
+        const int64_t b = session.create("");
+        const int64_t c = session.create("Kept");
+        const int64_t plain = session.create("");
+        auto named = [](std::string text) {
+            TurnRequest r = TurnRequest::send(std::move(text));
+            r.names_new_chat = true;
+            return r;
+        };
+        QCOMPARE(session.take_turn(a, named("  the cat\n sat on the mat"), greedy(3)).ending, TurnResult::Ending::Answered);
+        QCOMPARE(title_of(store, a), std::string("the cat"));
+        QCOMPARE(session.take_turn(b, named("the cat"), greedy(3)).ending, TurnResult::Ending::Answered);
+        QCOMPARE(title_of(store, b), std::string("the cat 2"));
+        session.take_turn(c, named("the dog"), greedy(3));
+        QCOMPARE(title_of(store, c), std::string("Kept"));
+        session.take_turn(a, named("the dog"), greedy(3));
+        QCOMPARE(title_of(store, a), std::string("the cat"));
+        session.send(plain, "the dog", greedy(3));
+        QCOMPARE(title_of(store, plain), std::string("Chat 3"));
+    }
+
+    // The title rule on its own: the first line, white space collapsed, cut at a word after 48
+    // characters (never inside a UTF-8 character) with an ellipsis.
+    void titleFromMessage() {
+        QCOMPARE(title_from_message("  hello \t there \nsecond line"), std::string("hello there"));
+        const std::string words = "one two three four five six seven eight nine ten eleven twelve";
+        const std::string t = title_from_message(words);
+        QCOMPARE(t, std::string("one two three four five six seven eight nine\u2026"));
+        const std::string no_spaces(60, 'x');
+        QCOMPARE(title_from_message(no_spaces), std::string(48, 'x') + "\u2026");
+        std::string accents;
+        for (int i = 0; i < 60; ++i) accents += "\u00e9";
+        std::string want;
+        for (int i = 0; i < 48; ++i) want += "\u00e9";
+        QCOMPARE(title_from_message(accents), want + "\u2026");
+    }
+
+    // Prefixes renamed and removed by id, with the rules the window used to check itself.
+    void prefixesById() {
+        Setup s;
+        Store store(s.db);
+        ChatSession session(store, *s.m, *s.be);
+        std::vector<std::string> notices;
+        const PrefixRecord p = session.prefixes().save("one", "You are terse.", "", notices);
+        const PrefixRecord q = session.prefixes().save("two", "You are kind.", "", notices);
+        QVERIFY(!p.snapshot.empty());
+        QCOMPARE(session.prefix_list().size(), size_t(2));
+        QVERIFY(session.prefix_list()[0].snapshot_bytes > 0);
+        session.rename_prefix(p.id, " uno ");
+        QCOMPARE(session.prefix(p.id).name, std::string("uno"));
+        QVERIFY(contains(error_of([&] { session.rename_prefix(q.id, "uno"); }), "already exists"));
+        QVERIFY(contains(error_of([&] { session.rename_prefix(q.id, "  "); }), "needs a name"));
+        session.remove_prefix(p.id);
+        QVERIFY(!store.find_prefix_by_id(p.id).has_value());
+        QVERIFY(!std::filesystem::exists(store.snapshot_path(p.snapshot)));
+        QVERIFY(contains(error_of([&] { session.prefix(p.id); }), "deleted"));
+    }
+
+    // Without a model the session lists, reads, renames and removes; a turn fails, saying why.
+    void withoutModel() {
+        Setup s;
+        Store store(s.db);
+        int64_t id = 0;
+        {
+            ChatSession session(store, *s.m, *s.be);
+            id = session.create("");
+            session.send(id, "the cat sat", greedy(3));
+        }
+        ChatSession session(store, nullptr, nullptr);
+        QVERIFY(!session.has_model());
+        QCOMPARE(session.list().size(), size_t(1));
+        QCOMPARE(session.messages(id).size(), size_t(2));
+        const TurnResult r = session.take_turn(id, TurnRequest::send("more"), greedy(3));
+        QCOMPARE(r.ending, TurnResult::Ending::Failed);
+        QVERIFY2(contains(r.problem, "no model"), r.problem.c_str());
+        QVERIFY(!r.changed);
+        QCOMPARE(session.messages(id).size(), size_t(2));
+        session.rename(id, "Renamed");
+        QCOMPARE(title_of(store, id), std::string("Renamed"));
+        const std::string lock = store.conversation_lock_path(id);
+        QVERIFY(std::filesystem::exists(lock));
+        session.remove(id);
+        QVERIFY(session.list().empty());
+        QVERIFY(!std::filesystem::exists(lock));
+    }
+
+    // A turn reads the stored transcript once, whichever request it answers, also on a
+    // conversation this session has not opened yet (the window's worker and the registry used to
+    // read it six times a send).
+    void transcriptReadOncePerTurn() {
+        Setup s;
+        int64_t id = 0;
+        {
+            Store store(s.db);
+            ChatSession session(store, *s.m, *s.be);
+            id = session.create("");
+            session.send(id, "the cat sat", greedy(3));
+        }
+        Store store(s.db);
+        ChatSession session(store, *s.m, *s.be);
+        auto reads_of = [&](const TurnRequest& request) {
+            const int64_t before = store.transcript_reads();
+            const TurnResult r = session.take_turn(id, request, greedy(3));
+            if (r.ending != TurnResult::Ending::Answered) qWarning("%s", r.problem.c_str());
+            return store.transcript_reads() - before;
+        };
+        QCOMPARE(reads_of(TurnRequest::send("on the mat")), int64_t(1));  // opened by this turn
+        QCOMPARE(reads_of(TurnRequest::send("and the dog")), int64_t(1));
+        QCOMPARE(reads_of(TurnRequest::regenerate()), int64_t(1));
+        QCOMPARE(reads_of(TurnRequest::edit(2, "and the bird")), int64_t(1));
+        QCOMPARE(session.messages(id).size(), size_t(4));
+        // kvchat-cli's verbs by title: open() reads the transcript (it hands the conversation
+        // out), each turn once more, under the lock.
+        int64_t before = store.transcript_reads();
+        session.open("titled");
+        session.send("titled", "the cat", greedy(3));
+        QCOMPARE(store.transcript_reads() - before, int64_t(1));  // a new conversation: nothing to read at open
+        Store other(s.db);
+        ChatSession reopened(other, *s.m, *s.be);
+        before = other.transcript_reads();
+        reopened.open("titled");
+        reopened.send("titled", "the dog", greedy(3));
+        QCOMPARE(other.transcript_reads() - before, int64_t(2));
+        before = other.transcript_reads();
+        reopened.send("titled", "the bird", greedy(3));
+        QCOMPARE(other.transcript_reads() - before, int64_t(1));
+    }
+
+    // One outcome type: answered (the stored answer comes with it), stopped (the partial answer
+    // stored), cancelled before the answer began and failed (nothing changed, the reason given).
+    void outcomes() {
+        Setup s;
+        Store store(s.db);
+        ChatSession session(store, *s.m, *s.be);
+        const int64_t id = session.create("");
+
+        const TurnResult answered = session.take_turn(id, TurnRequest::send("the cat sat"), greedy(4));
+        QCOMPARE(answered.ending, TurnResult::Ending::Answered);
+        QVERIFY(answered.answer.has_value());
+        const std::vector<MessageRecord> stored = session.messages(id);
+        QCOMPARE(answered.answer->id, stored.back().id);
+        QCOMPARE(answered.answer->content, answered.text);
+        QCOMPARE(answered.cache_spec, std::string("dynamic"));
+        QVERIFY(!answered.thrown);
+
+        std::atomic<bool> stop{false};
+        TurnCallbacks stopping;
+        stopping.progress.cancel = &stop;
+        stopping.on_text = [&](std::string_view) { stop = true; };
+        const TurnResult stopped = session.take_turn(id, TurnRequest::send("on the mat"), greedy(40), stopping);
+        QCOMPARE(stopped.ending, TurnResult::Ending::Stopped);
+        QCOMPARE(stopped.stop_reason, StopReason::Stopped);
+        QVERIFY(stopped.answer.has_value());
+        QCOMPARE(session.messages(id).back().content, stopped.text);
+
+        const size_t count = session.messages(id).size();
+        std::atomic<bool> cancel{true};
+        TurnCallbacks cancelled_early;
+        cancelled_early.progress.cancel = &cancel;
+        const TurnResult cancelled = session.take_turn(id, TurnRequest::send("and the dog"), greedy(4), cancelled_early);
+        QCOMPARE(cancelled.ending, TurnResult::Ending::Cancelled);
+        QVERIFY(!cancelled.changed);
+        QVERIFY(!cancelled.answer.has_value());
+        QCOMPARE(session.messages(id).size(), count);
+        // The throwing verb rethrows what was thrown.
+        QVERIFY_EXCEPTION_THROWN(session.send(id, "and the dog", greedy(4), cancelled_early), Cancelled);
+
+        const TurnResult failed = session.take_turn(id, TurnRequest::edit(1, "not mine"), greedy(4));
+        QCOMPARE(failed.ending, TurnResult::Ending::Failed);
+        QVERIFY2(contains(failed.problem, "is not a user message"), failed.problem.c_str());
+        QVERIFY(!failed.changed);
+        QCOMPARE(session.messages(id).size(), count);
+        const TurnResult blank = session.take_turn(id, TurnRequest::send(" \n"), greedy(4));
+        QCOMPARE(blank.ending, TurnResult::Ending::Failed);
+        QVERIFY(contains(blank.problem, "empty"));
+    }
+};
+
+QTEST_GUILESS_MAIN(TestChatSession)
+#include "test_chat_session.moc"
