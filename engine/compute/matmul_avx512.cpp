@@ -382,6 +382,17 @@ struct Q5_0Bytes {
     }
 };
 
+// The fp16 scales of block i of R rows, in lanes 0..R-1 (R <= 8). The lane index must be a
+// constant even where nothing is unrolled (-O0, the sanitizer build), hence the pack expansion.
+template <int R, class Block>
+inline __m128i block_scales(const Block* const* b, int64_t i) {
+    __m128i raw = _mm_cvtsi32_si128(b[0][i].d);
+    [&]<int... J>(std::integer_sequence<int, J...>) {
+        ((raw = _mm_insert_epi16(raw, b[J + 1][i].d, J + 1)), ...);
+    }(std::make_integer_sequence<int, R - 1>{});
+    return raw;
+}
+
 template <class Block, class Values, int R, int NT>
 void rows32_unsigned(const uint8_t* rows, size_t stride, int64_t nb, const QuantizedActivations& x, int64_t t, float* y,
                      int64_t y_stride) {
@@ -403,11 +414,7 @@ void rows32_unsigned(const uint8_t* rows, size_t stride, int64_t nb, const Quant
             xv[k] = load256(xq[k] + 32 * i);
             start[k] = _mm256_slli_epi32(load256(xs[k] + 8 * i), Values::kShift);
         }
-        __m128i raw = _mm_cvtsi32_si128(b[0][i].d);
-        if constexpr (R > 1) raw = _mm_insert_epi16(raw, b[1][i].d, 1);
-        if constexpr (R > 2) raw = _mm_insert_epi16(raw, b[2][i].d, 2);
-        if constexpr (R > 3) raw = _mm_insert_epi16(raw, b[3][i].d, 3);
-        const __m128 dw = _mm_cvtph_ps(raw);
+        const __m128 dw = _mm_cvtph_ps(block_scales<R>(b, i));
         __m256 d[NT];
         for (int k = 0; k < NT; ++k) d[k] = _mm256_castps128_ps256(_mm_mul_ps(dw, _mm_set1_ps(xd[k][i])));
         for (int j = 0; j < R; ++j) {
@@ -451,12 +458,7 @@ void rows32_unsigned_512(const uint8_t* rows, size_t stride, int64_t nb, const Q
             xv[k] = _mm512_broadcast_i64x4(load256(xq[k] + 32 * i));
             start[k] = _mm512_slli_epi32(_mm512_broadcast_i64x4(load256(xs[k] + 8 * i)), Values::kShift);
         }
-        __m128i raw = _mm_cvtsi32_si128(b[0][i].d);
-        // The lane index must be a constant even where the loop is not unrolled (-O0, the sanitizer build).
-        [&]<int... J>(std::integer_sequence<int, J...>) {
-            ((raw = _mm_insert_epi16(raw, b[J + 1][i].d, J + 1)), ...);
-        }(std::make_integer_sequence<int, R - 1>{});
-        const __m256 dw = _mm256_cvtph_ps(raw);
+        const __m256 dw = _mm256_cvtph_ps(block_scales<R>(b, i));
         __m512 d[NT];
         for (int k = 0; k < NT; ++k) d[k] = _mm512_castps256_ps512(_mm256_mul_ps(dw, _mm256_set1_ps(xd[k][i])));
         for (int p = 0; p < P; ++p) {
