@@ -128,7 +128,5 @@ public:
 
 // The CPU backend with n_threads worker threads (<= 0: one per core).
 std::unique_ptr<Backend> make_cpu_backend(int n_threads);
-// The CPU backend on an existing pool (which must outlive it).
-std::unique_ptr<Backend> make_cpu_backend(ThreadPool& pool);
 
 }  // namespace kvchat

@@ -100,8 +100,7 @@ private:
 
 class CpuBackend final : public Backend {
 public:
-    explicit CpuBackend(int n_threads) : own_(std::make_unique<ThreadPool>(n_threads)), pool_(*own_) {}
-    explicit CpuBackend(ThreadPool& pool) : pool_(pool) {}
+    explicit CpuBackend(int n_threads) : pool_(n_threads) {}
     ~CpuBackend() override {
         blocks_.release_all([](float* p) { std::free(p); });
     }
@@ -274,14 +273,12 @@ public:
     }
 
 private:
-    std::unique_ptr<ThreadPool> own_;
-    ThreadPool& pool_;
+    ThreadPool pool_;
     SpareBlocks blocks_;
 };
 
 }  // namespace
 
 std::unique_ptr<Backend> make_cpu_backend(int n_threads) { return std::make_unique<CpuBackend>(n_threads); }
-std::unique_ptr<Backend> make_cpu_backend(ThreadPool& pool) { return std::make_unique<CpuBackend>(pool); }
 
 }  // namespace kvchat
