@@ -21,6 +21,7 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <functional>
 #include <iterator>
 #include <memory>
 #include <optional>
@@ -489,21 +490,7 @@ Store::Store(const std::string& path, Access access) : path_(path) {
         // cannot hold: there the file is read as immutable (nothing can change it meanwhile).
         const bool folder_writable = ::access(folder.c_str(), W_OK) == 0;
         const std::string uri = "file:" + uri_path(path_) + (folder_writable ? "" : "?immutable=1");
-        const int rc = sqlite3_open_v2(uri.c_str(), &db_, SQLITE_OPEN_READONLY | SQLITE_OPEN_URI | SQLITE_OPEN_EXRESCODE,
-                                       nullptr);
-        if (rc != SQLITE_OK) {
-            const std::string msg = db_ ? sqlite3_errmsg(db_) : sqlite3_errstr(rc);
-            sqlite3_close(db_);
-            db_ = nullptr;
-            throw Error("cannot open database " + in_quotes(path_) + ": " + msg);
-        }
-        try {
-            open_checked(false);
-        } catch (...) {
-            sqlite3_close(db_);
-            db_ = nullptr;
-            throw;
-        }
+        open_connection(uri, SQLITE_OPEN_READONLY | SQLITE_OPEN_URI, [&] { open_checked(false); });
         return;
     }
     std::error_code ec;
@@ -519,8 +506,18 @@ Store::Store(const std::string& path, Access access) : path_(path) {
         const std::string why = read_only_problem(path_, err);
         if (!why.empty()) throw Error(why);
     }
-    const int rc =
-        sqlite3_open_v2(path_.c_str(), &db_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_EXRESCODE, nullptr);
+    open_connection(path_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, [&] {
+        open_checked(true);
+        fs::create_directories(snapshot_dir_, ec);
+        if (ec) throw Error("cannot create the snapshot folder " + in_quotes(snapshot_dir_) + ": " + ec.message());
+        // Snapshot writes a killed process left half done (a snapshot can be tens of MB).
+        remove_abandoned_temporaries(snapshot_dir_);
+        remove_orphan_snapshots();
+    });
+}
+
+void Store::open_connection(const std::string& name, int flags, const std::function<void()>& then) {
+    const int rc = sqlite3_open_v2(name.c_str(), &db_, flags | SQLITE_OPEN_EXRESCODE, nullptr);
     if (rc != SQLITE_OK) {
         const std::string msg = db_ ? sqlite3_errmsg(db_) : sqlite3_errstr(rc);
         sqlite3_close(db_);
@@ -528,12 +525,7 @@ Store::Store(const std::string& path, Access access) : path_(path) {
         throw Error("cannot open database " + in_quotes(path_) + ": " + msg);
     }
     try {
-        open_checked(true);
-        fs::create_directories(snapshot_dir_, ec);
-        if (ec) throw Error("cannot create the snapshot folder " + in_quotes(snapshot_dir_) + ": " + ec.message());
-        // Snapshot writes a killed process left half done (a snapshot can be tens of MB).
-        remove_abandoned_temporaries(snapshot_dir_);
-        remove_orphan_snapshots();
+        then();
     } catch (...) {
         sqlite3_close(db_);
         db_ = nullptr;

@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -157,6 +158,9 @@ public:
 
 private:
     void open_checked(bool writable);
+    // Opens db_ on `name` (a path or a file: URI) with `flags`, then runs `then`; on any failure the
+    // connection is closed again and the error names the database.
+    void open_connection(const std::string& name, int flags, const std::function<void()>& then);
     // Snapshot files kvchat named for a conversation or prefix whose row was deleted (a crash
     // between the row's delete and the file's) are removed when the database is opened; see
     // store.cpp for why no live one can be taken. Returns how many were removed.
