@@ -184,6 +184,14 @@ void TranscriptModel::beginTurn(int base, QList<Row> rows, bool sent) {
     replaceTail(base, turn_->rows);
 }
 
+TranscriptModel::Row TranscriptModel::streamingAnswer(int ordinal) {
+    Row answer;
+    answer.message.ordinal = ordinal;
+    answer.message.role = MessageRole::Assistant;
+    answer.state = MessageState::Streaming;
+    return answer;
+}
+
 bool TranscriptModel::beginSend(const QString& text) {
     if (turn_ || !loaded_ || conversation_ == 0) return false;
     const int base = static_cast<int>(rows_.size());
@@ -193,10 +201,7 @@ bool TranscriptModel::beginSend(const QString& text) {
     question.message.content = text;
     question.message.createdMs = QDateTime::currentMSecsSinceEpoch();
     question.state = MessageState::Sending;
-    Row answer;
-    answer.message.ordinal = base + 1;
-    answer.message.role = MessageRole::Assistant;
-    answer.state = MessageState::Streaming;
+    const Row answer = streamingAnswer(base + 1);
     beginTurn(base, {question, answer}, true);
     return true;
 }
@@ -206,10 +211,7 @@ bool TranscriptModel::beginRegenerate() {
     int base = static_cast<int>(rows_.size());
     if (rows_.last().message.role == MessageRole::Assistant) --base;
     if (base == 0 || rows_[base - 1].message.role != MessageRole::User) return false;
-    Row answer;
-    answer.message.ordinal = base;
-    answer.message.role = MessageRole::Assistant;
-    answer.state = MessageState::Streaming;
+    const Row answer = streamingAnswer(base);
     beginTurn(base, {answer}, false);
     return true;
 }
@@ -220,10 +222,7 @@ bool TranscriptModel::beginEdit(int ordinal, const QString& text) {
     Row question = rows_[ordinal];
     question.message.content = text;
     question.state = MessageState::Sending;
-    Row answer;
-    answer.message.ordinal = ordinal + 1;
-    answer.message.role = MessageRole::Assistant;
-    answer.state = MessageState::Streaming;
+    const Row answer = streamingAnswer(ordinal + 1);
     beginTurn(ordinal, {question, answer}, false);
     return true;
 }

@@ -94,6 +94,8 @@ private:
         bool sent = false;      // a send: its text goes back to the message box when refused
     };
 
+    // The empty assistant row a turn streams its answer into, at `ordinal`.
+    static Row streamingAnswer(int ordinal);
     bool turnShown() const;
     // Starts a turn on the open conversation: rows from `base` on are replaced by `rows`.
     void beginTurn(int base, QList<Row> rows, bool sent);
