@@ -473,6 +473,9 @@ int cmd_chat_bench(const Options& o) {
     if (!only.empty() && only != "turns" && only != "prefix" && only != "reopen")
         throw Error("--only takes turns, prefix or reopen");
     auto part = [&](const char* name) { return only.empty() || only == name; };
+    // The reopen part's shape: history added in chunks of this many tokens, then this many questions.
+    const int64_t chunk_tokens = std::min<int64_t>(800, history_tokens / 4);
+    constexpr int kRepeats = 5;
     const char* topics[] = {"rivers", "bridges", "bread", "clocks", "maps", "bees", "glass", "kites", "salt", "ink"};
     auto message = [&](int i) {
         return std::string("Question ") + std::to_string(i + 1) + ": tell me one surprising fact about " +
@@ -500,7 +503,7 @@ int cmd_chat_bench(const Options& o) {
                    prefix_tokens + 64 + n);
         // The history is filled in chunks of up to 800 tokens (the last may overshoot by one chunk), then
         // five short questions are asked.
-        const int64_t history_needed = history_tokens + std::min<int64_t>(800, history_tokens / 4) + 5 * (24 + 16 + n);
+        const int64_t history_needed = history_tokens + chunk_tokens + kRepeats * (24 + 16 + n);
         if (part("reopen") && history_needed > ctx)
             refuse("--history-tokens " + std::to_string(history_tokens) + " with -n " + std::to_string(n), history_needed);
     }
@@ -583,8 +586,7 @@ int cmd_chat_bench(const Options& o) {
     // loaded) and takes the same turn. Alternating keeps the machine's drift out of the ratio;
     // each side's best is kept, as for the turns.
     if (part("reopen")) {
-        const std::string chunk = text_of_tokens(m.tokenizer(), std::min<int64_t>(800, history_tokens / 4));
-        constexpr int kRepeats = 5;
+        const std::string chunk = text_of_tokens(m.tokenizer(), chunk_tokens);
         double live_ms = 1e300, reopen_ms = 1e300;
         int64_t context = 0, prefilled = 0;
         TurnOptions brief = t;
