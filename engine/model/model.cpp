@@ -138,6 +138,21 @@ bool is_directory(const std::string& path) {
 
 }  // namespace
 
+std::optional<Architecture> gguf_architecture(const std::string& name) {
+    if (name == "gemma3") return Architecture::Gemma3;
+    if (name == "llama" || name == "mistral") return Architecture::Llama;
+    if (name == "qwen2") return Architecture::Qwen2;
+    if (name == "qwen3") return Architecture::Qwen3;
+    if (name == "phi3") return Architecture::Phi3;
+    return std::nullopt;
+}
+
+std::optional<Architecture> hf_architecture(const std::string& model_type) {
+    if (model_type == "gemma3" || model_type == "gemma3_text") return Architecture::Gemma3;
+    if (model_type == "llama" || model_type == "mistral") return Architecture::Llama;
+    return std::nullopt;
+}
+
 Model::~Model() = default;
 
 std::unique_ptr<Model> Model::load(const std::string& path) {
@@ -245,16 +260,8 @@ void Model::load_gguf(const std::string& path) {
     ModelConfig& c = config_;
     c.source = "gguf";
     c.arch_name = f.get_string("general.architecture");
-    if (c.arch_name == "gemma3")
-        c.arch = Architecture::Gemma3;
-    else if (c.arch_name == "llama" || c.arch_name == "mistral")
-        c.arch = Architecture::Llama;
-    else if (c.arch_name == "qwen2")
-        c.arch = Architecture::Qwen2;
-    else if (c.arch_name == "qwen3")
-        c.arch = Architecture::Qwen3;
-    else if (c.arch_name == "phi3")
-        c.arch = Architecture::Phi3;
+    if (const auto arch = gguf_architecture(c.arch_name))
+        c.arch = *arch;
     else
         throw Error("model '" + path + "': unsupported architecture '" + c.arch_name +
                     "' (kvchat runs gemma3, llama, mistral, qwen2, qwen3 and phi3 models)");
@@ -388,10 +395,8 @@ void Model::load_hf(const std::string& dir) {
     ModelConfig& c = config_;
     c.source = "safetensors";
     c.arch_name = type;
-    if (type == "gemma3" || type == "gemma3_text")
-        c.arch = Architecture::Gemma3;
-    else if (type == "llama" || type == "mistral")
-        c.arch = Architecture::Llama;
+    if (const auto arch = hf_architecture(type))
+        c.arch = *arch;
     else
         throw Error("model '" + dir + "': unsupported model_type '" + type +
                     "' in config.json (kvchat runs gemma3 and llama-family models)");

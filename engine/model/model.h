@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -19,6 +20,10 @@ class SafetensorsDir;
 
 // The forward passes kvchat has (architectures.h). Llama 3 is Llama with RoPE frequency factors.
 enum class Architecture { Gemma3, Llama, Qwen2, Qwen3, Phi3 };
+// The forward pass for a GGUF's general.architecture; nullopt when kvchat has none.
+std::optional<Architecture> gguf_architecture(const std::string& name);
+// The same for a Hugging Face folder's config.json model_type.
+std::optional<Architecture> hf_architecture(const std::string& model_type);
 
 struct ModelConfig {
     Architecture arch = Architecture::Llama;

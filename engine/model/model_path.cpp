@@ -37,7 +37,9 @@ std::string data_dir() {
     return std::string(home && *home ? home : ".") + "/.local/share/kvchat";
 }
 
-std::string installed_model_path(const std::string& file) { return data_dir() + "/models/" + file; }
+std::string models_dir() { return data_dir() + "/models"; }
+
+std::string installed_model_path(const std::string& file) { return models_dir() + "/" + file; }
 
 std::vector<InstalledModel> installed_models() {
     std::vector<InstalledModel> out;

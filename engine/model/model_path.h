@@ -18,7 +18,11 @@ inline constexpr const char* kChatModelFile = "smollm2-135m-instruct-q4_1.gguf";
 // ${XDG_DATA_HOME:-$HOME/.local/share}/kvchat
 std::string data_dir();
 
-// data_dir()/models/<file>: where packaging/kvchat.sh model puts the models it installs.
+// data_dir()/models: where packaging/kvchat.sh model puts the models it installs, and where the
+// window's Models view looks for more.
+std::string models_dir();
+
+// models_dir()/<file>.
 std::string installed_model_path(const std::string& file);
 
 // A model packaging/kvchat.sh model installs.
