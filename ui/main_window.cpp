@@ -9,6 +9,8 @@
 #include "ui/conversation_search_model.h"
 #include "ui/engine_worker.h"
 #include "ui/message_box.h"
+#include "ui/models/model_name_clicks.h"
+#include "ui/models/models_dialog.h"
 #include "ui/prefix_library_panel.h"
 #include "ui/storage_panel.h"
 #include "ui/settings_dialog.h"
@@ -156,6 +158,8 @@ void MainWindow::createActions() {
                                                           tr("GGUF models (*.gguf);;All files (*)"));
         if (!path.isEmpty()) loadModel(path);
     });
+    modelsAction_ = make(tr("&Models…"), QStringLiteral("modelsAction"), QKeySequence(Qt::CTRL | Qt::Key_L));
+    connect(modelsAction_, &QAction::triggered, this, &MainWindow::showModels);
     openFolderAction_ = make(tr("Open model &folder…"), QStringLiteral("openModelFolderAction"));
     connect(openFolderAction_, &QAction::triggered, this, [this] {
         const QString dir = QFileDialog::getExistingDirectory(this, tr("Open a Hugging Face model folder"));
@@ -193,6 +197,7 @@ void MainWindow::createMenus() {
     QMenu* file = menuBar()->addMenu(tr("&File"));
     file->addAction(newChatAction_);
     file->addSeparator();
+    file->addAction(modelsAction_);
     file->addAction(openModelAction_);
     file->addAction(openFolderAction_);
     recentMenu_ = file->addMenu(tr("&Recent models"));
@@ -380,6 +385,7 @@ void MainWindow::createStatusBar() {
     connect(cancelLoad_, &QToolButton::clicked, this, [this] { worker_->cancelLoad(); });
     statusBar()->addWidget(cancelLoad_);
     modelLabel_ = label(QStringLiteral("modelLabel"), tr("Model"));
+    connect(new ModelNameClicks(modelLabel_), &ModelNameClicks::activated, modelsAction_, &QAction::trigger);
     strategyLabel_ = label(QStringLiteral("strategyLabel"), tr("Cache strategy"));
     contextBar_ = new QProgressBar;
     contextBar_->setObjectName(QStringLiteral("contextBar"));
@@ -611,6 +617,7 @@ void MainWindow::onModelLoaded(const ModelInfo& model) {
     contextBar_->setRange(0, static_cast<int>(std::max<qint64>(1, model.contextLimit)));
     setWindowTitle(tr("kvchat — %1").arg(model.name));
     rememberModel(model.path);
+    if (models_) models_->setLoadedModel(model.path);
     Q_EMIT modelReadyChanged(true);
     if (storeReady_ && newChatWhenReady_) newChat();
     else if (currentId_ != 0) readTranscript(currentId_);
@@ -864,6 +871,19 @@ void MainWindow::openSettings() {
     d->setAttribute(Qt::WA_DeleteOnClose);
     connect(d, &QDialog::accepted, this, [this, d] { Q_EMIT requestSaveSettings(d->settings()); });
     d->open();
+}
+
+void MainWindow::showModels() {
+    if (!models_) {
+        models_ = new ModelsDialog(this);
+        connect(models_, &ModelsDialog::openRequested, this, &MainWindow::loadModel);
+        connect(models_, &ModelsDialog::openFileRequested, openModelAction_, &QAction::trigger);
+    }
+    models_->setLoadedModel(model_.path);
+    models_->refresh(QString::fromStdString(models_dir()), QSettings().value(QStringLiteral("models/recent")).toStringList());
+    models_->show();
+    models_->raise();
+    models_->activateWindow();
 }
 
 void MainWindow::loadModel(const QString& path) {

@@ -30,6 +30,7 @@ class ConversationListModel;
 class ConversationSearchModel;
 class EngineWorker;
 class MessageBox;
+class ModelsDialog;
 class PrefixLibraryPanel;
 class StoragePanel;
 class TranscriptModel;
@@ -137,6 +138,7 @@ private:
     void updateRecentModels();
     void setAnswering(bool answering);
     void openSettings();
+    void showModels();
 
     WindowOptions options_;
     QThread thread_;
@@ -175,6 +177,8 @@ private:
     QMenu* installedMenu_ = nullptr;
     QAction* newChatAction_ = nullptr;
     QAction* openModelAction_ = nullptr;
+    QAction* modelsAction_ = nullptr;
+    ModelsDialog* models_ = nullptr;  // made when first shown
     QAction* openFolderAction_ = nullptr;
     QAction* findAction_ = nullptr;
     QAction* renameAction_ = nullptr;
