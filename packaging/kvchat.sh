@@ -46,6 +46,7 @@ APT_PACKAGES=(
   xvfb xauth x11-utils fonts-dejavu-core
   python3 python3-venv
   librsvg2-bin file desktop-file-utils appstream shared-mime-info
+  pngquant optipng
 )
 
 STEP=""

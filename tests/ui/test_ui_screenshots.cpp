@@ -3,12 +3,25 @@
 // the prefix library, the settings dialog and a model-load error. PNGs go to
 // $KVCHAT_SCREENSHOT_DIR (default: build/screenshots). Runs on $KVCHAT_MODEL when it is set (the
 // default model), else on a tiny generated model.
+//
+// readmePictures makes the README's pictures: a conversation answered live by the chat model
+// (SmolLM2-135M-Instruct) at 1600x1000 and at 1000x700, the cache inspector,
+// the strategy preview, the comparison and the Models view. They go to $KVCHAT_README_PICTURES
+// when set (packaging/make-screenshots.sh sets docs/screenshots and makes the files small), else
+// to the screenshot folder's readme/, so an ordinary test run never rewrites the repository.
 #define QT_NO_KEYWORDS  // the engine's chat headers use the word "emit"
 #include "engine/chat/chat_settings.h"
+#include "engine/model/model_path.h"
 #include "engine/store/store.h"
 #include "support/tiny_model.h"
 #include "ui/engine_worker.h"
+#include "ui/inspector/cache_inspector.h"
+#include "ui/lab/cache_lab.h"
+#include "ui/lab/comparison_view.h"
+#include "ui/lab/strategy_panel.h"
 #include "ui/main_window.h"
+#include "ui/models/model_list_model.h"
+#include "ui/models/models_dialog.h"
 #include "ui/message_view.h"
 #include "ui/prefix_library_panel.h"
 #include "ui/storage_panel.h"
@@ -17,8 +30,12 @@
 #include "support/ui_testing.h"
 
 #include <QAbstractItemView>
+#include <QLabel>
+#include <QLineEdit>
 #include <QDockWidget>
 #include <QMessageBox>
+#include <QPushButton>
+#include <QSpinBox>
 #include <QPlainTextEdit>
 #include <QSignalSpy>
 #include <QTemporaryDir>
@@ -54,6 +71,7 @@ class TestUiScreenshots : public QObject {
     QTemporaryDir home_;
     QString model_;
     QString out_;
+    QString installedModels_;  // the user's models folder, before the fresh profile hides it
 
     void save(QWidget* w, const QString& name) {
         const QString path = out_ + "/" + name;
@@ -64,6 +82,7 @@ class TestUiScreenshots : public QObject {
 private Q_SLOTS:
     void initTestCase() {
         QVERIFY(home_.isValid());
+        installedModels_ = QString::fromStdString(models_dir());
         kvchat::test::useFreshProfile(home_.path());
         out_ = qEnvironmentVariable("KVCHAT_SCREENSHOT_DIR");
         if (out_.isEmpty()) out_ = QCoreApplication::applicationDirPath() + "/../screenshots";
@@ -191,6 +210,120 @@ private Q_SLOTS:
         save(&w, "load-error-window.png");
         save(box, "load-error.png");
         box->accept();
+    }
+
+    void readmePictures() {
+        QString dir = qEnvironmentVariable("KVCHAT_README_PICTURES");
+        const bool forReadme = !dir.isEmpty();
+        if (!forReadme) dir = out_ + "/readme";
+        QVERIFY(QDir().mkpath(dir));
+        // The fresh profile sees the installed models (as packaging/kvchat.sh model put them), so
+        // the Models view lists them.
+        // Under a home of its own, so the Models view shows the folder as a user's (~/.local/...).
+        qputenv("HOME", home_.path().toUtf8());
+        qputenv("XDG_DATA_HOME", (home_.path() + "/.local/share").toUtf8());
+        const QString data = QString::fromStdString(data_dir());
+        QVERIFY(QDir().mkpath(data));
+        if (QFileInfo(installedModels_).isDir()) QVERIFY(QFile::link(installedModels_, data + "/models"));
+        QString model = QString::fromStdString(installed_model_path(kChatModelFile));
+        if (!QFileInfo::exists(model)) {
+            if (forReadme) QFAIL(qPrintable("the README's pictures show the chat model: install it (packaging/kvchat.sh model); none at " + model));
+            model = model_;
+        }
+        const QString db = home_.path() + "/readme/kvchat.db";
+        QDir().mkpath(QFileInfo(db).absolutePath());
+        {
+            Store store(db.toStdString());
+            ChatSettings s;
+            s.sampling.greedy = true;  // the same pictures on every run
+            s.random_seed = false;
+            s.max_new_tokens = 160;
+            s.save(store);
+        }
+        auto save = [&](QWidget* w, const QString& name) {
+            const QString path = dir + "/" + name;
+            QVERIFY2(w->grab().save(path), qPrintable(path));
+            qInfo("wrote %s", qPrintable(path));
+        };
+        WindowOptions o;
+        o.databasePath = db;
+        o.modelPath = model;
+        o.restoreState = false;
+        MainWindow w(o);
+        w.resize(1600, 1000);
+        w.show();
+        QVERIFY(QTest::qWaitForWindowExposed(&w));
+        QTRY_VERIFY_WITH_TIMEOUT(w.modelReady() && w.currentConversation() != 0, 60000);
+        QSignalSpy done(&w, &MainWindow::answerFinished);
+        const char* questions[] = {"Give me three tips for a good night's sleep.",
+                                   "Write a Python function that reverses a string."};
+        for (const char* q : questions) {
+            w.sendMessage(q);
+            QVERIFY(done.wait(300000));
+            QVERIFY(!done.last().at(0).value<TurnOutcome>().answer.content.trimmed().isEmpty());
+        }
+        CacheLab* lab = w.cacheLab();
+        QTRY_VERIFY_WITH_TIMEOUT(lab->inspector()->telemetry().has_value(), 20000);
+        lab->inspector()->flush();
+        QTest::qWait(300);
+        save(&w, "chat.png");
+
+        // A laptop's screen.
+        w.resize(1000, 700);
+        QTest::qWait(300);
+        save(&w, "chat-1000x700.png");
+        w.resize(1600, 1000);
+
+        // The cache inspector, given room (the strategy dock out of its way).
+        auto* strategyDock = w.findChild<QDockWidget*>("strategyDock");
+        strategyDock->hide();
+        auto* inspectorDock = w.findChild<QDockWidget*>("cacheInspectorDock");
+        inspectorDock->show();
+        inspectorDock->raise();
+        w.resizeDocks({inspectorDock}, {640}, Qt::Horizontal);
+        lab->inspector()->flush();
+        QTest::qWait(300);
+        save(&w, "inspector.png");
+
+        // The strategy preview: a sliding window shorter than the conversation, as the engine
+        // plans it (what is lost, what it costs), not applied.
+        strategyDock->show();
+        strategyDock->raise();
+        StrategyPanel* panel = lab->strategyPanel();
+        QSignalSpy planned(w.worker(), &EngineWorker::switchPlanned);
+        test::retype(panel->specEdit(), "sliding_window:window=64");
+        QVERIFY(planned.wait(30000) || planned.count() > 0);
+        QTRY_VERIFY_WITH_TIMEOUT(panel->applyButton()->isEnabled(), 10000);
+        QTest::qWait(300);
+        save(&w, "strategy-preview.png");
+
+        // The comparison: one prompt replayed greedily under three strategies.
+        auto* compareDock = w.findChild<QDockWidget*>("comparisonDock");
+        strategyDock->hide();
+        compareDock->show();
+        w.resize(1600, 1000);
+        ComparisonView* view = lab->comparisonView();
+        view->setStrategies({"dynamic", "quantized:nbits=2,residual=32,group=32", "sink:window=32,sinks=4"});
+        view->tokensBox()->setValue(48);
+        test::retype(view->promptEdit(), "Name three things a cache is good for.");
+        QSignalSpy rows(w.worker(), &EngineWorker::comparisonFinished);
+        QTest::mouseClick(view->runButton(), Qt::LeftButton);
+        QVERIFY(rows.wait(300000) || rows.count() > 0);
+        QTRY_COMPARE_WITH_TIMEOUT(view->columnCount(), 3, 10000);
+        QTest::qWait(300);
+        save(&w, "comparison.png");
+        compareDock->hide();
+
+        // The Models view over the installed models.
+        QTest::keyClick(&w, Qt::Key_L, Qt::ControlModifier);
+        ModelsDialog* models = nullptr;
+        QTRY_VERIFY((models = w.findChild<ModelsDialog*>("modelsDialog")) != nullptr && models->isVisible());
+        QTRY_VERIFY_WITH_TIMEOUT(!models->reading(), 30000);
+        QVERIFY(models->files()->rowCount() >= 1);
+        models->resize(1240, 360);
+        QTest::qWait(300);
+        save(models, "models.png");
+        models->reject();
     }
 };
 

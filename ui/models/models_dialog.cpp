@@ -20,6 +20,17 @@
 
 namespace kvchat {
 
+namespace {
+
+// A path as a user reads it: the home folder as ~.
+QString shownPath(const QString& path) {
+    const QString home = QDir::homePath();
+    if (home.size() > 1 && (path == home || path.startsWith(home + '/'))) return '~' + path.mid(home.size());
+    return QDir::toNativeSeparators(path);
+}
+
+}  // namespace
+
 ModelsDialog::ModelsDialog(QWidget* parent) : QDialog(parent) {
     qRegisterMetaType<ModelFileItem>();
     qRegisterMetaType<QList<ModelFileItem>>();
@@ -158,7 +169,7 @@ void ModelsDialog::updateSelection() {
     open_->setEnabled(f.read && f.error.isEmpty() && f.summary.architecture_supported && !isLoaded);
     open_->setToolTip(isLoaded ? tr("This model is loaded") : QString());
     QStringList lines;
-    lines << QStringLiteral("<b>%1</b>%2").arg(f.path.toHtmlEscaped(), isLoaded ? tr(" — loaded") : QString());
+    lines << QStringLiteral("<b>%1</b>%2").arg(shownPath(f.path).toHtmlEscaped(), isLoaded ? tr(" — loaded") : QString());
     if (!f.read) {
         lines << tr("Reading its metadata…");
     } else if (!f.error.isEmpty()) {
@@ -188,10 +199,10 @@ void ModelsDialog::updateStatus() {
     if (n == 0 && !reading_)
         text = tr("No models in %1 and no recent files. packaging/kvchat.sh model installs two; "
                   "Open file… opens any GGUF file.")
-                   .arg(QDir::toNativeSeparators(folder_));
+                   .arg(shownPath(folder_));
     else
-        text = n == 1 ? tr("%1 — 1 model file").arg(QDir::toNativeSeparators(folder_))
-                      : tr("%1 — %2 model files").arg(QDir::toNativeSeparators(folder_)).arg(n);
+        text = n == 1 ? tr("%1 — 1 model file").arg(shownPath(folder_))
+                      : tr("%1 — %2 model files").arg(shownPath(folder_)).arg(n);
     if (reading_ && n > 0) text += tr(" · reading %1 of %2…").arg(std::min(files_->readCount() + 1, n)).arg(n);
     status_->setText(text);
 }
