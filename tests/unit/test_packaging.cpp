@@ -139,9 +139,18 @@ private slots:
         const QString registered = type.match(QString::fromUtf8(mime.readAll())).captured(1);
         QCOMPARE(entry.value("MimeType"), registered + ";");
         QCOMPARE(m.mediatypes, QStringList({registered}));
-        // Screenshots are addresses in the project's repository.
+        // Screenshots are addresses in the project's repository, of pictures it holds (made by
+        // packaging/make-screenshots.sh, small enough for a software centre to fetch).
         QVERIFY(!m.screenshots.isEmpty());
-        for (const QString& s : m.screenshots) QVERIFY2(s.startsWith("https://") && s.endsWith(".png"), qPrintable(s));
+        const QString repository = QStringLiteral("https://raw.githubusercontent.com/kvchat/kvchat/main/");
+        for (const QString& s : m.screenshots) {
+            QVERIFY2(s.startsWith(repository) && s.endsWith(".png"), qPrintable(s));
+            const QFileInfo picture(QStringLiteral(KVCHAT_SOURCE_DIR) + "/" + s.mid(repository.size()));
+            QVERIFY2(picture.isFile(), qPrintable(s + ": no " + picture.filePath() + " in the source tree"));
+            QVERIFY2(picture.size() < 150 * 1024, qPrintable(picture.filePath() + " is over 150 KB"));
+            QImage image(picture.filePath());
+            QVERIFY2(!image.isNull() && image.width() >= 1000, qPrintable(picture.filePath()));
+        }
     }
 
     // Exec=kvchat %f: the file the desktop passes is the model the app opens (a missing one is
