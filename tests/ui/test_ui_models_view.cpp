@@ -155,7 +155,9 @@ private Q_SLOTS:
         // and a double click does nothing.
         select(d, broken_);
         QVERIFY(!d->openButton()->isEnabled());
-        QVERIFY2(d->details()->text().contains("Cannot be read"), qPrintable(d->details()->text()));
+        const QString brokenError = m->file(rowOf(d, broken_)).error;
+        QVERIFY2(d->details()->text().contains("Cannot be read: " + brokenError.toHtmlEscaped()), qPrintable(d->details()->text()));
+        QVERIFY(m->index(rowOf(d, broken_), ModelListModel::Architecture).data(Qt::ToolTipRole).toString().contains(brokenError));
         select(d, foreign_);
         QVERIFY(!d->openButton()->isEnabled());
         QVERIFY(d->details()->text().contains("no forward pass"));

@@ -40,7 +40,7 @@ QVariant ModelListModel::display(const ModelFileItem& f, int column) const {
         case File: return QFileInfo(f.path).fileName();
         case Architecture:
             if (!f.read) return tr("reading…");
-            if (!ok) return tr("cannot be read: %1").arg(f.error);
+            if (!ok) return tr("cannot be read (see below)");  // the reason is long: the details and tooltip hold it
             return s.architecture_supported ? QString::fromStdString(s.architecture)
                                             : tr("%1 (not supported)").arg(QString::fromStdString(s.architecture));
         case Parameters: return ok ? parametersText(s.parameters) : QVariant();

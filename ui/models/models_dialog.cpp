@@ -36,7 +36,7 @@ ModelsDialog::ModelsDialog(QWidget* parent) : QDialog(parent) {
     qRegisterMetaType<QList<ModelFileItem>>();
     setObjectName(QStringLiteral("modelsDialog"));
     setWindowTitle(tr("Models"));
-    resize(1080, 460);
+    resize(1240, 460);
 
     files_ = new ModelListModel(this);
     view_ = new QTreeView;
@@ -49,9 +49,12 @@ ModelsDialog::ModelsDialog(QWidget* parent) : QDialog(parent) {
     view_->setAlternatingRowColors(true);
     view_->setSelectionBehavior(QAbstractItemView::SelectRows);
     view_->setSelectionMode(QAbstractItemView::SingleSelection);
-    view_->header()->setStretchLastSection(false);
+    // The figures take the room they need; a long name is cut (its whole text is in the
+    // details below), and the last column takes what is left.
     view_->header()->setSectionResizeMode(QHeaderView::ResizeToContents);
-    view_->header()->setSectionResizeMode(ModelListModel::Architecture, QHeaderView::Stretch);
+    view_->header()->setSectionResizeMode(ModelListModel::Name, QHeaderView::Interactive);
+    view_->header()->resizeSection(ModelListModel::Name, 240);
+    view_->header()->setStretchLastSection(true);
     // Double click or Enter opens the row.
     connect(view_, &QAbstractItemView::activated, this, &ModelsDialog::openSelected);
     connect(view_->selectionModel(), &QItemSelectionModel::currentRowChanged, this, &ModelsDialog::updateSelection);
@@ -124,6 +127,11 @@ ModelsDialog::ModelsDialog(QWidget* parent) : QDialog(parent) {
         Q_EMIT listRead();
     });
     thread_.start();
+    // The window the view was opened from gets the keyboard back (without a window manager,
+    // nothing else would give it).
+    connect(this, &QDialog::finished, this, [this] {
+        if (parentWidget()) parentWidget()->activateWindow();
+    });
 }
 
 ModelsDialog::~ModelsDialog() {
@@ -139,6 +147,7 @@ void ModelsDialog::refresh(const QString& folder, const QStringList& recent) {
     reader_->cancel();
     QMetaObject::invokeMethod(reader_, [r = reader_, folder, recent] { r->scan(folder, recent); }, Qt::QueuedConnection);
     updateStatus();
+    view_->setFocus();  // arrows and Enter pick and open a model
 }
 
 void ModelsDialog::setLoadedModel(const QString& path) {
