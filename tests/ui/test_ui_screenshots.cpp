@@ -227,7 +227,9 @@ private Q_SLOTS:
         if (QFileInfo(installedModels_).isDir()) QVERIFY(QFile::link(installedModels_, data + "/models"));
         QString model = QString::fromStdString(installed_model_path(kChatModelFile));
         if (!QFileInfo::exists(model)) {
-            if (forReadme) QFAIL(qPrintable("the README's pictures show the chat model: install it (packaging/kvchat.sh model); none at " + model));
+            if (forReadme)
+                QFAIL(qPrintable("the README's pictures show the chat model: install it (packaging/kvchat.sh model); none in " +
+                                 installedModels_));
             model = model_;
         }
         const QString db = home_.path() + "/readme/kvchat.db";
