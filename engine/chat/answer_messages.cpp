@@ -163,6 +163,7 @@ MessagesResult ChatSession::answer_messages(const MessagesRequest& request, cons
         e.lock = std::move(held);  // (the turn takes it over and releases it when it ends)
         TurnRequest turn = TurnRequest::send(last);
         turn.history = history_from(chosen->common);
+        turn.whole_exchange = true;
         result.turn = take_turn(chosen->conversation, turn, options, callbacks);
         for (Entry& x : entries_)
             if (x.id == chosen->conversation) x.lock.reset();
@@ -192,6 +193,7 @@ MessagesResult ChatSession::answer_messages(const MessagesRequest& request, cons
     }
     TurnRequest turn = TurnRequest::send(last);
     turn.history = history_from(chosen && chosen->conversation != 0 ? chosen->common : 0);
+    turn.whole_exchange = true;
     result.turn = take_turn(id, turn, options, callbacks);
     result.turn.notices.insert(result.turn.notices.begin(), notices.begin(), notices.end());
     made_for_request(id, result.turn);

@@ -217,6 +217,25 @@ private slots:
         QCOMPARE(session.messages(id).size(), count + 2);
     }
 
+    // A conversation that ends with a question left unanswered (a crash, a failed turn elsewhere)
+    // is continued by a request that carries that question and a new one: the client's exchange.
+    void unansweredConversationContinued() {
+        Setup s;
+        Store store(s.db);
+        const auto row = store.create_conversation("left", s.m->fingerprint(), "dynamic");
+        store.append_message(row.id, Role::User, "the cat sat");
+        ChatSession session(store, *s.m, *s.be);
+        const MessagesResult r =
+            session.answer_messages(request({{Role::User, "the cat sat"}, {Role::User, "on the mat"}}), greedy(4));
+        QCOMPARE(r.turn.ending, TurnResult::Ending::Answered);
+        QCOMPARE(r.conversation_id, row.id);
+        QCOMPARE(session.messages(row.id).size(), size_t(3));
+        QCOMPARE(store.list_conversations().size(), size_t(1));
+        // The app's own send still refuses to stack a question on it.
+        store.append_message(row.id, Role::User, "and then");
+        QVERIFY(contains(error_of([&] { session.send(row.id, "again", greedy(2)); }), "has no answer"));
+    }
+
     // Refused with a clear error before anything is stored.
     void badRequestsRefused_data() {
         QTest::addColumn<int>("which");
