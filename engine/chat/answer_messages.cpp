@@ -2,8 +2,9 @@
 // chat completions take it) answered from the stored cache that shares the most of it.
 //
 // Candidates are compared without reading a snapshot: a conversation by its stored messages (role
-// and text, message by message, then the common messages rendered once for the token count), a
-// saved prefix by the tokens stored with it. Comparing messages rather than each conversation's
+// and text, message by message, then the common messages rendered once for the token count; only
+// conversations that open with the request's first message are read at all), a saved prefix by
+// the tokens stored with it. Comparing messages rather than each conversation's
 // rendered tokens costs one read of the stored text and no tokenization per conversation, and it
 // is the unit reuse happens in anyway: a conversation is continued or branched at a message.
 #include "engine/chat/chat_session.h"
@@ -80,7 +81,7 @@ MessagesResult ChatSession::answer_messages(const MessagesRequest& request, cons
         };
         std::vector<Candidate> candidates;
         const std::string& fingerprint = model().fingerprint();
-        for (const ConversationRecord& rec : store_.list_conversations()) {
+        for (const ConversationRecord& rec : store_.conversations_opening_with(msgs[0].role, msgs[0].content)) {
             if (rec.model_fingerprint != fingerprint) continue;  // its cache is another model's
             const std::vector<MessageRecord> stored = store_.list_messages(rec.id);
             // The last message of the request is always the new one: it is answered, never matched.
@@ -109,7 +110,7 @@ MessagesResult ChatSession::answer_messages(const MessagesRequest& request, cons
         }
         // The longest first; of equally long ones a conversation to continue before one to branch (a
         // client's own conversation, rather than a copy of it beside an earlier branch), then the
-        // most recent (list_conversations came most recent first).
+        // most recent (the conversations came most recent first).
         std::stable_sort(candidates.begin(), candidates.end(), [](const Candidate& a, const Candidate& b) {
             if (a.tokens != b.tokens) return a.tokens > b.tokens;
             if (a.whole != b.whole) return a.whole;
