@@ -7,6 +7,7 @@
 #include "ui/conversation_delegate.h"
 #include "ui/conversation_list_model.h"
 #include "ui/conversation_search_model.h"
+#include "ui/elided_label.h"
 #include "ui/engine_worker.h"
 #include "ui/message_box.h"
 #include "ui/prefix_library_panel.h"
@@ -14,6 +15,7 @@
 #include "ui/settings_dialog.h"
 #include "ui/transcript_model.h"
 #include "ui/transcript_view.h"
+#include "ui/view_controls.h"
 
 #include <QAction>
 #include <QApplication>
@@ -76,7 +78,7 @@ MainWindow::MainWindow(const WindowOptions& options, QWidget* parent)
     // A first start fills most of the screen: the chat, the list and the docks all need room.
     if (const QScreen* screen = QGuiApplication::primaryScreen()) {
         const QSize avail = screen->availableSize();
-        resize(std::max(1000, avail.width() * 9 / 10), std::max(700, avail.height() * 9 / 10));
+        resize(avail.width() * 9 / 10, avail.height() * 9 / 10);  // (a laptop's 1000 px too)
     } else {
         resize(1280, 820);
     }
@@ -108,6 +110,8 @@ MainWindow::MainWindow(const WindowOptions& options, QWidget* parent)
     // The cache inspector, strategy panel and comparison view, before the docks' state is restored.
     lab_ = new CacheLab(worker_, this, inspectorDock_, viewMenu_);
     connect(this, &MainWindow::currentConversationChanged, lab_, &CacheLab::setConversation);
+    // The inspector's shortcut and button, colours, the docks' room on a small screen.
+    view_ = new ViewControls(this, viewMenu_, inspectorDock_);
     thread_.start();
 
     if (options_.restoreState) restoreWindowState();
@@ -340,7 +344,7 @@ void MainWindow::createDocks() {
     connect(prefixes_, &PrefixLibraryPanel::newChatRequested, this, [this](qint64 id) { newChat(id); });
 
     // The cache of the open conversation; the cache inspector takes this dock's place.
-    inspectorDock_ = new QDockWidget(tr("Cache"), this);
+    inspectorDock_ = new QDockWidget(tr("Cache inspector"), this);
     inspectorDock_->setObjectName(QStringLiteral("cacheInspectorDock"));
     // Its content, the cache inspector, is the cache lab's (ui/lab/cache_lab.cpp).
     addDockWidget(Qt::RightDockWidgetArea, inspectorDock_);
@@ -360,7 +364,7 @@ void MainWindow::createDocks() {
 
 void MainWindow::createStatusBar() {
     auto label = [this](const QString& name, const QString& accessible) {
-        auto* l = new QLabel;
+        auto* l = new ElidedLabel;  // gives way rather than widen the window
         l->setObjectName(name);
         l->setAccessibleName(accessible);
         statusBar()->addPermanentWidget(l);

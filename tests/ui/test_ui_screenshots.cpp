@@ -17,7 +17,13 @@
 #include "support/ui_testing.h"
 
 #include <QAbstractItemView>
+#include <QAbstractScrollArea>
+#include <QAction>
+#include <QStatusBar>
+#include <QTabBar>
 #include <QDockWidget>
+#include <QLabel>
+#include <QMainWindow>
 #include <QMessageBox>
 #include <QPlainTextEdit>
 #include <QSignalSpy>
@@ -54,6 +60,33 @@ class TestUiScreenshots : public QObject {
     QTemporaryDir home_;
     QString model_;
     QString out_;
+
+    // Every widget shown in `w`'s window lies inside it (what a scroll area holds is clipped by it
+    // and may scroll out of view).
+    static void expectInside(QWidget* w) {
+        const QRect all = w->rect();
+        for (QWidget* c : w->findChildren<QWidget*>()) {
+            if (!c->isVisible() || c->window() != w) continue;
+            bool scrolled = false;
+            for (QWidget* p = c->parentWidget(); p && p != w && !scrolled; p = p->parentWidget())
+                scrolled = qobject_cast<QAbstractScrollArea*>(p) != nullptr;
+            if (scrolled) continue;
+            const QRect r(c->mapTo(w, QPoint(0, 0)), c->size());
+            // QMainWindow parks what the user cannot see outside itself: the docks of a tab group
+            // behind its front tab, and the tab bar of a group whose docks are all hidden.
+            if (!r.intersects(all)) {
+                if (qobject_cast<QTabBar*>(c) && c->parentWidget() == w) continue;
+                QDockWidget* dock = qobject_cast<QDockWidget*>(c);
+                for (QWidget* p = c->parentWidget(); p && !dock; p = p->parentWidget()) dock = qobject_cast<QDockWidget*>(p);
+                auto* main = qobject_cast<QMainWindow*>(w);
+                if (dock && main && !dock->isFloating() && !main->tabifiedDockWidgets(dock).isEmpty()) continue;
+            }
+            QVERIFY2(all.contains(r), qPrintable(QString("%1 (%2) at %3,%4 %5x%6 lies outside the %7x%8 window")
+                                                     .arg(c->objectName(), c->metaObject()->className())
+                                                     .arg(r.x()).arg(r.y()).arg(r.width()).arg(r.height())
+                                                     .arg(all.width()).arg(all.height())));
+        }
+    }
 
     void save(QWidget* w, const QString& name) {
         const QString path = out_ + "/" + name;
@@ -171,6 +204,89 @@ private Q_SLOTS:
         d->reject();
     }
 
+    // ---- the layout on a desktop and a laptop screen, light and dark (issue 24, points 1 and 8) ----
+
+    void layoutFitsTheScreen_data() {
+        QTest::addColumn<QSize>("screenSize");
+        QTest::addColumn<QString>("scheme");
+        for (const QSize s : {QSize(1600, 1000), QSize(1000, 700)})
+            for (const QString& scheme : {QStringLiteral("light"), QStringLiteral("dark")})
+                QTest::addRow("%dx%d %s", s.width(), s.height(), qPrintable(scheme)) << s << scheme;
+    }
+
+    // The window filling a screen: the chat keeps two thirds of a laptop's width, nothing lies
+    // outside the window, the status bar shows whole, and opening the comparison view neither
+    // grows the window past the screen nor puts its chart off it.
+    void layoutFitsTheScreen() {
+        QFETCH(QSize, screenSize);
+        QFETCH(QString, scheme);
+        QScreen* screen = test::screenOfSize(screenSize);
+        if (!screen) QSKIP("no screen of this size (the suite sets them up on the offscreen platform)");
+        const QString db = home_.path() + "/layout/kvchat.db";
+        if (!QFileInfo::exists(db)) {
+            QDir().mkpath(QFileInfo(db).absolutePath());
+            Store store(db.toStdString());
+            const auto c = store.create_conversation("Caches and strings", "", "dynamic");
+            for (const auto& turn : kTurns) {
+                store.append_message(c.id, Role::User, turn[0]);
+                store.append_message(c.id, Role::Assistant, turn[1]);
+            }
+        }
+        WindowOptions o;
+        o.databasePath = db;
+        o.modelPath = model_;
+        o.restoreState = false;
+        MainWindow w(o);
+        w.setScreen(screen);
+        w.move(screen->availableGeometry().topLeft());
+        w.showMaximized();  // as a laptop's user has it
+        QVERIFY(QTest::qWaitForWindowExposed(&w));
+        QTRY_VERIFY_WITH_TIMEOUT(w.modelReady() && w.currentConversation() != 0, 60000);
+        // The scheme, chosen as a user does: the View menu's entry.
+        auto* choice = w.findChild<QAction*>(scheme == "dark" ? "colorSchemeDarkAction" : "colorSchemeLightAction");
+        QVERIFY(choice);
+        choice->trigger();
+        auto* transcript = w.findChild<TranscriptView*>("transcriptView");
+        QTRY_COMPARE(transcript->messageViews().size(), 4);
+        QTest::qWait(200);
+        const QString tag = QString("%1x%2-%3").arg(screenSize.width()).arg(screenSize.height()).arg(scheme);
+        save(&w, "layout-" + tag + ".png");
+
+        const QRect avail = screen->availableGeometry();
+        QVERIFY2(w.frameGeometry().width() <= avail.width(), qPrintable(QString("window %1 px wide on a %2 px screen").arg(w.frameGeometry().width()).arg(avail.width())));
+        if (screenSize.width() <= 1000) {
+            // A laptop's window can be made narrower still.
+            QVERIFY2(w.minimumSizeHint().width() <= 800, qPrintable(QString("minimum width %1").arg(w.minimumSizeHint().width())));
+            QVERIFY2(transcript->width() * 3 >= w.width() * 2,
+                     qPrintable(QString("transcript %1 of %2 px").arg(transcript->width()).arg(w.width())));
+        }
+        expectInside(&w);
+        // The status bar and everything on it shows whole.
+        QStatusBar* bar = w.statusBar();
+        QVERIFY(w.rect().contains(QRect(bar->mapTo(&w, QPoint(0, 0)), bar->size())));
+        for (QWidget* child : bar->findChildren<QWidget*>(Qt::FindDirectChildrenOnly)) {
+            if (!child->isVisible()) continue;
+            QVERIFY2(bar->rect().contains(child->geometry()), qPrintable(child->objectName() + " is cut off"));
+            if (auto* label = qobject_cast<QLabel*>(child))
+                QVERIFY2(label->width() >= qMin(label->sizeHint().width(), 60), qPrintable(label->objectName() + " squeezed to nothing"));
+        }
+
+        // The comparison view, opened with its shortcut.
+        QTest::keyClick(&w, Qt::Key_M, Qt::ControlModifier | Qt::ShiftModifier);
+        auto* compare = w.findChild<QDockWidget*>("comparisonDock");
+        QVERIFY(compare);
+        QTRY_VERIFY(compare->isVisible());
+        QTest::qWait(200);
+        QVERIFY2(w.frameGeometry().width() <= avail.width() && w.frameGeometry().height() <= avail.height(),
+                 qPrintable(QString("window %1x%2 on a %3x%4 screen").arg(w.frameGeometry().width()).arg(w.frameGeometry().height()).arg(avail.width()).arg(avail.height())));
+        QWidget* chart = compare->findChild<QWidget*>("kvBytesChart");
+        QVERIFY(chart && chart->isVisible());
+        const QRect chartOnScreen(chart->mapToGlobal(QPoint(0, 0)), chart->size());
+        QVERIFY2(avail.contains(chartOnScreen), qPrintable(QString("chart at %1,%2 %3x%4").arg(chartOnScreen.x()).arg(chartOnScreen.y()).arg(chartOnScreen.width()).arg(chartOnScreen.height())));
+        expectInside(&w);
+        save(compare->isFloating() ? static_cast<QWidget*>(compare) : &w, "layout-" + tag + "-comparison.png");
+    }
+
     void loadError() {
         const QString bad = home_.path() + "/broken-model.gguf";
         QFile f(bad);
@@ -194,5 +310,5 @@ private Q_SLOTS:
     }
 };
 
-QTEST_MAIN(TestUiScreenshots)
+KVCHAT_TEST_MAIN_WITH_SCREENS(TestUiScreenshots)
 #include "test_ui_screenshots.moc"
