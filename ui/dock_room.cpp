@@ -123,6 +123,9 @@ void DockRoom::present(QDockWidget* dock, int usefulWidth) {
         dock->show();
         if (!dock->isFloating() && dock->width() < usefulWidth)
             window_->resizeDocks({dock}, {std::min(usefulWidth, window_->width() / 3)}, Qt::Horizontal);
+        // Most of the height too, when it shares its side with another dock.
+        if (!dock->isFloating() && dock->height() < window_->height() * 2 / 3)
+            window_->resizeDocks({dock}, {window_->height() * 2 / 3}, Qt::Vertical);
     }
     dock->raise();
 }

@@ -21,6 +21,7 @@
 #include <QAction>
 #include <QStatusBar>
 #include <QTabBar>
+#include <QToolButton>
 #include <QDockWidget>
 #include <QLabel>
 #include <QMainWindow>
@@ -285,6 +286,54 @@ private Q_SLOTS:
         QVERIFY2(avail.contains(chartOnScreen), qPrintable(QString("chart at %1,%2 %3x%4").arg(chartOnScreen.x()).arg(chartOnScreen.y()).arg(chartOnScreen.width()).arg(chartOnScreen.height())));
         expectInside(&w);
         save(compare->isFloating() ? static_cast<QWidget*>(compare) : &w, "layout-" + tag + "-comparison.png");
+    }
+
+    void inspectorOneKeyAway_data() {
+        QTest::addColumn<QSize>("screenSize");
+        QTest::newRow("1600x1000") << QSize(1600, 1000);
+        QTest::newRow("1000x700") << QSize(1000, 700);
+    }
+
+    // The inspector, even behind the prefix library's tab or sent away on a laptop, is one key
+    // (Ctrl+I) and one click (the status bar's Inspector) away, whole on the screen and wide
+    // enough to read, and the chat keeps its room.
+    void inspectorOneKeyAway() {
+        QFETCH(QSize, screenSize);
+        QScreen* screen = test::screenOfSize(screenSize);
+        if (!screen) QSKIP("no screen of this size (the suite sets them up on the offscreen platform)");
+        WindowOptions o;
+        o.databasePath = home_.path() + "/inspector/kvchat.db";
+        o.modelPath = model_;
+        o.restoreState = false;
+        MainWindow w(o);
+        w.setScreen(screen);
+        w.move(screen->availableGeometry().topLeft());
+        w.showMaximized();
+        QVERIFY(QTest::qWaitForWindowExposed(&w));
+        QTRY_VERIFY_WITH_TIMEOUT(w.modelReady() && w.currentConversation() != 0, 60000);
+        auto* dock = w.findChild<QDockWidget*>("cacheInspectorDock");
+        QVERIFY(dock);
+        w.findChild<QDockWidget*>("prefixLibraryDock")->raise();
+        QTest::qWait(100);
+        QVERIFY(dock->visibleRegion().isEmpty());  // hidden, as users found it
+        const QRect avail = screen->availableGeometry();
+        auto shownWhole = [&] {
+            return dock->isVisible() && !dock->visibleRegion().isEmpty() && dock->width() >= 400 &&
+                   avail.contains(QRect(dock->mapToGlobal(QPoint(0, 0)), dock->size()));
+        };
+        QTest::keyClick(&w, Qt::Key_I, Qt::ControlModifier);
+        QTRY_VERIFY2(shownWhole(), qPrintable(QString("inspector %1x%2, floating %3").arg(dock->width()).arg(dock->height()).arg(dock->isFloating())));
+        auto* transcript = w.findChild<TranscriptView*>("transcriptView");
+        if (screenSize.width() <= 1000) QVERIFY(transcript->width() * 3 >= w.width() * 2);
+        save(dock->isFloating() ? static_cast<QWidget*>(dock) : &w, QString("inspector-%1x%2.png").arg(screenSize.width()).arg(screenSize.height()));
+        // Closed, then the status bar's button.
+        dock->close();
+        QTRY_VERIFY(!dock->isVisible());
+        auto* button = w.findChild<QToolButton*>("inspectorButton");
+        QVERIFY(button && button->isVisible());
+        QVERIFY(w.rect().contains(QRect(button->mapTo(&w, QPoint(0, 0)), button->size())));
+        QTest::mouseClick(button, Qt::LeftButton);
+        QTRY_VERIFY(shownWhole());
     }
 
     void loadError() {
