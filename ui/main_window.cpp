@@ -6,6 +6,7 @@
 #include "engine/store/store.h"
 #include "ui/conversation_delegate.h"
 #include "ui/conversation_list_model.h"
+#include "ui/conversation_search.h"
 #include "ui/conversation_search_model.h"
 #include "ui/elided_label.h"
 #include "ui/engine_worker.h"
@@ -112,6 +113,10 @@ MainWindow::MainWindow(const WindowOptions& options, QWidget* parent)
     connect(this, &MainWindow::currentConversationChanged, lab_, &CacheLab::setConversation);
     // The inspector's shortcut and button, colours, the docks' room on a small screen.
     view_ = new ViewControls(this, viewMenu_, inspectorDock_);
+    // Search results show the words around their match, and opening one jumps to its message.
+    auto* found = new ConversationSearch(search_, list_, shownConversations_, transcriptView_, this);
+    connect(worker_, &EngineWorker::searchMatched, found, &ConversationSearch::showMatches);
+    connect(this, &MainWindow::currentConversationChanged, found, &ConversationSearch::jumpToMatch);
     thread_.start();
 
     if (options_.restoreState) restoreWindowState();

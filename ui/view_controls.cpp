@@ -2,6 +2,7 @@
 
 #include "ui/color_scheme.h"
 #include "ui/dock_room.h"
+#include "ui/focus_ring.h"
 
 #include <QAction>
 #include <QActionGroup>
@@ -22,6 +23,7 @@ ViewControls::ViewControls(QMainWindow* window, QMenu* viewMenu, QDockWidget* in
     setObjectName(QStringLiteral("viewControls"));
     room_ = new DockRoom(window);
     scheme_ = new ColorScheme(this);
+    new FocusRing(this);  // every Tab stop shows where the keyboard is
 
     inspectorAction_ = new QAction(tr("Cache &inspector"), window);
     inspectorAction_->setObjectName(QStringLiteral("showInspectorAction"));

@@ -2,7 +2,7 @@
 // What the window's View menu offers beyond each dock's own toggle: the cache inspector one key
 // (Ctrl+I) and one click (the status bar's Inspector button) away at a useful size, the colour
 // scheme (Light, Dark, System), the comparison view as a window of its own sized to the screen,
-// and the docks' room on a small screen (DockRoom).
+// the docks' room on a small screen (DockRoom), and a visible keyboard focus (FocusRing).
 #include <QObject>
 
 class QAction;
