@@ -5,6 +5,7 @@
 #include <QEvent>
 #include <QMainWindow>
 #include <QScreen>
+#include <QSettings>
 #include <QTimer>
 
 #include <algorithm>
@@ -12,10 +13,23 @@
 
 namespace kvchat {
 
+namespace {
+// The docks sent away when the window last closed (its saved state has them hidden): a start in a
+// wide window brings them back.
+const char* const kSentAwaySetting = "window/docksSentAway";
+}  // namespace
+
 DockRoom::DockRoom(QMainWindow* window) : QObject(window), window_(window) {
     setObjectName(QStringLiteral("dockRoom"));
     window_->installEventFilter(this);
     watchNewDocks();
+}
+
+void DockRoom::remember() const {
+    QStringList names;
+    for (const auto& d : sentAway_)
+        if (d) names << d->objectName();
+    QSettings().setValue(kSentAwaySetting, names);
 }
 
 bool DockRoom::narrow() const { return window_->width() < kNarrowWidth; }
@@ -48,6 +62,7 @@ void DockRoom::watchNewDocks() {
         connect(d->toggleViewAction(), &QAction::triggered, this, [this, d](bool open) {
             if (!open) {
                 sentAway_.removeAll(d);
+                remember();
                 return;
             }
             if (narrow() && !d->isFloating() && window_->dockWidgetArea(d) != Qt::NoDockWidgetArea)
@@ -89,17 +104,25 @@ bool DockRoom::eventFilter(QObject* watched, QEvent* event) {
 void DockRoom::fit() {
     if (!window_->isVisible()) return;
     watchNewDocks();
+    if (!restored_) {
+        restored_ = true;
+        // Restored hidden because the last run's window was narrow (the saved state keeps that).
+        for (const QString& name : QSettings().value(kSentAwaySetting).toStringList())
+            if (auto* d = window_->findChild<QDockWidget*>(name); d && !sentAway_.contains(d) && d->isHidden()) sentAway_ << d;
+    }
     if (narrow()) {
         for (QDockWidget* d : sideDocks()) {
             sentAway_ << d;
             d->hide();
         }
+        remember();
         return;
     }
     // Wide again: what was sent away comes back (the front tab of a group last, so it stays in front).
     QList<QPointer<QDockWidget>> back = std::exchange(sentAway_, {});
     for (const auto& d : back)
         if (d) d->show();
+    if (!back.isEmpty()) remember();
     // The docks of a side together take at most a third of the window.
     for (Qt::DockWidgetArea area : {Qt::LeftDockWidgetArea, Qt::RightDockWidgetArea}) {
         QList<QDockWidget*> docks;
@@ -116,7 +139,7 @@ void DockRoom::fit() {
 
 void DockRoom::present(QDockWidget* dock, int usefulWidth) {
     watchNewDocks();
-    sentAway_.removeAll(dock);
+    if (sentAway_.removeAll(dock) > 0) remember();
     if (narrow() && !dock->isFloating()) {
         floatInsideScreen(dock, usefulWidth);
     } else {

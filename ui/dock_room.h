@@ -37,11 +37,13 @@ private:
     void watchNewDocks();
     QList<QDockWidget*> sideDocks() const;
     void floatInsideScreen(QDockWidget* dock, int usefulWidth);
+    void remember() const;
 
     QMainWindow* window_;
     QList<QPointer<QDockWidget>> watched_;
     QList<QPointer<QDockWidget>> sentAway_;
     bool fitting_ = false;
+    bool restored_ = false;
 };
 
 }  // namespace kvchat

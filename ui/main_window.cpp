@@ -394,6 +394,8 @@ void MainWindow::createStatusBar() {
     contextBar_->setObjectName(QStringLiteral("contextBar"));
     contextBar_->setAccessibleName(tr("Tokens in context"));
     contextBar_->setMaximumWidth(200);
+    // Its figures whole (the labels beside it give way instead).
+    contextBar_->setMinimumWidth(contextBar_->fontMetrics().horizontalAdvance(QStringLiteral("000,000 / 000,000 tokens")) + 12);
     contextBar_->setTextVisible(true);
     contextBar_->setFormat(tr("%v / %m tokens"));
     contextBar_->setRange(0, 1);
