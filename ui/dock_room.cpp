@@ -41,9 +41,17 @@ QList<QDockWidget*> DockRoom::sentAway() const {
     return out;
 }
 
+QList<QDockWidget*> DockRoom::docks() const {
+    // The window's own docks (added to it, hence its children), in the order they were added.
+    QList<QDockWidget*> out;
+    for (QObject* o : window_->children())
+        if (auto* d = qobject_cast<QDockWidget*>(o)) out << d;
+    return out;
+}
+
 QList<QDockWidget*> DockRoom::sideDocks() const {
     QList<QDockWidget*> out;
-    for (QDockWidget* d : window_->findChildren<QDockWidget*>(QString(), Qt::FindDirectChildrenOnly)) {
+    for (QDockWidget* d : docks()) {
         const Qt::DockWidgetArea area = window_->dockWidgetArea(d);
         // Open (a tab behind another counts), docked at a side.
         if (!d->isFloating() && d->toggleViewAction()->isChecked() && (area == Qt::LeftDockWidgetArea || area == Qt::RightDockWidgetArea))
@@ -53,7 +61,7 @@ QList<QDockWidget*> DockRoom::sideDocks() const {
 }
 
 void DockRoom::watchNewDocks() {
-    for (QDockWidget* d : window_->findChildren<QDockWidget*>(QString(), Qt::FindDirectChildrenOnly)) {
+    for (QDockWidget* d : docks()) {
         if (watched_.contains(d)) continue;
         watched_ << d;
         d->installEventFilter(this);
@@ -108,7 +116,8 @@ void DockRoom::fit() {
         restored_ = true;
         // Restored hidden because the last run's window was narrow (the saved state keeps that).
         for (const QString& name : QSettings().value(kSentAwaySetting).toStringList())
-            if (auto* d = window_->findChild<QDockWidget*>(name); d && !sentAway_.contains(d) && d->isHidden()) sentAway_ << d;
+            for (QDockWidget* d : docks())
+                if (d->objectName() == name && !sentAway_.contains(d) && d->isHidden()) sentAway_ << d;
     }
     if (narrow()) {
         for (QDockWidget* d : sideDocks()) {

@@ -35,6 +35,7 @@ protected:
 private:
     void fit();
     void watchNewDocks();
+    QList<QDockWidget*> docks() const;
     QList<QDockWidget*> sideDocks() const;
     void floatInsideScreen(QDockWidget* dock, int usefulWidth);
     void remember() const;

@@ -1,6 +1,7 @@
 #include "ui/main_window.h"
 
 #include "ui/lab/cache_lab.h"
+#include "ui/lab/comparison_view.h"
 
 #include "engine/model/model_path.h"
 #include "engine/store/store.h"
@@ -112,7 +113,8 @@ MainWindow::MainWindow(const WindowOptions& options, QWidget* parent)
     lab_ = new CacheLab(worker_, this, inspectorDock_, viewMenu_);
     connect(this, &MainWindow::currentConversationChanged, lab_, &CacheLab::setConversation);
     // The inspector's shortcut and button, colours, the docks' room on a small screen.
-    view_ = new ViewControls(this, viewMenu_, inspectorDock_);
+    // (The comparison view's dock is the one the lab put it in.)
+    view_ = new ViewControls(this, viewMenu_, inspectorDock_, qobject_cast<QDockWidget*>(lab_->comparisonView()->parentWidget()));
     // Search results show the words around their match, and opening one jumps to its message.
     auto* found = new ConversationSearch(search_, list_, shownConversations_, transcriptView_, this);
     connect(worker_, &EngineWorker::searchMatched, found, &ConversationSearch::showMatches);

@@ -18,7 +18,7 @@
 
 namespace kvchat {
 
-ViewControls::ViewControls(QMainWindow* window, QMenu* viewMenu, QDockWidget* inspectorDock)
+ViewControls::ViewControls(QMainWindow* window, QMenu* viewMenu, QDockWidget* inspectorDock, QDockWidget* comparisonDock)
     : QObject(window), window_(window), inspectorDock_(inspectorDock) {
     setObjectName(QStringLiteral("viewControls"));
     room_ = new DockRoom(window);
@@ -45,7 +45,7 @@ ViewControls::ViewControls(QMainWindow* window, QMenu* viewMenu, QDockWidget* in
     window->statusBar()->addPermanentWidget(inspectorButton_);
 
     addColorSchemeMenu(viewMenu);
-    floatComparison();
+    floatComparison(comparisonDock);
 }
 
 void ViewControls::showInspector() {
@@ -71,8 +71,7 @@ void ViewControls::addColorSchemeMenu(QMenu* viewMenu) {
     }
 }
 
-void ViewControls::floatComparison() {
-    auto* dock = window_->findChild<QDockWidget*>(QStringLiteral("comparisonDock"));
+void ViewControls::floatComparison(QDockWidget* dock) {
     if (!dock) return;
     // Docked below the chat it took the window's height and pushed the window past the screen:
     // it opens as a window of its own, as big as a dialog and never bigger than the screen (it

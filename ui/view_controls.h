@@ -23,7 +23,8 @@ public:
     static constexpr int kInspectorWidth = 440;
 
     // Call once the window's docks are made (docks added later are still looked after).
-    ViewControls(QMainWindow* window, QMenu* viewMenu, QDockWidget* inspectorDock);
+    // comparisonDock: the comparison view's (opens as a window of its own); may be null.
+    ViewControls(QMainWindow* window, QMenu* viewMenu, QDockWidget* inspectorDock, QDockWidget* comparisonDock);
 
     DockRoom* dockRoom() const { return room_; }
     ColorScheme* colorScheme() const { return scheme_; }
@@ -34,7 +35,7 @@ public:
 
 private:
     void addColorSchemeMenu(QMenu* viewMenu);
-    void floatComparison();
+    void floatComparison(QDockWidget* dock);
 
     QMainWindow* window_;
     QDockWidget* inspectorDock_;
