@@ -41,17 +41,6 @@ void ColorScheme::choose(Choice c) {
     apply();
 }
 
-bool ColorScheme::desktopIsDark() const {
-#if QT_VERSION >= QT_VERSION_CHECK(6, 5, 0)
-    const Qt::ColorScheme s = QGuiApplication::styleHints()->colorScheme();
-    if (s != Qt::ColorScheme::Unknown) return s == Qt::ColorScheme::Dark;
-#endif
-    // No scheme to ask for: the platform's own palette says it (light text on a dark window).
-    QApplication::setPalette(QPalette());
-    const QPalette p = QApplication::palette();
-    return p.color(QPalette::Window).lightness() < p.color(QPalette::WindowText).lightness();
-}
-
 bool ColorScheme::dark() const {
     const QPalette p = QApplication::palette();
     return p.color(QPalette::Window).lightness() < p.color(QPalette::WindowText).lightness();
@@ -59,10 +48,17 @@ bool ColorScheme::dark() const {
 
 void ColorScheme::apply() {
     const bool wasDark = dark();
-    if (choice_ == Choice::Dark) QApplication::setPalette(darkPalette());
-    else if (choice_ == Choice::Light) QApplication::setPalette(desktopIsDark() ? lightPalette() : QPalette());
-    else if (desktopIsDark()) QApplication::setPalette(darkPalette());
-    else QApplication::setPalette(QPalette());  // the platform's own
+    // The platform's own palette first (a native dark theme is kept as it is), then ours where it
+    // is not what was asked for.
+    QApplication::setPalette(QPalette());
+    bool wantDark = dark();
+    if (choice_ == Choice::Dark) wantDark = true;
+    else if (choice_ == Choice::Light) wantDark = false;
+#if QT_VERSION >= QT_VERSION_CHECK(6, 5, 0)
+    else if (QGuiApplication::styleHints()->colorScheme() != Qt::ColorScheme::Unknown)
+        wantDark = QGuiApplication::styleHints()->colorScheme() == Qt::ColorScheme::Dark;
+#endif
+    if (wantDark != dark()) QApplication::setPalette(wantDark ? darkPalette() : lightPalette());
     if (dark() != wasDark) Q_EMIT changed(dark());
 }
 

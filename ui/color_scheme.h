@@ -1,7 +1,8 @@
 #pragma once
 // The window's colours: light, dark, or the desktop's. "System" follows the desktop's colour
 // scheme (Qt 6.5's QStyleHints::colorScheme and its change signal where this Qt has them; else
-// the palette the platform gives). The choice is kept in the settings (view/colorScheme) and
+// the palette the platform gives, which Qt keeps current). Light and Dark keep the platform's
+// palette when it already is one, else use ours. The choice is kept in the settings (view/colorScheme) and
 // applied to the whole application, so every widget, and every chart painted from the palette,
 // follows it.
 #include <QObject>
@@ -33,7 +34,6 @@ Q_SIGNALS:
 
 private:
     void apply();
-    bool desktopIsDark() const;
 
     Choice choice_ = Choice::System;
 };
