@@ -1,6 +1,7 @@
 #include "ui/conversation_delegate.h"
 
 #include "ui/conversation_list_model.h"
+#include "ui/conversation_search_model.h"
 
 #include <QApplication>
 #include <QDateTime>
@@ -49,6 +50,39 @@ void ConversationDelegate::paint(QPainter* p, const QStyleOptionViewItem& option
                                   QDateTime::currentMSecsSinceEpoch());
     p->drawText(QRect(r.left(), r.top() + fm.height() + 1, r.width(), sm.height()), Qt::AlignLeft | Qt::AlignVCenter,
                 sm.elidedText(line, Qt::ElideRight, r.width()));
+    // While searching: the words around the match, the matched ones in bold, cut at the edge.
+    const QVariant snippet = index.data(ConversationSearchModel::SnippetRole);
+    if (snippet.isValid()) {
+        const QString s = snippet.toString().simplified();
+        QFont bold = small;
+        bold.setBold(true);
+        const QFontMetrics bm(bold);
+        const int top = r.top() + fm.height() + sm.height() + 2;
+        int x = r.left();
+        bool inMatch = false;
+        QString piece;
+        auto flush = [&] {
+            if (piece.isEmpty() || x >= r.right()) return;
+            const QFontMetrics& m = inMatch ? bm : sm;
+            p->setFont(inMatch ? bold : small);
+            p->setPen(inMatch ? opt.palette.color(group, selected ? QPalette::HighlightedText : QPalette::Text) : soft);
+            const int room = r.right() - x;
+            const QString shown = m.horizontalAdvance(piece) <= room ? piece : m.elidedText(piece, Qt::ElideRight, room);
+            p->drawText(QRect(x, top, room, sm.height()), Qt::AlignLeft | Qt::AlignVCenter, shown);
+            x += m.horizontalAdvance(shown);
+            if (shown != piece) x = r.right();  // cut: nothing more fits
+            piece.clear();
+        };
+        for (const QChar c : s) {
+            if (c == SearchMatch::kMatchBegin || c == SearchMatch::kMatchEnd) {
+                flush();
+                inMatch = c == SearchMatch::kMatchBegin;
+            } else {
+                piece += c;
+            }
+        }
+        flush();
+    }
     p->restore();
 }
 
@@ -56,7 +90,8 @@ QSize ConversationDelegate::sizeHint(const QStyleOptionViewItem& option, const Q
     QSize s = QStyledItemDelegate::sizeHint(option, index);
     QFont small = option.font;
     small.setPointSizeF(small.pointSizeF() * 0.85);
-    s.setHeight(QFontMetrics(option.font).height() + QFontMetrics(small).height() + 8);
+    const int lines = index.data(ConversationSearchModel::SnippetRole).isValid() ? 2 : 1;
+    s.setHeight(QFontMetrics(option.font).height() + lines * QFontMetrics(small).height() + 8 + (lines - 1) * 1);
     return s;
 }
 

@@ -4,6 +4,9 @@
 // becomes the most recent moves (the view keeps it selected) and a search narrows the rows
 // without touching the conversations themselves. The matches come from the store's full-text
 // search (titles and message text), which the window asks the worker for.
+#include "ui/search_match.h"
+
+#include <QHash>
 #include <QSet>
 #include <QSortFilterProxyModel>
 
@@ -14,7 +17,16 @@ namespace kvchat {
 class ConversationSearchModel : public QSortFilterProxyModel {
     Q_OBJECT
 public:
+    // While searching: where the conversation matched (SearchMatch::snippet, the matched words
+    // marked), or a note that the title did; nothing otherwise.
+    static constexpr int SnippetRole = Qt::UserRole + 100;
+
     explicit ConversationSearchModel(QObject* parent = nullptr);
+
+    // Where the search matched in each conversation's messages (kept until the search ends).
+    void setSnippets(const QList<SearchMatch>& matches);
+    std::optional<SearchMatch> match(qint64 id) const;
+    QVariant data(const QModelIndex& index, int role = Qt::DisplayRole) const override;
 
     // Shows only these conversations (a search's matches); nullopt shows all.
     void setMatches(std::optional<QSet<qint64>> ids);
@@ -28,6 +40,7 @@ protected:
 
 private:
     std::optional<QSet<qint64>> matches_;
+    QHash<qint64, SearchMatch> snippets_;
 };
 
 }  // namespace kvchat

@@ -85,6 +85,7 @@ EngineWorker::EngineWorker(QObject* parent) : QObject(parent), settings_(std::ma
     // Direct: the results leave from the reader's thread, never queued behind a turn on this one.
     connect(reader_, &StoreReader::transcriptRead, this, &EngineWorker::transcriptLoaded, Qt::DirectConnection);
     connect(reader_, &StoreReader::searchResults, this, &EngineWorker::searchResults, Qt::DirectConnection);
+    connect(reader_, &StoreReader::searchMatched, this, &EngineWorker::searchMatched, Qt::DirectConnection);
     connect(reader_, &StoreReader::failed, this, &EngineWorker::failed, Qt::DirectConnection);
     readerThread_.start();
 }

@@ -11,6 +11,7 @@
 #include "ui/chat_settings_value.h"
 #include "ui/engine_values.h"
 #include "ui/lab/lab_values.h"
+#include "ui/search_match.h"
 
 #include <QElapsedTimer>
 #include <QLockFile>
@@ -105,6 +106,7 @@ Q_SIGNALS:
     void conversationCreated(const kvchat::ConversationItem& conversation);
     void transcriptLoaded(const kvchat::ConversationItem& conversation, const QList<kvchat::MessageItem>& messages);
     void searchResults(const QString& query, const QList<qint64>& ids);
+    void searchMatched(const QString& query, const QList<kvchat::SearchMatch>& matches);  // just before searchResults
 
     void turnStarted(qint64 conversationId);
     void answerText(qint64 conversationId, const QString& piece);

@@ -1,12 +1,15 @@
 #include "ui/main_window.h"
 
 #include "ui/lab/cache_lab.h"
+#include "ui/lab/comparison_view.h"
 
 #include "engine/model/model_path.h"
 #include "engine/store/store.h"
 #include "ui/conversation_delegate.h"
 #include "ui/conversation_list_model.h"
+#include "ui/conversation_search.h"
 #include "ui/conversation_search_model.h"
+#include "ui/elided_label.h"
 #include "ui/engine_worker.h"
 #include "ui/message_box.h"
 #include "ui/models/model_name_clicks.h"
@@ -16,6 +19,7 @@
 #include "ui/settings_dialog.h"
 #include "ui/transcript_model.h"
 #include "ui/transcript_view.h"
+#include "ui/view_controls.h"
 
 #include <QAction>
 #include <QApplication>
@@ -78,7 +82,7 @@ MainWindow::MainWindow(const WindowOptions& options, QWidget* parent)
     // A first start fills most of the screen: the chat, the list and the docks all need room.
     if (const QScreen* screen = QGuiApplication::primaryScreen()) {
         const QSize avail = screen->availableSize();
-        resize(std::max(1000, avail.width() * 9 / 10), std::max(700, avail.height() * 9 / 10));
+        resize(avail.width() * 9 / 10, avail.height() * 9 / 10);  // (a laptop's 1000 px too)
     } else {
         resize(1280, 820);
     }
@@ -110,6 +114,13 @@ MainWindow::MainWindow(const WindowOptions& options, QWidget* parent)
     // The cache inspector, strategy panel and comparison view, before the docks' state is restored.
     lab_ = new CacheLab(worker_, this, inspectorDock_, viewMenu_);
     connect(this, &MainWindow::currentConversationChanged, lab_, &CacheLab::setConversation);
+    // The inspector's shortcut and button, colours, the docks' room on a small screen.
+    // (The comparison view's dock is the one the lab put it in.)
+    view_ = new ViewControls(this, viewMenu_, inspectorDock_, qobject_cast<QDockWidget*>(lab_->comparisonView()->parentWidget()));
+    // Search results show the words around their match, and opening one jumps to its message.
+    auto* found = new ConversationSearch(search_, list_, shownConversations_, transcriptView_, this);
+    connect(worker_, &EngineWorker::searchMatched, found, &ConversationSearch::showMatches);
+    connect(this, &MainWindow::currentConversationChanged, found, &ConversationSearch::jumpToMatch);
     thread_.start();
 
     if (options_.restoreState) restoreWindowState();
@@ -345,7 +356,7 @@ void MainWindow::createDocks() {
     connect(prefixes_, &PrefixLibraryPanel::newChatRequested, this, [this](qint64 id) { newChat(id); });
 
     // The cache of the open conversation; the cache inspector takes this dock's place.
-    inspectorDock_ = new QDockWidget(tr("Cache"), this);
+    inspectorDock_ = new QDockWidget(tr("Cache inspector"), this);
     inspectorDock_->setObjectName(QStringLiteral("cacheInspectorDock"));
     // Its content, the cache inspector, is the cache lab's (ui/lab/cache_lab.cpp).
     addDockWidget(Qt::RightDockWidgetArea, inspectorDock_);
@@ -365,7 +376,7 @@ void MainWindow::createDocks() {
 
 void MainWindow::createStatusBar() {
     auto label = [this](const QString& name, const QString& accessible) {
-        auto* l = new QLabel;
+        auto* l = new ElidedLabel;  // gives way rather than widen the window
         l->setObjectName(name);
         l->setAccessibleName(accessible);
         statusBar()->addPermanentWidget(l);
@@ -391,6 +402,8 @@ void MainWindow::createStatusBar() {
     contextBar_->setObjectName(QStringLiteral("contextBar"));
     contextBar_->setAccessibleName(tr("Tokens in context"));
     contextBar_->setMaximumWidth(200);
+    // Its figures whole (the labels beside it give way instead).
+    contextBar_->setMinimumWidth(contextBar_->fontMetrics().horizontalAdvance(QStringLiteral("000,000 / 000,000 tokens")) + 12);
     contextBar_->setTextVisible(true);
     contextBar_->setFormat(tr("%v / %m tokens"));
     contextBar_->setRange(0, 1);

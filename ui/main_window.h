@@ -35,6 +35,7 @@ class PrefixLibraryPanel;
 class StoragePanel;
 class TranscriptModel;
 class TranscriptView;
+class ViewControls;
 struct ChatSettings;
 
 struct WindowOptions {
@@ -55,6 +56,7 @@ public:
     QComboBox* strategyControl() const { return strategy_; }
     QMenu* viewMenu() const { return viewMenu_; }
     CacheLab* cacheLab() const { return lab_; }
+    ViewControls* viewControls() const { return view_; }
     // The item models the views show (for tests and tools): the open conversation's messages, the
     // conversations, and the list as shown (sorted, searched).
     TranscriptModel* transcriptModel() const { return transcript_; }
@@ -159,6 +161,7 @@ private:
 
     QDockWidget* inspectorDock_ = nullptr;
     CacheLab* lab_ = nullptr;
+    ViewControls* view_ = nullptr;
     QDockWidget* prefixDock_ = nullptr;
     PrefixLibraryPanel* prefixes_ = nullptr;
     QDockWidget* storageDock_ = nullptr;

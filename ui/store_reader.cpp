@@ -39,7 +39,11 @@ void StoreReader::readTranscript(qint64 id) {
 void StoreReader::search(const QString& query) {
     if (!store_) return;
     QList<qint64> ids;
+    QList<SearchMatch> matches;
     try {
+        for (const Store::MessageMatch& m : store_->search_message_matches(query.toStdString()))
+            matches.push_back({m.conversation_id, m.message_id, static_cast<int>(m.ordinal), QString::fromStdString(m.snippet)});
+        Q_EMIT searchMatched(query, matches);
         for (const ConversationOverview& o : store_->search_conversations(query.toStdString())) ids.push_back(o.conversation.id);
     } catch (const std::exception& e) {
         Q_EMIT failed(tr("Search"), QString::fromUtf8(e.what()));

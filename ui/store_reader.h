@@ -5,6 +5,7 @@
 // made before the read began). It only reads: every change goes through the worker. EngineWorker
 // owns it and passes its results on as its own signals.
 #include "ui/engine_values.h"
+#include "ui/search_match.h"
 
 #include <QObject>
 
@@ -29,6 +30,8 @@ public Q_SLOTS:
 Q_SIGNALS:
     void transcriptRead(const kvchat::ConversationItem& conversation, const QList<kvchat::MessageItem>& messages);
     void searchResults(const QString& query, const QList<qint64>& ids);
+    // Where the query matched in message text (sent just before searchResults).
+    void searchMatched(const QString& query, const QList<kvchat::SearchMatch>& matches);
     // `what` names the request ("Open conversation", "Search").
     void failed(const QString& what, const QString& problem);
 

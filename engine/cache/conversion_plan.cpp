@@ -28,6 +28,16 @@ std::string_view conversion_kind_name(ConversionPlan::Kind kind) {
     return "unknown";
 }
 
+std::pair<int64_t, int64_t> messages_spanning(const std::vector<int64_t>& starts, int64_t first, int64_t last) {
+    if (starts.empty() || first < 0 || last < first) return {-1, -1};
+    // The last message starting at or before a position holds it.
+    auto holder = [&](int64_t pos) {
+        const auto it = std::upper_bound(starts.begin(), starts.end(), pos);
+        return it == starts.begin() ? int64_t{0} : static_cast<int64_t>(it - starts.begin()) - 1;
+    };
+    return {holder(first), holder(last)};
+}
+
 std::string_view layer_conversion_mode_name(LayerConversion::Mode mode) {
     switch (mode) {
         case LayerConversion::Mode::Verbatim: return "verbatim";
@@ -41,22 +51,32 @@ namespace {
 
 int64_t held_bytes(const LayerTelemetry& t) { return t.bytes_fast + t.bytes_slow; }
 
+// [first, last] grown to hold `pos` (-1: empty).
+void widen(int64_t& first, int64_t& last, int64_t pos) {
+    first = first < 0 ? pos : std::min(first, pos);
+    last = std::max(last, pos);
+}
+
 // Walks the positions a layer holds before and after (both sorted) and counts what changed.
+
+
 void count_changes(const TokenRows& before, const TokenRows& after, LayerConversion& lc) {
     const bool coarser = after.nbits > 0 && before.nbits > 0 && (after.nbits < before.nbits || after.group > before.group);
     size_t i = 0, j = 0;
     while (i < before.pos.size() || j < after.pos.size()) {
         if (j >= after.pos.size() || (i < before.pos.size() && before.pos[i] < after.pos[j])) {
             ++lc.tokens_evicted;
+            widen(lc.evicted_first, lc.evicted_last, before.pos[i]);
             ++i;
         } else if (i >= before.pos.size() || after.pos[j] < before.pos[i]) {
             ++lc.tokens_restored;
             ++j;
         } else {
             if (!after.exact[j]) {
-                if (before.exact[i])
+                if (before.exact[i]) {
                     ++lc.tokens_quantized;
-                else if (coarser)
+                    widen(lc.quantized_first, lc.quantized_last, before.pos[i]);
+                } else if (coarser)
                     ++lc.tokens_requantized;
             }
             ++i;
@@ -262,6 +282,14 @@ ConversionPlan plan_conversion(const Cache& cache, const CacheSpec& spec, double
         plan.tokens_requantized = std::max(plan.tokens_requantized, lc.tokens_requantized);
         plan.tokens_evicted = std::max(plan.tokens_evicted, lc.tokens_evicted);
         plan.tokens_restored = std::max(plan.tokens_restored, lc.tokens_restored);
+        if (lc.evicted_first >= 0) {
+            widen(plan.evicted_first, plan.evicted_last, lc.evicted_first);
+            widen(plan.evicted_first, plan.evicted_last, lc.evicted_last);
+        }
+        if (lc.quantized_first >= 0) {
+            widen(plan.quantized_first, plan.quantized_last, lc.quantized_first);
+            widen(plan.quantized_first, plan.quantized_last, lc.quantized_last);
+        }
     }
     if (!rebuild)
         plan.kind = plan.tokens_quantized > 0 || plan.tokens_requantized > 0 || plan.tokens_evicted > 0

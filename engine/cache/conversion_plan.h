@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace kvchat {
@@ -28,6 +29,10 @@ struct LayerConversion {
     int64_t quantized_after = 0;     // LayerTelemetry::quantized_tokens after
     int64_t evicted_after = 0;       // LayerTelemetry::evicted after
     int64_t bytes_before = 0, bytes_after = 0;  // held, fast + slow tier
+    // Where the evicted and the newly quantized tokens lie: their first and last positions
+    // (-1: none).
+    int64_t evicted_first = -1, evicted_last = -1;
+    int64_t quantized_first = -1, quantized_last = -1;
 };
 
 struct ConversionPlan {
@@ -52,7 +57,18 @@ struct ConversionPlan {
     int64_t tokens_requantized = 0;
     int64_t tokens_restored = 0;
     std::vector<LayerConversion> layers;  // empty when Unchanged
+    // Over all layers, the first and last position of a token some layer evicts, or newly
+    // quantizes (-1: none): with message_starts, which messages lose what.
+    int64_t evicted_first = -1, evicted_last = -1;
+    int64_t quantized_first = -1, quantized_last = -1;
+    // When the cache is a conversation's (ChatSession::plan_switch fills it): the position where
+    // each of its messages begins, in order; empty otherwise.
+    std::vector<int64_t> message_starts;
 };
+
+// The messages (0-based indices into message_starts) holding positions [first, last]; a position
+// before the first message belongs to it. {-1, -1} when there are no messages or no positions.
+std::pair<int64_t, int64_t> messages_spanning(const std::vector<int64_t>& message_starts, int64_t first, int64_t last);
 
 std::string_view conversion_kind_name(ConversionPlan::Kind kind);  // "unchanged", "lossless", ...
 std::string_view layer_conversion_mode_name(LayerConversion::Mode mode);  // "verbatim", "imported", "rebuilt"

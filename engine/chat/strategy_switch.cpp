@@ -10,7 +10,9 @@ ConversionPlan ChatSession::plan_switch(int64_t id, const std::string& spec) {
     Entry& e = prepare(id, notices);
     const Unlock unlock{e};
     for (std::string& n : notices) notices_.push_back(std::move(n));
-    const ConversionPlan plan = plan_conversion(e.conversation->cache(), spec, prefill_tok_s_);
+    ConversionPlan plan = plan_conversion(e.conversation->cache(), spec, prefill_tok_s_);
+    // Where each message begins in the cache, so the preview can say which messages lose tokens.
+    plan.message_starts = e.conversation->chat_template().render(e.conversation->messages(), false).message_starts;
     enforce_budget(e);
     return plan;
 }

@@ -44,16 +44,18 @@ struct ComparisonRow {
 struct ComparisonOptions {
     int gen_tokens = 32;
     bool measure_conversion = true;
-    // Tasks "Prefilling <spec>", "Decoding", "Converting"; the cancel flag is checked between
-    // prefill slices, decode steps and conversions.
+    // Tasks "Warming up", "Prefilling <spec>", "Decoding", "Converting"; the cancel flag is
+    // checked between prefill slices, decode steps and conversions.
     Progress progress;
 };
 
 // Throws kvchat::Error: a bad spec (naming the parameter), or a strategy that cannot hold the
 // prompt and the generated tokens (before anything is computed); kvchat::Cancelled when cancelled. The rows follow
 // `strategies` (canonical, duplicates dropped); dynamic is always run as the reference but only
-// reported when listed. Decoding goes round the strategies one step each, so a machine whose load
-// drifts slows them alike and the speed ratios stay meaningful.
+// reported when listed. Nothing is timed before a warm-up (a short prefill and a decode step on a
+// throwaway cache, progress task "Warming up"), and decoding goes round the strategies one step
+// each, every other step in reverse order, so neither a cold start nor a machine whose load drifts
+// favours one strategy and the speed ratios stay meaningful.
 std::vector<ComparisonRow> compare_strategies(const Model& model, Backend& backend, const std::vector<int32_t>& prompt,
                                               const std::vector<std::string>& strategies,
                                               const ComparisonOptions& options = {});

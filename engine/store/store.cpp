@@ -1017,6 +1017,24 @@ std::vector<ConversationOverview> Store::search_conversations(std::string_view q
     return out;
 }
 
+std::vector<Store::MessageMatch> Store::search_message_matches(std::string_view query, int snippet_words) const {
+    const std::string match = fts_query(repair_utf8(query).text);
+    std::vector<MessageMatch> out;
+    if (match.empty()) return out;
+    Statement st(db_, path_,
+                 "SELECT m.conversation_id, m.id, m.ordinal, "
+                 "snippet(message_text_fts, 0, char(2), char(3), '…', ?2) "
+                 "FROM message_text_fts JOIN messages m ON m.id = message_text_fts.rowid "
+                 "WHERE message_text_fts MATCH ?1 ORDER BY m.conversation_id, m.ordinal");
+    st.bind_text(1, match).bind_int(2, std::clamp(snippet_words, 1, 64));
+    while (st.step()) {
+        const int64_t conversation = st.integer(0);
+        if (!out.empty() && out.back().conversation_id == conversation) continue;  // its first match only
+        out.push_back({conversation, st.integer(1), st.integer(2), st.text(3)});
+    }
+    return out;
+}
+
 void Store::rename_conversation(int64_t id, std::string_view title) {
     const std::string name = repair_utf8(title).text;
     check_name("conversation", name);

@@ -114,6 +114,18 @@ public:
     // plain text: quotes, operators and stars in it are words, never search syntax. A query
     // without words finds every conversation.
     std::vector<ConversationOverview> search_conversations(std::string_view query) const;
+    // Where `query` (matched as search_conversations does) is found in message text: the first
+    // matching message of each conversation, with a few words around the match (FTS5's
+    // snippet(); the matched words between kMatchBegin and kMatchEnd, cut text marked "…").
+    // A conversation found only by its title has no entry.
+    static constexpr char kMatchBegin = '\x02', kMatchEnd = '\x03';
+    struct MessageMatch {
+        int64_t conversation_id = 0;
+        int64_t message_id = 0;
+        int64_t ordinal = 0;
+        std::string snippet;
+    };
+    std::vector<MessageMatch> search_message_matches(std::string_view query, int snippet_words = 12) const;
     void rename_conversation(int64_t id, std::string_view title);
     // Deletes the conversation and its messages; returns its snapshot name (empty when none) so
     // the caller removes the file after the row is gone.

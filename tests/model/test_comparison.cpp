@@ -108,6 +108,9 @@ private slots:
         if (QTest::currentTestFailed()) return;
         QVERIFY(std::find(tasks.begin(), tasks.end(), "Decoding") != tasks.end());
         QVERIFY(std::find(tasks.begin(), tasks.end(), "Prefilling sink:window=8,sinks=2") != tasks.end());
+        // Nothing is timed cold: the warm-up comes before the first strategy's prefill.
+        QVERIFY(!tasks.empty());
+        QCOMPARE(tasks.front(), std::string("Warming up"));
     }
 
     // The tiny random models settle on one token whatever the cache holds; the default model's

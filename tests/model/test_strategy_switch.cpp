@@ -79,6 +79,10 @@ private slots:
         const TurnResult a1 = a.send(ia, "Name three colours of the rainbow.", greedy(16));
         const ConversionPlan plan = a.plan_switch(ia, to);
         QCOMPARE(plan.kind, ConversionPlan::Kind::Lossless);
+        // Where each message begins in the cache (for the preview's "which messages").
+        QCOMPARE(plan.message_starts.size(), a.messages(ia).size());
+        for (size_t i = 1; i < plan.message_starts.size(); ++i) QVERIFY(plan.message_starts[i] > plan.message_starts[i - 1]);
+        QVERIFY(plan.message_starts.back() < plan.tokens);
         const auto before = a.telemetry(ia);
         QVERIFY(before.has_value());
         QCOMPARE(plan.tokens, before->tokens);

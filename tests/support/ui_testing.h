@@ -3,6 +3,8 @@
 // field's text as a user does, and reading exported CSV back independently of the writer.
 #include <QApplication>
 #include <QDir>
+#include <QFile>
+#include <QScreen>
 #include <QLineEdit>
 #include <QTimer>
 #include <QString>
@@ -75,3 +77,42 @@ inline QStringList splitCsv(const QString& line) {
 }
 
 }  // namespace kvchat::test
+
+namespace kvchat::test {
+
+// Before the QApplication exists: on the offscreen platform (the suites' default), two screens
+// side by side, a desktop's 1600×1000 and a laptop's 1000×700, so the layout suites can put a
+// window on either. Elsewhere (a real display) nothing changes. The platform reads its screens
+// from a file named in QT_QPA_PLATFORM; the file outlives the suite's run in the temp folder.
+inline void useDesktopAndLaptopScreens() {
+    if (qgetenv("QT_QPA_PLATFORM") != "offscreen") return;
+    const QString path = QDir::temp().filePath(QStringLiteral("kvchat-test-screens.json"));
+    QFile f(path);
+    if (!f.open(QIODevice::WriteOnly | QIODevice::Truncate)) return;
+    f.write(R"({"screens": [
+  {"name": "desktop", "x": 0, "y": 0, "width": 1600, "height": 1000, "logicalDpi": 96, "dpr": 1},
+  {"name": "laptop", "x": 1600, "y": 0, "width": 1000, "height": 700, "logicalDpi": 96, "dpr": 1}
+]})");
+    f.close();
+    qputenv("QT_QPA_PLATFORM", ("offscreen:configfile=" + path).toUtf8());
+}
+
+// The screen of that size (see useDesktopAndLaptopScreens); null when there is none.
+inline QScreen* screenOfSize(const QSize& size) {
+    for (QScreen* s : QGuiApplication::screens())
+        if (s->geometry().size() == size) return s;
+    return nullptr;
+}
+
+}  // namespace kvchat::test
+
+// QTEST_MAIN with the two screens above.
+#define KVCHAT_TEST_MAIN_WITH_SCREENS(TestObject)                 \
+    int main(int argc, char* argv[]) {                            \
+        kvchat::test::useDesktopAndLaptopScreens();               \
+        QApplication app(argc, argv);                             \
+        app.setAttribute(Qt::AA_Use96Dpi, true);                  \
+        TestObject tc;                                            \
+        QTEST_SET_MAIN_SOURCE_PATH                                \
+        return QTest::qExec(&tc, argc, argv);                     \
+    }

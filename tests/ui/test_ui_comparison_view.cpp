@@ -9,6 +9,7 @@
 #include "support/tiny_model.h"
 #include "support/ui_testing.h"
 #include "ui/lab/comparison_view.h"
+#include "ui/inspector/byte_size_text.h"
 #include "ui/lab/kv_bytes_chart.h"
 
 #include <QComboBox>
@@ -140,6 +141,58 @@ private Q_SLOTS:
         const QPointF p = view.chart()->mapPoint(10, 1000);
         QVERIFY(view.chart()->toolTipAt(p).contains("1,000 bytes") || view.chart()->toolTipAt(p).contains("1000 bytes"));
         QVERIFY(qAbs(p.x() - view.chart()->plotArea().right()) < 1e-9 && qAbs(p.y() - view.chart()->plotArea().top()) < 1e-9);
+    }
+
+    // Before a comparison the chart draws no axis (it used to read "0 B, 0 B, 0 B, 1 B") but says
+    // what will be there; the answer panes hold a paragraph; the view says how it times.
+    void emptyChartAndRoomyPanes() {
+        ComparisonView view;
+        view.resize(900, 600);
+        view.show();
+        QVERIFY(QTest::qWaitForWindowExposed(&view));
+        QVERIFY(view.chart()->tokenTicks().empty());
+        QVERIFY(view.chart()->byteTicks().empty());
+        QVERIFY(!view.chart()->placeholderText().isEmpty());
+        // Drawn: the placeholder's words, no axis.
+        const QImage empty = view.chart()->grab().toImage();
+        QVERIFY(view.timingNote()->text().contains("warm-up"));
+        view.showRows({row("dynamic", {"The", " cat"}, -1, 1.0), row("sink:window=8,sinks=2", {"The", " dog"}, 1, 0.5)});
+        QVERIFY(!view.chart()->byteTicks().empty());
+        QVERIFY(view.chart()->grab().toImage() != empty);
+        const QTextEdit* answer = view.answerView(0);
+        QVERIFY(answer->height() >= answer->fontMetrics().lineSpacing() * 10);
+    }
+
+    // Axis marks are round, distinct once labelled, start at 0 and end at the first mark at or
+    // past the largest value (the values are the chart's own data, not the code's output).
+    void chartAxesAreRound_data() {
+        QTest::addColumn<qint64>("tokens");
+        QTest::addColumn<qint64>("bytes");
+        QTest::newRow("one token, one byte") << qint64(1) << qint64(1);
+        QTest::newRow("a tiny model") << qint64(45) << qint64(3'000);
+        QTest::newRow("gemma's 1,212 tokens") << qint64(1'212) << qint64(10'590'000);
+        QTest::newRow("a long chat") << qint64(32'768) << qint64(3'221'225'472);
+    }
+    void chartAxesAreRound() {
+        QFETCH(qint64, tokens);
+        QFETCH(qint64, bytes);
+        kvchat::KvBytesChart chart;
+        chart.setLines({{"dynamic", Qt::black, {{0, 0}, {tokens / 2, bytes / 3}, {tokens, bytes}}}});
+        for (const auto& [ticks, largest] : {std::pair{chart.tokenTicks(), tokens}, std::pair{chart.byteTicks(), bytes}}) {
+            QVERIFY(ticks.size() >= 2 && ticks.size() <= 12);
+            QCOMPARE(ticks.front(), int64_t(0));
+            QVERIFY(ticks.back() >= largest);
+            QVERIFY(ticks[ticks.size() - 2] < largest);
+            const int64_t step = ticks[1] - ticks[0];
+            for (size_t i = 1; i < ticks.size(); ++i) QCOMPARE(ticks[i] - ticks[i - 1], step);
+        }
+        // Tokens step by 1, 2 or 5 times a power of ten.
+        int64_t step = chart.tokenTicks()[1];
+        while (step % 10 == 0) step /= 10;
+        QVERIFY2(step == 1 || step == 2 || step == 5, qPrintable(QString::number(chart.tokenTicks()[1])));
+        QStringList labels;
+        for (int64_t b : chart.byteTicks()) labels << kvchat::byteSizeText(b);
+        QCOMPARE(QSet<QString>(labels.begin(), labels.end()).size(), labels.size());
     }
 
     void runnerRowsOnTheDefaultModel() {

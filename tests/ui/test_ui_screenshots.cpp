@@ -32,7 +32,14 @@
 #include <QAbstractItemView>
 #include <QLabel>
 #include <QLineEdit>
+#include <QAbstractScrollArea>
+#include <QAction>
+#include <QStatusBar>
+#include <QTabBar>
+#include <QToolButton>
 #include <QDockWidget>
+#include <QLabel>
+#include <QMainWindow>
 #include <QMessageBox>
 #include <QPushButton>
 #include <QSpinBox>
@@ -72,6 +79,33 @@ class TestUiScreenshots : public QObject {
     QString model_;
     QString out_;
     QString installedModels_;  // the user's models folder, before the fresh profile hides it
+
+    // Every widget shown in `w`'s window lies inside it (what a scroll area holds is clipped by it
+    // and may scroll out of view).
+    static void expectInside(QWidget* w) {
+        const QRect all = w->rect();
+        for (QWidget* c : w->findChildren<QWidget*>()) {
+            if (!c->isVisible() || c->window() != w) continue;
+            bool scrolled = false;
+            for (QWidget* p = c->parentWidget(); p && p != w && !scrolled; p = p->parentWidget())
+                scrolled = qobject_cast<QAbstractScrollArea*>(p) != nullptr;
+            if (scrolled) continue;
+            const QRect r(c->mapTo(w, QPoint(0, 0)), c->size());
+            // QMainWindow parks what the user cannot see outside itself: the docks of a tab group
+            // behind its front tab, and the tab bar of a group whose docks are all hidden.
+            if (!r.intersects(all)) {
+                if (qobject_cast<QTabBar*>(c) && c->parentWidget() == w) continue;
+                QDockWidget* dock = qobject_cast<QDockWidget*>(c);
+                for (QWidget* p = c->parentWidget(); p && !dock; p = p->parentWidget()) dock = qobject_cast<QDockWidget*>(p);
+                auto* main = qobject_cast<QMainWindow*>(w);
+                if (dock && main && !dock->isFloating() && !main->tabifiedDockWidgets(dock).isEmpty()) continue;
+            }
+            QVERIFY2(all.contains(r), qPrintable(QString("%1 (%2) at %3,%4 %5x%6 lies outside the %7x%8 window")
+                                                     .arg(c->objectName(), c->metaObject()->className())
+                                                     .arg(r.x()).arg(r.y()).arg(r.width()).arg(r.height())
+                                                     .arg(all.width()).arg(all.height())));
+        }
+    }
 
     void save(QWidget* w, const QString& name) {
         const QString path = out_ + "/" + name;
@@ -188,6 +222,137 @@ private Q_SLOTS:
         QTest::qWait(100);
         save(d, "settings.png");
         d->reject();
+    }
+
+    // ---- the layout on a desktop and a laptop screen, light and dark (issue 24, points 1 and 8) ----
+
+    void layoutFitsTheScreen_data() {
+        QTest::addColumn<QSize>("screenSize");
+        QTest::addColumn<QString>("scheme");
+        for (const QSize s : {QSize(1600, 1000), QSize(1000, 700)})
+            for (const QString& scheme : {QStringLiteral("light"), QStringLiteral("dark")})
+                QTest::addRow("%dx%d %s", s.width(), s.height(), qPrintable(scheme)) << s << scheme;
+    }
+
+    // The window filling a screen: the chat keeps two thirds of a laptop's width, nothing lies
+    // outside the window, the status bar shows whole, and opening the comparison view neither
+    // grows the window past the screen nor puts its chart off it.
+    void layoutFitsTheScreen() {
+        QFETCH(QSize, screenSize);
+        QFETCH(QString, scheme);
+        QScreen* screen = test::screenOfSize(screenSize);
+        if (!screen) QSKIP("no screen of this size (the suite sets them up on the offscreen platform)");
+        const QString db = home_.path() + "/layout/kvchat.db";
+        if (!QFileInfo::exists(db)) {
+            QDir().mkpath(QFileInfo(db).absolutePath());
+            Store store(db.toStdString());
+            const auto c = store.create_conversation("Caches and strings", "", "dynamic");
+            for (const auto& turn : kTurns) {
+                store.append_message(c.id, Role::User, turn[0]);
+                store.append_message(c.id, Role::Assistant, turn[1]);
+            }
+        }
+        WindowOptions o;
+        o.databasePath = db;
+        o.modelPath = model_;
+        o.restoreState = false;
+        MainWindow w(o);
+        w.setScreen(screen);
+        w.move(screen->availableGeometry().topLeft());
+        w.showMaximized();  // as a laptop's user has it
+        QVERIFY(QTest::qWaitForWindowExposed(&w));
+        QTRY_VERIFY_WITH_TIMEOUT(w.modelReady() && w.currentConversation() != 0, 60000);
+        // The scheme, chosen as a user does: the View menu's entry.
+        auto* choice = w.findChild<QAction*>(scheme == "dark" ? "colorSchemeDarkAction" : "colorSchemeLightAction");
+        QVERIFY(choice);
+        choice->trigger();
+        auto* transcript = w.findChild<TranscriptView*>("transcriptView");
+        QTRY_COMPARE(transcript->messageViews().size(), 4);
+        QTest::qWait(200);
+        const QString tag = QString("%1x%2-%3").arg(screenSize.width()).arg(screenSize.height()).arg(scheme);
+        save(&w, "layout-" + tag + ".png");
+
+        const QRect avail = screen->availableGeometry();
+        QVERIFY2(w.frameGeometry().width() <= avail.width(), qPrintable(QString("window %1 px wide on a %2 px screen").arg(w.frameGeometry().width()).arg(avail.width())));
+        if (screenSize.width() <= 1000) {
+            // A laptop's window can be made narrower still.
+            QVERIFY2(w.minimumSizeHint().width() <= 800, qPrintable(QString("minimum width %1").arg(w.minimumSizeHint().width())));
+            QVERIFY2(transcript->width() * 3 >= w.width() * 2,
+                     qPrintable(QString("transcript %1 of %2 px").arg(transcript->width()).arg(w.width())));
+        }
+        expectInside(&w);
+        // The status bar and everything on it shows whole.
+        QStatusBar* bar = w.statusBar();
+        QVERIFY(w.rect().contains(QRect(bar->mapTo(&w, QPoint(0, 0)), bar->size())));
+        for (QWidget* child : bar->findChildren<QWidget*>(Qt::FindDirectChildrenOnly)) {
+            if (!child->isVisible()) continue;
+            QVERIFY2(bar->rect().contains(child->geometry()), qPrintable(child->objectName() + " is cut off"));
+            if (auto* label = qobject_cast<QLabel*>(child))
+                QVERIFY2(label->width() >= qMin(label->sizeHint().width(), 60), qPrintable(label->objectName() + " squeezed to nothing"));
+        }
+
+        // The comparison view, opened with its shortcut.
+        QTest::keyClick(&w, Qt::Key_M, Qt::ControlModifier | Qt::ShiftModifier);
+        auto* compare = w.findChild<QDockWidget*>("comparisonDock");
+        QVERIFY(compare);
+        QTRY_VERIFY(compare->isVisible());
+        QTest::qWait(200);
+        QVERIFY2(w.frameGeometry().width() <= avail.width() && w.frameGeometry().height() <= avail.height(),
+                 qPrintable(QString("window %1x%2 on a %3x%4 screen").arg(w.frameGeometry().width()).arg(w.frameGeometry().height()).arg(avail.width()).arg(avail.height())));
+        QWidget* chart = compare->findChild<QWidget*>("kvBytesChart");
+        QVERIFY(chart && chart->isVisible());
+        const QRect chartOnScreen(chart->mapToGlobal(QPoint(0, 0)), chart->size());
+        QVERIFY2(avail.contains(chartOnScreen), qPrintable(QString("chart at %1,%2 %3x%4").arg(chartOnScreen.x()).arg(chartOnScreen.y()).arg(chartOnScreen.width()).arg(chartOnScreen.height())));
+        expectInside(&w);
+        save(compare->isFloating() ? static_cast<QWidget*>(compare) : &w, "layout-" + tag + "-comparison.png");
+    }
+
+    void inspectorOneKeyAway_data() {
+        QTest::addColumn<QSize>("screenSize");
+        QTest::newRow("1600x1000") << QSize(1600, 1000);
+        QTest::newRow("1000x700") << QSize(1000, 700);
+    }
+
+    // The inspector, even behind the prefix library's tab or sent away on a laptop, is one key
+    // (Ctrl+I) and one click (the status bar's Inspector) away, whole on the screen and wide
+    // enough to read, and the chat keeps its room.
+    void inspectorOneKeyAway() {
+        QFETCH(QSize, screenSize);
+        QScreen* screen = test::screenOfSize(screenSize);
+        if (!screen) QSKIP("no screen of this size (the suite sets them up on the offscreen platform)");
+        WindowOptions o;
+        o.databasePath = home_.path() + "/inspector/kvchat.db";
+        o.modelPath = model_;
+        o.restoreState = false;
+        MainWindow w(o);
+        w.setScreen(screen);
+        w.move(screen->availableGeometry().topLeft());
+        w.showMaximized();
+        QVERIFY(QTest::qWaitForWindowExposed(&w));
+        QTRY_VERIFY_WITH_TIMEOUT(w.modelReady() && w.currentConversation() != 0, 60000);
+        auto* dock = w.findChild<QDockWidget*>("cacheInspectorDock");
+        QVERIFY(dock);
+        w.findChild<QDockWidget*>("prefixLibraryDock")->raise();
+        QTest::qWait(100);
+        QVERIFY(dock->visibleRegion().isEmpty());  // hidden, as users found it
+        const QRect avail = screen->availableGeometry();
+        auto shownWhole = [&] {
+            return dock->isVisible() && !dock->visibleRegion().isEmpty() && dock->width() >= 400 &&
+                   avail.contains(QRect(dock->mapToGlobal(QPoint(0, 0)), dock->size()));
+        };
+        QTest::keyClick(&w, Qt::Key_I, Qt::ControlModifier);
+        QTRY_VERIFY2(shownWhole(), qPrintable(QString("inspector %1x%2, floating %3").arg(dock->width()).arg(dock->height()).arg(dock->isFloating())));
+        auto* transcript = w.findChild<TranscriptView*>("transcriptView");
+        if (screenSize.width() <= 1000) QVERIFY(transcript->width() * 3 >= w.width() * 2);
+        save(dock->isFloating() ? static_cast<QWidget*>(dock) : &w, QString("inspector-%1x%2.png").arg(screenSize.width()).arg(screenSize.height()));
+        // Closed, then the status bar's button.
+        dock->close();
+        QTRY_VERIFY(!dock->isVisible());
+        auto* button = w.findChild<QToolButton*>("inspectorButton");
+        QVERIFY(button && button->isVisible());
+        QVERIFY(w.rect().contains(QRect(button->mapTo(&w, QPoint(0, 0)), button->size())));
+        QTest::mouseClick(button, Qt::LeftButton);
+        QTRY_VERIFY(shownWhole());
     }
 
     void loadError() {
@@ -329,5 +494,5 @@ private Q_SLOTS:
     }
 };
 
-QTEST_MAIN(TestUiScreenshots)
+KVCHAT_TEST_MAIN_WITH_SCREENS(TestUiScreenshots)
 #include "test_ui_screenshots.moc"

@@ -7,6 +7,7 @@
 #include "engine/model/model.h"
 #include "support/tiny_model.h"
 #include "support/ui_testing.h"
+#include "ui/lab/plan_messages.h"
 #include "ui/lab/strategy_panel.h"
 
 #include <QCheckBox>
@@ -192,6 +193,31 @@ private Q_SLOTS:
         panel.applyFinished(true, QString::fromStdString(spec), QString());
         QCOMPARE(panel.currentSpec().toStdString(), spec);
         QVERIFY(!panel.applyButton()->isEnabled());
+    }
+
+    // The preview names the messages that lose tokens, in the transcript's numbering, from the
+    // plan's positions and the conversation's message starts.
+    void previewSaysWhichMessages() {
+        auto cache = filled("dynamic", 40);
+        kvchat::ConversionPlan plan = kvchat::plan_conversion(*cache, "sink:window=24,sinks=2");
+        QCOMPARE(plan.evicted_first, int64_t(2));
+        QCOMPARE(plan.evicted_last, int64_t(17));
+        plan.message_starts = {0, 5, 12, 20, 30};  // the 16 lost positions [2, 17]: messages 1 to 3
+        QString text = kvchat::droppedMessagesText(plan);
+        QVERIFY2(text.startsWith("Drops messages 1–3 (16 tokens") && text.contains("messages 1 and 3 in part"), qPrintable(text));
+        plan.message_starts = {0, 2, 18, 30};  // messages 2 whole (positions 2..17), nothing else
+        text = kvchat::droppedMessagesText(plan);
+        QCOMPARE(text, QString("Drops message 2 (16 tokens)"));
+        plan.message_starts.clear();
+        QVERIFY(kvchat::droppedMessagesText(plan).isEmpty());
+        // Shown in the panel under the figures.
+        plan.message_starts = {0, 5, 12, 20, 30};
+        kvchat::StrategyPanel panel;
+        panel.setCurrentSpec("dynamic");
+        retype(panel.specEdit(), "sink:window=24,sinks=2");
+        QTRY_COMPARE(panel.chosenSpec(), QString::fromStdString(plan.to_spec));
+        panel.showPlan(plan);
+        QVERIFY2(panel.planLabel()->text().contains("Drops messages 1–3"), qPrintable(panel.planLabel()->text()));
     }
 
     void rebuildPlanSaysHowLong() {

@@ -260,6 +260,42 @@ private slots:
         }
     }
 
+    // Where the lost tokens lie, by the retention rule: a sink of S tokens with a window of W keeps
+    // [0, S) and the last W - S of n, so the global layer evicts [S, n - (W - S)); the sliding
+    // layers (window 4) already held less and lose nothing more. Quantizing keeps the recent
+    // residual exact and quantizes from position 0.
+    void lossPositions() {
+        Tiny t;
+        auto c = t.filled("dynamic", 40);
+        const ConversionPlan sink = kvchat::plan_conversion(*c, "sink:window=24,sinks=2");
+        QCOMPARE(sink.kind, ConversionPlan::Kind::Lossy);
+        QCOMPARE(sink.evicted_first, int64_t(2));
+        QCOMPARE(sink.evicted_last, int64_t(40 - 22 - 1));
+        QCOMPARE(sink.tokens_evicted, sink.evicted_last - sink.evicted_first + 1);
+        QCOMPARE(sink.quantized_first, int64_t(-1));
+        const ConversionPlan q = kvchat::plan_conversion(*c, "quantized:nbits=4,residual=8,group=8");
+        QVERIFY(q.tokens_quantized > 0);
+        QCOMPARE(q.quantized_first, int64_t(0));
+        QVERIFY(q.quantized_last <= 40 - 8 - 1);
+        QCOMPARE(q.evicted_first, int64_t(-1));
+        const ConversionPlan same = kvchat::plan_conversion(*c, "dynamic");
+        QCOMPARE(same.evicted_first, int64_t(-1));
+        QCOMPARE(same.quantized_first, int64_t(-1));
+    }
+
+    // Positions to messages: the last message starting at or before a position holds it.
+    void messagesSpanning() {
+        const std::vector<int64_t> starts = {0, 5, 12, 20, 30};
+        using P = std::pair<int64_t, int64_t>;
+        QCOMPARE(kvchat::messages_spanning(starts, 2, 17), (P{0, 2}));
+        QCOMPARE(kvchat::messages_spanning(starts, 5, 11), (P{1, 1}));
+        QCOMPARE(kvchat::messages_spanning(starts, 12, 12), (P{2, 2}));
+        QCOMPARE(kvchat::messages_spanning(starts, 29, 90), (P{3, 4}));
+        QCOMPARE(kvchat::messages_spanning({}, 2, 17), (P{-1, -1}));
+        QCOMPARE(kvchat::messages_spanning(starts, -1, -1), (P{-1, -1}));
+        QCOMPARE(kvchat::messages_spanning({3, 9}, 0, 1), (P{0, 0}));  // before the first message (a BOS)
+    }
+
     void refusals() {
         auto c = tiny_.filled("dynamic", 20);
         QString m = QString::fromStdString(error_of([&] { kvchat::plan_conversion(*c, "static:max_len=10"); }));

@@ -834,6 +834,41 @@ PRAGMA user_version = 4;
         QCOMPARE(store.pragma("foreign_key_check"), std::string());
     }
 
+    // A search says where it matched: the first matching message of each conversation (its id
+    // and place) with the words around the match, the matched words marked as typed in the
+    // message (case and accents kept), long text cut with an ellipsis; a title-only match and
+    // search syntax give no entry and no error.
+    void searchMatchesCarrySnippets() {
+        QTemporaryDir dir;
+        Store store((dir.path() + "/kvchat.db").toStdString());
+        const auto a = store.create_conversation("Bread baking", "", "");
+        const auto b = store.create_conversation("Sourdough title only", "", "");
+        store.append_message(a.id, Role::User, "What flour should I buy?");
+        store.append_message(a.id, Role::Assistant, "Strong white flour works for most loaves.");
+        const auto hit = store.append_message(
+            a.id, Role::User,
+            "My starter is bubbly after two days and smells sour. Can I bake a Sourdough loaf with it tomorrow "
+            "morning, or should I keep feeding it for another week before the first bake?");
+        store.append_message(a.id, Role::Assistant, "Sourdough starters usually need about a week.");
+        store.append_message(b.id, Role::User, "Nothing about bread here.");
+        const auto matches = store.search_message_matches("sourdough", 6);
+        QCOMPARE(matches.size(), size_t(1));
+        const auto& m = matches.front();
+        QCOMPARE(m.conversation_id, a.id);
+        QCOMPARE(m.message_id, hit.id);
+        QCOMPARE(m.ordinal, int64_t(2));
+        const std::string marked = std::string(1, Store::kMatchBegin) + "Sourdough" + std::string(1, Store::kMatchEnd);
+        QVERIFY2(m.snippet.find(marked) != std::string::npos, m.snippet.c_str());
+        QVERIFY2(m.snippet.find("…") != std::string::npos, m.snippet.c_str());  // cut: the message is longer
+        QVERIFY(m.snippet.size() < 120);
+        // Every word, in one message.
+        QCOMPARE(store.search_message_matches("flour strong").front().message_id, store.list_messages(a.id)[1].id);
+        QVERIFY(store.search_message_matches("flour sourdough").empty());
+        for (const char* q : {"\"", "*", "NEAR(a b)", "'; DROP TABLE messages; --", "  "})
+            QCOMPARE(error_of([&] { store.search_message_matches(q); }), std::string("<no error>"));
+        QVERIFY(store.search_message_matches("  ").empty());
+    }
+
     // Search over titles and message text follows every change: new messages, edits, renames,
     // deletions; the query is plain text, never search syntax.
     void searchFollowsChanges() {

@@ -59,6 +59,14 @@ CacheInspector::CacheInspector(QWidget* parent) : QWidget(parent) {
     v->addWidget(sectionTitle(tr("Reuse in the last turn"), content));
     reuse_ = new ReusePanel(content);
     v->addWidget(reuse_);
+    snapshotNote_ = new QLabel(content);
+    snapshotNote_->setObjectName("snapshotNote");
+    snapshotNote_->setWordWrap(true);
+    snapshotNote_->setTextFormat(Qt::PlainText);
+    snapshotNote_->setContentsMargins(4, 0, 4, 4);
+    snapshotNote_->setForegroundRole(QPalette::PlaceholderText);
+    snapshotNote_->setVisible(false);
+    v->addWidget(snapshotNote_);
     auto* buttons = new QHBoxLayout;
     for (const auto& [name, kind] : {std::pair{tr("Export PNG…"), QString("png")}, std::pair{tr("Export CSV…"), QString("csv")},
                                      std::pair{tr("Export JSON…"), QString("json")}}) {
@@ -91,6 +99,19 @@ void CacheInspector::setTelemetry(const CacheTelemetry& telemetry) {
 
 void CacheInspector::setReuse(const std::optional<TurnReuse>& reuse) {
     reuse_->setReuse(reuse);
+    const bool onDisk = reuse && reuse->snapshot_bytes >= 0;
+    snapshotNote_->setText(onDisk ? snapshotExplanation(reuse->snapshot_bytes) : QString());
+    snapshotNote_->setVisible(onDisk);
+}
+
+QString CacheInspector::snapshotExplanation(int64_t snapshotBytes) {
+    // What engine/cache/snapshot.cpp writes and Cache::telemetry counts (ARCHITECTURE: the cache).
+    return tr("\u201cHeld\u201d (under the bars) is what the cache keeps in memory now. The snapshot on disk (%1, "
+              "saved after each answer) holds those keys and values and the token ids, plus checkpoints of the "
+              "sliding-window, sink and quantized layers from the start of each of the last few messages, so an "
+              "edit or a regeneration rewinds them instead of computing the chat again: that is why it can be "
+              "larger than what is held.")
+        .arg(byteSizeText(snapshotBytes));
 }
 
 void CacheInspector::clear() {
@@ -100,7 +121,7 @@ void CacheInspector::clear() {
     traffic_->update();
     bars_->setTelemetry({});
     strips_->setTelemetry({});
-    reuse_->setReuse(std::nullopt);
+    setReuse(std::nullopt);
     header_->setText(tr("No cache yet: open a conversation."));
     dirty_ = false;
 }

@@ -31,6 +31,9 @@ public:
     WindowStrips* windowStrips() const { return strips_; }
     TrafficTimeline* trafficTimeline() const { return traffic_; }
     ReusePanel* reusePanel() const { return reuse_; }
+    // Why the snapshot on disk and what the cache holds differ (under the reuse panel).
+    QLabel* snapshotNote() const { return snapshotNote_; }
+    static QString snapshotExplanation(int64_t snapshotBytes);
     // How many times the views were brought up to date (for the redraw-rate check).
     int64_t redraws() const { return redraws_; }
 
@@ -63,6 +66,7 @@ private:
     WindowStrips* strips_ = nullptr;
     TrafficTimeline* traffic_ = nullptr;
     ReusePanel* reuse_ = nullptr;
+    QLabel* snapshotNote_ = nullptr;
 };
 
 }  // namespace kvchat

@@ -98,7 +98,7 @@ void MemoryBars::paintBackground(QPainter& p) const {
     for (size_t i = 0; i < telemetry_.layers.size(); ++i) {
         const bool is_sliding = telemetry_.layers[i].kind == "sliding";
         const QRectF row = rowRect(static_cast<int>(i));
-        if (is_sliding) p.fillRect(row.adjusted(0, -1, 0, 1), QColor(0xff, 0xf3, 0xe0));
+        if (is_sliding) p.fillRect(row.adjusted(0, -1, 0, 1), QColor(0xff, 0x98, 0x00, 0x30));  // (on light and dark)
         // The kind tag: orange S for sliding, purple G for global.
         const QRectF tag(2, row.top() + 1, 12, row.height() - 2);
         p.fillRect(tag, is_sliding ? sliding : global);
@@ -106,13 +106,15 @@ void MemoryBars::paintBackground(QPainter& p) const {
         p.drawText(tag, Qt::AlignCenter, is_sliding ? "S" : "G");
         p.setPen(palette().text().color());
         p.drawText(QRectF(17, row.top(), kLabelWidth - 19, row.height()), Qt::AlignVCenter | Qt::AlignLeft, QString::number(i));
-        p.fillRect(barArea(static_cast<int>(i)), QColor(0xf2, 0xf2, 0xf2));
+        p.fillRect(barArea(static_cast<int>(i)), palette().alternateBase());
     }
-    const double y = rowsEnd() + 2;
-    double x = 4, ly = y + 18;
-    for (Part part : {Part::FastFull, Part::FastQuantized, Part::SlowFull, Part::SlowQuantized, Part::Reserved}) {
-        const double w = p.fontMetrics().horizontalAdvance(partName(part));
-        if (x > 4 && x + 13 + w > width()) x = 4, ly += 15;
+    // The legend under the rows (it changes only with the width); the totals follow it.
+    const QStringList names = legendNames();
+    const std::vector<QPointF> places = legendPlaces(names, width(), rowsEnd() + 6, p.fontMetrics());
+    const Part parts[] = {Part::FastFull, Part::FastQuantized, Part::SlowFull, Part::SlowQuantized, Part::Reserved};
+    for (size_t k = 0; k < places.size(); ++k) {
+        const Part part = parts[k];
+        const double x = places[k].x(), ly = places[k].y(), w = p.fontMetrics().horizontalAdvance(names[static_cast<int>(k)]);
         const QRectF box(x, ly, 10, 10);
         if (part == Part::Reserved) {
             p.setPen(QPen(partColor(part), 1, Qt::DashLine));
@@ -122,8 +124,35 @@ void MemoryBars::paintBackground(QPainter& p) const {
         }
         p.setPen(palette().text().color());
         p.drawText(QRectF(x + 13, ly - 2, w + 2, 14), Qt::AlignLeft | Qt::AlignVCenter, partName(part));
-        x += 13 + w + 10;
     }
+}
+
+QStringList MemoryBars::legendNames() {
+    QStringList out;
+    for (Part part : {Part::FastFull, Part::FastQuantized, Part::SlowFull, Part::SlowQuantized, Part::Reserved}) out << partName(part);
+    return out;
+}
+
+QStringList MemoryBars::totalsLines(int width) const {
+    const QStringList figures = {tr("%1 held (fast %2, slow %3)")
+                                     .arg(byteSizeText(telemetry_.total_bytes), byteSizeText(telemetry_.bytes_fast),
+                                          byteSizeText(telemetry_.bytes_slow)),
+                                 tr("%1 reserved").arg(byteSizeText(telemetry_.bytes_reserved)),
+                                 tr("%1/token").arg(byteSizeText(static_cast<int64_t>(telemetry_.bytes_per_token))),
+                                 tr("%L1 tokens").arg(telemetry_.tokens)};
+    const QFontMetrics fm(smallFont());
+    const QString sep = QStringLiteral(" · ");
+    QStringList lines;
+    for (const QString& f : figures) {
+        if (!lines.isEmpty() && fm.horizontalAdvance(lines.back() + sep + f) <= width - 8) lines.back() += sep + f;
+        else lines << f;
+    }
+    return lines;
+}
+
+int MemoryBars::footerHeight(int width) const {
+    const QFontMetrics fm(smallFont());
+    return 6 + 15 * legendLines(legendNames(), width, fm) + 2 + 14 * static_cast<int>(totalsLines(width).size()) + 4;
 }
 
 void MemoryBars::paintEvent(QPaintEvent*) {
@@ -156,13 +185,17 @@ void MemoryBars::paintEvent(QPaintEvent*) {
         const QSizeF sz = values_[i].size();
         p.drawStaticText(QPointF(width() - 4 - sz.width(), row.top() + (row.height() - sz.height()) / 2), values_[i]);
     }
-    const double y = rowsEnd() + 2;
-    const QString totals = tr("%1 held (fast %2, slow %3) · %4 reserved · %5/token · %6 tokens")
-                               .arg(byteSizeText(telemetry_.total_bytes), byteSizeText(telemetry_.bytes_fast),
-                                    byteSizeText(telemetry_.bytes_slow), byteSizeText(telemetry_.bytes_reserved),
-                                    byteSizeText(static_cast<int64_t>(telemetry_.bytes_per_token)))
-                               .arg(telemetry_.tokens);
-    p.drawText(QRectF(4, y, width() - 8, 14), Qt::AlignLeft | Qt::AlignVCenter, totals);
+    const QStringList totals = totalsLines(width());
+    double y = rowsEnd() + 6 + 15 * legendLines(legendNames(), width(), p.fontMetrics()) + 2;
+    for (const QString& line : totals) {
+        p.drawText(QRectF(4, y, width() - 8, 14), Qt::AlignLeft | Qt::AlignVCenter, line);
+        y += 14;
+    }
+    // Longer figures took another line: the chart asks for the height (once, not every step).
+    if (static_cast<int>(totals.size()) != totalsShown_) {
+        totalsShown_ = static_cast<int>(totals.size());
+        updateGeometry();
+    }
 }
 
 QString MemoryBars::toolTipAt(const QPointF& pos) const {

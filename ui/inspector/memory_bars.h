@@ -29,17 +29,23 @@ public:
     QString toolTipAt(const QPointF& pos) const override;
     static QString partName(Part part);
     static QColor partColor(Part part);
+    // The totals under the legend, cut between their figures into lines that fit `width`.
+    QStringList totalsLines(int width) const;
 
 protected:
     void paintEvent(QPaintEvent*) override;
     void paintBackground(QPainter& p) const override;
+    int footerHeight(int width) const override;
 
 private:
     QRectF rowRect(int layer) const;
     QRectF barArea(int layer) const;
     double bytesPerPixel() const;
 
+    static QStringList legendNames();
+
     std::vector<QStaticText> values_;
+    int totalsShown_ = 1;  // lines the totals took at the last paint
 };
 
 }  // namespace kvchat

@@ -2,6 +2,7 @@
 
 #include "ui/inspector/byte_size_text.h"
 
+#include <QFontMetrics>
 #include <QPainter>
 
 #include <algorithm>
@@ -19,11 +20,24 @@ QColor color(ReusePanel::Part part) {
 }
 }  // namespace
 
-ReusePanel::ReusePanel(QWidget* parent) : InspectorChart("reusePanel", parent) {}
+ReusePanel::ReusePanel(QWidget* parent) : InspectorChart("reusePanel", parent) {
+    QSizePolicy sp = sizePolicy();
+    sp.setHeightForWidth(true);
+    setSizePolicy(sp);
+}
 
 void ReusePanel::setReuse(const std::optional<TurnReuse>& reuse) {
     reuse_ = reuse;
+    updateGeometry();  // (once a turn: the summary's height may change)
     update();
+}
+
+int ReusePanel::heightForWidth(int width) const {
+    QFont f = font();
+    f.setPointSizeF(f.pointSizeF() * 0.85);
+    const QRect text = QFontMetrics(f).boundingRect(QRect(0, 0, std::max(40, width - 8), 10000),
+                                                    Qt::AlignLeft | Qt::AlignTop | Qt::TextWordWrap, summary());
+    return std::max(70, 26 + text.height() + 6);
 }
 
 QString ReusePanel::partName(Part part) {
@@ -76,7 +90,7 @@ void ReusePanel::paintEvent(QPaintEvent*) {
     QFont f = font();
     f.setPointSizeF(f.pointSizeF() * 0.85);
     p.setFont(f);
-    p.fillRect(QRectF(4, 6, std::max(20, width() - 8), 16), QColor(0xf2, 0xf2, 0xf2));
+    p.fillRect(QRectF(4, 6, std::max(20, width() - 8), 16), palette().alternateBase());
     for (const Segment& s : segments()) {
         p.fillRect(s.rect, color(s.part));
         if (s.rect.width() > 40) {

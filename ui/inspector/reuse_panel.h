@@ -37,8 +37,11 @@ public:
     QString toolTipAt(const QPointF& pos) const override;
     static QString partName(Part part);
 
-    QSize sizeHint() const override { return {420, 78}; }
+    QSize sizeHint() const override { return {420, heightForWidth(420)}; }
     QSize minimumSizeHint() const override { return {240, 70}; }
+    // The summary wraps: a narrow panel is taller, never cut off.
+    bool hasHeightForWidth() const override { return true; }
+    int heightForWidth(int width) const override;
 
 protected:
     void paintEvent(QPaintEvent*) override;

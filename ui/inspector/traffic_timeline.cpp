@@ -34,7 +34,7 @@ void TrafficTimeline::clear() {
     update();
 }
 
-QRectF TrafficTimeline::plotArea() const { return QRectF(60, 16, std::max(40, width() - 66), std::max(30, height() - 34)); }
+QRectF TrafficTimeline::plotArea() const { return QRectF(60, 16, std::max(40, width() - 66), std::max(30, height() - 48)); }  // (two caption lines below)
 
 double TrafficTimeline::barWidth() const { return plotArea().width() / capacity_; }
 
@@ -74,7 +74,7 @@ void TrafficTimeline::paintEvent(QPaintEvent*) {
     f.setPointSizeF(f.pointSizeF() * 0.85);
     p.setFont(f);
     const QRectF a = plotArea();
-    p.fillRect(a, QColor(0xf7, 0xf7, 0xf7));
+    p.fillRect(a, palette().alternateBase());
     p.setPen(QColor(0x90, 0x90, 0x90));
     p.drawLine(QPointF(a.left(), a.center().y()), QPointF(a.right(), a.center().y()));
     const QColor in(0x15, 0x65, 0xc0), out(0xef, 0x6c, 0x00), stall(0xd3, 0x2f, 0x2f);
@@ -109,7 +109,8 @@ void TrafficTimeline::paintEvent(QPaintEvent*) {
                                            .arg(steps_.size())
                                            .arg(byteSizeText(in_total), byteSizeText(out_total))
                                            .arg(stalls);
-    p.drawText(QRectF(4, height() - 16, width() - 8, 14), Qt::AlignLeft | Qt::AlignVCenter, caption);
+    // Two lines' room: a narrow dock wraps the caption instead of cutting it.
+    p.drawText(QRectF(4, height() - 30, width() - 8, 30), Qt::AlignLeft | Qt::AlignBottom | Qt::TextWordWrap, caption);
 }
 
 QString TrafficTimeline::toolTipAt(const QPointF& pos) const {

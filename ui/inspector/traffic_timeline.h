@@ -39,8 +39,8 @@ public:
     QRectF outBar(size_t i) const;
     QString toolTipAt(const QPointF& pos) const override;
 
-    QSize sizeHint() const override { return {420, 110}; }
-    QSize minimumSizeHint() const override { return {240, 90}; }
+    QSize sizeHint() const override { return {420, 124}; }
+    QSize minimumSizeHint() const override { return {240, 104}; }
 
 protected:
     void paintEvent(QPaintEvent*) override;

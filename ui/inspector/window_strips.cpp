@@ -83,21 +83,30 @@ void WindowStrips::paintBackground(QPainter& p) const {
         p.setPen(palette().text().color());
         p.drawText(QRectF(8, strip.top() - 1, kLabelWidth - 10, strip.height() + 2), Qt::AlignVCenter | Qt::AlignLeft,
                    QString::number(i));
-        p.fillRect(strip, QColor(0xf7, 0xf7, 0xf7));
+        p.fillRect(strip, palette().alternateBase());
     }
     const double y = rowsEnd();
+    p.setPen(palette().text().color());  // (also with no layer to set it above)
     p.drawText(QRectF(kLabelWidth, y, 80, 13), Qt::AlignLeft | Qt::AlignVCenter, "0");
-    double x = 4, ly = y + 19;
-    for (Part part : {Part::Sinks, Part::Evicted, Part::FullPrecision, Part::Quantized, Part::Residual}) {
-        const QString name = partName(part);
-        const double w = p.fontMetrics().horizontalAdvance(name);
-        if (x > 4 && x + 13 + w > width()) x = 4, ly += 15;
+    const Part parts[] = {Part::Sinks, Part::Evicted, Part::FullPrecision, Part::Quantized, Part::Residual};
+    QStringList names;
+    for (Part part : parts) names << partName(part);
+    const std::vector<QPointF> places = legendPlaces(names, width(), y + 19, p.fontMetrics());
+    for (size_t k = 0; k < places.size(); ++k) {
+        const Part part = parts[k];
+        const QString& name = names[static_cast<int>(k)];
+        const double x = places[k].x(), ly = places[k].y(), w = p.fontMetrics().horizontalAdvance(name);
         const QRectF box(x, ly, 10, 10);
         p.fillRect(box, partColor(part));
         if (part == Part::Evicted) p.fillRect(box, QBrush(QColor(0xa0, 0xa0, 0xa0), Qt::BDiagPattern));
         p.drawText(QRectF(x + 13, ly - 2, w + 2, 14), Qt::AlignLeft | Qt::AlignVCenter, name);
-        x += 13 + w + 10;
     }
+}
+
+int WindowStrips::footerHeight(int width) const {
+    QStringList names;
+    for (Part part : {Part::Sinks, Part::Evicted, Part::FullPrecision, Part::Quantized, Part::Residual}) names << partName(part);
+    return 19 + 15 * legendLines(names, width, QFontMetrics(smallFont())) + 4;
 }
 
 void WindowStrips::paintEvent(QPaintEvent*) {

@@ -35,6 +35,7 @@ public:
 protected:
     void paintEvent(QPaintEvent*) override;
     void paintBackground(QPainter& p) const override;
+    int footerHeight(int width) const override;
 
 private:
     QRectF stripRect(int layer) const;

@@ -15,6 +15,7 @@
 #include <QProgressBar>
 #include <QPushButton>
 #include <QRadioButton>
+#include <QScrollArea>
 #include <QSpinBox>
 #include <QTextCursor>
 #include <QTextEdit>
@@ -37,14 +38,27 @@ QString csvField(const QString& s) {
 }  // namespace
 
 QColor ComparisonView::columnColor(int column) {
-    static const QColor colors[] = {QColor(0x42, 0x42, 0x42), QColor(0x15, 0x65, 0xc0), QColor(0xe6, 0x51, 0x00),
+    static const QColor colors[] = {QColor(0x78, 0x78, 0x78),  // (grey that reads on light and dark)
+                                    QColor(0x15, 0x65, 0xc0), QColor(0xe6, 0x51, 0x00),
                                     QColor(0x2e, 0x7d, 0x32)};
     return colors[column % 4];
 }
 
 ComparisonView::ComparisonView(QWidget* parent) : QWidget(parent) {
     setObjectName("comparisonView");
-    auto* v = new QVBoxLayout(this);
+    // Everything scrolls inside the view, so however the view is placed (its own window, or docked
+    // by the user) it never asks the window for more room than the screen has.
+    auto* outer = new QVBoxLayout(this);
+    outer->setContentsMargins(0, 0, 0, 0);
+    auto* scroll = new QScrollArea(this);
+    scroll->setObjectName("comparisonScroll");
+    scroll->setWidgetResizable(true);
+    scroll->setFrameShape(QFrame::NoFrame);
+    outer->addWidget(scroll);
+    auto* content = new QWidget(scroll);
+    content->setObjectName("comparisonContent");
+    scroll->setWidget(content);
+    auto* v = new QVBoxLayout(content);
 
     auto* pick = new QGridLayout;
     for (int i = 0; i < kMaxStrategies; ++i) {
@@ -115,6 +129,13 @@ ComparisonView::ComparisonView(QWidget* parent) : QWidget(parent) {
     errorLabel_->setStyleSheet("color: #c62828");
     errorLabel_->setWordWrap(true);
     v->addWidget(errorLabel_);
+    timingNote_ = new QLabel(tr("Speeds are measured after one warm-up run, and the strategies take turns in alternating "
+                                "order at every decode step, so none pays for a cold start or always goes first."),
+                             this);
+    timingNote_->setObjectName("comparisonTimingNote");
+    timingNote_->setWordWrap(true);
+    timingNote_->setForegroundRole(QPalette::PlaceholderText);
+    v->addWidget(timingNote_);
 
     columnsLayout_ = new QHBoxLayout;
     v->addLayout(columnsLayout_, 3);
@@ -260,6 +281,8 @@ void ComparisonView::showRows(const std::vector<ComparisonRow>& rows) {
         c.answer->setReadOnly(true);
         c.answer->setObjectName("comparisonAnswer");
         c.answer->setAccessibleName(tr("Answer under %1").arg(QString::fromStdString(r.strategy)));
+        // Room for a paragraph of the answer, not four lines.
+        c.answer->setMinimumHeight(c.answer->fontMetrics().lineSpacing() * 10 + 8);
         // The answer as the tokens' pieces; the first that parts from dynamic's is highlighted.
         QTextCursor cur(c.answer->document());
         // Tokens past the end of the answer (every strategy generates as many) are greyed.

@@ -50,6 +50,7 @@ public:
     // [begin, end) of the highlighted first diverging token in a column's answer text; (-1, -1): none.
     QPair<int, int> divergenceSpan(int column) const;
     KvBytesChart* chart() const { return chart_; }
+    QLabel* timingNote() const { return timingNote_; }
     QPushButton* runButton() const { return run_; }
     QPushButton* cancelButton() const { return cancel_; }
     QLineEdit* promptEdit() const { return prompt_; }
@@ -96,6 +97,7 @@ private:
     QProgressBar* progress_ = nullptr;
     QLabel* status_ = nullptr;
     QLabel* errorLabel_ = nullptr;
+    QLabel* timingNote_ = nullptr;
     QHBoxLayout* columnsLayout_ = nullptr;
     KvBytesChart* chart_ = nullptr;
     std::vector<Column> columns_;

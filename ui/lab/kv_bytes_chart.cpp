@@ -17,18 +17,65 @@ void KvBytesChart::setLines(std::vector<Line> lines) {
     update();
 }
 
-int64_t KvBytesChart::maxTokens() const {
+bool KvBytesChart::empty() const {
+    for (const Line& l : lines_)
+        for (const auto& p : l.points)
+            if (p.first > 0 || p.second > 0) return false;
+    return true;
+}
+
+std::vector<int64_t> KvBytesChart::roundTicks(int64_t largest, int64_t unit, int most) {
+    std::vector<int64_t> out;
+    if (largest <= 0 || unit <= 0 || most < 1) return out;
+    // The smallest round step (in units) that reaches `largest` within `most` steps.
+    const double span = static_cast<double>(largest) / static_cast<double>(unit);
+    double step = std::pow(10.0, std::floor(std::log10(span / most)));
+    for (double m : {1.0, 2.0, 5.0, 10.0}) {
+        if (step * m * most >= span) {
+            step *= m;
+            break;
+        }
+    }
+    // A byte is not divided: steps of a tenth of a KiB would be labelled 102 B, 205 B...
+    const int64_t stepBytes = std::max<int64_t>(1, static_cast<int64_t>(std::llround(step * static_cast<double>(unit))));
+    for (int64_t v = 0;; v += stepBytes) {
+        out.push_back(v);
+        if (v >= largest) break;
+    }
+    return out;
+}
+
+std::vector<int64_t> KvBytesChart::tokenTicks() const {
+    if (empty()) return {};
     int64_t m = 1;
     for (const Line& l : lines_)
         for (const auto& p : l.points) m = std::max(m, p.first);
-    return m;
+    return roundTicks(m, 1, 5);
 }
 
-int64_t KvBytesChart::maxBytes() const {
+std::vector<int64_t> KvBytesChart::byteTicks() const {
+    if (empty()) return {};
     int64_t m = 1;
     for (const Line& l : lines_)
         for (const auto& p : l.points) m = std::max(m, p.second);
-    return m;
+    // The unit the labels will use (byteSizeText's): B, KiB, MiB or GiB.
+    int64_t unit = 1;
+    while (unit < (int64_t{1} << 30) && m >= unit * 1024) unit *= 1024;
+    return roundTicks(m, unit, 4);
+}
+
+int64_t KvBytesChart::maxTokens() const {
+    const auto t = tokenTicks();
+    return t.empty() ? 1 : std::max<int64_t>(1, t.back());
+}
+
+int64_t KvBytesChart::maxBytes() const {
+    const auto t = byteTicks();
+    return t.empty() ? 1 : std::max<int64_t>(1, t.back());
+}
+
+QString KvBytesChart::placeholderText() const {
+    return tr("KV bytes against tokens in the cache, one line per strategy, appear here after a comparison.");
 }
 
 QRectF KvBytesChart::plotArea() const {
@@ -48,21 +95,30 @@ void KvBytesChart::paintEvent(QPaintEvent*) {
     QFont f = font();
     f.setPointSizeF(f.pointSizeF() * 0.85);
     p.setFont(f);
+    if (empty()) {
+        // No axis without data (an empty axis read "0 B, 0 B, 0 B, 1 B").
+        p.setPen(palette().color(QPalette::PlaceholderText));
+        p.drawText(rect().adjusted(12, 12, -12, -12), Qt::AlignCenter | Qt::TextWordWrap, placeholderText());
+        return;
+    }
     const QRectF a = plotArea();
-    p.fillRect(a, QColor(0xfa, 0xfa, 0xfa));
-    p.setPen(QColor(0xdd, 0xdd, 0xdd));
-    for (int i = 1; i <= 4; ++i) {
-        const double y = a.bottom() - a.height() * i / 4.0;
-        p.drawLine(QPointF(a.left(), y), QPointF(a.right(), y));
+    p.fillRect(a, palette().alternateBase());
+    const QColor grid = palette().color(QPalette::Mid);
+    const QColor text = palette().text().color();
+    const std::vector<int64_t> bytes = byteTicks(), tokens = tokenTicks();
+    for (int64_t b : bytes) {
+        const double y = mapPoint(0, b).y();
+        p.setPen(grid);
+        if (b > 0) p.drawLine(QPointF(a.left(), y), QPointF(a.right(), y));
+        p.setPen(text);
+        p.drawText(QRectF(0, y - 7, 66, 14), Qt::AlignRight | Qt::AlignVCenter, byteSizeText(b));
     }
-    p.setPen(palette().text().color());
+    for (int64_t t : tokens) {
+        const double x = mapPoint(t, 0).x();
+        p.drawText(QRectF(x - 40, a.bottom() + 2, 80, 14), Qt::AlignHCenter | Qt::AlignTop, QString("%L1").arg(t));
+    }
+    p.setPen(text);
     p.drawRect(a);
-    for (int i = 0; i <= 4; ++i) {
-        const double y = a.bottom() - a.height() * i / 4.0;
-        p.drawText(QRectF(0, y - 7, 66, 14), Qt::AlignRight | Qt::AlignVCenter, byteSizeText(maxBytes() * i / 4));
-        const double x = a.left() + a.width() * i / 4.0;
-        p.drawText(QRectF(x - 40, a.bottom() + 2, 80, 14), Qt::AlignHCenter | Qt::AlignTop, QString("%L1").arg(maxTokens() * i / 4));
-    }
     p.drawText(QRectF(a.left(), a.bottom() + 14, a.width(), 14), Qt::AlignHCenter | Qt::AlignTop, tr("tokens in the cache"));
     for (const Line& l : lines_) {
         if (l.points.empty()) continue;

@@ -26,6 +26,14 @@ public:
     void setLines(std::vector<Line> lines);
     const std::vector<Line>& lines() const { return lines_; }
 
+    // The axes' marks: from 0 in round steps (1, 2 or 5 times a power of ten tokens; of bytes, in
+    // the unit the labels use) up to the first mark at or past the largest value. Empty while
+    // there is nothing to draw: the chart then shows what it will show instead of an axis.
+    std::vector<int64_t> tokenTicks() const;
+    std::vector<int64_t> byteTicks() const;
+    static std::vector<int64_t> roundTicks(int64_t largest, int64_t unit, int most);
+    QString placeholderText() const;
+
     // Where a point is drawn, for hover and tests.
     QPointF mapPoint(int64_t tokens, int64_t bytes) const;
     QRectF plotArea() const;
@@ -38,7 +46,8 @@ protected:
     void paintEvent(QPaintEvent*) override;
 
 private:
-    int64_t maxTokens() const;
+    bool empty() const;
+    int64_t maxTokens() const;  // the axes' ends: their last marks
     int64_t maxBytes() const;
 
     std::vector<Line> lines_;

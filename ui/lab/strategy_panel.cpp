@@ -1,5 +1,7 @@
 #include "ui/lab/strategy_panel.h"
 
+#include "ui/lab/plan_messages.h"
+
 #include "engine/cache/cache_presets.h"
 #include "engine/cache/cache_spec.h"
 #include "engine/error.h"
@@ -347,7 +349,11 @@ void StrategyPanel::showPlan(const ConversionPlan& plan) {
     row(tr("Tokens evicted"), QString("%L1").arg(plan.tokens_evicted));
     row(tr("KV bytes before"), byteSizeText(plan.bytes_before) + QString(" (%L1)").arg(plan.bytes_before));
     row(tr("KV bytes after"), byteSizeText(plan.bytes_after) + QString(" (%L1)").arg(plan.bytes_after));
-    planText_->setText("<table>" + rows + "</table><small>" + tr("Token counts: the layer that changes most.") + "</small>");
+    // Which messages pay for it, in the transcript's numbering.
+    QString which;
+    for (const QString& line : {droppedMessagesText(plan), quantizedMessagesText(plan)})
+        if (!line.isEmpty()) which += "<p style='margin:2px 0'>" + line.toHtmlEscaped() + ".</p>";
+    planText_->setText("<table>" + rows + "</table>" + which + "<small>" + tr("Token counts: the layer that changes most.") + "</small>");
     updateEnabled();
 }
 
