@@ -111,6 +111,10 @@ public:
 
 class Backend {
 public:
+    Backend() = default;
+    // One backend, one lifetime(): a copy would share it.
+    Backend(const Backend&) = delete;
+    Backend& operator=(const Backend&) = delete;
     virtual ~Backend() = default;
     virtual std::string name() const = 0;
     virtual ThreadPool& pool() = 0;
