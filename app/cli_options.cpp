@@ -117,6 +117,9 @@ Loaded load_model(const Options& o) {
     // A GPU that cannot be used is not an error: the command runs on the CPU and says why.
     if (!b.notice.empty()) std::fprintf(stderr, "kvchat-cli: %s\n", b.notice.c_str());
     l.backend = std::move(b.backend);
+    // The weights go onto the device now (a GPU uploads them; the CPU uses the file in place), so
+    // no command's first timing includes the upload.
+    l.model->weights_on(*l.backend);
     return l;
 }
 

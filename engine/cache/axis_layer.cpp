@@ -227,7 +227,7 @@ void AxisLayer::attend(Buffer& q, const Buffer& k, const Buffer& v, const int32_
     }
     if (c.quant) c.quant->add_views(in, c.arena);
     in.slots.push_back({kst, vst, pos, n, kv_dim_});
-    backend_.attend(in, shape, out.data);
+    backend_.attend(in, shape, out);
     // Stopped part-way, `out` is incomplete: nothing of the chunk is kept.
     if (in.cancelled()) throw Cancelled("Prefilling was cancelled");
 

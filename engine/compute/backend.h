@@ -1,9 +1,20 @@
 #pragma once
 // The backend boundary. Model code describes the math with these operations on Buffers; a
-// backend (the CPU one now, CUDA later) decides where the numbers live and how each operation
-// runs. Model code never dereferences a Buffer. Cache layers keep their keys and values in
-// memory the backend allocated (KvMemory) and ask it for every operation on them: RoPE, the
-// append (with its conversion or quantization) and attention over the layer's slots.
+// backend (the CPU one, or the CUDA one in libkvchat_cuda.so) decides where the numbers live and
+// how each operation runs. Model code never dereferences a Buffer. Cache layers keep their keys
+// and values in memory the backend allocated (KvMemory) and ask it for every operation on them:
+// RoPE, the append (with its conversion or quantization) and attention over the layer's slots.
+//
+// Where memory lives is said by its type, never found out from an address (DEVELOPERS.md, "The
+// backend's memory"):
+//   - Buffer (activations) and KvMemory (cache layers) are the backend's own memory: host memory
+//     on the CPU, device memory on a GPU. Only the backend reads or writes them; the host reaches
+//     them through read/write and kv_upload/kv_download.
+//   - Weights are the model's in host memory (WeightMatrix: the mapped file; NormWeight,
+//     BiasVector: floats) until the model is placed on a backend (place_weights): from then on
+//     operations take the backend's handles (PlacedMatrix, PlacedVector), made once.
+//   - Everything else an operation takes as a pointer (token ids, positions, a parameter named
+//     host) is host memory.
 #include "engine/compute/matmul.h"
 
 #include <cstdint>
@@ -13,7 +24,10 @@
 
 namespace kvchat {
 
-// A row-major matrix of floats owned by a backend (host memory on the CPU, device memory on a GPU).
+// Where a backend keeps memory: the CPU's in host memory, a GPU's in its own device memory.
+enum class MemoryPlace : uint8_t { Host, Device };
+
+// A row-major matrix of floats owned by a backend, in its memory (see Backend::alloc).
 struct Buffer {
     float* data = nullptr;
     int64_t rows = 0;
@@ -21,23 +35,58 @@ struct Buffer {
     int64_t size() const { return rows * cols; }
 };
 
-// A small vector of norm weights, already in float and with any "+1" convention applied.
+// A small vector of norm weights in host memory, already in float and with any "+1" convention
+// applied.
 struct NormWeight {
     const float* data = nullptr;
     int64_t size = 0;
 };
 
-// A bias vector in float (Qwen 2's q, k and v projections); size 0: none.
+// A bias vector in host memory, in float (Qwen 2's q, k and v projections); size 0: none.
 struct BiasVector {
     const float* data = nullptr;
     int64_t size = 0;
+};
+
+// A model's weights as it hands them to Backend::place_weights, each named by its index: matrices
+// as the file holds them (mapped host memory) and small float vectors (norm weights, biases).
+struct WeightSet {
+    std::vector<WeightMatrix> matrices;
+    std::vector<NormWeight> vectors;
+};
+
+// A weight matrix on a backend. `host` is the model's (the mapped file, in its tensor type);
+// `placed` is what the backend's products read, in the backend's memory (`place`): the host
+// matrix itself on the CPU, the CUDA backend's fp16 copy on the GPU.
+struct PlacedMatrix {
+    WeightMatrix host{};
+    WeightMatrix placed{};
+    MemoryPlace place = MemoryPlace::Host;
+};
+
+// A norm weight or bias vector on a backend, `size` floats at `data` in its memory (`place`);
+// size 0: none.
+struct PlacedVector {
+    const float* data = nullptr;
+    int64_t size = 0;
+    MemoryPlace place = MemoryPlace::Host;
+};
+
+// What Backend::place_weights made of a WeightSet: one handle per matrix and vector, in the set's
+// order. It owns the backend's copies (device memory on a GPU) and frees them when destroyed,
+// which may be after the backend that made it is gone; the set's host memory must outlive it.
+class PlacedWeights {
+public:
+    virtual ~PlacedWeights() = default;
+    std::vector<PlacedMatrix> matrices;
+    std::vector<PlacedVector> vectors;
 };
 
 enum class GatedActivation { GeluTanh, Silu };
 
 // One of several products of the same input: its weights and the buffer it writes.
 struct MatmulOutput {
-    const WeightMatrix* w;
+    const PlacedMatrix* w;
     Buffer* y;
 };
 
@@ -62,23 +111,34 @@ public:
 
 class Backend {
 public:
+    Backend() = default;
+    // One backend, one lifetime(): a copy would share it.
+    Backend(const Backend&) = delete;
+    Backend& operator=(const Backend&) = delete;
     virtual ~Backend() = default;
     virtual std::string name() const = 0;
     virtual ThreadPool& pool() = 0;
+    // Expires when this backend is destroyed: what was placed on it is then known to be unused.
+    std::weak_ptr<const void> lifetime() const { return alive_; }
 
-    // Activation storage: a buffer of rows x cols floats, reused across calls.
+    // Activation storage: a buffer of rows x cols floats in the backend's memory, reused across calls.
     virtual Buffer alloc(int64_t rows, int64_t cols) = 0;
     virtual void free(Buffer& b) = 0;
-    // Copies rows [0, n) of b to host memory.
+    // Copies rows [0, n_rows) of b to host memory, and from host memory into b.
     virtual void read(const Buffer& b, int64_t n_rows, float* host) const = 0;
+    virtual void write(Buffer& b, int64_t n_rows, const float* host) = 0;
 
-    // out[i] = scale * table[ids[i]]
-    virtual void embed(const WeightMatrix& table, const int32_t* ids, int64_t n, float scale, Buffer& out) = 0;
+    // A model's weights on this backend, once per model and backend: the CPU uses the host memory
+    // in place, a GPU uploads a copy. Throws kvchat::Error when they do not fit.
+    virtual std::unique_ptr<PlacedWeights> place_weights(const WeightSet& set) = 0;
+
+    // out[i] = scale * table[ids[i]] (ids: host memory)
+    virtual void embed(const PlacedMatrix& table, const int32_t* ids, int64_t n, float scale, Buffer& out) = 0;
     // RMS-normalises every group of w.size consecutive values of x (its first n_rows rows) and
     // multiplies by w: out may alias x.
-    virtual void rms_norm(const Buffer& x, int64_t n_rows, const NormWeight& w, float eps, Buffer& out) = 0;
+    virtual void rms_norm(const Buffer& x, int64_t n_rows, const PlacedVector& w, float eps, Buffer& out) = 0;
     // y = x W^T for the first n_rows rows of x.
-    virtual void matmul(const WeightMatrix& w, const Buffer& x, int64_t n_rows, Buffer& y) = 0;
+    virtual void matmul(const PlacedMatrix& w, const Buffer& x, int64_t n_rows, Buffer& y) = 0;
     // outs[i].y = x outs[i].w^T for i in [0, count): products of one input (q, k and v; gate and
     // up), each the same values as matmul gives; a backend may prepare x once for all of them and
     // run them as one step.
@@ -86,7 +146,7 @@ public:
     // x += y (first n_rows rows)
     virtual void add(Buffer& x, const Buffer& y, int64_t n_rows) = 0;
     // x[r] += b for the first n_rows rows (b.size == x.cols)
-    virtual void add_bias(Buffer& x, int64_t n_rows, const BiasVector& b) = 0;
+    virtual void add_bias(Buffer& x, int64_t n_rows, const PlacedVector& b) = 0;
     // gate = act(gate) * up (first n_rows rows)
     virtual void gated(GatedActivation act, Buffer& gate, const Buffer& up, int64_t n_rows) = 0;
     // x = cap * tanh(x / cap) (first n_rows rows)
@@ -97,7 +157,8 @@ public:
     // --- cache layers' operations ---
     // Activations are Buffers; a layer's keys and values live in KvMemory of this backend, and
     // `void*` / `uint8_t*` arguments point into such memory (never host memory, except where a
-    // parameter is named host).
+    // parameter is named host). Positions (`pos`, AttentionInput's qpos and SlotView::pos) are
+    // host memory.
     virtual std::unique_ptr<KvMemory> alloc_kv() = 0;
     // dst rows [0, n_rows) = src rows [0, n_rows) (equal widths).
     virtual void copy(const Buffer& src, int64_t n_rows, Buffer& dst) = 0;
@@ -112,7 +173,9 @@ public:
     // in `t`, one after the other: a residual's layout) into one KIVI block (kivi_block.h).
     virtual void kv_quantize(const KiviFormat& f, KvDtype t, const void* records, int count, uint8_t* block) = 0;
     // Attention over a layer's slots and quantized blocks (attention.h); out: n_q x (n_head*head_dim).
-    virtual void attend(const AttentionInput& in, const AttentionShape& shape, float* out) = 0;
+    // in.q and in.q_sink are the data of this backend's Buffers, the slots' keys and values and the
+    // blocks' bytes its KvMemory, the positions host memory.
+    virtual void attend(const AttentionInput& in, const AttentionShape& shape, Buffer& out) = 0;
     // Byte moves of KV memory: within it (regions may overlap), and to and from host memory
     // (snapshots, conversions).
     virtual void kv_copy(void* dst, const void* src, size_t bytes) = 0;
@@ -124,6 +187,9 @@ public:
     // error. Called from the tier's prefetch thread too (reads), beside the compute.
     virtual int kv_read_file(int fd, int64_t offset, void* dst, size_t n) = 0;
     virtual int kv_write_file(int fd, int64_t offset, const void* src, size_t n, size_t* written) = 0;
+
+private:
+    std::shared_ptr<const void> alive_ = std::make_shared<char>(0);
 };
 
 // The CPU backend with n_threads worker threads (<= 0: one per core).

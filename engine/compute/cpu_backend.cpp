@@ -3,6 +3,7 @@
 #include "engine/common/file_range_io.h"
 #include "engine/common/growable_arena.h"
 #include "engine/compute/attention.h"
+#include "engine/compute/gelu_table.h"
 #include "engine/compute/ggml_expf.h"
 #include "engine/compute/kivi_block.h"
 #include "engine/compute/kv_dtype.h"
@@ -30,20 +31,9 @@ namespace {
 
 constexpr int64_t kParallelMin = 1 << 15;  // below this many elements threads cost more than they save
 
-// GELU (tanh form) evaluated on the fp16 grid, input and output, as llama.cpp's CPU backend does:
-// Gemma's greedy continuations are sensitive enough that the exact float function makes them
-// drift from the reference implementation users compare against. The table also makes it cheap.
+// The gated GELU over the shared fp16-grid table (gelu_table.h), eight values a gather.
 class GeluTable {
 public:
-    GeluTable() : table_(1 << 16) {
-        for (uint32_t h = 0; h < (1u << 16); ++h) {
-            // ggml_gelu_f32 as llama.cpp's build computes it: sqrt(2/pi) * x * (1 + a x^2), with
-            // 1 + a x^2 one fused multiply-add (checked against all 65,536 entries of its table).
-            const float x = fp16_to_fp32(static_cast<uint16_t>(h));
-            const float y = 0.5f * x * (1.0f + std::tanh(0.79788456080286535587989211986876f * x * std::fma(0.044715f * x, x, 1.0f)));
-            table_[h] = fp16_to_fp32(fp32_to_fp16(y));
-        }
-    }
     // gate[i] = gelu(gate[i]) * up[i] for i in [b, e), as ggml_vec_geglu_f32: 0 from -10 down,
     // x * up from 10 up, the table's value (fp16 input rounded to nearest even) times up between.
     void apply(float* gate, const float* up, int64_t b, int64_t e) const {
@@ -52,7 +42,7 @@ public:
         for (; i + 8 <= e; i += 8) {
             const __m256 x = _mm256_loadu_ps(gate + i), u = _mm256_loadu_ps(up + i);
             const __m256i h = _mm256_cvtepu16_epi32(_mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT));
-            const __m256 t = _mm256_mul_ps(_mm256_i32gather_ps(table_.data(), h, 4), u);
+            const __m256 t = _mm256_mul_ps(_mm256_i32gather_ps(table_, h, 4), u);
             __m256 y = _mm256_blendv_ps(t, _mm256_mul_ps(x, u), _mm256_cmp_ps(x, hi, _CMP_GE_OQ));
             y = _mm256_andnot_ps(_mm256_cmp_ps(x, lo, _CMP_LE_OQ), y);
             _mm256_storeu_ps(gate + i, y);
@@ -64,7 +54,7 @@ public:
     }
 
 private:
-    std::vector<float> table_;
+    const float* table_ = gelu_fp16_table().data();
 };
 
 const GeluTable& gelu_table() {
@@ -125,17 +115,30 @@ public:
     void read(const Buffer& b, int64_t n_rows, float* host) const override {
         std::memcpy(host, b.data, sizeof(float) * n_rows * b.cols);
     }
+    void write(Buffer& b, int64_t n_rows, const float* host) override {
+        std::memcpy(b.data, host, sizeof(float) * n_rows * b.cols);
+    }
 
-    void embed(const WeightMatrix& table, const int32_t* ids, int64_t n, float scale, Buffer& out) override {
+    // The weights are read where the model holds them (the mapped file): nothing is copied.
+    std::unique_ptr<PlacedWeights> place_weights(const WeightSet& set) override {
+        auto placed = std::make_unique<PlacedWeights>();
+        placed->matrices.reserve(set.matrices.size());
+        for (const WeightMatrix& w : set.matrices) placed->matrices.push_back({w, w, MemoryPlace::Host});
+        placed->vectors.reserve(set.vectors.size());
+        for (const NormWeight& v : set.vectors) placed->vectors.push_back({v.data, v.size, MemoryPlace::Host});
+        return placed;
+    }
+
+    void embed(const PlacedMatrix& table, const int32_t* ids, int64_t n, float scale, Buffer& out) override {
         for (int64_t i = 0; i < n; ++i) {
             float* row = out.data + i * out.cols;
-            weight_row(table, ids[i], row);
+            weight_row(table.placed, ids[i], row);
             if (scale != 1.0f)
                 for (int64_t j = 0; j < out.cols; ++j) row[j] *= scale;
         }
     }
 
-    void rms_norm(const Buffer& x, int64_t n_rows, const NormWeight& w, float eps, Buffer& out) override {
+    void rms_norm(const Buffer& x, int64_t n_rows, const PlacedVector& w, float eps, Buffer& out) override {
         const int64_t groups = n_rows * x.cols / w.size;
         for_range(groups, w.size, [&](int64_t b, int64_t e) {
             for (int64_t g = b; g < e; ++g) {
@@ -152,15 +155,15 @@ public:
         });
     }
 
-    void matmul(const WeightMatrix& w, const Buffer& x, int64_t n_rows, Buffer& y) override {
-        kvchat::matmul(w, x.data, n_rows, y.data, pool_);
+    void matmul(const PlacedMatrix& w, const Buffer& x, int64_t n_rows, Buffer& y) override {
+        kvchat::matmul(w.placed, x.data, n_rows, y.data, pool_);
     }
     void matmuls(const Buffer& x, int64_t n_rows, const MatmulOutput* outs, int count) override {
         constexpr int kMax = 8;
         if (count > kMax) throw Error("matmuls: at most " + std::to_string(kMax) + " products of one input");
         const WeightMatrix* ws[kMax];
         float* ys[kMax];
-        for (int i = 0; i < count; ++i) ws[i] = outs[i].w, ys[i] = outs[i].y->data;
+        for (int i = 0; i < count; ++i) ws[i] = &outs[i].w->placed, ys[i] = outs[i].y->data;
         kvchat::matmuls(ws, ys, count, x.data, n_rows, pool_);
     }
 
@@ -170,7 +173,7 @@ public:
         });
     }
 
-    void add_bias(Buffer& x, int64_t n_rows, const BiasVector& b) override {
+    void add_bias(Buffer& x, int64_t n_rows, const PlacedVector& b) override {
         for (int64_t r = 0; r < n_rows; ++r) {
             float* row = x.data + r * x.cols;
             for (int64_t i = 0; i < b.size; ++i) row[i] += b.data[i];
@@ -253,8 +256,8 @@ public:
         }
         kivi_quantize_block(f, rows, rows + f.kv_dim, 2 * static_cast<int64_t>(f.kv_dim), count, block);
     }
-    void attend(const AttentionInput& in, const AttentionShape& shape, float* out) override {
-        kvchat::attend(in, shape, out, pool_);
+    void attend(const AttentionInput& in, const AttentionShape& shape, Buffer& out) override {
+        kvchat::attend(in, shape, out.data, pool_);
     }
 
     void kv_copy(void* dst, const void* src, size_t bytes) override {

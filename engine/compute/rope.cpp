@@ -10,20 +10,22 @@ RopeAngles::RopeAngles(const RopeSpec& spec) : spec_(spec) {
     sin_.resize(half);
 }
 
-void RopeAngles::set_position(int64_t pos) {
-    // In float, the angle of pair i built by repeated multiplication with base^(-2/dims), as
-    // llama.cpp (ggml's rope cache) does: exact double angles put rotated keys ~2e-4 off
-    // llama.cpp's at position 1,000; these match them to the bit.
-    const float theta_scale = std::pow(static_cast<float>(spec_.base), -2.0f / static_cast<float>(spec_.dims));
-    const float freq_scale = static_cast<float>(1.0 / spec_.linear_scale);
+void rope_cos_sin(const RopeSpec& spec, int64_t pos, float* cos, float* sin) {
+    // Exact double angles put rotated keys ~2e-4 off llama.cpp's at position 1,000; these match
+    // them to the bit.
+    const float theta_scale = std::pow(static_cast<float>(spec.base), -2.0f / static_cast<float>(spec.dims));
+    const float freq_scale = static_cast<float>(1.0 / spec.linear_scale);
     float theta = static_cast<float>(pos);
-    for (size_t i = 0; i < cos_.size(); ++i) {
-        const float t = rope_pair_angle(spec_, freq_scale, theta, i);
-        cos_[i] = std::cos(t);
-        sin_[i] = std::sin(t);
+    const size_t half = static_cast<size_t>(spec.dims / 2);
+    for (size_t i = 0; i < half; ++i) {
+        const float t = rope_pair_angle(spec, freq_scale, theta, i);
+        cos[i] = std::cos(t);
+        sin[i] = std::sin(t);
         theta *= theta_scale;
     }
 }
+
+void RopeAngles::set_position(int64_t pos) { rope_cos_sin(spec_, pos, cos_.data(), sin_.data()); }
 
 // With the contractions llama.cpp's build makes (checked bit for bit against its rotated keys):
 // one product rounded, the other fused into the sum.

@@ -28,6 +28,11 @@ inline float rope_pair_angle(const RopeSpec& spec, float freq_scale, float theta
     return freq_scale * (spec.freq_factors.empty() ? theta : theta / spec.freq_factors[i]);
 }
 
+// The cos and sin of every pair's angle at position pos (spec.dims / 2 of each): in float, the
+// angle of pair i built by repeated multiplication with base^(-2/dims), as llama.cpp (ggml's rope
+// cache) does. Both backends take their angles from here (the CUDA one uploads them).
+void rope_cos_sin(const RopeSpec& spec, int64_t pos, float* cos, float* sin);
+
 // The cos/sin pairs of one position, computed once and applied to every head of q and k.
 class RopeAngles {
 public:

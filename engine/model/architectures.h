@@ -84,8 +84,8 @@ public:
 private:
     void step() const { stop_if_cancelled(cancel_); }
 
-    const Model& m_;
     const ModelConfig& c_;
+    const BackendWeights& w_;  // the model's weights on be_
     Backend& be_;
     Cache& cache_;
     const int32_t* pos_;

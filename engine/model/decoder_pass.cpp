@@ -6,8 +6,8 @@ namespace kvchat {
 
 DecoderPass::DecoderPass(const Model& m, Backend& be, Cache& cache, const int32_t* pos, int64_t n, Buffer& x,
                          const std::atomic<bool>* cancel)
-    : m_(m),
-      c_(m.config()),
+    : c_(m.config()),
+      w_(m.weights_on(be)),
       be_(be),
       cache_(cache),
       pos_(pos),
@@ -24,13 +24,13 @@ DecoderPass::DecoderPass(const Model& m, Backend& be, Cache& cache, const int32_
       gate_(bufs_.alloc(n, c_.n_ff)),
       up_(bufs_.alloc(n, c_.n_ff)) {}
 
-void DecoderPass::embed(const int32_t* tokens) { be_.embed(m_.token_embedding(), tokens, n_, c_.embed_scale, x_); }
+void DecoderPass::embed(const int32_t* tokens) { be_.embed(w_.token_embedding, tokens, n_, c_.embed_scale, x_); }
 
 // A stop is seen before every step below and inside attention: one layer's attention over a few
 // thousand tokens alone takes about 100 ms.
 void DecoderPass::attention(int il, const AttentionSteps& s) {
     step();
-    const LayerWeights& w = m_.layer(il);
+    const PlacedLayer& w = w_.layers[static_cast<size_t>(il)];
     be_.rms_norm(x_, n_, w.attn_norm, c_.rms_eps, xn_);
     const MatmulOutput qkv[3] = {{&w.wq, &q_}, {&w.wk, &k_}, {&w.wv, &v_}};
     be_.matmuls(xn_, n_, qkv, 3);
@@ -53,7 +53,7 @@ void DecoderPass::attention(int il, const AttentionSteps& s) {
 
 void DecoderPass::feed_forward(int il, const FeedForwardSteps& s) {
     step();
-    const LayerWeights& w = m_.layer(il);
+    const PlacedLayer& w = w_.layers[static_cast<size_t>(il)];
     be_.rms_norm(x_, n_, w.ffn_norm, c_.rms_eps, xn_);
     const MatmulOutput gate_up[2] = {{&w.w_gate, &gate_}, {&w.w_up, &up_}};
     be_.matmuls(xn_, n_, gate_up, 2);
@@ -64,6 +64,6 @@ void DecoderPass::feed_forward(int il, const FeedForwardSteps& s) {
     be_.add(x_, proj_, n_);
 }
 
-void DecoderPass::output_norm() { be_.rms_norm(x_, n_, m_.output_norm(), c_.rms_eps, x_); }
+void DecoderPass::output_norm() { be_.rms_norm(x_, n_, w_.output_norm, c_.rms_eps, x_); }
 
 }  // namespace kvchat

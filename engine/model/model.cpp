@@ -591,6 +591,65 @@ std::unique_ptr<Cache> Model::make_cache(Backend& backend, const std::string& sp
     return kvchat::make_cache(layer_specs(), spec, backend);
 }
 
+const BackendWeights& Model::weights_on(Backend& backend) const {
+    const std::weak_ptr<const void> alive = backend.lifetime();
+    std::lock_guard lock(placed_mu_);
+    // A backend that is gone can no longer be running with its copies: free them.
+    std::erase_if(placed_, [](const std::unique_ptr<BackendWeights>& w) { return w->backend.expired(); });
+    for (const auto& w : placed_)
+        if (!w->backend.owner_before(alive) && !alive.owner_before(w->backend)) return *w;
+
+    // Every weight once, in one set: a tied output matrix is the embedding's own entry.
+    WeightSet set;
+    auto matrix = [&](const WeightMatrix& w) {
+        set.matrices.push_back(w);
+        return set.matrices.size() - 1;
+    };
+    auto vector = [&](const float* data, int64_t size) -> std::ptrdiff_t {
+        if (size == 0) return -1;
+        set.vectors.push_back(NormWeight{data, size});
+        return static_cast<std::ptrdiff_t>(set.vectors.size()) - 1;
+    };
+    struct LayerIndices {
+        size_t wq, wk, wv, wo, gate, up, down;
+        std::ptrdiff_t bq, bk, bv, attn_norm, q_norm, k_norm, post_attn_norm, ffn_norm, post_ffn_norm;
+    };
+    const size_t embd = matrix(tok_embd_);
+    const bool tied = output_.data == tok_embd_.data && output_.type == tok_embd_.type && output_.rows == tok_embd_.rows &&
+                      output_.cols == tok_embd_.cols;
+    const size_t out = tied ? embd : matrix(output_);
+    const std::ptrdiff_t out_norm = vector(output_norm_.data, output_norm_.size);
+    std::vector<LayerIndices> idx;
+    idx.reserve(layers_.size());
+    for (const LayerWeights& l : layers_)
+        idx.push_back({matrix(l.wq), matrix(l.wk), matrix(l.wv), matrix(l.wo), matrix(l.w_gate), matrix(l.w_up),
+                       matrix(l.w_down), vector(l.bq.data, l.bq.size), vector(l.bk.data, l.bk.size),
+                       vector(l.bv.data, l.bv.size), vector(l.attn_norm.data, l.attn_norm.size),
+                       vector(l.q_norm.data, l.q_norm.size), vector(l.k_norm.data, l.k_norm.size),
+                       vector(l.post_attn_norm.data, l.post_attn_norm.size), vector(l.ffn_norm.data, l.ffn_norm.size),
+                       vector(l.post_ffn_norm.data, l.post_ffn_norm.size)});
+
+    auto placed = std::make_unique<BackendWeights>();
+    placed->handles = backend.place_weights(set);
+    const PlacedWeights& h = *placed->handles;
+    if (h.matrices.size() != set.matrices.size() || h.vectors.size() != set.vectors.size())
+        throw Error("backend " + backend.name() + " placed " + std::to_string(h.matrices.size()) + " of " +
+                    std::to_string(set.matrices.size()) + " weight matrices");
+    auto vec = [&](std::ptrdiff_t i) { return i < 0 ? PlacedVector{} : h.vectors[static_cast<size_t>(i)]; };
+    placed->token_embedding = h.matrices[embd];
+    placed->output = h.matrices[out];
+    placed->output_norm = vec(out_norm);
+    placed->layers.reserve(idx.size());
+    for (const LayerIndices& i : idx)
+        placed->layers.push_back({h.matrices[i.wq], h.matrices[i.wk], h.matrices[i.wv], h.matrices[i.wo],
+                                  h.matrices[i.gate], h.matrices[i.up], h.matrices[i.down], vec(i.bq), vec(i.bk),
+                                  vec(i.bv), vec(i.attn_norm), vec(i.q_norm), vec(i.k_norm), vec(i.post_attn_norm),
+                                  vec(i.ffn_norm), vec(i.post_ffn_norm)});
+    placed->backend = alive;
+    placed_.push_back(std::move(placed));
+    return *placed_.back();
+}
+
 void Model::forward(Backend& be, Cache& cache, const int32_t* tokens, int64_t n, Logits want,
                     std::vector<float>& logits, int64_t chunk, const std::atomic<bool>* cancel) const {
     const ModelConfig& c = config_;
@@ -604,6 +663,7 @@ void Model::forward(Backend& be, Cache& cache, const int32_t* tokens, int64_t n,
                     std::to_string(c.n_layer));
     if (chunk <= 0) chunk = 512;
     cache.check_room(n);
+    const BackendWeights& weights = weights_on(be);
     logits.clear();
     std::vector<int32_t> pos;
     for (int64_t off = 0; off < n; off += chunk) {
@@ -640,7 +700,7 @@ void Model::forward(Backend& be, Cache& cache, const int32_t* tokens, int64_t n,
                 rows = picked;
             }
             Buffer lg = be.alloc(rows.rows, c.n_vocab);
-            be.matmul(output_, rows, rows.rows, lg);
+            be.matmul(weights.output, rows, rows.rows, lg);
             if (c.final_softcap > 0.0f) be.softcap(lg, rows.rows, c.final_softcap);
             const size_t at = logits.size();
             logits.resize(at + static_cast<size_t>(rows.rows) * static_cast<size_t>(c.n_vocab));

@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
@@ -49,7 +50,7 @@ struct ModelConfig {
     std::vector<bool> layer_sliding;  // per layer
 };
 
-// One layer's weights. Phi-3's fused matrices (attn_qkv, ffn_up holding gate and up) are held as
+// One layer's weights as the file holds them (host memory). Phi-3's fused matrices (attn_qkv, ffn_up holding gate and up) are held as
 // row ranges of the file's tensor, read in place like any other.
 struct LayerWeights {
     WeightMatrix wq{}, wk{}, wv{}, wo{};
@@ -57,6 +58,25 @@ struct LayerWeights {
     BiasVector bq, bk, bv;                                 // Qwen 2 (size 0: none)
     NormWeight attn_norm, q_norm, k_norm, post_attn_norm;  // q/k norms: Gemma 3, Qwen 3; post: Gemma 3
     NormWeight ffn_norm, post_ffn_norm;
+};
+
+// One layer's weights on a backend: the handles Backend::place_weights made of LayerWeights.
+struct PlacedLayer {
+    PlacedMatrix wq, wk, wv, wo;
+    PlacedMatrix w_gate, w_up, w_down;
+    PlacedVector bq, bk, bv;
+    PlacedVector attn_norm, q_norm, k_norm, post_attn_norm;
+    PlacedVector ffn_norm, post_ffn_norm;
+};
+
+// The model's weights on one backend, what the forward pass computes with: placed all at once the
+// first time the model runs on that backend (a GPU uploads them then), kept while both live.
+struct BackendWeights {
+    PlacedMatrix token_embedding, output;
+    PlacedVector output_norm;
+    std::vector<PlacedLayer> layers;
+    std::unique_ptr<PlacedWeights> handles;  // owns the backend's copies
+    std::weak_ptr<const void> backend;       // Backend::lifetime() of the backend they are on
 };
 
 // Which positions of a forward pass need logits.
@@ -98,7 +118,12 @@ public:
     void forward(Backend& backend, Cache& cache, const int32_t* tokens, int64_t n, Logits want,
                  std::vector<float>& logits, int64_t chunk = 512, const std::atomic<bool>* cancel = nullptr) const;
 
-    // The weights, for the architectures' forward functions.
+    // The model's weights on `backend`, for the architectures' forward functions: placed there by
+    // the first call with that backend (forward() calls it; a loader may call it to upload the
+    // weights before the first answer), the same handles after. Safe from several threads.
+    const BackendWeights& weights_on(Backend& backend) const;
+
+    // The weights as the file holds them (host memory).
     const WeightMatrix& token_embedding() const { return tok_embd_; }
     const WeightMatrix& output() const { return output_; }
     const NormWeight& output_norm() const { return output_norm_; }
@@ -125,6 +150,9 @@ private:
     NormWeight output_norm_;
     std::vector<LayerWeights> layers_;
     std::vector<std::vector<float>> norm_store_;  // norm weights and biases converted to f32 (tiny)
+    // One entry per backend the model has run on (dropped once its backend is gone).
+    mutable std::mutex placed_mu_;
+    mutable std::vector<std::unique_ptr<BackendWeights>> placed_;
 };
 
 }  // namespace kvchat

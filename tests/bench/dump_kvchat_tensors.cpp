@@ -45,11 +45,12 @@ void dumping_forward(const Model& m, Backend& be, Cache& cache, const std::vecto
     Buffer xn = be.alloc(n, c.n_embd), q = be.alloc(n, q_dim), k = be.alloc(n, kv_dim), v = be.alloc(n, kv_dim);
     Buffer att = be.alloc(n, q_dim), proj = be.alloc(n, c.n_embd);
     Buffer gate = be.alloc(n, c.n_ff), up = be.alloc(n, c.n_ff);
-    be.embed(m.token_embedding(), tokens.data(), n, c.embed_scale, x);
+    const BackendWeights& placed = m.weights_on(be);
+    be.embed(placed.token_embedding, tokens.data(), n, c.embed_scale, x);
     dump(be, "inp_scaled", x, n);
     for (int il = 0; il < c.n_layer; ++il) {
         const std::string L = "-" + std::to_string(il);
-        const LayerWeights& w = m.layer(il);
+        const PlacedLayer& w = placed.layers[static_cast<size_t>(il)];
         be.rms_norm(x, n, w.attn_norm, c.rms_eps, xn);
         dump(be, "attn_norm" + L, xn, n);
         be.matmul(w.wq, xn, n, q);
@@ -86,10 +87,10 @@ void dumping_forward(const Model& m, Backend& be, Cache& cache, const std::vecto
         dump(be, "l_out" + L, x, n);
     }
     cache.append_tokens(tokens.data(), n);
-    be.rms_norm(x, n, m.output_norm(), c.rms_eps, x);
+    be.rms_norm(x, n, placed.output_norm, c.rms_eps, x);
     dump(be, "result_norm", x, n);
     Buffer lg = be.alloc(n, c.n_vocab);
-    be.matmul(m.output(), x, n, lg);
+    be.matmul(placed.output, x, n, lg);
     dump(be, "result_output", lg, n);
     for (Buffer* b : {&x, &xn, &q, &k, &v, &att, &proj, &gate, &up, &lg}) be.free(*b);
 }

@@ -61,10 +61,20 @@ double relative_error(const std::vector<float>& got, const std::vector<float>& w
     return d / std::max(1e-30, static_cast<double>(max_abs(want)));
 }
 
+// A buffer of the backend's (device memory on the GPU) holding v: written through the backend,
+// never through its data pointer.
 Buffer filled(Backend& b, const std::vector<float>& v, int64_t rows, int64_t cols) {
     Buffer buf = b.alloc(rows, cols);
-    std::memcpy(buf.data, v.data(), sizeof(float) * v.size());  // both backends' buffers are host-visible
+    b.write(buf, rows, v.data());
     return buf;
+}
+
+// Bytes in the backend's KV memory.
+std::unique_ptr<KvMemory> kv_filled(Backend& b, const std::vector<uint8_t>& bytes) {
+    auto mem = b.alloc_kv();
+    mem->resize(bytes.size());
+    b.kv_upload(mem->data(), bytes.data(), bytes.size());
+    return mem;
 }
 
 std::vector<float> contents(const Backend& b, const Buffer& buf) {
@@ -200,13 +210,22 @@ private Q_SLOTS:
             const auto want = run(*cpu_, op), got = run(*gpu_, op);
             QVERIFY2(relative_error(got, want) < 1e-6, which == 0 ? "silu" : "softcap");
         }
-        // Normalization over heads of 64 (as q/k norms) and over whole rows.
+        // Normalization over heads of 64 (as q/k norms) and over whole rows, with norm weights
+        // placed on each backend, and a bias the same way.
         std::vector<float> w = random_floats(cols, 3);
         for (int64_t width : {int64_t{64}, cols}) {
-            auto op = [&](Backend& be, Buffer& x, Buffer&) { be.rms_norm(x, rows, NormWeight{w.data(), width}, 1e-6f, x); };
+            WeightSet set;
+            set.vectors.push_back(NormWeight{w.data(), width});
+            auto op = [&](Backend& be, Buffer& x, Buffer&) {
+                const auto placed = be.place_weights(set);
+                be.rms_norm(x, rows, placed->vectors[0], 1e-6f, x);
+            };
             const auto want = run(*cpu_, op), got = run(*gpu_, op);
             QVERIFY2(relative_error(got, want) < 1e-4, "rms_norm");
         }
+        WeightSet bias;
+        bias.vectors.push_back(NormWeight{w.data(), cols});
+        same([&](Backend& be, Buffer& x, Buffer&) { be.add_bias(x, rows, be.place_weights(bias)->vectors[0]); }, "add_bias");
         // gather_rows
         const auto want = [&] {
             Buffer s = filled(*cpu_, a, rows, cols), d = cpu_->alloc(2, cols);
@@ -237,10 +256,18 @@ private Q_SLOTS:
         const auto wf = random_floats(rows * cols, 7, 0.05f);
         std::vector<uint8_t> wq(row_bytes(t, cols) * rows);
         for (int64_t r = 0; r < rows; ++r) quantize_row(t, wf.data() + r * cols, wq.data() + r * row_bytes(t, cols), cols);
-        const WeightMatrix w{t, rows, cols, wq.data()};
+        WeightSet set;
+        set.matrices.push_back(WeightMatrix{t, rows, cols, wq.data()});
+        const auto on_cpu = cpu_->place_weights(set), on_gpu = gpu_->place_weights(set);
+        // The GPU's copy is its own, in device memory; the CPU reads the host matrix in place.
+        QCOMPARE(on_gpu->matrices[0].place, MemoryPlace::Device);
+        QVERIFY(on_gpu->matrices[0].placed.data != wq.data());
+        QCOMPARE(on_cpu->matrices[0].place, MemoryPlace::Host);
+        QCOMPARE(on_cpu->matrices[0].placed.data, static_cast<const void*>(wq.data()));
         for (int64_t n : {int64_t{1}, int64_t{9}}) {
             const auto x = random_floats(n * cols, 8);
             auto run = [&](Backend& be) {
+                const PlacedMatrix& w = (&be == gpu_.get() ? on_gpu : on_cpu)->matrices[0];
                 Buffer xb = filled(be, x, n, cols), yb = be.alloc(n, rows);
                 be.matmul(w, xb, n, yb);
                 auto v = contents(be, yb);
@@ -250,6 +277,50 @@ private Q_SLOTS:
             const double e = relative_error(run(*gpu_), run(*cpu_));
             QVERIFY2(e < 1e-2, qPrintable(QString("n=%1: relative error %2").arg(n).arg(e)));
         }
+    }
+
+    // Weights are the backend's handles: the GPU refuses a matrix the CPU placed (host memory)
+    // with a message rather than reading it, and its own copies stay usable by whoever holds them
+    // after the backend that made them is gone (freed with them, not with the backend).
+    void placedWeightsBelongToTheirBackend() {
+        if (!have_gpu()) QSKIP(qPrintable("no CUDA device: " + QString::fromStdString(why_not_)));
+        const int64_t rows = 32, cols = 64;
+        const auto wf = random_floats(rows * cols, 31);
+        WeightSet set;
+        set.matrices.push_back(WeightMatrix{TensorType::F32, rows, cols, wf.data()});
+        set.vectors.push_back(NormWeight{wf.data(), cols});
+        const auto on_cpu = cpu_->place_weights(set);
+        Buffer x = filled(*gpu_, random_floats(cols, 32), 1, cols), y = gpu_->alloc(1, rows);
+        bool refused = false;
+        try {
+            gpu_->matmul(on_cpu->matrices[0], x, 1, y);
+        } catch (const Error& e) {
+            refused = std::string(e.what()).find("placed on another backend") != std::string::npos;
+        }
+        QVERIFY(refused);
+        refused = false;
+        try {
+            gpu_->rms_norm(x, 1, on_cpu->vectors[0], 1e-6f, x);
+        } catch (const Error& e) {
+            refused = std::string(e.what()).find("placed on another backend") != std::string::npos;
+        }
+        QVERIFY(refused);
+        gpu_->free(x), gpu_->free(y);
+
+        std::unique_ptr<PlacedWeights> outliving;
+        {
+            OpenedBackend second = open_backend(Device{Device::Kind::Cuda, 0}, 1);
+            QVERIFY2(second.notice.empty(), second.notice.c_str());
+            outliving = second.backend->place_weights(set);
+            QCOMPARE(outliving->matrices.size(), size_t{1});
+            QCOMPARE(outliving->vectors.size(), size_t{1});
+            QCOMPARE(outliving->vectors[0].place, MemoryPlace::Device);
+        }
+        outliving.reset();  // the backend is gone: freeing must neither crash nor disturb this one
+        Buffer a = filled(*gpu_, {1.0f, 2.0f}, 1, 2), b = filled(*gpu_, {3.0f, 4.0f}, 1, 2);
+        gpu_->add(a, b, 1);
+        QCOMPARE(contents(*gpu_, a), (std::vector<float>{4.0f, 6.0f}));
+        gpu_->free(a), gpu_->free(b);
     }
 
     void ropeAndConversionsAreExact() {
@@ -385,34 +456,35 @@ private Q_SLOTS:
         for (int t = 0; t < n_q; ++t) qpos[t] = last - (n_q - 1 - t);
         const auto q = random_floats(static_cast<size_t>(n_q) * s.n_head * s.head_dim, 23);
         const auto qs = random_floats(q.size(), 24);
-        AttentionInput in;
-        in.q = q.data();
-        in.q_sink = sinks ? qs.data() : nullptr;
-        in.qpos = qpos.data();
-        in.n_q = n_q;
-        in.window = window;
-        in.sink_end = sinks;
-        in.dtype = dt;
-        in.f16_probs = f16_probs;
-        if (nbits) {
-            in.kivi = &f;
-            for (int b = 0; b < n_blocks; ++b) in.blocks.push_back({blocks.data() + b * f.block_bytes, b * group, group});
-        }
-        in.slots.push_back({slot_bytes.data(), slot_bytes.data() + kv_dim * kv_dtype_bytes(dt), spos.data(), n_slots, stride});
-        std::vector<float> want(q.size()), got(q.size());
-        cpu_->attend(in, s, want.data());
-        gpu_->attend(in, s, got.data());  // host memory: staged
+        // Each backend attends over its own memory: queries and output in Buffers, slots and
+        // blocks in KV memory, positions on the host.
+        auto attend_on = [&](Backend& be) {
+            Buffer qb = filled(be, q, n_q, s.n_head * s.head_dim), qsb = filled(be, qs, n_q, s.n_head * s.head_dim);
+            Buffer out = be.alloc(n_q, s.n_head * s.head_dim);
+            const auto slots = kv_filled(be, slot_bytes);
+            const auto blks = kv_filled(be, blocks);
+            AttentionInput in;
+            in.q = qb.data;
+            in.q_sink = sinks ? qsb.data : nullptr;
+            in.qpos = qpos.data();
+            in.n_q = n_q;
+            in.window = window;
+            in.sink_end = sinks;
+            in.dtype = dt;
+            in.f16_probs = f16_probs;
+            if (nbits) {
+                in.kivi = &f;
+                for (int b = 0; b < n_blocks; ++b) in.blocks.push_back({blks->data() + b * f.block_bytes, b * group, group});
+            }
+            in.slots.push_back({slots->data(), slots->data() + kv_dim * kv_dtype_bytes(dt), spos.data(), n_slots, stride});
+            be.attend(in, s, out);
+            auto v = contents(be, out);
+            be.free(qb), be.free(qsb), be.free(out);
+            return v;
+        };
+        const std::vector<float> want = attend_on(*cpu_), got = attend_on(*gpu_);
         const double e = relative_error(got, want);
         QVERIFY2(e < 1e-4, qPrintable(QString("relative error %1").arg(e)));
-        // The same with the slots in the GPU backend's own cache memory (read in place).
-        auto mem = gpu_->alloc_kv();
-        mem->resize(slot_bytes.size());
-        std::memcpy(mem->data(), slot_bytes.data(), slot_bytes.size());
-        in.slots[0].k = mem->data();
-        in.slots[0].v = mem->data() + kv_dim * kv_dtype_bytes(dt);
-        std::fill(got.begin(), got.end(), 0.0f);
-        gpu_->attend(in, s, got.data());
-        QVERIFY(relative_error(got, want) < 1e-4);
     }
 
     // A full GPU (the test hook KVCHAT_CUDA_CACHE_LIMIT caps what caches may take): growing is
@@ -425,9 +497,7 @@ private Q_SLOTS:
         qunsetenv("KVCHAT_CUDA_CACHE_LIMIT");
         QVERIFY2(capped.notice.empty(), capped.notice.c_str());
         {
-            auto mem = capped.backend->alloc_kv();
-            mem->resize(60000);
-            std::memset(mem->data(), 0x5a, 60000);
+            auto mem = kv_filled(*capped.backend, std::vector<uint8_t>(60000, 0x5a));
             bool threw = false;
             try {
                 mem->resize(70000);
@@ -435,7 +505,9 @@ private Q_SLOTS:
                 threw = true;
             }
             QVERIFY(threw);
-            QCOMPARE(mem->data()[59999], uint8_t(0x5a));
+            uint8_t last = 0;
+            capped.backend->kv_download(&last, mem->data() + 59999, 1);
+            QCOMPARE(last, uint8_t(0x5a));
         }
         const std::string path = resolve_model_path("");
         if (!QFileInfo::exists(QString::fromStdString(path))) QSKIP("default model not installed (packaging/kvchat.sh model)");

@@ -15,6 +15,7 @@
 
 #include <map>
 #include <mutex>
+#include <optional>
 #include <random>
 
 namespace {
@@ -29,20 +30,25 @@ public:
     kvchat::Buffer alloc(int64_t rows, int64_t cols) override { return cpu_->alloc(rows, cols); }
     void free(kvchat::Buffer& b) override { cpu_->free(b); }
     void read(const kvchat::Buffer& b, int64_t n_rows, float* host) const override { cpu_->read(b, n_rows, host); }
-    void embed(const kvchat::WeightMatrix& t, const int32_t* ids, int64_t n, float scale, kvchat::Buffer& out) override {
+    void write(kvchat::Buffer& b, int64_t n_rows, const float* host) override { cpu_->write(b, n_rows, host); }
+    std::unique_ptr<kvchat::PlacedWeights> place_weights(const kvchat::WeightSet& set) override {
+        ++calls["place_weights"];
+        return cpu_->place_weights(set);
+    }
+    void embed(const kvchat::PlacedMatrix& t, const int32_t* ids, int64_t n, float scale, kvchat::Buffer& out) override {
         cpu_->embed(t, ids, n, scale, out);
     }
-    void rms_norm(const kvchat::Buffer& x, int64_t n, const kvchat::NormWeight& w, float eps, kvchat::Buffer& out) override {
+    void rms_norm(const kvchat::Buffer& x, int64_t n, const kvchat::PlacedVector& w, float eps, kvchat::Buffer& out) override {
         cpu_->rms_norm(x, n, w, eps, out);
     }
-    void matmul(const kvchat::WeightMatrix& w, const kvchat::Buffer& x, int64_t n, kvchat::Buffer& y) override {
+    void matmul(const kvchat::PlacedMatrix& w, const kvchat::Buffer& x, int64_t n, kvchat::Buffer& y) override {
         cpu_->matmul(w, x, n, y);
     }
     void matmuls(const kvchat::Buffer& x, int64_t n, const kvchat::MatmulOutput* outs, int count) override {
         cpu_->matmuls(x, n, outs, count);
     }
     void add(kvchat::Buffer& x, const kvchat::Buffer& y, int64_t n) override { cpu_->add(x, y, n); }
-    void add_bias(kvchat::Buffer& x, int64_t n, const kvchat::BiasVector& b) override { cpu_->add_bias(x, n, b); }
+    void add_bias(kvchat::Buffer& x, int64_t n, const kvchat::PlacedVector& b) override { cpu_->add_bias(x, n, b); }
     void gated(kvchat::GatedActivation a, kvchat::Buffer& g, const kvchat::Buffer& u, int64_t n) override {
         cpu_->gated(a, g, u, n);
     }
@@ -75,7 +81,7 @@ public:
         ++calls["kv_quantize"];
         cpu_->kv_quantize(f, t, rec, count, block);
     }
-    void attend(const kvchat::AttentionInput& in, const kvchat::AttentionShape& shape, float* out) override {
+    void attend(const kvchat::AttentionInput& in, const kvchat::AttentionShape& shape, kvchat::Buffer& out) override {
         ++calls["attend"];
         cpu_->attend(in, shape, out);
     }
@@ -177,6 +183,30 @@ private slots:
         QVERIFY(got == want);
         for (const QString& op : ops)
             QVERIFY2(counting.calls[op.toStdString()] > 0, qPrintable(op + " was never called"));
+    }
+
+    // A model's weights become the backend's handles once, the first time the model runs there,
+    // not per call. A backend that is gone keeps nothing: the next one (here made where the last
+    // one was, so an address would mistake one for the other) places them anew.
+    void weightsArePlacedOncePerBackend() {
+        const std::vector<int32_t> toks = tokens(12);
+        auto cpu = kvchat::make_cpu_backend(2);
+        std::vector<float> part, want;
+        for (int round = 0; round < 3; ++round) {
+            std::optional<CountingBackend> counting(std::in_place, 2);
+            auto cache = model_->make_cache(*counting, "dynamic");
+            for (size_t off = 0; off < toks.size(); ++off)
+                model_->forward(*counting, *cache, toks.data() + off, 1, kvchat::Logits::Last, part);
+            QCOMPARE(counting->calls["place_weights"], 1);
+            if (round == 0) {
+                auto reference = model_->make_cache(*cpu, "dynamic");
+                for (size_t off = 0; off < toks.size(); ++off)
+                    model_->forward(*cpu, *reference, toks.data() + off, 1, kvchat::Logits::Last, want);
+            }
+            QVERIFY(part == want);
+            cache.reset();
+            counting.reset();
+        }
     }
 
     // The offload tier's fast buffers are the backend's KV memory, and its reads of the spill file

@@ -1,24 +1,28 @@
 // The CUDA backend (libkvchat_cuda.so, loaded by engine/compute/device.cpp).
 //
-// Memory: activations (Buffers) and cache layers' memory (KvMemory) are CUDA managed memory. The
-// cache layers as they are today copy keys, values and queries on the host between backend calls
-// (AxisLayer::attend, store, the snapshot code), so their memory must be readable from both
-// sides; managed memory is, and stays on the GPU while kernels use it. Every operation finishes
-// (the stream is synchronized) before it returns, so host code never touches memory a kernel is
-// using. Pointers the cache passes that are plain host memory (its thread-local scratch, an
-// offload tier) are copied to the device for the call and back when written.
+// Memory (backend.h says where each kind lives; nothing here asks the driver about a pointer):
+//   - activations (Buffers) and cache layers' memory (KvMemory) are device memory (cudaMalloc).
+//     The host reaches them only through read/write and kv_upload/kv_download, which copy.
+//   - weights are placed once per model (place_weights): every matrix dequantized to fp16 on the
+//     host and uploaded, every norm weight and bias uploaded as floats. The copies belong to the
+//     PlacedWeights the model holds, not to a table here looked up by host address.
+//   - what an operation takes as a host pointer (token ids, positions, RoPE's angles) is copied
+//     to device scratch for the call.
+// Every operation finishes (the stream is synchronized) before it returns, so host memory a call
+// was given, and scratch it allocated, can go as soon as it returns.
 //
-// Weights: each matrix is dequantized to fp16 on the host and uploaded the first time it is used
-// (the model is loaded before a backend exists, so first use is the earliest point); products run
-// in cuBLAS (fp16 inputs, fp32 accumulation and output) as llama.cpp's CUDA build does for
-// batches. fp16 rather than f32 halves the device memory (a 7B model fits in 16 GB); rather than
-// quantized kernels, it is one code path for every GGUF type, correct first.
+// Products run in cuBLAS (fp16 inputs, fp32 accumulation and output) as llama.cpp's CUDA build
+// does for batches. fp16 rather than f32 halves the device memory (a 7B model fits in 16 GB);
+// rather than quantized kernels, it is one code path for every GGUF type, correct first. The GELU
+// table and RoPE's angles are the CPU backend's own code (gelu_table.cpp, rope.cpp), computed on
+// the host and uploaded.
 #include "engine/common/file_range_io.h"
 #include "engine/compute/attention.h"
 #include "engine/compute/backend.h"
 #include "engine/compute/cuda/cublas_library.h"
 #include "engine/compute/cuda/cuda_factory.h"
 #include "engine/compute/cuda/cuda_kernels.h"
+#include "engine/compute/gelu_table.h"
 #include "engine/compute/kivi_block.h"
 #include "engine/compute/kv_dtype.h"
 #include "engine/compute/quant_blocks.h"
@@ -41,9 +45,9 @@
 #include <memory>
 #include <mutex>
 #include <new>
+#include <span>
 #include <string>
 #include <type_traits>
-#include <unordered_map>
 #include <vector>
 
 namespace kvchat {
@@ -62,29 +66,15 @@ void check(cublasStatus_t s, const char* what) {
         throw Error(std::string("cuBLAS: ") + what + ": " + cuda::CublasLibrary::get().status_string(s));
 }
 
-void* managed_alloc(size_t bytes, const char* what) {
+void* device_alloc(size_t bytes, const char* what) {
     void* p = nullptr;
-    const cudaError_t e = cudaMallocManaged(&p, std::max<size_t>(bytes, 64), cudaMemAttachGlobal);
+    const cudaError_t e = cudaMalloc(&p, std::max<size_t>(bytes, 64));
     if (e != cudaSuccess) {
         cudaGetLastError();
         throw Error(std::string("out of GPU memory allocating ") + std::to_string(bytes) + " bytes of " + what + " (" +
                     cudaGetErrorString(e) + ")");
     }
     return p;
-}
-
-// A few bytes spread over a host array: tells a weight uploaded earlier from a different one that
-// was later mapped at the same address.
-uint64_t sample_hash(const void* p, size_t bytes) {
-    const auto* b = static_cast<const uint8_t*>(p);
-    uint64_t h = 1469598103934665603ull ^ bytes;
-    constexpr int kSamples = 32;
-    for (int i = 0; i < kSamples && bytes > 0; ++i) {
-        const size_t at = bytes / kSamples * static_cast<size_t>(i);
-        const size_t n = std::min<size_t>(8, bytes - at);
-        for (size_t j = 0; j < n; ++j) h = (h ^ b[at + j]) * 1099511628211ull;
-    }
-    return h;
 }
 
 // What the backend's caches hold on the GPU, against an optional cap: the test hook
@@ -94,13 +84,13 @@ struct CacheMemoryUse {
     int64_t limit = 0;  // 0: the GPU's own
 };
 
-// Cache memory on the GPU (managed: the cache layers read and write it on the host too). Grows by
-// allocating anew and copying. Out of memory is std::bad_alloc, as for host memory, so the chat's
-// fallback to an offloaded cache (Conversation) takes over.
-class ManagedKvMemory final : public KvMemory {
+// Cache memory in device memory. Grows by allocating anew and copying. Out of memory is
+// std::bad_alloc, as for host memory, so the chat's fallback to an offloaded cache (Conversation)
+// takes over.
+class DeviceKvMemory final : public KvMemory {
 public:
-    explicit ManagedKvMemory(std::shared_ptr<CacheMemoryUse> use) : use_(std::move(use)) {}
-    ~ManagedKvMemory() override {
+    explicit DeviceKvMemory(std::shared_ptr<CacheMemoryUse> use) : use_(std::move(use)) {}
+    ~DeviceKvMemory() override {
         if (data_) cudaFree(data_);
         use_->bytes -= static_cast<int64_t>(size_);
     }
@@ -111,7 +101,7 @@ public:
         if (grow > 0 && use_->limit > 0 && use_->bytes + grow > use_->limit) throw std::bad_alloc();
         uint8_t* fresh = nullptr;
         if (n) {
-            const cudaError_t e = cudaMallocManaged(&fresh, n, cudaMemAttachGlobal);
+            const cudaError_t e = cudaMalloc(&fresh, n);
             if (e == cudaErrorMemoryAllocation) {
                 cudaGetLastError();
                 throw std::bad_alloc();
@@ -119,7 +109,10 @@ public:
             check(e, "allocating cache memory");
         }
         if (data_ && fresh) {
-            const cudaError_t e = cudaMemcpy(fresh, data_, std::min(n, size_), cudaMemcpyDefault);
+            // A device-to-device cudaMemcpy may return before it is done: wait for the legacy
+            // stream it ran on before the old memory is freed and the new one used.
+            cudaError_t e = cudaMemcpy(fresh, data_, std::min(n, size_), cudaMemcpyDeviceToDevice);
+            if (e == cudaSuccess) e = cudaStreamSynchronize(cudaStreamLegacy);
             if (e != cudaSuccess) {
                 cudaFree(fresh);
                 check(e, "copying a growing cache");
@@ -139,20 +132,43 @@ private:
     size_t size_ = 0;
 };
 
-struct DeviceWeight {
-    uint16_t* data = nullptr;  // rows x cols fp16
-    uint64_t hash = 0;
-};
+// A model's weights in device memory (place_weights). Freed when the model lets go of them, which
+// may be after the backend is gone: the memory belongs to the device's primary context, which
+// lives as long as the process (and the library is never unloaded).
+class DeviceWeights final : public PlacedWeights {
+public:
+    explicit DeviceWeights(int device) : device_(device) {}
+    ~DeviceWeights() override {
+        int current = -1;
+        const bool restore = cudaGetDevice(&current) == cudaSuccess && current != device_;
+        cudaSetDevice(device_);
+        for (void* p : allocs_) cudaFree(p);
+        if (restore) cudaSetDevice(current);
+        cudaGetLastError();  // at process exit the runtime may already be gone: nothing to report
+    }
+    DeviceWeights(const DeviceWeights&) = delete;
+    DeviceWeights& operator=(const DeviceWeights&) = delete;
 
-struct DeviceNorm {
-    float* data = nullptr;
-    uint64_t hash = 0;
+    void* alloc(size_t bytes, const std::string& what) {
+        void* p = nullptr;
+        const cudaError_t e = cudaMalloc(&p, std::max<size_t>(bytes, 16));
+        if (e != cudaSuccess) {
+            cudaGetLastError();
+            throw Error("out of GPU memory placing the model's weights: " + what + " (" + cudaGetErrorString(e) + ")");
+        }
+        allocs_.push_back(p);
+        return p;
+    }
+
+private:
+    int device_;
+    std::vector<void*> allocs_;
 };
 
 class CudaBackend;
 
-// Device copies of host pointers for one operation: read-only inputs are copied in, written ones
-// copied back by finish(). Device-accessible pointers (managed or device memory) pass through.
+// Device scratch for one operation, and device copies of the host data it was given (positions,
+// angles, segment tables). Freed in stream order when it goes; finish() waits for the stream.
 class Staging {
 public:
     explicit Staging(cudaStream_t s) : stream_(s) {}
@@ -166,14 +182,6 @@ public:
         }
     }
 
-    template <class T>
-    const T* in(const T* p, size_t bytes) {
-        return static_cast<const T*>(stage(const_cast<T*>(p), bytes, false));
-    }
-    template <class T>
-    T* inout(T* p, size_t bytes) {
-        return static_cast<T*>(stage(p, bytes, true));
-    }
     // Fresh device memory for the call.
     void* scratch(size_t bytes) {
         void* d = nullptr;
@@ -194,45 +202,26 @@ public:
         allocs_.push_back(d);
         return d;
     }
+    // A device copy of v (host memory), which must live until finish().
     template <class T>
     T* upload(const std::vector<T>& v) {
         T* d = static_cast<T*>(scratch(sizeof(T) * v.size()));
-        check(cudaMemcpyAsync(d, v.data(), sizeof(T) * v.size(), cudaMemcpyHostToDevice, stream_), "upload");
+        if (!v.empty()) check(cudaMemcpyAsync(d, v.data(), sizeof(T) * v.size(), cudaMemcpyHostToDevice, stream_), "upload");
         return d;
     }
-    // Copies written host memory back and waits for the stream.
-    void finish() {
-        for (const Back& b : back_) check(cudaMemcpyAsync(b.host, b.dev, b.bytes, cudaMemcpyDeviceToHost, stream_), "copy back");
-        check(cudaStreamSynchronize(stream_), "synchronize");
-    }
+    void finish() { check(cudaStreamSynchronize(stream_), "synchronize"); }
 
 private:
-    struct Back {
-        void* host;
-        void* dev;
-        size_t bytes;
-    };
-    static bool device_accessible(const void* p) {
-        cudaPointerAttributes a{};
-        if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
-            cudaGetLastError();
-            return false;
-        }
-        return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged ||
-               (a.type == cudaMemoryTypeHost && a.devicePointer == p);
-    }
-    void* stage(void* p, size_t bytes, bool write) {
-        if (!p || bytes == 0 || device_accessible(p)) return p;
-        void* d = scratch(bytes);
-        check(cudaMemcpyAsync(d, p, bytes, cudaMemcpyHostToDevice, stream_), "copy to the device");
-        if (write) back_.push_back({p, d, bytes});
-        return d;
-    }
     cudaStream_t stream_;
     std::vector<void*> allocs_;
     std::vector<void*> sync_allocs_;  // from cudaMalloc: freed once the stream is idle
-    std::vector<Back> back_;
 };
+
+// Weights made by another backend (the CPU's are host memory) cannot be read here.
+void check_placed(MemoryPlace place, const char* what) {
+    if (place != MemoryPlace::Device)
+        throw Error(std::string("CUDA: ") + what + " were placed on another backend, not this GPU");
+}
 
 class CudaBackend final : public Backend {
 public:
@@ -266,7 +255,7 @@ public:
         std::lock_guard lock(mu_);
         select();
         const size_t bytes = static_cast<size_t>(std::max<int64_t>(rows * cols, 1)) * sizeof(float);
-        float* p = blocks_.take(bytes, 256, [](size_t rounded) { return static_cast<float*>(managed_alloc(rounded, "activations")); });
+        float* p = blocks_.take(bytes, 256, [](size_t rounded) { return static_cast<float*>(device_alloc(rounded, "activations")); });
         return Buffer{p, rows, cols};
     }
     void free(Buffer& b) override {
@@ -276,34 +265,86 @@ public:
         b = Buffer{};
     }
     void read(const Buffer& b, int64_t n_rows, float* host) const override {
+        if (n_rows <= 0) return;
         std::lock_guard lock(mu_);
         select();
-        check(cudaMemcpy(host, b.data, sizeof(float) * static_cast<size_t>(n_rows * b.cols), cudaMemcpyDefault),
+        check(cudaMemcpyAsync(host, b.data, sizeof(float) * static_cast<size_t>(n_rows * b.cols), cudaMemcpyDeviceToHost,
+                              stream_),
               "reading a result");
+        check(cudaStreamSynchronize(stream_), "reading a result");
+    }
+    void write(Buffer& b, int64_t n_rows, const float* host) override {
+        if (n_rows <= 0) return;
+        std::lock_guard lock(mu_);
+        select();
+        copy_and_wait(b.data, host, sizeof(float) * static_cast<size_t>(n_rows * b.cols), "writing a buffer", "write");
     }
 
-    // Rows are dequantized on the host from the mapped file, exactly as the CPU backend does, and
-    // written into managed memory: a handful of rows per step, cheaper than a table on the GPU
-    // (and exact, where an fp16 table would round the embedding).
-    void embed(const WeightMatrix& table, const int32_t* ids, int64_t n, float scale, Buffer& out) override {
+    // Each matrix dequantized on the host from the mapped file (exactly as the CPU backend reads
+    // it), rounded to fp16 and uploaded a chunk of rows at a time; vectors uploaded as they are.
+    std::unique_ptr<PlacedWeights> place_weights(const WeightSet& set) override {
         std::lock_guard lock(mu_);
         select();
-        check(cudaStreamSynchronize(stream_), "synchronize");
-        const size_t rb = row_bytes(table.type, table.cols);
+        auto placed = std::make_unique<DeviceWeights>(device_);
+        placed->matrices.reserve(set.matrices.size());
+        std::vector<float> f;
+        std::vector<uint16_t> half;
+        for (const WeightMatrix& w : set.matrices) {
+            const size_t rb = row_bytes(w.type, w.cols);
+            const size_t values = static_cast<size_t>(w.rows) * static_cast<size_t>(w.cols);
+            auto* d = static_cast<uint16_t*>(placed->alloc(
+                sizeof(uint16_t) * values, "a " + std::to_string(w.rows) + " x " + std::to_string(w.cols) + " matrix"));
+            const int64_t chunk = std::max<int64_t>(1, (int64_t{1} << 22) / std::max<int64_t>(1, w.cols));
+            f.resize(static_cast<size_t>(std::min(chunk, w.rows) * w.cols));
+            half.resize(f.size());
+            for (int64_t r0 = 0; r0 < w.rows; r0 += chunk) {
+                const int64_t nr = std::min(chunk, w.rows - r0);
+                for (int64_t r = 0; r < nr; ++r)
+                    dequantize_row(w.type, static_cast<const uint8_t*>(w.data) + static_cast<size_t>(r0 + r) * rb,
+                                   f.data() + r * w.cols, w.cols);
+                for (int64_t i = 0; i < nr * w.cols; ++i) half[static_cast<size_t>(i)] = fp32_to_fp16(f[static_cast<size_t>(i)]);
+                // Synchronous: `half` is refilled for the next chunk.
+                check(cudaMemcpy(d + r0 * w.cols, half.data(), sizeof(uint16_t) * static_cast<size_t>(nr * w.cols),
+                                 cudaMemcpyHostToDevice),
+                      "uploading a weight matrix");
+            }
+            placed->matrices.push_back({w, WeightMatrix{TensorType::F16, w.rows, w.cols, d}, MemoryPlace::Device});
+        }
+        placed->vectors.reserve(set.vectors.size());
+        for (const NormWeight& v : set.vectors) {
+            const size_t bytes = sizeof(float) * static_cast<size_t>(v.size);
+            auto* d = static_cast<float*>(placed->alloc(bytes, std::to_string(v.size) + " norm weights"));
+            check(cudaMemcpy(d, v.data, bytes, cudaMemcpyHostToDevice), "uploading norm weights");
+            placed->vectors.push_back({d, v.size, MemoryPlace::Device});
+        }
+        return placed;
+    }
+
+    // Rows are dequantized on the host from the model's mapped matrix, exactly as the CPU backend
+    // does, and uploaded: a handful of rows per step, cheaper than a table on the GPU (and exact,
+    // where the fp16 copy would round the embedding).
+    void embed(const PlacedMatrix& table, const int32_t* ids, int64_t n, float scale, Buffer& out) override {
+        if (n <= 0) return;
+        std::lock_guard lock(mu_);
+        select();
+        const WeightMatrix& w = table.host;
+        const size_t rb = row_bytes(w.type, w.cols);
+        thread_local std::vector<float> rows;
+        rows.assign(static_cast<size_t>(n * out.cols), 0.0f);
         for (int64_t i = 0; i < n; ++i) {
-            float* row = out.data + i * out.cols;
-            dequantize_row(table.type, static_cast<const uint8_t*>(table.data) + static_cast<size_t>(ids[i]) * rb, row,
-                           table.cols);
+            float* row = rows.data() + i * out.cols;
+            dequantize_row(w.type, static_cast<const uint8_t*>(w.data) + static_cast<size_t>(ids[i]) * rb, row, w.cols);
             if (scale != 1.0f)
                 for (int64_t j = 0; j < out.cols; ++j) row[j] *= scale;
         }
+        copy_and_wait(out.data, rows.data(), sizeof(float) * rows.size(), "uploading embeddings", "embed");
     }
 
-    void rms_norm(const Buffer& x, int64_t n_rows, const NormWeight& w, float eps, Buffer& out) override {
+    void rms_norm(const Buffer& x, int64_t n_rows, const PlacedVector& w, float eps, Buffer& out) override {
+        check_placed(w.place, "norm weights");
         std::lock_guard lock(mu_);
         select();
-        const float* dw = norm(w);
-        cuda::rms_norm(x.data, out.data, n_rows * x.cols / w.size, w.size, dw, eps, stream_);
+        cuda::rms_norm(x.data, out.data, n_rows * x.cols / w.size, w.size, w.data, eps, stream_);
         done("rms_norm");
     }
 
@@ -311,11 +352,12 @@ public:
     void matmuls(const Buffer& x, int64_t n_rows, const MatmulOutput* outs, int count) override {
         for (int i = 0; i < count; ++i) matmul(*outs[i].w, x, n_rows, *outs[i].y);
     }
-    void matmul(const WeightMatrix& w, const Buffer& x, int64_t n_rows, Buffer& y) override {
+    void matmul(const PlacedMatrix& pw, const Buffer& x, int64_t n_rows, Buffer& y) override {
+        check_placed(pw.place, "weights");
+        const WeightMatrix& w = pw.placed;
         std::lock_guard lock(mu_);
         select();
         if (n_rows <= 0) return;
-        const uint16_t* dw = weight(w);
         Staging st(stream_);
         auto* x16 = static_cast<uint16_t*>(st.scratch(sizeof(uint16_t) * static_cast<size_t>(n_rows * w.cols)));
         cuda::to_f16(x.data, x16, n_rows * w.cols, stream_);
@@ -323,7 +365,7 @@ public:
         // Row-major y (n x rows) = x (n x cols) W^T is column-major y^T = W x^T: W's rows are
         // cuBLAS's columns, hence op T on W.
         check(blas_.gemm_ex(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(w.rows), static_cast<int>(n_rows),
-                           static_cast<int>(w.cols), &alpha, dw, CUDA_R_16F, static_cast<int>(w.cols), x16, CUDA_R_16F,
+                           static_cast<int>(w.cols), &alpha, w.data, CUDA_R_16F, static_cast<int>(w.cols), x16, CUDA_R_16F,
                            static_cast<int>(w.cols), &beta, y.data, CUDA_R_32F, static_cast<int>(w.rows),
                            CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
               "matrix product");
@@ -338,12 +380,12 @@ public:
         done("add");
     }
 
-    void add_bias(Buffer& x, int64_t n_rows, const BiasVector& b) override {
+    void add_bias(Buffer& x, int64_t n_rows, const PlacedVector& b) override {
         if (n_rows <= 0) return;
+        check_placed(b.place, "biases");
         std::lock_guard lock(mu_);
         select();
-        const float* db = norm(NormWeight{b.data, b.size});  // a small vector kept on the device like a norm's
-        cuda::add_bias(x.data, db, n_rows, b.size, stream_);
+        cuda::add_bias(x.data, b.data, n_rows, b.size, stream_);
         done("add_bias");
     }
 
@@ -375,7 +417,7 @@ public:
     }
 
     // --- cache layers' operations ---
-    std::unique_ptr<KvMemory> alloc_kv() override { return std::make_unique<ManagedKvMemory>(cache_use_); }
+    std::unique_ptr<KvMemory> alloc_kv() override { return std::make_unique<DeviceKvMemory>(cache_use_); }
 
     void copy(const Buffer& src, int64_t n_rows, Buffer& dst) override {
         if (n_rows <= 0) return;
@@ -391,24 +433,17 @@ public:
         if (n <= 0) return;
         std::lock_guard lock(mu_);
         select();
-        const int half = spec.dims / 2;
-        // The angles on the host, as RopeAngles::set_position computes them (float, repeated
-        // multiplication): the kernel then rotates bit for bit as rope.cpp.
-        std::vector<float> cs(static_cast<size_t>(n) * 2 * static_cast<size_t>(half));
-        const float theta_scale = std::pow(static_cast<float>(spec.base), -2.0f / static_cast<float>(spec.dims));
-        const float freq_scale = static_cast<float>(1.0 / spec.linear_scale);
+        const size_t half = static_cast<size_t>(spec.dims / 2);
+        // The angles on the host, from the CPU's code (rope_cos_sin): the kernel then rotates bit
+        // for bit as rope.cpp. Row t: `half` cosines, then `half` sines.
+        std::vector<float> cs(static_cast<size_t>(n) * 2 * half);
         for (int64_t t = 0; t < n; ++t) {
-            float theta = static_cast<float>(pos[t]);
-            float* c = cs.data() + t * 2 * half;
-            for (int i = 0; i < half; ++i) {
-                const float a = rope_pair_angle(spec, freq_scale, theta, static_cast<size_t>(i));
-                c[i] = std::cos(a);
-                c[half + i] = std::sin(a);
-                theta *= theta_scale;
-            }
+            float* c = cs.data() + static_cast<size_t>(t) * 2 * half;
+            rope_cos_sin(spec, pos[t], c, c + half);
         }
         Staging st(stream_);
-        cuda::rope(x.data, x.cols, st.upload(cs), n, n_heads, head_dim, half, spec.style == RopeStyle::HalfSplit, stream_);
+        cuda::rope(x.data, x.cols, st.upload(cs), n, n_heads, head_dim, static_cast<int>(half),
+                   spec.style == RopeStyle::HalfSplit, stream_);
         st.finish();
         check(cudaGetLastError(), "rope");
     }
@@ -488,11 +523,7 @@ public:
         if (const int err = read_file_range(fd, offset, host.data(), n)) return err;
         std::lock_guard lock(mu_);
         select();
-        if (cudaMemcpy(dst, host.data(), n, cudaMemcpyDefault) != cudaSuccess) {
-            cudaGetLastError();
-            return EIO;
-        }
-        return 0;
+        return copy_or_eio(dst, host.data(), n, cudaMemcpyHostToDevice);
     }
     int kv_write_file(int fd, int64_t offset, const void* src, size_t n, size_t* written) override {
         *written = 0;
@@ -502,15 +533,12 @@ public:
         {
             std::lock_guard lock(mu_);
             select();
-            if (cudaMemcpy(host.data(), src, n, cudaMemcpyDefault) != cudaSuccess) {
-                cudaGetLastError();
-                return EIO;
-            }
+            if (const int err = copy_or_eio(host.data(), src, n, cudaMemcpyDeviceToHost)) return err;
         }
         return write_file_range(fd, offset, host.data(), n, written);
     }
 
-    void attend(const AttentionInput& in, const AttentionShape& shape, float* out) override {
+    void attend(const AttentionInput& in, const AttentionShape& shape, Buffer& out) override {
         if (in.n_q <= 0) return;
         // The kernel keeps a query's output channels in registers, four per thread.
         if (shape.head_dim > 512 || shape.head_dim <= 0)
@@ -518,14 +546,22 @@ public:
         std::lock_guard lock(mu_);
         select();
         Staging st(stream_);
-        const int64_t q_vals = in.n_q * shape.n_head * shape.head_dim;
-        const int64_t kv_dim = static_cast<int64_t>(shape.n_head_kv) * shape.head_dim;
-        const size_t es = kv_dtype_bytes(in.dtype);
+        // Queries and the output are Buffers, keys, values and blocks KV memory: device memory,
+        // read in place. The positions are the cache's host bookkeeping: one upload for all of
+        // them, the queries' first, then each slot view's.
+        std::vector<int32_t> positions(in.qpos, in.qpos + in.n_q);
+        std::vector<size_t> first;  // of each non-empty slot view's positions
+        for (const SlotView& sv : in.slots) {
+            if (sv.n <= 0) continue;
+            first.push_back(positions.size());
+            positions.insert(positions.end(), sv.pos, sv.pos + sv.n);
+        }
+        const int32_t* dpos = st.upload(positions);
         cuda::AttendParams p{};
-        p.q = st.in(in.q, sizeof(float) * static_cast<size_t>(q_vals));
-        p.q_sink = in.q_sink ? st.in(in.q_sink, sizeof(float) * static_cast<size_t>(q_vals)) : nullptr;
-        p.qpos = st.in(in.qpos, sizeof(int32_t) * static_cast<size_t>(in.n_q));
-        p.out = st.inout(out, sizeof(float) * static_cast<size_t>(q_vals));
+        p.q = in.q;
+        p.q_sink = in.q_sink;
+        p.qpos = dpos;
+        p.out = out.data;
         p.n_q = in.n_q;
         p.n_head = shape.n_head;
         p.n_head_kv = shape.n_head_kv;
@@ -537,18 +573,16 @@ public:
         p.dtype = static_cast<int>(in.dtype);
         p.f16_probs = in.f16_probs;
         std::vector<cuda::AttendSegment> segs;
+        size_t view = 0;
         for (const SlotView& sv : in.slots) {
             if (sv.n <= 0) continue;
-            const size_t extent = es * static_cast<size_t>((sv.n - 1) * sv.stride + kv_dim);
-            segs.push_back({st.in(sv.k, extent), st.in(sv.v, extent),
-                            st.in(sv.pos, sizeof(int32_t) * static_cast<size_t>(sv.n)), sv.n, sv.stride, 0, 0});
+            segs.push_back({sv.k, sv.v, dpos + first[view++], sv.n, sv.stride, 0, 0});
         }
         if (in.kivi) {
             p.kivi = layout(*in.kivi);
             for (const QuantBlockView& b : in.blocks) {
                 if (b.count <= 0) continue;
-                const uint8_t* d = st.in(b.data, in.kivi->block_bytes);
-                segs.push_back({d, d, nullptr, b.count, 0, b.first_pos, 1});
+                segs.push_back({b.data, b.data, nullptr, b.count, 0, b.first_pos, 1});
             }
         }
         p.n_segments = static_cast<int>(segs.size());
@@ -561,17 +595,28 @@ public:
 private:
     void select() const { check(cudaSetDevice(device_), "selecting the device"); }
 
-    // Waits for the stream: the host may read any managed memory once an operation returns.
+    // Waits for the stream: once an operation returns, nothing of it is still running.
     void done(const char* what) {
         check(cudaGetLastError(), what);
         check(cudaStreamSynchronize(stream_), what);
     }
 
-    // A copy between any two of host, managed and device memory, finished before it returns.
+    // A copy between host and device memory or within device memory, finished before it returns.
     // what: the failure's words; op: the operation's name. The caller holds the lock.
     void copy_and_wait(void* dst, const void* src, size_t bytes, const char* what, const char* op) {
         check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream_), what);
         done(op);
+    }
+
+    // The spill file's copies, on the backend's stream and finished before it returns (a plain
+    // cudaMemcpy from pageable memory may return before its DMA is done, on the legacy stream,
+    // which this stream does not wait for). Failures are EIO. The caller holds the lock.
+    int copy_or_eio(void* dst, const void* src, size_t n, cudaMemcpyKind kind) {
+        if (cudaMemcpyAsync(dst, src, n, kind, stream_) != cudaSuccess || cudaStreamSynchronize(stream_) != cudaSuccess) {
+            cudaGetLastError();
+            return EIO;
+        }
+        return 0;
     }
 
     static cuda::KiviLayout layout(const KiviFormat& f) {
@@ -588,81 +633,17 @@ private:
                 static_cast<int64_t>(f.block_bytes)};
     }
 
-    // The CPU's GELU table (cpu_backend.cpp's GeluTable, the same formula and rounding).
+    // The CPU's GELU table itself (gelu_table.h), uploaded once.
     void upload_gelu_table() {
-        std::vector<float> table(1 << 16);
-        for (uint32_t h = 0; h < (1u << 16); ++h) {
-            const float x = fp16_to_fp32(static_cast<uint16_t>(h));
-            const float y = 0.5f * x * (1.0f + std::tanh(0.79788456080286535587989211986876f * x * std::fma(0.044715f * x, x, 1.0f)));
-            table[h] = fp16_to_fp32(fp32_to_fp16(y));
-        }
-        check(cudaMalloc(&gelu_table_, sizeof(float) * table.size()), "allocating the GELU table");
-        check(cudaMemcpy(gelu_table_, table.data(), sizeof(float) * table.size(), cudaMemcpyHostToDevice), "uploading the GELU table");
-    }
-
-    const uint16_t* weight(const WeightMatrix& w) {
-        const size_t rb = row_bytes(w.type, w.cols);
-        const size_t bytes = rb * static_cast<size_t>(w.rows);
-        const uint64_t h = sample_hash(w.data, bytes) ^ (static_cast<uint64_t>(w.rows) << 32) ^ static_cast<uint64_t>(w.type);
-        auto it = weights_.find(w.data);
-        if (it != weights_.end() && it->second.hash == h) return it->second.data;
-        if (it != weights_.end()) {
-            cudaFree(it->second.data);
-            weights_.erase(it);
-        }
-        DeviceWeight dw{nullptr, h};
-        const cudaError_t e = cudaMalloc(&dw.data, sizeof(uint16_t) * static_cast<size_t>(w.rows * w.cols));
-        if (e != cudaSuccess) {
-            cudaGetLastError();
-            throw Error("out of GPU memory uploading a " + std::to_string(w.rows) + " x " + std::to_string(w.cols) +
-                        " weight matrix (" + cudaGetErrorString(e) + ")");
-        }
-        try {
-            // A chunk of rows at a time: dequantized to floats, rounded to fp16, copied up.
-            const int64_t chunk = std::max<int64_t>(1, (int64_t{1} << 22) / std::max<int64_t>(1, w.cols));
-            std::vector<float> f(static_cast<size_t>(std::min(chunk, w.rows) * w.cols));
-            std::vector<uint16_t> half(f.size());
-            for (int64_t r0 = 0; r0 < w.rows; r0 += chunk) {
-                const int64_t nr = std::min(chunk, w.rows - r0);
-                for (int64_t r = 0; r < nr; ++r)
-                    dequantize_row(w.type, static_cast<const uint8_t*>(w.data) + static_cast<size_t>(r0 + r) * rb,
-                                   f.data() + r * w.cols, w.cols);
-                for (int64_t i = 0; i < nr * w.cols; ++i) half[static_cast<size_t>(i)] = fp32_to_fp16(f[static_cast<size_t>(i)]);
-                check(cudaMemcpy(dw.data + r0 * w.cols, half.data(), sizeof(uint16_t) * static_cast<size_t>(nr * w.cols),
-                                 cudaMemcpyHostToDevice),
-                      "uploading a weight matrix");
-            }
-        } catch (...) {
-            cudaFree(dw.data);
-            throw;
-        }
-        weights_[w.data] = dw;
-        return dw.data;
-    }
-
-    const float* norm(const NormWeight& w) {
-        const size_t bytes = sizeof(float) * static_cast<size_t>(w.size);
-        const uint64_t h = sample_hash(w.data, bytes);
-        auto it = norms_.find(w.data);
-        if (it != norms_.end() && it->second.hash == h) return it->second.data;
-        if (it != norms_.end()) {
-            cudaFree(it->second.data);
-            norms_.erase(it);
-        }
-        DeviceNorm d{nullptr, h};
-        check(cudaMalloc(&d.data, bytes), "allocating norm weights");
-        check(cudaMemcpy(d.data, w.data, bytes, cudaMemcpyHostToDevice), "uploading norm weights");
-        norms_[w.data] = d;
-        return d.data;
+        const std::span<const float, kGeluTableSize> table = gelu_fp16_table();
+        check(cudaMalloc(&gelu_table_, table.size_bytes()), "allocating the GELU table");
+        check(cudaMemcpy(gelu_table_, table.data(), table.size_bytes(), cudaMemcpyHostToDevice), "uploading the GELU table");
     }
 
     void destroy() {
         cudaSetDevice(device_);
         if (stream_) cudaStreamSynchronize(stream_);
-        for (auto& [k, w] : weights_) cudaFree(w.data);
-        for (auto& [k, n] : norms_) cudaFree(n.data);
         blocks_.release_all([](float* p) { cudaFree(p); });
-        weights_.clear(), norms_.clear();
         if (gelu_table_) cudaFree(gelu_table_);
         gelu_table_ = nullptr;
         if (cublas_) blas_.destroy(cublas_);
@@ -682,8 +663,6 @@ private:
     std::shared_ptr<CacheMemoryUse> cache_use_;
     // Operations may come from the pool's threads (cache conversions); one at a time.
     mutable std::mutex mu_;
-    std::unordered_map<const void*, DeviceWeight> weights_;
-    std::unordered_map<const float*, DeviceNorm> norms_;
     SpareBlocks blocks_;
 };
 
@@ -713,7 +692,6 @@ std::string unusable_reason(int device) {
     if (prop.major < 8)
         return std::string(prop.name) + " has compute capability " + std::to_string(prop.major) + "." +
                std::to_string(prop.minor) + "; this build of kvchat needs 8.0 or newer";
-    if (!prop.managedMemory) return std::string(prop.name) + " does not support managed memory";
     if (!cuda::CublasLibrary::get().ok()) return cuda::CublasLibrary::get().error;
     return {};
 }

@@ -1,7 +1,7 @@
 #pragma once
 // The CUDA kernels of the CUDA backend, each behind a plain C++ launcher (compiled by nvcc in
-// cuda_kernels.cu, called from cuda_backend.cpp). Every pointer is device-accessible memory and
-// every launch goes on `stream`; launchers never synchronize.
+// cuda_kernels.cu, called from cuda_backend.cpp). Every pointer is device memory and every launch
+// goes on `stream`; launchers never synchronize.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -19,7 +19,7 @@ void add(float* x, const float* y, int64_t n, cudaStream_t stream);
 // x[r * width + i] += b[i] for r < rows
 void add_bias(float* x, const float* b, int64_t rows, int64_t width, cudaStream_t stream);
 // gate = act(gate) * up; gelu as the CPU's table: input and output on the fp16 grid.
-// table: the CPU's 65,536-entry GELU table indexed by the input's fp16 bits (built on the host).
+// table: gelu_fp16_table() (gelu_table.h) uploaded, indexed by the input's fp16 bits.
 void gelu_gated(float* gate, const float* up, int64_t n, const float* table, cudaStream_t stream);
 void silu_gated(float* gate, const float* up, int64_t n, cudaStream_t stream);
 void softcap(float* x, int64_t n, float cap, cudaStream_t stream);
