@@ -195,7 +195,8 @@ private slots:
         QCOMPARE(raw_query(path, "SELECT group_concat(name, ',') FROM (SELECT name FROM sqlite_schema "
                                  "WHERE type = 'table' AND name NOT LIKE 'sqlite_%' AND name NOT LIKE '%_fts%' "
                                  "ORDER BY name)"),
-                 std::string("conversations,messages,prefix_messages,prefixes,settings"));
+                 std::string("conversations,message_versions,messages,prefix_messages,prefixes,settings,strategy_changes,"
+                             "version_messages"));
         // The search index: two full-text tables (each with its FTS5 shadow tables).
         QCOMPARE(raw_query(path, "SELECT group_concat(name, ',') FROM (SELECT name FROM sqlite_schema "
                                  "WHERE sql LIKE 'CREATE VIRTUAL TABLE%' ORDER BY name)"),
