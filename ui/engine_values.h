@@ -35,6 +35,12 @@ struct MessageItem {
     bool repaired = false;  // invalid UTF-8 was replaced when it was stored
     AnswerFigures figures;
     qint64 createdMs = 0;
+    // This place has versions (regenerate, edit): version versionShown of versionCount (0: none).
+    int versionCount = 0;
+    int versionShown = 0;
+    // Strategy changes marked above this message, and (on the last message) after it.
+    QStringList strategyBefore;
+    QStringList strategyAfter;
 };
 
 struct ConversationItem {

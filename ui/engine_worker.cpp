@@ -265,6 +265,17 @@ void EngineWorker::renameConversation(qint64 id, const QString& title) {
     Q_EMIT conversationsChanged(conversationItems());
 }
 
+void EngineWorker::selectVersion(qint64 id, int ordinal, int number) {
+    if (!session_) return;
+    try {
+        session_->select_version(id, static_cast<size_t>(std::max(0, ordinal)), number);
+    } catch (const std::exception& e) {
+        Q_EMIT failed(tr("Choose version"), qs(e.what()));
+    }
+    openConversation(id);
+    Q_EMIT conversationsChanged(conversationItems());
+}
+
 void EngineWorker::removeConversation(qint64 id) {
     if (!session_) return;
     try {

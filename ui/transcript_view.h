@@ -37,6 +37,7 @@ public:
 Q_SIGNALS:
     void editRequested(int ordinal, const QString& content);
     void regenerateRequested();
+    void versionRequested(int ordinal, int number);
 
 private:
     void rebuild();
