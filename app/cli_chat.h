@@ -1,5 +1,5 @@
 #pragma once
-// kvchat-cli's conversation commands: chat, conversations, prefix, chat-bench.
+// kvchat-cli's conversation commands: chat, branch, conversations, prefix, chat-bench.
 #include "app/cli_options.h"
 
 #include <atomic>
@@ -33,6 +33,7 @@ std::string existing_db_path(const Options& o);
 int cmd_chat(const Options& o);
 // cli_versions.cpp: the versions of a conversation's answers, and choosing the one shown.
 int cmd_versions(const Options& o);
+int cmd_branch(const Options& o);
 int cmd_conversations(const Options& o);
 int cmd_prefix(const Options& o);
 int cmd_chat_bench(const Options& o);

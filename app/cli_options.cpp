@@ -17,7 +17,8 @@ const std::set<std::string> kValueOptions = {
     "--model", "--threads", "--text", "--prompt", "-n", "--temp", "--top-k", "--top-p", "--min-p", "--seed",
     "--repeat-penalty", "--prompt-tokens", "--gen-tokens", "--runs", "--cache", "--context", "--db",
     "--conversation", "--prefix", "--message", "--system", "--policy", "--turns", "--prefix-tokens",
-    "--history-tokens", "--only", "--messages", "--simd", "--device", "--budget", "--at", "--select"};
+    "--history-tokens", "--only", "--messages", "--simd", "--device", "--budget",
+    "--at", "--select", "--title"};
 const std::set<std::string> kRepeatedOptions = {"--stop"};
 const std::set<std::string> kFlagOptions = {"--greedy", "--no-cache", "--json", "--regenerate", "--bandwidth"};
 }  // namespace

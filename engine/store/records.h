@@ -21,6 +21,12 @@ struct ConversationRecord {
     std::string snapshot;           // file name under snapshot_dir(); empty when none is saved
     int64_t created_ms = 0;
     int64_t updated_ms = 0;         // strictly increasing across the store, so lists have one order
+    // Schema 5: "app", or "api" for a conversation the local API server made.
+    std::string origin = "app";
+    // A branch: the conversation it was branched from (nullopt once that one is deleted, or for a
+    // conversation that is no branch) and how many of its messages were copied (0: no branch).
+    std::optional<int64_t> parent_id;
+    int64_t branch_at = 0;
 };
 
 // Figures of a generated reply, kept with it (schema 3 added the cache figures); a typed
@@ -86,7 +92,7 @@ struct ConversationOverview {
     bool last_unanswered = false;  // the last message is the user's
 };
 
-// A place in a transcript that has versions (schema 5): message `ordinal` and every message after
+// A place in a transcript that has versions (schema 6): message `ordinal` and every message after
 // it are version `shown` (1-based) of `count`; the others are kept aside, whole, and any of them
 // can be shown instead. Regenerating an answer makes versions of the answer; editing a message
 // makes versions of the message and everything that followed it.
@@ -102,7 +108,7 @@ struct KeptVersion {
     int64_t number = 0;
 };
 
-// A conversation's cache strategy changed from `from` to `to` when it had `at` messages (schema 5),
+// A conversation's cache strategy changed from `from` to `to` when it had `at` messages (schema 6),
 // so the transcript can mark the change between messages at-1 and at.
 struct StrategyChange {
     int64_t at = 0;

@@ -1,4 +1,4 @@
-// The store's versions of an answer and its record of strategy changes (schema 5 on this branch):
+// The store's versions of an answer and its record of strategy changes (schema 6 on this branch, after the branches of schema 5):
 // a database of the schema before migrates and keeps what it held; a version kept aside and
 // shown again comes back byte for byte with its figures and ids; places with versions inside a
 // version kept aside go with it and come back with it; a failed turn's undo brings back what it
