@@ -758,7 +758,7 @@ PRAGMA user_version = 4;
 )sql";
         QCOMPARE(raw_exec(path, schema4), std::string("ok"));
         Store store(path);
-        QCOMPARE(store.pragma("user_version"), std::string("5"));
+        QCOMPARE(store.pragma("user_version"), std::to_string(Store::kSchemaVersion));
         QCOMPARE(store.pragma("integrity_check"), std::string("ok"));
         const auto lyon = *store.find_conversation("Lyon trip");
         QCOMPARE(lyon.origin, std::string("app"));
