@@ -16,7 +16,10 @@ namespace kvchat {
 class ConversationListModel : public QAbstractListModel {
     Q_OBJECT
 public:
-    enum Roles { IdRole = Qt::UserRole + 1, UpdatedRole, MessageCountRole, CacheSpecRole };
+    // PlaceRole: the row's place in the list (most recent activity first, a branch right under its
+    // parent, the parent's group as recent as its most recent branch); DepthRole: how many
+    // parents it has in the list (the delegate indents by it).
+    enum Roles { IdRole = Qt::UserRole + 1, UpdatedRole, MessageCountRole, CacheSpecRole, PlaceRole, DepthRole };
     using QAbstractListModel::QAbstractListModel;
 
     int rowCount(const QModelIndex& parent = {}) const override;
@@ -34,7 +37,12 @@ Q_SIGNALS:
     void renameRequested(qint64 id, const QString& title);
 
 private:
+    // Works out PlaceRole and DepthRole again; dataChanged for the rows whose values moved.
+    void updatePlaces();
+
     QList<ConversationItem> rows_;
+    QHash<qint64, int> place_;
+    QHash<qint64, int> depth_;
 };
 
 }  // namespace kvchat

@@ -53,6 +53,8 @@ struct ConversationItem {
     bool cacheResident = false;
     bool cacheSaved = false;  // a snapshot of its cache is on disk (reopening it skips the prefill)
     bool lastUnanswered = false;
+    qint64 parentId = 0;  // a branch: the conversation it was branched from (0: none)
+    qint64 branchAt = 0;  // a branch: how many of the parent's messages it began with
 };
 
 struct PrefixItem {

@@ -285,6 +285,12 @@ QWidget* MainWindow::createChatPane() {
         QMetaObject::invokeMethod(worker_, [w = worker_, id = currentId_, ordinal, number] { w->selectVersion(id, ordinal, number); },
                                   Qt::QueuedConnection);
     });
+    connect(transcriptView_, &TranscriptView::branchRequested, this, [this](int ordinal) {
+        if (answering_ || currentId_ == 0) return;
+        // The messages up to and with this one; the branch opens when it is made (conversationCreated).
+        QMetaObject::invokeMethod(worker_, [w = worker_, id = currentId_, ordinal] { w->branchConversation(id, ordinal + 1); },
+                                  Qt::QueuedConnection);
+    });
     notice_ = new QLabel;
     notice_->setObjectName(QStringLiteral("noticeBanner"));
     notice_->setAccessibleName(tr("Notice"));

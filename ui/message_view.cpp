@@ -139,6 +139,9 @@ MessageView::MessageView(const MessageItem& message, QWidget* parent) : QFrame(p
         regenerate_->setVisible(false);
         connect(regenerate_, &QToolButton::clicked, this, &MessageView::regenerateRequested);
     }
+    branch_ = tool(tr("Branch"), QStringLiteral("branchButton"),
+                   tr("Branch from here: a new conversation with the messages up to this one, reusing their cache"));
+    connect(branch_, &QToolButton::clicked, this, [this] { Q_EMIT branchRequested(message_.ordinal); });
     copy_ = tool(tr("Copy"), QStringLiteral("copyMessageButton"), tr("Copy this message"));
     connect(copy_, &QToolButton::clicked, this,
             [this] { QGuiApplication::clipboard()->setText(message_.content); });
@@ -327,6 +330,7 @@ void MessageView::setActionsEnabled(bool enabled) {
     if (!enabled) stopEditing();
     versions_->setChoosingEnabled(enabled);
     if (edit_) edit_->setEnabled(enabled);
+    if (branch_) branch_->setEnabled(enabled);
     if (regenerate_) regenerate_->setEnabled(enabled);
 }
 

@@ -71,6 +71,8 @@ Q_SIGNALS:
     void regenerateRequested();
     // Show version `number` of this message's place.
     void versionRequested(int ordinal, int number);
+    // A new conversation of the messages up to this one (reusing their cache).
+    void branchRequested(int ordinal);
 
 private:
     void render();
@@ -93,6 +95,7 @@ private:
     QToolButton* copy_ = nullptr;
     QToolButton* edit_ = nullptr;
     QToolButton* regenerate_ = nullptr;
+    QToolButton* branch_ = nullptr;
     QToolButton* thinkingToggle_ = nullptr;
     QWidget* thinkingText_ = nullptr;
     QString thinkingShown_;

@@ -70,6 +70,7 @@ MessageView* TranscriptView::makeView(int row) {
     connect(v, &MessageView::editRequested, this, &TranscriptView::editRequested);
     connect(v, &MessageView::regenerateRequested, this, &TranscriptView::regenerateRequested);
     connect(v, &MessageView::versionRequested, this, &TranscriptView::versionRequested);
+    connect(v, &MessageView::branchRequested, this, &TranscriptView::branchRequested);
     return v;
 }
 

@@ -38,6 +38,7 @@ Q_SIGNALS:
     void editRequested(int ordinal, const QString& content);
     void regenerateRequested();
     void versionRequested(int ordinal, int number);
+    void branchRequested(int ordinal);
 
 private:
     void rebuild();
