@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <limits>
 
 #include <QDateTime>
 #include <QLocale>
@@ -67,20 +68,19 @@ bool sameItem(const ConversationItem& a, const ConversationItem& b) {
 
 namespace {
 
-// Each conversation's place in the list and its depth: groups of a conversation and its branches
-// (and theirs), the group with the most recent activity first; in a group, a parent comes right
-// before its branches, which follow by their own most recent activity.
-void placesOf(const QList<ConversationItem>& all, QHash<qint64, int>& place, QHash<qint64, int>& depth) {
+// Each conversation's place in the list as a key that sorts ascending, and its depth: groups of a
+// conversation and its branches (and theirs), the group with the most recent activity first; in
+// a group, a parent right before its branches, which follow by their own most recent activity.
+// The key of a row is made of its own group's times only, so a conversation added elsewhere
+// changes no other row's key.
+void placesOf(const QList<ConversationItem>& all, QHash<qint64, QString>& place, QHash<qint64, int>& depth) {
     place.clear();
     depth.clear();
     QHash<qint64, const ConversationItem*> byId;
     for (const ConversationItem& c : all) byId.insert(c.id, &c);
     QHash<qint64, QList<const ConversationItem*>> children;
-    QList<const ConversationItem*> roots;
-    for (const ConversationItem& c : all) {
+    for (const ConversationItem& c : all)
         if (c.parentId != 0 && c.parentId != c.id && byId.contains(c.parentId)) children[c.parentId].push_back(&c);
-        else roots.push_back(&c);
-    }
     // The most recent activity of a conversation and all its branches.
     QHash<qint64, qint64> latest;
     std::function<qint64(const ConversationItem*, int)> latestOf = [&](const ConversationItem* c, int guard) -> qint64 {
@@ -91,29 +91,33 @@ void placesOf(const QList<ConversationItem>& all, QHash<qint64, int>& place, QHa
         latest.insert(c->id, t);
         return t;
     };
-    auto byLatest = [&](const ConversationItem* a, const ConversationItem* b) {
-        const qint64 ta = latestOf(a, 0), tb = latestOf(b, 0);
-        return ta != tb ? ta > tb : a->id > b->id;
+    // One step of the key: later activity first, then the larger id, fixed width.
+    auto step = [&](const ConversationItem* c) {
+        const qint64 t = std::numeric_limits<qint64>::max() - std::max<qint64>(0, latestOf(c, 0));
+        const qint64 id = std::numeric_limits<qint64>::max() - c->id;
+        return QStringLiteral("%1%2/").arg(t, 19, 10, QLatin1Char('0')).arg(id, 19, 10, QLatin1Char('0'));
     };
-    int next = 0;
-    std::function<void(const ConversationItem*, int)> visit = [&](const ConversationItem* c, int d) {
-        if (place.contains(c->id)) return;
-        place.insert(c->id, next++);
-        depth.insert(c->id, d);
-        QList<const ConversationItem*> kids = children.value(c->id);
-        std::sort(kids.begin(), kids.end(), byLatest);
-        for (const ConversationItem* k : kids) visit(k, d + 1);
-    };
-    std::sort(roots.begin(), roots.end(), byLatest);
-    for (const ConversationItem* r : roots) visit(r, 0);
-    for (const ConversationItem& c : all) visit(&c, 0);  // (anything a loop left out)
+    for (const ConversationItem& c : all) {
+        QString key;
+        int d = 0;
+        const ConversationItem* at = &c;
+        for (int guard = 0; at && guard < 64; ++guard) {
+            key.prepend(step(at));
+            const ConversationItem* up = at->parentId != 0 && at->parentId != at->id ? byId.value(at->parentId) : nullptr;
+            if (up) ++d;
+            at = up;
+        }
+        place.insert(c.id, key);
+        depth.insert(c.id, d);
+    }
 }
 
 }  // namespace
 
 void ConversationListModel::setConversations(const QList<ConversationItem>& conversations) {
     // The places first, so rows inserted below are sorted where they belong.
-    const QHash<qint64, int> oldPlace = place_, oldDepth = depth_;
+    const QHash<qint64, QString> oldPlace = place_;
+    const QHash<qint64, int> oldDepth = depth_;
     placesOf(conversations, place_, depth_);
     QHash<qint64, const ConversationItem*> next;
     for (const ConversationItem& c : conversations) next.insert(c.id, &c);
@@ -144,7 +148,8 @@ void ConversationListModel::setConversations(const QList<ConversationItem>& conv
     }
     for (qsizetype i = 0; i < rows_.size(); ++i) {
         const qint64 id = rows_[i].id;
-        if (oldPlace.value(id, -1) != place_.value(id) || oldDepth.value(id, -1) != depth_.value(id))
+        // (A row just inserted was sorted with its place already.)
+        if (oldPlace.contains(id) && (oldPlace.value(id) != place_.value(id) || oldDepth.value(id) != depth_.value(id)))
             Q_EMIT dataChanged(index(static_cast<int>(i)), index(static_cast<int>(i)));
     }
 }

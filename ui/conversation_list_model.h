@@ -8,6 +8,7 @@
 #include "ui/engine_values.h"
 
 #include <QAbstractListModel>
+#include <QHash>
 #include <QList>
 #include <optional>
 
@@ -16,9 +17,9 @@ namespace kvchat {
 class ConversationListModel : public QAbstractListModel {
     Q_OBJECT
 public:
-    // PlaceRole: the row's place in the list (most recent activity first, a branch right under its
-    // parent, the parent's group as recent as its most recent branch); DepthRole: how many
-    // parents it has in the list (the delegate indents by it).
+    // PlaceRole: a key (text) that sorts the rows ascending into the list's order: most recent
+    // activity first, a branch right under its parent, the parent's group as recent as its most
+    // recent branch; DepthRole: how many parents it has in the list (the delegate indents by it).
     enum Roles { IdRole = Qt::UserRole + 1, UpdatedRole, MessageCountRole, CacheSpecRole, PlaceRole, DepthRole };
     using QAbstractListModel::QAbstractListModel;
 
@@ -41,7 +42,7 @@ private:
     void updatePlaces();
 
     QList<ConversationItem> rows_;
-    QHash<qint64, int> place_;
+    QHash<qint64, QString> place_;
     QHash<qint64, int> depth_;
 };
 
