@@ -94,6 +94,8 @@ void note(const std::string& s) {
     std::fprintf(stderr, "kvchat-cli: note: %s\n", escape_controls(s, "\n\t", false).c_str());
 }
 
+}  // namespace
+
 std::string db_path(const Options& o) { return o.str("--db", Store::default_path()); }
 
 // The database of a command that only reads or changes what is saved: a mistyped --db must not
@@ -111,6 +113,8 @@ std::string existing_db_path(const Options& o) {
                     "kvchat-cli chat creates it)");
     return path;
 }
+
+namespace {
 
 // The settings' turn options (the fallback rule included) with the command line's answer length,
 // sampling and policy, which win.

@@ -25,7 +25,14 @@ void write_answer_piece(std::string_view piece);
 // errno of the first failed write of an answer, or 0.
 int output_error();
 
+// --db, or the default database.
+std::string db_path(const Options& o);
+// The same for a command that only reads or changes what is saved: refused when it does not exist.
+std::string existing_db_path(const Options& o);
+
 int cmd_chat(const Options& o);
+// cli_versions.cpp: the versions of a conversation's answers, and choosing the one shown.
+int cmd_versions(const Options& o);
 int cmd_branch(const Options& o);
 int cmd_conversations(const Options& o);
 int cmd_prefix(const Options& o);

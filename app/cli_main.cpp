@@ -75,6 +75,9 @@ const char* kUsageText =
     "             what is new (chat --conversation NEW)\n"
     "  conversations [--db PATH] [--json]   list the saved conversations (tab-separated; a tab, newline or\n"
     "             backslash in a title is written \\t, \\n, \\\\; \"unanswered\" marks one whose last message has no answer)\n"
+    "  versions   [--db PATH] --conversation NAME [--at N [--select K]] [--json]: the places where\n"
+    "             regenerate or edit kept earlier versions (message N: version K of M shown); --at N\n"
+    "             lists message N's versions, --select K shows version K (the next turn answers it)\n"
     "  prefix     [--db PATH] save NAME (--text TEXT | --conversation NAME [--messages N]) [--cache SPEC] |\n"
     "             list | rename OLD NEW | edit NAME (--text TEXT | --conversation NAME [--messages N]) |\n"
     "             delete NAME: the library of reusable prefixes (a system prompt, or the first N\n"
@@ -527,6 +530,7 @@ int run_command(const std::vector<std::string>& args) {
         if (o.command == "chat") return kvchat::cli::cmd_chat(o);
         if (o.command == "branch") return kvchat::cli::cmd_branch(o);
         if (o.command == "conversations") return kvchat::cli::cmd_conversations(o);
+        if (o.command == "versions") return kvchat::cli::cmd_versions(o);
         if (o.command == "prefix") return kvchat::cli::cmd_prefix(o);
         if (o.command == "chat-bench") return kvchat::cli::cmd_chat_bench(o);
         if (o.command == "storage") return kvchat::cli::cmd_storage(o);

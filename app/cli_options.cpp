@@ -18,7 +18,7 @@ const std::set<std::string> kValueOptions = {
     "--repeat-penalty", "--prompt-tokens", "--gen-tokens", "--runs", "--cache", "--context", "--db",
     "--conversation", "--prefix", "--message", "--system", "--policy", "--turns", "--prefix-tokens",
     "--history-tokens", "--only", "--messages", "--simd", "--device", "--budget",
-    "--at", "--title"};
+    "--at", "--select", "--title"};
 const std::set<std::string> kRepeatedOptions = {"--stop"};
 const std::set<std::string> kFlagOptions = {"--greedy", "--no-cache", "--json", "--regenerate", "--bandwidth"};
 }  // namespace

@@ -3,6 +3,8 @@
 #include "ui/conversation_list_model.h"
 #include "ui/conversation_search_model.h"
 
+#include <algorithm>
+
 #include <QApplication>
 #include <QDateTime>
 #include <QLocale>
@@ -28,7 +30,9 @@ void ConversationDelegate::paint(QPainter* p, const QStyleOptionViewItem& option
     QStyle* style = w ? w->style() : QApplication::style();
     style->drawControl(QStyle::CE_ItemViewItem, &opt, p, w);
 
-    const QRect r = opt.rect.adjusted(6, 3, -6, -3);
+    // A branch is indented under its parent, with a hook before its title.
+    const int depth = std::min(index.data(ConversationListModel::DepthRole).toInt(), 4);
+    const QRect r = opt.rect.adjusted(6 + 14 * depth, 3, -6, -3);
     const bool selected = opt.state & QStyle::State_Selected;
     const QPalette::ColorGroup group = opt.state & QStyle::State_Enabled ? QPalette::Normal : QPalette::Disabled;
     p->save();
@@ -36,8 +40,9 @@ void ConversationDelegate::paint(QPainter* p, const QStyleOptionViewItem& option
     QFont titleFont = opt.font;
     p->setFont(titleFont);
     const QFontMetrics fm(titleFont);
+    const QString shown = depth > 0 ? QStringLiteral("↳ ") + title : title;
     p->drawText(QRect(r.left(), r.top(), r.width(), fm.height()), Qt::AlignLeft | Qt::AlignVCenter,
-                fm.elidedText(title, Qt::ElideRight, r.width()));
+                fm.elidedText(shown, Qt::ElideRight, r.width()));
     QFont small = opt.font;
     small.setPointSizeF(small.pointSizeF() * 0.85);
     p->setFont(small);

@@ -8,6 +8,7 @@
 #include "ui/engine_values.h"
 
 #include <QAbstractListModel>
+#include <QHash>
 #include <QList>
 #include <optional>
 
@@ -16,7 +17,10 @@ namespace kvchat {
 class ConversationListModel : public QAbstractListModel {
     Q_OBJECT
 public:
-    enum Roles { IdRole = Qt::UserRole + 1, UpdatedRole, MessageCountRole, CacheSpecRole };
+    // PlaceRole: a key (text) that sorts the rows ascending into the list's order: most recent
+    // activity first, a branch right under its parent, the parent's group as recent as its most
+    // recent branch; DepthRole: how many parents it has in the list (the delegate indents by it).
+    enum Roles { IdRole = Qt::UserRole + 1, UpdatedRole, MessageCountRole, CacheSpecRole, PlaceRole, DepthRole };
     using QAbstractListModel::QAbstractListModel;
 
     int rowCount(const QModelIndex& parent = {}) const override;
@@ -34,7 +38,12 @@ Q_SIGNALS:
     void renameRequested(qint64 id, const QString& title);
 
 private:
+    // Works out PlaceRole and DepthRole again; dataChanged for the rows whose values moved.
+    void updatePlaces();
+
     QList<ConversationItem> rows_;
+    QHash<qint64, QString> place_;
+    QHash<qint64, int> depth_;
 };
 
 }  // namespace kvchat

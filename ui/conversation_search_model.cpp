@@ -6,9 +6,10 @@ namespace kvchat {
 
 ConversationSearchModel::ConversationSearchModel(QObject* parent) : QSortFilterProxyModel(parent) {
     setObjectName(QStringLiteral("conversationSearchModel"));
-    setSortRole(ConversationListModel::UpdatedRole);
+    // Most recent first, branches under their parents (the list model works the places out).
+    setSortRole(ConversationListModel::PlaceRole);
     setDynamicSortFilter(true);
-    sort(0, Qt::DescendingOrder);
+    sort(0, Qt::AscendingOrder);
 }
 
 void ConversationSearchModel::setMatches(std::optional<QSet<qint64>> ids) {

@@ -53,6 +53,8 @@ ConversationItem conversationItemOf(const ConversationOverview& o) {
     item.cacheSpec = qs(o.conversation.cache_spec);
     item.cacheSaved = !o.conversation.snapshot.empty();
     item.lastUnanswered = o.last_unanswered;
+    item.parentId = o.conversation.parent_id.value_or(0);
+    item.branchAt = o.conversation.branch_at;
     return item;
 }
 

@@ -35,6 +35,12 @@ struct MessageItem {
     bool repaired = false;  // invalid UTF-8 was replaced when it was stored
     AnswerFigures figures;
     qint64 createdMs = 0;
+    // This place has versions (regenerate, edit): version versionShown of versionCount (0: none).
+    int versionCount = 0;
+    int versionShown = 0;
+    // Strategy changes marked above this message, and (on the last message) after it.
+    QStringList strategyBefore;
+    QStringList strategyAfter;
 };
 
 struct ConversationItem {
@@ -47,6 +53,8 @@ struct ConversationItem {
     bool cacheResident = false;
     bool cacheSaved = false;  // a snapshot of its cache is on disk (reopening it skips the prefill)
     bool lastUnanswered = false;
+    qint64 parentId = 0;  // a branch: the conversation it was branched from (0: none)
+    qint64 branchAt = 0;  // a branch: how many of the parent's messages it began with
 };
 
 struct PrefixItem {

@@ -15,6 +15,7 @@
 #include <QDateTime>
 #include <QDir>
 #include <QFileInfo>
+#include <QSet>
 
 #include <algorithm>
 #include <memory>
@@ -40,6 +41,8 @@ ConversationItem itemOf(const ConversationSummary& c) {
     item.cacheResident = c.cache_resident;
     item.cacheSaved = c.cache_saved;
     item.lastUnanswered = c.last_unanswered;
+    item.parentId = c.parent_id.value_or(0);
+    item.branchAt = c.branch_at;
     return item;
 }
 
@@ -263,6 +266,35 @@ void EngineWorker::renameConversation(qint64 id, const QString& title) {
     } catch (const std::exception& e) {
         Q_EMIT failed(tr("Rename"), qs(e.what()));
     }
+    Q_EMIT conversationsChanged(conversationItems());
+}
+
+void EngineWorker::branchConversation(qint64 id, int at) {
+    if (!needModel(tr("Branch"))) return;
+    try {
+        // "Title (branch)", or the first free "Title (branch 2)", ...
+        const auto parent = session_->summary(id);
+        if (!parent) throw Error("the conversation was deleted");
+        QSet<QString> taken;
+        for (const ConversationSummary& c : session_->list()) taken.insert(qs(c.title));
+        QString title = tr("%1 (branch)").arg(qs(parent->title));
+        for (int n = 2; taken.contains(title); ++n) title = tr("%1 (branch %2)").arg(qs(parent->title)).arg(n);
+        const int64_t branch = session_->branch(id, static_cast<size_t>(std::max(1, at)), ss(title));
+        Q_EMIT conversationsChanged(conversationItems());
+        Q_EMIT conversationCreated(conversationItem(branch));
+    } catch (const std::exception& e) {
+        Q_EMIT failed(tr("Branch"), qs(e.what()));
+    }
+}
+
+void EngineWorker::selectVersion(qint64 id, int ordinal, int number) {
+    if (!session_) return;
+    try {
+        session_->select_version(id, static_cast<size_t>(std::max(0, ordinal)), number);
+    } catch (const std::exception& e) {
+        Q_EMIT failed(tr("Choose version"), qs(e.what()));
+    }
+    openConversation(id);
     Q_EMIT conversationsChanged(conversationItems());
 }
 

@@ -68,6 +68,12 @@ public Q_SLOTS:
     void regenerate(qint64 id);
     void edit(qint64 id, int ordinal, const QString& text);
     void switchStrategy(qint64 id, const QString& spec);
+    // Shows version `number` of the place at `ordinal` (engine/chat: select_version); the
+    // transcript is read again (transcriptLoaded).
+    void selectVersion(qint64 id, int ordinal, int number);
+    // A new conversation of the first `at` messages whose first turn reuses this one's cache
+    // (ChatSession::branch), opened (conversationCreated).
+    void branchConversation(qint64 id, int at);
     // Validated, written to the database's settings and used from the next turn on.
     void saveSettings(const kvchat::ChatSettings& settings);
 

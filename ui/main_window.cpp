@@ -31,7 +31,6 @@
 #include <QFileDialog>
 #include <QFileInfo>
 #include <QHBoxLayout>
-#include <QInputDialog>
 #include <QKeySequence>
 #include <QLabel>
 #include <QLineEdit>
@@ -297,6 +296,17 @@ QWidget* MainWindow::createChatPane() {
     transcriptView_->setModel(transcript_);
     connect(transcriptView_, &TranscriptView::editRequested, this, &MainWindow::editMessage);
     connect(transcriptView_, &TranscriptView::regenerateRequested, this, &MainWindow::regenerate);
+    connect(transcriptView_, &TranscriptView::versionRequested, this, [this](int ordinal, int number) {
+        if (answering_ || currentId_ == 0) return;
+        QMetaObject::invokeMethod(worker_, [w = worker_, id = currentId_, ordinal, number] { w->selectVersion(id, ordinal, number); },
+                                  Qt::QueuedConnection);
+    });
+    connect(transcriptView_, &TranscriptView::branchRequested, this, [this](int ordinal) {
+        if (answering_ || currentId_ == 0) return;
+        // The messages up to and with this one; the branch opens when it is made (conversationCreated).
+        QMetaObject::invokeMethod(worker_, [w = worker_, id = currentId_, ordinal] { w->branchConversation(id, ordinal + 1); },
+                                  Qt::QueuedConnection);
+    });
     notice_ = new QLabel;
     notice_->setObjectName(QStringLiteral("noticeBanner"));
     notice_->setAccessibleName(tr("Notice"));
@@ -508,6 +518,7 @@ void MainWindow::connectWorker() {
         if (id == currentId_) {
             strategyLabel_->setText(spec);
             strategy_->setCurrentText(spec);
+            readTranscript(id);  // the switch is marked in the transcript
         }
         showNotice(summary.isEmpty() ? tr("The cache strategy is now %1.").arg(spec) : summary);
     });
@@ -782,13 +793,10 @@ void MainWindow::regenerate() {
     Q_EMIT requestRegenerate(currentId_);
 }
 
-void MainWindow::editMessage(int ordinal, const QString& content) {
-    if (answering_ || !modelReady_) return;
-    bool ok = false;
-    const QString text = QInputDialog::getMultiLineText(this, tr("Edit message"),
-                                                        tr("The answers after this message are replaced."), content, &ok);
-    if (!ok || text.trimmed().isEmpty() || text == content) return;
-    if (answering_ || !transcript_->beginEdit(ordinal, text)) return;  // (a turn began while the dialog was open)
+void MainWindow::editMessage(int ordinal, const QString& text) {
+    // Edited in place (MessageView's editor): what it replaces is kept as a version.
+    if (answering_ || !modelReady_ || text.trimmed().isEmpty()) return;
+    if (!transcript_->beginEdit(ordinal, text)) return;
     setAnswering(true);
     Q_EMIT requestEdit(currentId_, ordinal, text);
 }
@@ -796,6 +804,8 @@ void MainWindow::editMessage(int ordinal, const QString& content) {
 void MainWindow::onTurnFinished(const TurnOutcome& outcome) {
     setAnswering(false);
     transcript_->finishTurn(outcome);
+    // The versions (a regenerate or an edit adds one) and strategy changes come with the stored transcript.
+    if (outcome.conversationId == currentId_) readTranscript(currentId_);
     if (outcome.conversationId == currentId_) {
         contextBar_->setValue(static_cast<int>(std::min<qint64>(outcome.contextTokens, contextBar_->maximum())));
         kvLabel_->setText(tr("KV %1").arg(bytesText(outcome.kvBytes)));

@@ -130,7 +130,7 @@ private:
     void send();
     void startSend(const QString& text);
     void regenerate();
-    void editMessage(int ordinal, const QString& content);
+    void editMessage(int ordinal, const QString& text);
     void renameCurrent();
     void deleteCurrent();
     void showNotice(const QString& text, bool problem = false);

@@ -1,6 +1,8 @@
 #include "ui/message_view.h"
 
 #include "ui/markdown_segments.h"
+#include "ui/message_editor.h"
+#include "ui/version_switcher.h"
 
 #include "engine/chat/chat_template.h"
 
@@ -11,6 +13,7 @@
 #include <QHBoxLayout>
 #include <QLabel>
 #include <QLocale>
+#include <QPlainTextEdit>
 #include <QTextBlock>
 #include <QTextBrowser>
 #include <QTextCursor>
@@ -129,16 +132,42 @@ MessageView::MessageView(const MessageItem& message, QWidget* parent) : QFrame(p
     };
     if (message.role == MessageRole::User) {
         edit_ = tool(tr("Edit"), QStringLiteral("editMessageButton"), tr("Edit this message and answer it again"));
-        connect(edit_, &QToolButton::clicked, this, [this] { Q_EMIT editRequested(message_.ordinal, message_.content); });
+        connect(edit_, &QToolButton::clicked, this, &MessageView::startEditing);
     }
     if (message.role == MessageRole::Assistant) {
         regenerate_ = tool(tr("Regenerate"), QStringLiteral("regenerateButton"), tr("Answer again (Ctrl+R)"));
         regenerate_->setVisible(false);
         connect(regenerate_, &QToolButton::clicked, this, &MessageView::regenerateRequested);
     }
+    branch_ = tool(tr("Branch"), QStringLiteral("branchButton"),
+                   tr("Branch from here: a new conversation with the messages up to this one, reusing their cache"));
+    connect(branch_, &QToolButton::clicked, this, [this] { Q_EMIT branchRequested(message_.ordinal); });
     copy_ = tool(tr("Copy"), QStringLiteral("copyMessageButton"), tr("Copy this message"));
     connect(copy_, &QToolButton::clicked, this,
             [this] { QGuiApplication::clipboard()->setText(message_.content); });
+    // A thin line with words where the conversation's cache strategy changed.
+    auto divider = [&](const QString& name) {
+        auto* row = new QWidget;
+        auto* h = new QHBoxLayout(row);
+        h->setContentsMargins(0, 0, 0, 0);
+        auto line = [] {
+            auto* f = new QFrame;
+            f->setFrameShape(QFrame::HLine);
+            f->setFrameShadow(QFrame::Sunken);
+            return f;
+        };
+        auto* l = new QLabel;
+        l->setObjectName(name);
+        l->setAlignment(Qt::AlignCenter);
+        l->setForegroundRole(QPalette::PlaceholderText);
+        h->addWidget(line(), 1);
+        h->addWidget(l);
+        h->addWidget(line(), 1);
+        row->setVisible(false);
+        return l;
+    };
+    dividerBefore_ = divider(QStringLiteral("strategyDivider"));
+    outer->addWidget(dividerBefore_->parentWidget());
     outer->addLayout(header);
 
     if (message.role == MessageRole::Assistant) {
@@ -183,6 +212,12 @@ MessageView::MessageView(const MessageItem& message, QWidget* parent) : QFrame(p
     figures_->setTextInteractionFlags(Qt::TextSelectableByMouse);
     figures_->setForegroundRole(QPalette::PlaceholderText);
     outer->addWidget(figures_);
+    versions_ = new VersionSwitcher;
+    connect(versions_, &VersionSwitcher::versionChosen, this,
+            [this](int number) { Q_EMIT versionRequested(message_.ordinal, number); });
+    outer->addWidget(versions_);
+    dividerAfter_ = divider(QStringLiteral("strategyDividerAfter"));
+    outer->addWidget(dividerAfter_->parentWidget());
 
     reparse_.setSingleShot(true);
     reparse_.setInterval(kReparseMs);
@@ -196,6 +231,43 @@ void MessageView::setMessage(const MessageItem& message) {
     figures_->setText(f);
     figures_->setVisible(!f.isEmpty());
     render();
+    showHistory();
+}
+
+void MessageView::showHistory() {
+    versions_->setVersions(message_.versionShown, message_.versionCount);
+    auto show = [](QLabel* l, const QStringList& changes) {
+        l->setText(changes.join(QLatin1Char('\n')));
+        l->setToolTip(tr("The conversation's cache strategy changed here"));
+        l->parentWidget()->setVisible(!changes.isEmpty());
+    };
+    show(dividerBefore_, message_.strategyBefore);
+    show(dividerAfter_, message_.strategyAfter);
+}
+
+void MessageView::startEditing() {
+    if (editor_ || !actionsEnabled_) return;
+    editor_ = new MessageEditor(message_.content, messagesAfter_);
+    for (QWidget* w : segmentWidgets_) w->setVisible(false);
+    body_->addWidget(editor_);
+    edit_->setVisible(false);
+    connect(editor_, &MessageEditor::cancelled, this, &MessageView::stopEditing);
+    connect(editor_, &MessageEditor::saved, this, [this](const QString& text) {
+        const int ordinal = message_.ordinal;
+        stopEditing();
+        Q_EMIT editRequested(ordinal, text);
+    });
+    editor_->textEdit()->setFocus();
+    editor_->textEdit()->selectAll();
+}
+
+void MessageView::stopEditing() {
+    if (!editor_) return;
+    editor_->hide();
+    editor_->deleteLater();
+    editor_ = nullptr;
+    for (QWidget* w : segmentWidgets_) w->setVisible(true);
+    if (edit_) edit_->setVisible(true);
 }
 
 void MessageView::showRow(const MessageItem& m, MessageState state) {
@@ -212,6 +284,7 @@ void MessageView::showRow(const MessageItem& m, MessageState state) {
         setMessage(m);
     } else {
         message_ = m;  // the same text, now stored (its id and time): nothing to parse again
+        showHistory();
     }
     showState(state);
 }
@@ -253,7 +326,11 @@ void MessageView::finish(const MessageItem& stored) {
 }
 
 void MessageView::setActionsEnabled(bool enabled) {
+    actionsEnabled_ = enabled;
+    if (!enabled) stopEditing();
+    versions_->setChoosingEnabled(enabled);
     if (edit_) edit_->setEnabled(enabled);
+    if (branch_) branch_->setEnabled(enabled);
     if (regenerate_) regenerate_->setEnabled(enabled);
 }
 

@@ -21,6 +21,11 @@ class QToolButton;
 class QVBoxLayout;
 
 namespace kvchat {
+class MessageEditor;
+class VersionSwitcher;
+}  // namespace kvchat
+
+namespace kvchat {
 
 class MessageView : public QFrame {
     Q_OBJECT
@@ -45,6 +50,13 @@ public:
     void setMessage(const MessageItem& message);
     void setActionsEnabled(bool enabled);
     void setRegenerateVisible(bool visible);
+    // How many messages follow this one (what editing it replaces).
+    void setMessagesAfter(int after) { messagesAfter_ = after; }
+    // Edit in place: the message becomes an editor (message_editor.h) until saved or cancelled.
+    void startEditing();
+    bool editing() const { return editor_ != nullptr; }
+    MessageEditor* editor() const { return editor_; }
+    VersionSwitcher* versionSwitcher() const { return versions_; }
     // How many times the message's documents were parsed (for tests of the streaming cost).
     int parses() const { return parses_; }
 
@@ -54,8 +66,13 @@ public:
     static constexpr int kReparseMs = 80;
 
 Q_SIGNALS:
+    // The message edited in place was saved as `content`.
     void editRequested(int ordinal, const QString& content);
     void regenerateRequested();
+    // Show version `number` of this message's place.
+    void versionRequested(int ordinal, int number);
+    // A new conversation of the messages up to this one (reusing their cache).
+    void branchRequested(int ordinal);
 
 private:
     void render();
@@ -63,6 +80,8 @@ private:
     void updateSegmentWidget(QWidget* w, const MarkdownSegment& s);
     void showThinking(bool has, const QString& thinking, bool answered);
     void showState(MessageState state);
+    void showHistory();
+    void stopEditing();
 
     MessageItem message_;
     MessageState state_ = MessageState::Stored;
@@ -76,12 +95,20 @@ private:
     QToolButton* copy_ = nullptr;
     QToolButton* edit_ = nullptr;
     QToolButton* regenerate_ = nullptr;
+    QToolButton* branch_ = nullptr;
     QToolButton* thinkingToggle_ = nullptr;
     QWidget* thinkingText_ = nullptr;
     QString thinkingShown_;
     QVBoxLayout* body_ = nullptr;
     QList<MarkdownSegment> shown_;
     QList<QWidget*> segmentWidgets_;
+    // Where the strategy changed, above and below the message: the words, in a row with lines.
+    QLabel* dividerBefore_ = nullptr;
+    QLabel* dividerAfter_ = nullptr;
+    VersionSwitcher* versions_ = nullptr;
+    MessageEditor* editor_ = nullptr;
+    int messagesAfter_ = 0;
+    bool actionsEnabled_ = true;
 };
 
 }  // namespace kvchat

@@ -1,6 +1,7 @@
 #include "ui/store_reader.h"
 
 #include "engine/store/store.h"
+#include "ui/transcript_history.h"
 
 #include <exception>
 
@@ -27,6 +28,7 @@ void StoreReader::readTranscript(qint64 id) {
         QList<MessageItem> messages;
         messages.reserve(static_cast<qsizetype>(records.size()));
         for (const MessageRecord& m : records) messages.push_back(messageItemOf(m));
+        if (conversation) markHistory(messages, store_->version_sets(id), store_->strategy_changes(id));
         ConversationItem item;
         if (conversation) item = conversationItemOf(*conversation, records);
         item.id = id;  // a conversation deleted meanwhile reads as empty

@@ -17,7 +17,8 @@ bool sameRow(const MessageItem& a, const MessageItem& b) {
            a.figures.generatedTokens == b.figures.generatedTokens && a.figures.cachedTokens == b.figures.cachedTokens &&
            a.figures.prefixTokens == b.figures.prefixTokens && a.figures.computedTokens == b.figures.computedTokens &&
            a.figures.ttftMs == b.figures.ttftMs && a.figures.tokensPerSecond == b.figures.tokensPerSecond &&
-           a.figures.prefillSavedMs == b.figures.prefillSavedMs;
+           a.figures.prefillSavedMs == b.figures.prefillSavedMs && a.versionCount == b.versionCount &&
+           a.versionShown == b.versionShown && a.strategyBefore == b.strategyBefore && a.strategyAfter == b.strategyAfter;
 }
 
 QString number(qint64 n) { return QLocale().toString(n); }

@@ -69,6 +69,8 @@ MessageView* TranscriptView::makeView(int row) {
     v->showRow(model_->message(row), model_->state(row));
     connect(v, &MessageView::editRequested, this, &TranscriptView::editRequested);
     connect(v, &MessageView::regenerateRequested, this, &TranscriptView::regenerateRequested);
+    connect(v, &MessageView::versionRequested, this, &TranscriptView::versionRequested);
+    connect(v, &MessageView::branchRequested, this, &TranscriptView::branchRequested);
     return v;
 }
 
@@ -145,9 +147,11 @@ void TranscriptView::updatePlaceholder() { placeholder_->setVisible(!model_ || m
 
 void TranscriptView::updateRegenerate() {
     const bool all = model_ && views_.size() == model_->rowCount();
-    for (qsizetype i = 0; i < views_.size(); ++i)
+    for (qsizetype i = 0; i < views_.size(); ++i) {
+        if (model_) views_[i]->setMessagesAfter(model_->rowCount() - 1 - static_cast<int>(i));
         views_[i]->setRegenerateVisible(all && i == views_.size() - 1 && !model_->answering() &&
                                         views_[i]->state() == MessageState::Stored);
+    }
 }
 
 }  // namespace kvchat

@@ -37,6 +37,8 @@ public:
 Q_SIGNALS:
     void editRequested(int ordinal, const QString& content);
     void regenerateRequested();
+    void versionRequested(int ordinal, int number);
+    void branchRequested(int ordinal);
 
 private:
     void rebuild();

@@ -123,11 +123,12 @@ public:
     TurnResult send(std::string_view title, std::string_view text, const TurnOptions& options,
                     const std::function<void(std::string_view)>& on_text = {},
                     const std::atomic<bool>* cancel = nullptr);
-    // Replaces the last reply.
+    // Replaces the last reply; the one replaced is kept as a version (versions(), select_version()).
     TurnResult regenerate(std::string_view title, const TurnOptions& options,
                           const std::function<void(std::string_view)>& on_text = {},
                           const std::atomic<bool>* cancel = nullptr);
-    // Replaces message `ordinal` (a user message), drops what followed and answers it again.
+    // Replaces message `ordinal` (a user message) and what followed it, and answers it again; what
+    // was replaced is kept as a version of message `ordinal`.
     TurnResult edit(std::string_view title, size_t ordinal, std::string_view text, const TurnOptions& options,
                     const std::function<void(std::string_view)>& on_text = {},
                     const std::atomic<bool>* cancel = nullptr);
@@ -166,6 +167,20 @@ public:
     // answer, snapshot. The stored transcript is read once, when the conversation is locked.
     TurnResult take_turn(int64_t id, const TurnRequest& request, const TurnOptions& options,
                          const TurnCallbacks& callbacks = {});
+    // ---- versions of an answer (answer_versions.cpp) ----
+    // The places of the transcript with versions: a regenerated answer, an edited message (with
+    // what followed it). Reads the store only.
+    std::vector<VersionSet> versions(int64_t id) const;
+    // The messages of version `number` (1-based) of the place at `ordinal`.
+    std::vector<MessageRecord> version(int64_t id, size_t ordinal, int64_t number) const;
+    // Shows version `number` of the place at `ordinal`: it becomes the conversation's transcript,
+    // so the next turn answers it (the cache keeps the longest prefix it shares with it; nothing is
+    // recomputed now); the version shown before is kept. Takes the conversation's lock; works
+    // without a model.
+    void select_version(int64_t id, size_t ordinal, int64_t number);
+    // Where the conversation's strategy changed, oldest first.
+    std::vector<StrategyChange> strategy_changes(int64_t id) const;
+
     // ---- branches ----
     // A new conversation `title` holding the first `at` messages of conversation `id`, whose cache
     // is the parent's cropped to those messages' tokens, so its first turn prefills only what is
@@ -272,10 +287,13 @@ private:
                    std::vector<MessageRecord>* stored = nullptr, ConversationRecord* row = nullptr);
     // After a cancelled turn: the transcript and the stored messages become `before` again from
     // message `keep` on (the messages the turn removed come back, those it added go).
-    void restore_messages(Entry& e, const std::vector<MessageRecord>& before, size_t keep);
+    // `kept`: the turn kept what it replaced as a version (regenerate, edit), which comes back.
+    void restore_messages(Entry& e, const std::vector<MessageRecord>& before, size_t keep,
+                          const std::optional<KeptVersion>& kept = std::nullopt);
     // The same after a failed turn; false when its answer was stored after all (the turn stays) or
     // the store could not be changed back.
-    bool take_back(Entry& e, const std::vector<MessageRecord>& before, size_t keep);
+    bool take_back(Entry& e, const std::vector<MessageRecord>& before, size_t keep,
+                   const std::optional<KeptVersion>& kept = std::nullopt);
     // take_turn's phases with the conversation locked; `before` is the stored transcript, `row`
     // the conversation's row, t0 when the call began.
     TurnResult run_turn(Entry& e, const TurnRequest& request, const std::vector<MessageRecord>& before,

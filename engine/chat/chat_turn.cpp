@@ -87,6 +87,8 @@ TurnResult ChatSession::run_turn(Entry& e, const TurnRequest& request, const std
     std::string new_title;        // the chat's name from its first message
     std::optional<RenderedChat> rendered;
     std::optional<MessageRecord> question;  // the user's message the turn answers, as stored
+    // Regenerate, edit: what they replace is kept as a version (stored from message `keep` on).
+    std::optional<KeptVersion> kept;
 
     // The request, in memory; rendered; then in the store. Refused or failed before the store
     // changed, the conversation is as it was.
@@ -168,14 +170,13 @@ TurnResult ChatSession::run_turn(Entry& e, const TurnRequest& request, const std
                     question = store_.append_messages(e.id, added).back();
                 }
                 break;
+            // What is replaced is kept as a version of its place, never deleted.
             case Kind::Regenerate:
-                if (keep < before.size()) store_.delete_messages_after(e.id, static_cast<int64_t>(keep) - 1);
+                if (keep < before.size()) kept = store_.keep_version(e.id, static_cast<int64_t>(keep));
                 break;
             case Kind::Edit:
-                question = before[request.ordinal];
-                question->content_repaired = store_.update_message_content(question->id, request.text);
-                question->content = fixed.text;  // (repaired as the store repairs it)
-                store_.delete_messages_after(e.id, static_cast<int64_t>(request.ordinal));
+                kept = store_.keep_version(e.id, static_cast<int64_t>(request.ordinal));
+                question = store_.append_message(e.id, Role::User, request.text);
                 break;
         }
         if (!question)  // regenerate: the last message of the user's that stays
@@ -187,6 +188,8 @@ TurnResult ChatSession::run_turn(Entry& e, const TurnRequest& request, const std
     } catch (...) {
         c.truncate(0);
         for (const ChatMessage& m : was) c.append(m.role, m.content, m.tokens);
+        // (An edit whose message could not be stored after its old one was kept aside.)
+        if (kept && !take_back(e, before, keep, kept)) return ended(std::current_exception(), true);
         return ended(std::current_exception(), false);
     }
 
@@ -223,7 +226,10 @@ TurnResult ChatSession::run_turn(Entry& e, const TurnRequest& request, const std
             stats.token_ids = c.messages().back().tokens;
             r.answer = store_.append_message(e.id, Role::Assistant, c.messages().back().content, stats);
         }
-        if (row.cache_spec != c.cache_spec()) store_.set_conversation_cache_spec(e.id, c.cache_spec());
+        // (Recorded where the question is: the strategy held the question and its answer.)
+        if (row.cache_spec != c.cache_spec())
+            store_.set_conversation_cache_spec(e.id, c.cache_spec(),
+                                               question ? std::optional<int64_t>(question->ordinal) : std::nullopt);
         e.switched_from.reset();  // (a switch asked on open is made by this turn)
 
         // 6. Snapshot the cache: the message is committed, and under the lock the transcript is
@@ -245,15 +251,15 @@ TurnResult ChatSession::run_turn(Entry& e, const TurnRequest& request, const std
         return r;
     } catch (const Cancelled&) {
         // What the request removed comes back, what it added goes.
-        restore_messages(e, before, keep);
+        restore_messages(e, before, keep, kept);
         return ended(std::current_exception(), false);
     } catch (const Error& err) {
         // Refused (the conversation no longer fits the cache) or failed: the message is taken back
         // (or the next one would be refused as left unanswered), the answer replaced comes back.
-        if (!take_back(e, before, keep)) return ended(std::current_exception(), true);
+        if (!take_back(e, before, keep, kept)) return ended(std::current_exception(), true);
         return ended(std::make_exception_ptr(Error(std::string(err.what()) + kUntouched)), false);
     } catch (...) {
-        return ended(std::current_exception(), !take_back(e, before, keep));
+        return ended(std::current_exception(), !take_back(e, before, keep, kept));
     }
 }
 
@@ -301,9 +307,16 @@ TurnResult ChatSession::thrown_if_unanswered(TurnResult r) {
 
 // ---- putting the conversation back ----
 
-void ChatSession::restore_messages(Entry& e, const std::vector<MessageRecord>& before, size_t keep) {
+void ChatSession::restore_messages(Entry& e, const std::vector<MessageRecord>& before, size_t keep,
+                                   const std::optional<KeptVersion>& kept) {
     Conversation& c = *e.conversation;
     c.truncate(keep);
+    if (kept) {
+        // The version kept aside comes back as it was stored (with the places deeper in it).
+        store_.drop_shown_version(e.id, static_cast<int64_t>(keep), kept->kept);
+        for (size_t i = keep; i < before.size(); ++i) adopt(c, before[i]);
+        return;
+    }
     store_.delete_messages_after(e.id, static_cast<int64_t>(keep) - 1);
     for (size_t i = keep; i < before.size(); ++i) {
         store_.append_message(e.id, before[i].role, before[i].content, before[i].stats);
@@ -311,12 +324,13 @@ void ChatSession::restore_messages(Entry& e, const std::vector<MessageRecord>& b
     }
 }
 
-bool ChatSession::take_back(Entry& e, const std::vector<MessageRecord>& before, size_t keep) {
+bool ChatSession::take_back(Entry& e, const std::vector<MessageRecord>& before, size_t keep,
+                            const std::optional<KeptVersion>& kept) {
     try {
         // Every turn stores its answer last: once it is there, the turn happened and stays.
         const std::vector<MessageRecord> now = store_.list_messages(e.id);
         if (!now.empty() && now.back().role == Role::Assistant) return false;
-        restore_messages(e, before, keep);
+        restore_messages(e, before, keep, kept);
         return true;
     } catch (const std::exception&) {
         // The store itself failed (a full disk): what it holds stays, as a crash would leave it.

@@ -92,6 +92,31 @@ struct ConversationOverview {
     bool last_unanswered = false;  // the last message is the user's
 };
 
+// A place in a transcript that has versions (schema 6): message `ordinal` and every message after
+// it are version `shown` (1-based) of `count`; the others are kept aside, whole, and any of them
+// can be shown instead. Regenerating an answer makes versions of the answer; editing a message
+// makes versions of the message and everything that followed it.
+struct VersionSet {
+    int64_t ordinal = 0;
+    int64_t count = 0;
+    int64_t shown = 0;
+};
+
+// What Store::keep_version did: the number the kept messages got, and the new version's.
+struct KeptVersion {
+    int64_t kept = 0;
+    int64_t number = 0;
+};
+
+// A conversation's cache strategy changed from `from` to `to` when it had `at` messages (schema 6),
+// so the transcript can mark the change between messages at-1 and at.
+struct StrategyChange {
+    int64_t at = 0;
+    std::string from;
+    std::string to;
+    int64_t created_ms = 0;
+};
+
 // What update_prefix_text did.
 struct PrefixTextUpdate {
     bool text_repaired = false;    // invalid UTF-8 was replaced by U+FFFD

@@ -161,6 +161,54 @@ ALTER TABLE conversations ADD COLUMN parent_id INTEGER REFERENCES conversations 
 ALTER TABLE conversations ADD COLUMN branch_at INTEGER NOT NULL DEFAULT 0;
 CREATE INDEX conversations_by_parent ON conversations (parent_id);
 )sql",
+    // 6 (issue 24's schema 7 at the lead's merge): versions of an answer, and where the cache strategy changed. Regenerate and edit keep
+    // what they replace: a place (conversation, ordinal) has numbered versions; the one shown is in
+    // messages, the others' messages in version_messages. A place inside a version kept aside
+    // (an answer regenerated after an edit that was then switched away) belongs to it: `within`.
+    // A strategy change is recorded with the number of messages the conversation had then.
+    // Conversations from before have neither.
+    R"sql(
+CREATE TABLE message_versions (
+    id                INTEGER PRIMARY KEY AUTOINCREMENT,
+    conversation_id   INTEGER NOT NULL REFERENCES conversations (id) ON DELETE CASCADE,
+    ordinal           INTEGER NOT NULL,
+    number            INTEGER NOT NULL,
+    shown             INTEGER NOT NULL DEFAULT 0,
+    within            INTEGER REFERENCES message_versions (id) ON DELETE CASCADE,
+    created_ms        INTEGER NOT NULL
+);
+CREATE INDEX message_versions_by_place ON message_versions (conversation_id, ordinal);
+CREATE INDEX message_versions_by_within ON message_versions (within);
+
+CREATE TABLE version_messages (
+    version_id        INTEGER NOT NULL REFERENCES message_versions (id) ON DELETE CASCADE,
+    position          INTEGER NOT NULL,
+    role              TEXT NOT NULL CHECK (role IN ('system', 'user', 'assistant')),
+    content           TEXT NOT NULL,
+    content_repaired  INTEGER NOT NULL DEFAULT 0,
+    prompt_tokens     INTEGER NOT NULL DEFAULT 0,
+    generated_tokens  INTEGER NOT NULL DEFAULT 0,
+    ttft_ms           REAL,
+    tokens_per_second REAL,
+    created_ms        INTEGER NOT NULL,
+    cached_tokens     INTEGER NOT NULL DEFAULT 0,
+    prefix_tokens     INTEGER NOT NULL DEFAULT 0,
+    computed_tokens   INTEGER NOT NULL DEFAULT 0,
+    prefill_saved_ms  REAL,
+    token_ids         BLOB,
+    PRIMARY KEY (version_id, position)
+) WITHOUT ROWID;
+
+CREATE TABLE strategy_changes (
+    id                INTEGER PRIMARY KEY AUTOINCREMENT,
+    conversation_id   INTEGER NOT NULL REFERENCES conversations (id) ON DELETE CASCADE,
+    at_ordinal        INTEGER NOT NULL,
+    from_spec         TEXT NOT NULL,
+    to_spec           TEXT NOT NULL,
+    created_ms        INTEGER NOT NULL
+);
+CREATE INDEX strategy_changes_by_conversation ON strategy_changes (conversation_id, at_ordinal);
+)sql",
 };
 static_assert(std::size(kMigrations) == Store::kSchemaVersion, "one migration step per schema version");
 static_assert(kApplicationId == 1263944520, "the migration text spells out kApplicationId");
@@ -1056,10 +1104,41 @@ std::string Store::delete_conversation(int64_t id) {
     return snapshot;
 }
 
-void Store::set_conversation_cache_spec(int64_t id, std::string_view cache_spec) {
+void Store::set_conversation_cache_spec(int64_t id, std::string_view cache_spec, std::optional<int64_t> at) {
+    const std::string spec = repair_utf8(cache_spec).text;
+    Transaction t(db_, path_);
+    Statement get(db_, path_, "SELECT cache_spec FROM conversations WHERE id = ?1");
+    get.bind_int(1, id);
+    if (!get.step()) throw Error("no conversation with id " + std::to_string(id));
+    const std::string was = get.text(0);
+    if (was == spec) return;  // (the transaction rolls back: nothing changed)
     Statement st(db_, path_, "UPDATE conversations SET cache_spec = ?1 WHERE id = ?2");
-    st.bind_text(1, repair_utf8(cache_spec).text).bind_int(2, id);
-    if (st.change() == 0) throw Error("no conversation with id " + std::to_string(id));
+    st.bind_text(1, spec).bind_int(2, id).change();
+    if (!was.empty()) {
+        Statement count(db_, path_, "SELECT count(*) FROM messages WHERE conversation_id = ?1");
+        count.bind_int(1, id).step();
+        const int64_t messages = count.integer(0);
+        Statement rec(db_, path_,
+                      "INSERT INTO strategy_changes (conversation_id, at_ordinal, from_spec, to_spec, created_ms) "
+                      "VALUES (?1, ?2, ?3, ?4, ?5)");
+        rec.bind_int(1, id)
+            .bind_int(2, std::clamp<int64_t>(at.value_or(messages), 0, messages))
+            .bind_text(3, was)
+            .bind_text(4, spec)
+            .bind_int(5, now_ms())
+            .change();
+    }
+    t.commit();
+}
+
+std::vector<StrategyChange> Store::strategy_changes(int64_t conversation_id) const {
+    Statement st(db_, path_,
+                 "SELECT at_ordinal, from_spec, to_spec, created_ms FROM strategy_changes WHERE conversation_id = ?1 "
+                 "ORDER BY id");
+    st.bind_int(1, conversation_id);
+    std::vector<StrategyChange> out;
+    while (st.step()) out.push_back({st.integer(0), st.text(1), st.text(2), st.integer(3)});
+    return out;
 }
 
 void Store::set_conversation_model(int64_t id, std::string_view model_fingerprint) {
@@ -1185,12 +1264,179 @@ int64_t Store::delete_messages_after(int64_t conversation_id, int64_t ordinal) {
     require_conversation(conversation_id);
     Statement del(db_, path_, "DELETE FROM messages WHERE conversation_id = ?1 AND ordinal > ?2");
     const int64_t deleted = del.bind_int(1, conversation_id).bind_int(2, ordinal).change();
+    // Places with versions among the deleted messages go with them.
+    Statement places(db_, path_,
+                     "DELETE FROM message_versions WHERE conversation_id = ?1 AND within IS NULL AND ordinal > ?2");
+    places.bind_int(1, conversation_id).bind_int(2, ordinal).change();
     if (deleted > 0) {
         Statement touch(db_, path_, "UPDATE conversations SET updated_ms = ?1 WHERE id = ?2");
         touch.bind_int(1, next_update_time()).bind_int(2, conversation_id).change();
     }
     t.commit();
     return deleted;
+}
+
+// ---- versions ----
+
+// The message columns a version keeps, in messages' and version_messages' shared names (in
+// KVCHAT_MESSAGE_COLUMNS' order after its first three).
+#define KVCHAT_VERSION_MESSAGE_COLUMNS                                                                     \
+    "role, content, content_repaired, prompt_tokens, generated_tokens, ttft_ms, tokens_per_second, created_ms, " \
+    "cached_tokens, prefix_tokens, computed_tokens, prefill_saved_ms, token_ids"
+
+std::optional<int64_t> Store::version_row(int64_t conversation_id, int64_t ordinal, int64_t number) const {
+    Statement st(db_, path_,
+                 "SELECT id FROM message_versions WHERE conversation_id = ?1 AND ordinal = ?2 AND number = ?3 "
+                 "AND within IS NULL");
+    st.bind_int(1, conversation_id).bind_int(2, ordinal).bind_int(3, number);
+    if (!st.step()) return std::nullopt;
+    return st.integer(0);
+}
+
+void Store::stash_messages(int64_t conversation_id, int64_t ordinal, int64_t version_id) {
+    Statement copy(db_, path_,
+                   "INSERT INTO version_messages (version_id, position, " KVCHAT_VERSION_MESSAGE_COLUMNS ") "
+                   "SELECT ?1, ordinal - ?3, " KVCHAT_VERSION_MESSAGE_COLUMNS " FROM messages "
+                   "WHERE conversation_id = ?2 AND ordinal >= ?3");
+    copy.bind_int(1, version_id).bind_int(2, conversation_id).bind_int(3, ordinal).change();
+    Statement del(db_, path_, "DELETE FROM messages WHERE conversation_id = ?1 AND ordinal >= ?2");
+    del.bind_int(1, conversation_id).bind_int(2, ordinal).change();
+    // The places deeper in these messages are theirs now.
+    Statement nest(db_, path_,
+                   "UPDATE message_versions SET within = ?1 WHERE conversation_id = ?2 AND within IS NULL AND ordinal > ?3");
+    nest.bind_int(1, version_id).bind_int(2, conversation_id).bind_int(3, ordinal).change();
+    Statement hide(db_, path_, "UPDATE message_versions SET shown = 0 WHERE id = ?1");
+    hide.bind_int(1, version_id).change();
+}
+
+void Store::unstash_messages(int64_t conversation_id, int64_t ordinal, int64_t version_id) {
+    Statement copy(db_, path_,
+                   "INSERT INTO messages (conversation_id, ordinal, " KVCHAT_VERSION_MESSAGE_COLUMNS ") "
+                   "SELECT ?2, ?3 + position, " KVCHAT_VERSION_MESSAGE_COLUMNS " FROM version_messages "
+                   "WHERE version_id = ?1 ORDER BY position");
+    copy.bind_int(1, version_id).bind_int(2, conversation_id).bind_int(3, ordinal).change();
+    Statement del(db_, path_, "DELETE FROM version_messages WHERE version_id = ?1");
+    del.bind_int(1, version_id).change();
+    Statement unnest(db_, path_, "UPDATE message_versions SET within = NULL WHERE within = ?1");
+    unnest.bind_int(1, version_id).change();
+    Statement show(db_, path_, "UPDATE message_versions SET shown = 1 WHERE id = ?1");
+    show.bind_int(1, version_id).change();
+}
+
+KeptVersion Store::keep_version(int64_t conversation_id, int64_t ordinal) {
+    Transaction t(db_, path_);
+    require_conversation(conversation_id);
+    Statement count(db_, path_, "SELECT count(*) FROM messages WHERE conversation_id = ?1 AND ordinal >= ?2");
+    count.bind_int(1, conversation_id).bind_int(2, ordinal).step();
+    if (ordinal < 0 || count.integer(0) == 0)
+        throw Error("conversation " + std::to_string(conversation_id) + " has no message " + std::to_string(ordinal) +
+                    " to keep as a version");
+    const int64_t now = now_ms();
+    KeptVersion k;
+    Statement shown(db_, path_,
+                    "SELECT id, number FROM message_versions WHERE conversation_id = ?1 AND ordinal = ?2 AND within IS NULL "
+                    "AND shown = 1");
+    shown.bind_int(1, conversation_id).bind_int(2, ordinal);
+    int64_t kept_id = 0;
+    if (shown.step()) {
+        kept_id = shown.integer(0);
+        k.kept = shown.integer(1);
+    } else {
+        // The first version of this place: what the transcript holds now.
+        Statement first(db_, path_,
+                        "INSERT INTO message_versions (conversation_id, ordinal, number, shown, created_ms) "
+                        "VALUES (?1, ?2, 1, 1, ?3)");
+        first.bind_int(1, conversation_id).bind_int(2, ordinal).bind_int(3, now).change();
+        kept_id = sqlite3_last_insert_rowid(db_);
+        k.kept = 1;
+    }
+    stash_messages(conversation_id, ordinal, kept_id);
+    Statement next(db_, path_,
+                   "SELECT coalesce(max(number), 0) + 1 FROM message_versions WHERE conversation_id = ?1 AND ordinal = ?2 "
+                   "AND within IS NULL");
+    next.bind_int(1, conversation_id).bind_int(2, ordinal).step();
+    k.number = next.integer(0);
+    Statement add(db_, path_,
+                  "INSERT INTO message_versions (conversation_id, ordinal, number, shown, created_ms) VALUES (?1, ?2, ?3, 1, ?4)");
+    add.bind_int(1, conversation_id).bind_int(2, ordinal).bind_int(3, k.number).bind_int(4, now).change();
+    Statement touch(db_, path_, "UPDATE conversations SET updated_ms = ?1 WHERE id = ?2");
+    touch.bind_int(1, next_update_time()).bind_int(2, conversation_id).change();
+    t.commit();
+    return k;
+}
+
+void Store::show_version(int64_t conversation_id, int64_t ordinal, int64_t number) {
+    Transaction t(db_, path_);
+    require_conversation(conversation_id);
+    const auto target = version_row(conversation_id, ordinal, number);
+    if (!target)
+        throw Error("message " + std::to_string(ordinal) + " of conversation " + std::to_string(conversation_id) +
+                    " has no version " + std::to_string(number));
+    Statement shown(db_, path_,
+                    "SELECT id FROM message_versions WHERE conversation_id = ?1 AND ordinal = ?2 AND within IS NULL "
+                    "AND shown = 1");
+    shown.bind_int(1, conversation_id).bind_int(2, ordinal);
+    if (!shown.step()) throw Error("store: the versions of message " + std::to_string(ordinal) + " have none shown");
+    const int64_t current = shown.integer(0);
+    if (current == *target) return;
+    stash_messages(conversation_id, ordinal, current);
+    unstash_messages(conversation_id, ordinal, *target);
+    Statement touch(db_, path_, "UPDATE conversations SET updated_ms = ?1 WHERE id = ?2");
+    touch.bind_int(1, next_update_time()).bind_int(2, conversation_id).change();
+    t.commit();
+}
+
+void Store::drop_shown_version(int64_t conversation_id, int64_t ordinal, int64_t kept) {
+    Transaction t(db_, path_);
+    require_conversation(conversation_id);
+    const auto back = version_row(conversation_id, ordinal, kept);
+    if (!back) throw Error("message " + std::to_string(ordinal) + " has no version " + std::to_string(kept));
+    Statement del(db_, path_, "DELETE FROM messages WHERE conversation_id = ?1 AND ordinal >= ?2");
+    del.bind_int(1, conversation_id).bind_int(2, ordinal).change();
+    Statement drop(db_, path_,
+                   "DELETE FROM message_versions WHERE conversation_id = ?1 AND within IS NULL AND "
+                   "((ordinal = ?2 AND shown = 1) OR ordinal > ?2)");
+    drop.bind_int(1, conversation_id).bind_int(2, ordinal).change();
+    unstash_messages(conversation_id, ordinal, *back);
+    Statement left(db_, path_,
+                   "SELECT count(*) FROM message_versions WHERE conversation_id = ?1 AND ordinal = ?2 AND within IS NULL");
+    left.bind_int(1, conversation_id).bind_int(2, ordinal).step();
+    if (left.integer(0) == 1) {
+        Statement single(db_, path_, "DELETE FROM message_versions WHERE id = ?1");
+        single.bind_int(1, *back).change();
+    }
+    t.commit();
+}
+
+std::vector<VersionSet> Store::version_sets(int64_t conversation_id) const {
+    Statement st(db_, path_,
+                 "SELECT ordinal, count(*), max(CASE WHEN shown = 1 THEN number ELSE 0 END) FROM message_versions "
+                 "WHERE conversation_id = ?1 AND within IS NULL GROUP BY ordinal ORDER BY ordinal");
+    st.bind_int(1, conversation_id);
+    std::vector<VersionSet> out;
+    while (st.step()) out.push_back({st.integer(0), st.integer(1), st.integer(2)});
+    return out;
+}
+
+std::vector<MessageRecord> Store::version_messages(int64_t conversation_id, int64_t ordinal, int64_t number) const {
+    const auto row = version_row(conversation_id, ordinal, number);
+    if (!row)
+        throw Error("message " + std::to_string(ordinal) + " of conversation " + std::to_string(conversation_id) +
+                    " has no version " + std::to_string(number));
+    Statement shown(db_, path_, "SELECT shown FROM message_versions WHERE id = ?1");
+    shown.bind_int(1, *row).step();
+    if (shown.integer(0) != 0) {
+        std::vector<MessageRecord> all = list_messages(conversation_id);
+        all.erase(all.begin(), all.begin() + std::min<int64_t>(ordinal, static_cast<int64_t>(all.size())));
+        return all;
+    }
+    Statement st(db_, path_,
+                 "SELECT 0, ?2, ?3 + position, " KVCHAT_VERSION_MESSAGE_COLUMNS
+                 " FROM version_messages WHERE version_id = ?1 ORDER BY position");
+    st.bind_int(1, *row).bind_int(2, conversation_id).bind_int(3, ordinal);
+    std::vector<MessageRecord> out;
+    while (st.step()) out.push_back(read_message(st, path_));
+    return out;
 }
 
 // ---- prefixes ----

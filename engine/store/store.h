@@ -36,7 +36,7 @@ public:
     enum class Access { ReadWrite, ReadOnly };
 
     // The schema version this build writes; PRAGMA user_version of an up-to-date database.
-    static constexpr int kSchemaVersion = 5;
+    static constexpr int kSchemaVersion = 6;
     // The statements that bring a database from version - 1 to `version` (1..kSchemaVersion), as
     // the migration runs them; tests build older databases with them.
     static const char* migration_sql(int version);
@@ -130,7 +130,11 @@ public:
     // Deletes the conversation and its messages; returns its snapshot name (empty when none) so
     // the caller removes the file after the row is gone.
     std::string delete_conversation(int64_t id);
-    void set_conversation_cache_spec(int64_t id, std::string_view cache_spec);
+    // A change of strategy is also recorded (strategy_changes) at `at` messages (nullopt: as many
+    // as the conversation has now), so the transcript can show where it happened.
+    void set_conversation_cache_spec(int64_t id, std::string_view cache_spec, std::optional<int64_t> at = std::nullopt);
+    // The changes recorded, oldest first.
+    std::vector<StrategyChange> strategy_changes(int64_t conversation_id) const;
     void set_conversation_model(int64_t id, std::string_view model_fingerprint);
     // Records the snapshot now saved for the conversation; returns the name it replaces (empty
     // when none, or when it is the same name) so the caller can remove that file.
@@ -152,6 +156,22 @@ public:
     // Deletes the messages whose ordinal is greater than `ordinal` (edit and regenerate); returns
     // how many were deleted.
     int64_t delete_messages_after(int64_t conversation_id, int64_t ordinal);
+
+    // ---- versions (records.h: VersionSet) ----
+    // Keeps the messages from `ordinal` on as a version of that place and takes them out of the
+    // transcript (the versions set up deeper in them go with them); the messages appended next
+    // are the new version, shown. One transaction. Refuses an ordinal with no message.
+    KeptVersion keep_version(int64_t conversation_id, int64_t ordinal);
+    // Shows version `number` of the place at `ordinal` (the one shown now is kept aside, whole).
+    void show_version(int64_t conversation_id, int64_t ordinal, int64_t number);
+    // Undoes keep_version for a turn that failed: the messages from `ordinal` on and their version
+    // are dropped and version `kept` comes back (a place left with one version has none).
+    void drop_shown_version(int64_t conversation_id, int64_t ordinal, int64_t kept);
+    // The places of the transcript as it is shown that have versions, by ordinal.
+    std::vector<VersionSet> version_sets(int64_t conversation_id) const;
+    // The messages of version `number` of the place at `ordinal` (the shown one's are the
+    // transcript's), ordinals as they would be shown.
+    std::vector<MessageRecord> version_messages(int64_t conversation_id, int64_t ordinal, int64_t number) const;
 
     // ---- prefixes ----
     // Saves a new prefix from `prefix` (its id, times, use count, text and repaired flags are
@@ -203,6 +223,12 @@ private:
     // append_message's work inside the caller's transaction.
     MessageRecord insert_message(int64_t conversation_id, Role role, std::string_view content,
                                  const GenerationStats& stats, int64_t now);
+    // The id of the live (shown-transcript) version row of a place, nullopt when none.
+    std::optional<int64_t> version_row(int64_t conversation_id, int64_t ordinal, int64_t number) const;
+    // Moves the messages from `ordinal` on into version row `version_id`, with the deeper places.
+    void stash_messages(int64_t conversation_id, int64_t ordinal, int64_t version_id);
+    // Moves version row `version_id`'s messages back into the transcript from `ordinal` on.
+    void unstash_messages(int64_t conversation_id, int64_t ordinal, int64_t version_id);
     void insert_prefix_messages(int64_t prefix_id, const std::vector<PrefixMessage>& messages);
     void read_prefix_messages(PrefixRecord& p) const;
 

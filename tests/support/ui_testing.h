@@ -3,9 +3,11 @@
 // field's text as a user does, and reading exported CSV back independently of the writer.
 #include <QApplication>
 #include <QDir>
+#include <QAbstractButton>
 #include <QFile>
 #include <QScreen>
 #include <QLineEdit>
+#include <QPlainTextEdit>
 #include <QTimer>
 #include <QString>
 #include <QStringList>
@@ -50,6 +52,20 @@ inline void retype(QLineEdit* e, const QString& text) {
     e->selectAll();
     QTest::keyClick(e, Qt::Key_Backspace);
     QTest::keyClicks(e, text);
+}
+
+// Edits a message of the transcript in place as a user does: its Edit button, the new text typed
+// over the old, Ctrl+Enter.
+inline void editInPlace(QWidget* messageView, const QString& text) {
+    auto* edit = messageView->findChild<QAbstractButton*>(QStringLiteral("editMessageButton"));
+    QVERIFY(edit && edit->isEnabled());
+    QTest::mouseClick(edit, Qt::LeftButton);
+    auto* editor = messageView->findChild<QPlainTextEdit*>(QStringLiteral("messageEditorText"));
+    QVERIFY(editor);
+    editor->selectAll();
+    QTest::keyClick(editor, Qt::Key_Backspace);
+    QTest::keyClicks(editor, text);
+    QTest::keyClick(editor, Qt::Key_Return, Qt::ControlModifier);
 }
 
 // Splits one CSV line with quoted fields ("a, b" and doubled quotes).

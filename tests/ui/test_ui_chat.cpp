@@ -51,6 +51,7 @@ namespace {
 
 constexpr int kTurnTimeoutMs = 120000;
 
+using kvchat::test::editInPlace;
 using kvchat::test::whenModal;
 
 }  // namespace
@@ -220,16 +221,8 @@ private Q_SLOTS:
         QVERIFY(regenerated[1].id != before[1].id);
         QCOMPARE(transcript(*w)->messageViews().size(), 2);
 
-        // Edit the question: the dialog's text replaces it and a new answer follows.
-        auto* edit = transcript(*w)->messageViews()[0]->findChild<QToolButton*>("editMessageButton");
-        QVERIFY(edit && edit->isEnabled());
-        whenModal([](QWidget* d) {
-            auto* input = qobject_cast<QInputDialog*>(d);
-            QVERIFY(input);
-            input->setTextValue("an edited question");
-            input->accept();
-        });
-        QTest::mouseClick(edit, Qt::LeftButton);
+        // Edit the question in place: the new text replaces it and a new answer follows.
+        editInPlace(transcript(*w)->messageViews()[0], "an edited question");
         QVERIFY(done.wait(kTurnTimeoutMs));
         const auto edited = stored(db, w->currentConversation());
         QCOMPARE(edited.size(), size_t(2));

@@ -195,7 +195,8 @@ private slots:
         QCOMPARE(raw_query(path, "SELECT group_concat(name, ',') FROM (SELECT name FROM sqlite_schema "
                                  "WHERE type = 'table' AND name NOT LIKE 'sqlite_%' AND name NOT LIKE '%_fts%' "
                                  "ORDER BY name)"),
-                 std::string("conversations,messages,prefix_messages,prefixes,settings"));
+                 std::string("conversations,message_versions,messages,prefix_messages,prefixes,settings,strategy_changes,"
+                             "version_messages"));
         // The search index: two full-text tables (each with its FTS5 shadow tables).
         QCOMPARE(raw_query(path, "SELECT group_concat(name, ',') FROM (SELECT name FROM sqlite_schema "
                                  "WHERE sql LIKE 'CREATE VIRTUAL TABLE%' ORDER BY name)"),
@@ -757,7 +758,7 @@ PRAGMA user_version = 4;
 )sql";
         QCOMPARE(raw_exec(path, schema4), std::string("ok"));
         Store store(path);
-        QCOMPARE(store.pragma("user_version"), std::string("5"));
+        QCOMPARE(store.pragma("user_version"), std::to_string(Store::kSchemaVersion));
         QCOMPARE(store.pragma("integrity_check"), std::string("ok"));
         const auto lyon = *store.find_conversation("Lyon trip");
         QCOMPARE(lyon.origin, std::string("app"));
