@@ -17,9 +17,10 @@ const std::set<std::string> kValueOptions = {
     "--model", "--threads", "--text", "--prompt", "-n", "--temp", "--top-k", "--top-p", "--min-p", "--seed",
     "--repeat-penalty", "--prompt-tokens", "--gen-tokens", "--runs", "--cache", "--context", "--db",
     "--conversation", "--prefix", "--message", "--system", "--policy", "--turns", "--prefix-tokens",
-    "--history-tokens", "--only", "--messages", "--simd", "--device", "--budget"};
+    "--history-tokens", "--only", "--messages", "--simd", "--device", "--budget", "--host", "--port", "--api-key",
+    "--max-queue", "--max-body", "--cors"};
 const std::set<std::string> kRepeatedOptions = {"--stop"};
-const std::set<std::string> kFlagOptions = {"--greedy", "--no-cache", "--json", "--regenerate", "--bandwidth"};
+const std::set<std::string> kFlagOptions = {"--greedy", "--no-cache", "--json", "--regenerate", "--bandwidth", "--log-text"};
 }  // namespace
 
 Options parse(const std::vector<std::string>& args) {
