@@ -166,13 +166,13 @@ struct ApiServer::State {
     }
 
     // The prompt must leave room for at least one new token in the model's context.
-    static void check_context(int64_t prompt_tokens, const Model& model) {
+    static void check_context(int64_t prompt_tokens, const Model& model, const char* param) {
         const int64_t ctx = model.config().n_ctx_train;
         if (prompt_tokens >= ctx)
             throw ApiError(400,
                            "the prompt is " + std::to_string(prompt_tokens) + " tokens, over the model's context of " +
-                               std::to_string(ctx) + " tokens (shorten the messages)",
-                           "invalid_request_error", "messages", "context_length_exceeded");
+                               std::to_string(ctx) + " tokens (shorten it)",
+                           "invalid_request_error", param, "context_length_exceeded");
     }
 
     TurnOptions turn_options(const HostedSession& h, const ChatCompletionRequest& r) const {
@@ -195,7 +195,7 @@ struct ApiServer::State {
             throw bad_field("messages", "the model's chat template refuses these messages: " + refused);
         if (is_blank_text(r.messages.back().content))
             throw bad_field("messages", "the last user message is empty (only white space)");
-        check_context(static_cast<int64_t>(t.render(r.messages, true).tokens.size()), h.model);
+        check_context(static_cast<int64_t>(t.render(r.messages, true).tokens.size()), h.model, "messages");
     }
 
     json chat_response(const ChatAnswer& a, const std::string& model_id) const {
@@ -332,7 +332,7 @@ struct ApiServer::State {
         auto ids = std::make_shared<std::vector<int32_t>>();
         run(path, [&](HostedSession& h) {
             *ids = h.model.tokenizer().encode(r.prompt, true);
-            check_context(static_cast<int64_t>(ids->size()), h.model);
+            check_context(static_cast<int64_t>(ids->size()), h.model, "prompt");
             model_name = model_id(h.model.path());
         });
         auto request = std::make_shared<CompletionRequest>(std::move(r));
