@@ -178,7 +178,7 @@ Conversation& ChatSession::open(std::string_view title_in, const OpenOptions& op
             opening.push_back({Role::System, options.system});
         }
         std::vector<MessageRecord> stored;
-        e.id = store_.create_conversation(title.text, model().fingerprint(), spec, opening, &stored).id;
+        e.id = store_.create_conversation(title.text, model().fingerprint(), spec, opening, &stored, options.origin).id;
         e.conversation = std::make_unique<Conversation>(model(), backend(), chat_template(), spec);
         for (const MessageRecord& m : stored) {
             if (!prefix && m.content_repaired)
@@ -243,10 +243,12 @@ void ChatSession::make_ready(Entry& e, const ConversationRecord& row, const Prog
         }));
 }
 
-std::string ChatSession::lock_path(const Entry& e) const {
-    const std::filesystem::path file = lock_file_for(store_, e.id);
+std::string ChatSession::lock_path(const Entry& e) const { return lock_path(e.id, e.title); }
+
+std::string ChatSession::lock_path(int64_t id, const std::string& title) const {
+    const std::filesystem::path file = lock_file_for(store_, id);
     if (::mkdir(file.parent_path().c_str(), 0700) != 0 && errno != EEXIST)
-        throw Error("cannot lock conversation " + in_quotes(e.title) + ": cannot create " +
+        throw Error("cannot lock conversation " + in_quotes(title) + ": cannot create " +
                     in_quotes(file.parent_path().string()) + ": " + std::strerror(errno));
     return file.string();
 }
@@ -423,6 +425,9 @@ ConversationSummary ChatSession::summary_of(const ConversationOverview& o) const
     s.cache_spec = o.conversation.cache_spec;
     s.last_unanswered = o.last_unanswered;
     s.cache_saved = !o.conversation.snapshot.empty();
+    s.origin = o.conversation.origin;
+    s.parent_id = o.conversation.parent_id;
+    s.branch_at = o.conversation.branch_at;
     if (const Entry* e = find_entry(s.id)) {
         s.cache_resident = e->conversation->has_cache();
         s.cache_spec = e->conversation->cache_spec();

@@ -42,6 +42,22 @@ struct OpenOptions {
                              // (stored with its first answered turn: a refused turn keeps the old)
     std::string prefix;      // start a new conversation from this saved prefix
     std::string system;      // system message of a new conversation (a prefix's messages win)
+    std::string origin = "app";  // of a new conversation: "app", or "api" (the local API server made it)
+};
+
+// A request of the local API server: an OpenAI-style message list to answer (ChatSession::answer_messages).
+struct MessagesRequest {
+    std::vector<ChatMessage> messages;  // system / user / assistant; the last one must be the user's
+    std::string cache_spec;             // strategy for a NEW conversation ("" = the default)
+    std::string origin = "api";
+    std::string title;                  // "" = named after the first user message
+};
+
+struct MessagesResult {
+    TurnResult turn;
+    int64_t conversation_id = 0;  // the conversation that holds the exchange now
+    int64_t reused_from = 0;      // the conversation or ...
+    int64_t reused_prefix = 0;    // ... the saved prefix whose cache was reused (0: none)
 };
 
 // One line of the prefix library.
@@ -72,6 +88,9 @@ struct ConversationSummary {
     bool cache_resident = false;   // its cache is in memory now
     bool cache_saved = false;      // a snapshot of its cache is on disk (the disk budget may have removed it)
     bool last_unanswered = false;  // ends with a user message
+    std::string origin = "app";    // "api": made by the local API server
+    std::optional<int64_t> parent_id;  // a branch: the conversation it came from (while that one exists)
+    int64_t branch_at = 0;             // a branch: how many of the parent's messages it copied (0: none)
 };
 
 class ChatSession {
@@ -147,6 +166,36 @@ public:
     // answer, snapshot. The stored transcript is read once, when the conversation is locked.
     TurnResult take_turn(int64_t id, const TurnRequest& request, const TurnOptions& options,
                          const TurnCallbacks& callbacks = {});
+    // ---- branches ----
+    // A new conversation `title` holding the first `at` messages of conversation `id`, whose cache
+    // is the parent's cropped to those messages' tokens, so its first turn prefills only what is
+    // new: copied from the parent's cache in memory when it is resident, else read from the
+    // parent's snapshot on disk; sliding-window layers go back through the parent's checkpoints.
+    // Where nothing can be reused (no cache, no checkpoint that far back), the first turn prefills.
+    // The branch's cache is saved as its snapshot at once. Refuses (kvchat::Error, nothing created)
+    // `at` outside 1..the parent's message count, an empty title and a title in use. Returns its id.
+    int64_t branch(int64_t id, size_t at, std::string_view title);
+
+    // ---- the local API server's request ----
+    using MessagesRequest = kvchat::MessagesRequest;
+    using MessagesResult = kvchat::MessagesResult;
+    // Answers an OpenAI-style message list from the stored cache that matches it best. The
+    // request's messages are compared with every stored conversation of this model (resident or
+    // only snapshotted, by their stored messages: no snapshot is read to compare) and every saved
+    // prefix (by its stored tokens); the one sharing the longest rendered token prefix wins (ties:
+    // the most recent). A conversation whose whole transcript begins the request is continued
+    // (the messages it lacks are stored with the turn); one that diverges is branched at the last
+    // common message (branch()) and the branch answers; a prefix starts a new conversation from
+    // its cache; otherwise a new conversation is made with `cache_spec`. Conversations made here
+    // get `origin`. A conversation another process holds locked is passed over (never waited for).
+    // Refuses (kvchat::Error, before anything is stored) a request without messages, one whose last
+    // message is not the user's, an empty (white space) message, a bad cache_spec or origin, and a
+    // message list the model's template refuses. The turn itself ends as take_turn's do
+    // (result.turn: answered, stopped with what it had, cancelled or failed with nothing half
+    // stored: a conversation made for it is removed again).
+    MessagesResult answer_messages(const MessagesRequest& request, const TurnOptions& options,
+                                   const TurnCallbacks& callbacks = {});
+
     // ---- prefixes by id ----
     std::vector<PrefixSummary> prefix_list() const;  // by name
     PrefixRecord prefix(int64_t id) const;            // throws kvchat::Error when it was deleted
@@ -204,6 +253,11 @@ private:
     bool transcript_is_stored(const Entry& e) const;
     bool transcript_is(const Entry& e, const std::vector<MessageRecord>& stored) const;
     std::string lock_path(const Entry& e) const;
+    std::string lock_path(int64_t id, const std::string& title) const;
+    // The branch `title` of conversation `parent_id` at `at` messages, opened with its cache (not
+    // saved yet); notices get what the user should know about its cache.
+    Entry& make_branch(int64_t parent_id, size_t at, const std::string& title, std::string_view origin,
+                       std::vector<std::string>& notices);
     Entry& entry(std::string_view title);
     // The conversation `id`, opened (its transcript read) when it was not.
     Entry& entry(int64_t id);

@@ -98,7 +98,8 @@ TurnResult ChatSession::run_turn(Entry& e, const TurnRequest& request, const std
             case Kind::Send:
                 // (A conversation just started from a prefix may end with the prefix's user message:
                 // the new one continues it, as the prefix was saved to be used.)
-                if (!c.messages().empty() && c.messages().back().role == Role::User && e.prefix_tokens == 0)
+                if (!c.messages().empty() && c.messages().back().role == Role::User && e.prefix_tokens == 0 &&
+                    request.history.empty())
                     throw Error("conversation " + in_quotes(e.title) + " ends with a message of yours that has no answer (" +
                                 excerpt(c.messages().back().content) +
                                 ", left by a crash or a failed turn); regenerate answers it (/regenerate in kvchat-cli "
@@ -107,6 +108,14 @@ TurnResult ChatSession::run_turn(Entry& e, const TurnRequest& request, const std
                     std::none_of(c.messages().begin(), c.messages().end(),
                                  [](const ChatMessage& m) { return m.role == Role::User; }))
                     new_title = title_from_message(fixed.text);
+                for (const ChatMessage& m : request.history) {
+                    if (m.role != Role::Assistant && blank(m.content))
+                        throw Error("a message of the history (" + std::string(role_name(m.role)) +
+                                    ") is empty (only white space): nothing was sent");
+                    const RepairedUtf8 h = repair_utf8(m.content);
+                    if (h.replaced) notices.push_back("a message of the history had invalid UTF-8; it was replaced by U+FFFD");
+                    c.append(m.role, h.text);
+                }
                 c.append(Role::User, fixed.text);
                 break;
             case Kind::Regenerate: {
@@ -148,7 +157,17 @@ TurnResult ChatSession::run_turn(Entry& e, const TurnRequest& request, const std
         }
         // The raw text, so the store records that it repaired it (it repairs it the same way).
         switch (request.kind) {
-            case Kind::Send: question = store_.append_message(e.id, Role::User, request.text); break;
+            case Kind::Send:
+                if (request.history.empty()) {
+                    question = store_.append_message(e.id, Role::User, request.text);
+                } else {
+                    // The history and the message in one transaction: a crash keeps all or none.
+                    std::vector<PrefixMessage> added;
+                    for (const ChatMessage& m : request.history) added.push_back({m.role, m.content});
+                    added.push_back({Role::User, request.text});
+                    question = store_.append_messages(e.id, added).back();
+                }
+                break;
             case Kind::Regenerate:
                 if (keep < before.size()) store_.delete_messages_after(e.id, static_cast<int64_t>(keep) - 1);
                 break;

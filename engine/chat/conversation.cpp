@@ -154,13 +154,24 @@ void Conversation::switch_retention(const RenderedChat& rendered, const TurnOpti
 }
 
 int64_t Conversation::align_cache(const std::vector<int32_t>& tokens, std::vector<std::string>& notices) {
-    Cache& c = cache();
-    const std::vector<int32_t>& held = c.tokens();
+    // The last token is always computed again: its logits start the reply.
+    return keep_at_most(std::min<int64_t>(common_prefix(tokens), static_cast<int64_t>(tokens.size()) - 1), notices);
+}
+
+int64_t Conversation::keep_prefix(const std::vector<int32_t>& tokens, std::vector<std::string>& notices) {
+    return keep_at_most(common_prefix(tokens), notices);
+}
+
+int64_t Conversation::common_prefix(const std::vector<int32_t>& tokens) {
+    const std::vector<int32_t>& held = cache().tokens();
     int64_t lcp = 0;
     const int64_t n = static_cast<int64_t>(std::min(held.size(), tokens.size()));
     while (lcp < n && held[static_cast<size_t>(lcp)] == tokens[static_cast<size_t>(lcp)]) ++lcp;
-    // The last token is always computed again: its logits start the reply.
-    lcp = std::min<int64_t>(lcp, static_cast<int64_t>(tokens.size()) - 1);
+    return lcp;
+}
+
+int64_t Conversation::keep_at_most(int64_t lcp, std::vector<std::string>& notices) {
+    Cache& c = cache();
     if (lcp >= c.seq_length()) return c.seq_length();
     auto forget_after = [&](int64_t n) {
         std::erase_if(checkpoints_, [&](const CacheCheckpoint& cp) { return cp.length > n; });

@@ -48,10 +48,24 @@ struct TurnRequest {
     // "Chat 2", ...) and holding no message of the user's is renamed after this message
     // (title_from_message) once it is stored, as the window names a new chat.
     bool names_new_chat = false;
+    // Send: messages that go before `text`, stored with it in the same turn (a client of the local
+    // API sends the whole exchange: what it holds beyond the stored transcript). Taken back with
+    // the message when the turn is. A transcript that ends with an unanswered message of the
+    // user's is continued by them as the client wrote it (the client says what follows it).
+    std::vector<ChatMessage> history;
 
-    static TurnRequest send(std::string text) { return {Kind::Send, std::move(text), 0, false}; }
-    static TurnRequest regenerate() { return {Kind::Regenerate, {}, 0, false}; }
-    static TurnRequest edit(size_t ordinal, std::string text) { return {Kind::Edit, std::move(text), ordinal, false}; }
+    static TurnRequest send(std::string text) { return make(Kind::Send, std::move(text), 0); }
+    static TurnRequest regenerate() { return make(Kind::Regenerate, {}, 0); }
+    static TurnRequest edit(size_t ordinal, std::string text) { return make(Kind::Edit, std::move(text), ordinal); }
+
+private:
+    static TurnRequest make(Kind kind, std::string text, size_t ordinal) {
+        TurnRequest r;
+        r.kind = kind;
+        r.text = std::move(text);
+        r.ordinal = ordinal;
+        return r;
+    }
 };
 
 // How one turn ended and what it left: the one value every front end converts.
@@ -187,6 +201,9 @@ public:
     // restoring a checkpoint of the sliding layers); returns how many tokens it kept. Adds a
     // notice when it had to start over.
     int64_t align_cache(const std::vector<int32_t>& tokens, std::vector<std::string>& notices);
+    // The same, but the whole of `tokens` may be kept (a branch's cache cropped to the messages it
+    // copied: its first turn computes what follows them).
+    int64_t keep_prefix(const std::vector<int32_t>& tokens, std::vector<std::string>& notices);
     // Prefills tokens[cache length, end) without generating, checkpointing at message starts;
     // reports "Prefilling" per chunk. Cancelled (kvchat::Cancelled), the cache goes back to the
     // length it had.
@@ -199,6 +216,11 @@ private:
     // checkpoint at n (the sliding layers may have moved on); otherwise left where it is (it
     // still holds a prefix of the transcript).
     void crop_back(int64_t n);
+    // How many of `tokens` the cache holds from the start.
+    int64_t common_prefix(const std::vector<int32_t>& tokens);
+    // The cache cropped to at most `n` tokens (restored from the latest checkpoint at or below it
+    // where a crop cannot go back exactly; emptied, with a notice, when none can); returns its length.
+    int64_t keep_at_most(int64_t n, std::vector<std::string>& notices);
     // Checkpoints the cache as it stands, keeping the latest few.
     void keep_checkpoint();
     int64_t context_limit() const;

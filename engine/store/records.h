@@ -21,6 +21,12 @@ struct ConversationRecord {
     std::string snapshot;           // file name under snapshot_dir(); empty when none is saved
     int64_t created_ms = 0;
     int64_t updated_ms = 0;         // strictly increasing across the store, so lists have one order
+    // Schema 5: "app", or "api" for a conversation the local API server made.
+    std::string origin = "app";
+    // A branch: the conversation it was branched from (nullopt once that one is deleted, or for a
+    // conversation that is no branch) and how many of its messages were copied (0: no branch).
+    std::optional<int64_t> parent_id;
+    int64_t branch_at = 0;
 };
 
 // Figures of a generated reply, kept with it (schema 3 added the cache figures); a typed

@@ -152,6 +152,15 @@ INSERT INTO message_text_fts (message_text_fts) VALUES ('rebuild');
     R"sql(
 ALTER TABLE messages ADD COLUMN token_ids BLOB;
 )sql",
+    // 5: where a conversation came from ('api': made by the local API server), and for a branch
+    // the conversation it was branched from and how many of that one's messages it copied. A
+    // deleted parent leaves its branches standing (parent_id becomes NULL, branch_at stays).
+    R"sql(
+ALTER TABLE conversations ADD COLUMN origin TEXT NOT NULL DEFAULT 'app' CHECK (origin IN ('app', 'api'));
+ALTER TABLE conversations ADD COLUMN parent_id INTEGER REFERENCES conversations (id) ON DELETE SET NULL;
+ALTER TABLE conversations ADD COLUMN branch_at INTEGER NOT NULL DEFAULT 0;
+CREATE INDEX conversations_by_parent ON conversations (parent_id);
+)sql",
 };
 static_assert(std::size(kMigrations) == Store::kSchemaVersion, "one migration step per schema version");
 static_assert(kApplicationId == 1263944520, "the migration text spells out kApplicationId");
@@ -281,6 +290,9 @@ public:
     Statement& operator=(const Statement&) = delete;
 
     Statement& bind_int(int i, int64_t v) { return check(sqlite3_bind_int64(stmt_, i, v)); }
+    Statement& bind_int_or_null(int i, std::optional<int64_t> v) {
+        return v ? bind_int(i, *v) : check(sqlite3_bind_null(stmt_, i));
+    }
     Statement& bind_real(int i, std::optional<double> v) {
         return check(v ? sqlite3_bind_double(stmt_, i, *v) : sqlite3_bind_null(stmt_, i));
     }
@@ -362,7 +374,8 @@ private:
 };
 
 // Column lists shared by the readers, in the order the row readers below expect.
-#define KVCHAT_CONVERSATION_COLUMNS "id, title, model_fingerprint, cache_spec, snapshot, created_ms, updated_ms"
+#define KVCHAT_CONVERSATION_COLUMNS \
+    "id, title, model_fingerprint, cache_spec, snapshot, created_ms, updated_ms, origin, parent_id, branch_at"
 #define KVCHAT_MESSAGE_COLUMNS                                                                             \
     "id, conversation_id, ordinal, role, content, content_repaired, prompt_tokens, generated_tokens, ttft_ms, " \
     "tokens_per_second, created_ms, cached_tokens, prefix_tokens, computed_tokens, prefill_saved_ms, token_ids"
@@ -379,6 +392,9 @@ ConversationRecord read_conversation(const Statement& st) {
     c.snapshot = st.text(4);
     c.created_ms = st.integer(5);
     c.updated_ms = st.integer(6);
+    c.origin = st.text(7);
+    c.parent_id = st.optional_integer(8);
+    c.branch_at = st.integer(9);
     return c;
 }
 
@@ -824,26 +840,75 @@ void Store::require_conversation(int64_t id) const {
 
 // ---- conversations ----
 
-ConversationRecord Store::create_conversation(std::string_view title, std::string_view model_fingerprint,
-                                              std::string_view cache_spec, const std::vector<PrefixMessage>& opening,
-                                              std::vector<MessageRecord>* stored) {
-    const std::string name = repair_utf8(title).text;
-    check_name("conversation", name);
-    Transaction t(db_, path_);
-    const int64_t now = next_update_time();
+namespace {
+
+void check_origin(std::string_view origin) {
+    if (origin != "app" && origin != "api")
+        throw Error("conversation origin " + in_quotes(origin) + " is neither \"app\" nor \"api\"");
+}
+
+}  // namespace
+
+int64_t Store::insert_conversation(const std::string& name, std::string_view model_fingerprint,
+                                   std::string_view cache_spec, std::string_view origin,
+                                   std::optional<int64_t> parent_id, int64_t branch_at, int64_t now) {
     Statement st(db_, path_,
-                 "INSERT INTO conversations (title, model_fingerprint, cache_spec, created_ms, updated_ms) "
-                 "VALUES (?1, ?2, ?3, ?4, ?4)");
+                 "INSERT INTO conversations (title, model_fingerprint, cache_spec, created_ms, updated_ms, origin, "
+                 "parent_id, branch_at) VALUES (?1, ?2, ?3, ?4, ?4, ?5, ?6, ?7)");
     st.bind_text(1, name)
         .bind_text(2, repair_utf8(model_fingerprint).text)
         .bind_text(3, repair_utf8(cache_spec).text)
-        .bind_int(4, now);
+        .bind_int(4, now)
+        .bind_text(5, origin)
+        .bind_int_or_null(6, parent_id)
+        .bind_int(7, branch_at);
     st.change("a conversation named " + in_quotes(name) + " already exists");
-    const int64_t id = sqlite3_last_insert_rowid(db_);
+    return sqlite3_last_insert_rowid(db_);
+}
+
+ConversationRecord Store::create_conversation(std::string_view title, std::string_view model_fingerprint,
+                                              std::string_view cache_spec, const std::vector<PrefixMessage>& opening,
+                                              std::vector<MessageRecord>* stored, std::string_view origin) {
+    const std::string name = repair_utf8(title).text;
+    check_name("conversation", name);
+    check_origin(origin);
+    Transaction t(db_, path_);
+    const int64_t now = next_update_time();
+    const int64_t id = insert_conversation(name, model_fingerprint, cache_spec, origin, std::nullopt, 0, now);
     std::vector<MessageRecord> rows;
     for (const PrefixMessage& m : opening) rows.push_back(insert_message(id, m.role, m.content, {}, now));
     t.commit();
     if (stored) *stored = std::move(rows);
+    return *find_conversation_by_id(id);
+}
+
+ConversationRecord Store::create_branch(std::string_view title, int64_t parent_id, int64_t at, std::string_view origin,
+                                        std::string_view model_fingerprint, std::string_view cache_spec) {
+    const std::string name = repair_utf8(title).text;
+    check_name("conversation", name);
+    check_origin(origin);
+    Transaction t(db_, path_);
+    require_conversation(parent_id);
+    Statement count(db_, path_, "SELECT count(*) FROM messages WHERE conversation_id = ?1");
+    count.bind_int(1, parent_id).step();
+    const int64_t have = count.integer(0);
+    if (at < 1 || at > have)
+        throw Error("a branch copies 1 to " + std::to_string(have) + " messages of its conversation (it has " +
+                    std::to_string(have) + "); " + std::to_string(at) + " were asked for");
+    const int64_t now = next_update_time();
+    const int64_t id = insert_conversation(name, model_fingerprint, cache_spec, origin, parent_id, at, now);
+    // Every column of the copied messages (their figures and generated ids too: the branch renders
+    // them as its parent's cache holds them); the copies are new rows of this conversation.
+    Statement copy(db_, path_,
+                   "INSERT INTO messages (conversation_id, ordinal, role, content, content_repaired, prompt_tokens, "
+                   "generated_tokens, ttft_ms, tokens_per_second, created_ms, cached_tokens, prefix_tokens, "
+                   "computed_tokens, prefill_saved_ms, token_ids) "
+                   "SELECT ?1, ordinal, role, content, content_repaired, prompt_tokens, generated_tokens, ttft_ms, "
+                   "tokens_per_second, created_ms, cached_tokens, prefix_tokens, computed_tokens, prefill_saved_ms, "
+                   "token_ids FROM messages WHERE conversation_id = ?2 AND ordinal < ?3 ORDER BY ordinal");
+    copy.bind_int(1, id).bind_int(2, parent_id).bind_int(3, at);
+    if (copy.change() != at) throw Error("conversation " + std::to_string(parent_id) + "'s message ordinals have gaps");
+    t.commit();
     return *find_conversation_by_id(id);
 }
 
@@ -875,6 +940,7 @@ namespace {
 // reply tokens, and the last message's role.
 #define KVCHAT_OVERVIEW_SELECT                                                                                   \
     "SELECT c.id, c.title, c.model_fingerprint, c.cache_spec, c.snapshot, c.created_ms, c.updated_ms, "          \
+    "c.origin, c.parent_id, c.branch_at, "                                                                       \
     "(SELECT count(*) FROM messages m WHERE m.conversation_id = c.id), "                                        \
     "(SELECT m.prompt_tokens + m.generated_tokens FROM messages m WHERE m.conversation_id = c.id AND "          \
     "m.role = 'assistant' ORDER BY m.ordinal DESC LIMIT 1), "                                                   \
@@ -884,9 +950,9 @@ namespace {
 ConversationOverview read_overview(const Statement& st) {
     ConversationOverview o;
     o.conversation = read_conversation(st);
-    o.message_count = st.integer(7);
-    o.tokens = st.optional_integer(8).value_or(0);
-    o.last_unanswered = st.text(9) == "user";
+    o.message_count = st.integer(10);
+    o.tokens = st.optional_integer(11).value_or(0);
+    o.last_unanswered = st.text(12) == "user";
     return o;
 }
 
@@ -1006,6 +1072,19 @@ MessageRecord Store::append_message(int64_t conversation_id, Role role, std::str
     touch.bind_int(1, now).bind_int(2, conversation_id).change();
     t.commit();
     return m;
+}
+
+std::vector<MessageRecord> Store::append_messages(int64_t conversation_id, const std::vector<PrefixMessage>& messages) {
+    if (messages.empty()) throw Error("no messages to append");
+    Transaction t(db_, path_);
+    require_conversation(conversation_id);
+    const int64_t now = next_update_time();
+    std::vector<MessageRecord> out;
+    for (const PrefixMessage& m : messages) out.push_back(insert_message(conversation_id, m.role, m.content, {}, now));
+    Statement touch(db_, path_, "UPDATE conversations SET updated_ms = ?1 WHERE id = ?2");
+    touch.bind_int(1, now).bind_int(2, conversation_id).change();
+    t.commit();
+    return out;
 }
 
 MessageRecord Store::insert_message(int64_t conversation_id, Role role, std::string_view content,

@@ -36,7 +36,7 @@ public:
     enum class Access { ReadWrite, ReadOnly };
 
     // The schema version this build writes; PRAGMA user_version of an up-to-date database.
-    static constexpr int kSchemaVersion = 4;
+    static constexpr int kSchemaVersion = 5;
     // The statements that bring a database from version - 1 to `version` (1..kSchemaVersion), as
     // the migration runs them; tests build older databases with them.
     static const char* migration_sql(int version);
@@ -90,9 +90,16 @@ public:
     // With `opening` (a prefix's messages, a system message), the conversation and those
     // messages are written in one transaction: a crash leaves all of them or none. The stored
     // messages (content repaired as append_message does) go to *stored when given.
+    // `origin`: "app" or "api" (ConversationRecord::origin).
     ConversationRecord create_conversation(std::string_view title, std::string_view model_fingerprint,
                                            std::string_view cache_spec, const std::vector<PrefixMessage>& opening = {},
-                                           std::vector<MessageRecord>* stored = nullptr);
+                                           std::vector<MessageRecord>* stored = nullptr,
+                                           std::string_view origin = "app");
+    // A branch of conversation `parent_id`: a new conversation holding copies of the parent's first
+    // `at` messages (every column: figures and generated ids too), with parent_id and branch_at
+    // set, in one transaction. Refuses `at` outside 1..the parent's message count and a taken title.
+    ConversationRecord create_branch(std::string_view title, int64_t parent_id, int64_t at, std::string_view origin,
+                                     std::string_view model_fingerprint, std::string_view cache_spec);
     std::optional<ConversationRecord> find_conversation(std::string_view title) const;
     std::optional<ConversationRecord> find_conversation_by_id(int64_t id) const;
     std::vector<ConversationRecord> list_conversations() const;  // most recently updated first
@@ -119,6 +126,8 @@ public:
     // conversation) and returns the stored record: id, ordinal, time and the content as stored.
     MessageRecord append_message(int64_t conversation_id, Role role, std::string_view content,
                                  const GenerationStats& stats = {});
+    // The same for several messages (at least one), in one transaction; returns them as stored.
+    std::vector<MessageRecord> append_messages(int64_t conversation_id, const std::vector<PrefixMessage>& messages);
     std::vector<MessageRecord> list_messages(int64_t conversation_id) const;  // in ordinal order
     // How many times list_messages ran on this connection: lets tests hold a turn to one read.
     int64_t transcript_reads() const { return transcript_reads_; }
@@ -171,6 +180,10 @@ private:
     void migrate(int from_version);
     int64_t next_update_time() const;
     void require_conversation(int64_t id) const;
+    // The conversation's row inside the caller's transaction; returns its id.
+    int64_t insert_conversation(const std::string& name, std::string_view model_fingerprint, std::string_view cache_spec,
+                                std::string_view origin, std::optional<int64_t> parent_id, int64_t branch_at,
+                                int64_t now);
     // append_message's work inside the caller's transaction.
     MessageRecord insert_message(int64_t conversation_id, Role role, std::string_view content,
                                  const GenerationStats& stats, int64_t now);

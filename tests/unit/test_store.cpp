@@ -737,6 +737,93 @@ PRAGMA user_version = 2;
                  std::string("ok"));
     }
 
+    // Schema 5 adds origin, parent_id and branch_at to conversations: a schema-4 database keeps its
+    // rows (messages with their generated ids), and they read as the app's, no branch.
+    void migratesFromSchema4() {
+        QTemporaryDir dir;
+        const std::string path = (dir.path() + "/old.db").toStdString();
+        std::string up_to_4;
+        for (int v = 1; v <= 4; ++v) up_to_4 += Store::migration_sql(v);
+        QCOMPARE(raw_exec(path, up_to_4), std::string("ok"));
+        const char* schema4 = R"sql(
+PRAGMA journal_mode = WAL;
+INSERT INTO conversations (title, model_fingerprint, cache_spec, snapshot, created_ms, updated_ms)
+    VALUES ('Lyon trip', 'sha256:m', 'dynamic', 'kv.db.conversation-1.kvcache', 1700000000000, 1700000000001);
+INSERT INTO messages (conversation_id, ordinal, role, content, prompt_tokens, generated_tokens, created_ms,
+                      cached_tokens, token_ids) VALUES
+    (1, 0, 'user', 'Plan a day among the traboules.', 0, 0, 1700000000000, 0, NULL),
+    (1, 1, 'assistant', 'Start at Fourviere.', 30, 2, 1700000000001, 12, X'0700000009000000');
+PRAGMA user_version = 4;
+)sql";
+        QCOMPARE(raw_exec(path, schema4), std::string("ok"));
+        Store store(path);
+        QCOMPARE(store.pragma("user_version"), std::string("5"));
+        QCOMPARE(store.pragma("integrity_check"), std::string("ok"));
+        const auto lyon = *store.find_conversation("Lyon trip");
+        QCOMPARE(lyon.origin, std::string("app"));
+        QVERIFY(!lyon.parent_id.has_value());
+        QCOMPARE(lyon.branch_at, int64_t(0));
+        QCOMPARE(lyon.snapshot, std::string("kv.db.conversation-1.kvcache"));
+        const auto msgs = store.list_messages(lyon.id);
+        QCOMPARE(msgs.size(), size_t(2));
+        QCOMPARE(msgs[1].stats.cached_tokens, int64_t(12));
+        QCOMPARE(msgs[1].stats.token_ids, (std::vector<int32_t>{7, 9}));
+        const auto overview = store.list_conversation_overviews();
+        QCOMPARE(overview.size(), size_t(1));
+        QCOMPARE(overview[0].message_count, int64_t(2));
+        QCOMPARE(overview[0].tokens, int64_t(32));
+        QCOMPARE(overview[0].conversation.origin, std::string("app"));
+    }
+
+    // A branch copies its parent's first messages with every figure, knows its parent and where it
+    // branched, and outlives the parent (parent_id becomes NULL); bad counts, titles and origins are
+    // refused without a row.
+    void branches() {
+        QTemporaryDir dir;
+        Store store((dir.path() + "/kv.db").toStdString());
+        const auto parent = store.create_conversation("parent", "sha256:m", "dynamic", {}, nullptr, "api");
+        QCOMPARE(parent.origin, std::string("api"));
+        kvchat::GenerationStats stats;
+        stats.prompt_tokens = 9;
+        stats.cached_tokens = 4;
+        stats.token_ids = {11, 12, 13};
+        store.append_message(parent.id, Role::User, "one");
+        store.append_message(parent.id, Role::Assistant, "two", stats);
+        store.append_message(parent.id, Role::User, "three");
+        const auto b = store.create_branch("child", parent.id, 2, "app", "sha256:m", "sliding_window:window=8");
+        QCOMPARE(b.parent_id, std::optional<int64_t>(parent.id));
+        QCOMPARE(b.branch_at, int64_t(2));
+        QCOMPARE(b.origin, std::string("app"));
+        QCOMPARE(b.cache_spec, std::string("sliding_window:window=8"));
+        const auto copied = store.list_messages(b.id);
+        QCOMPARE(copied.size(), size_t(2));
+        QCOMPARE(copied[0].content, std::string("one"));
+        QCOMPARE(copied[1].content, std::string("two"));
+        QCOMPARE(copied[1].ordinal, int64_t(1));
+        QCOMPARE(copied[1].stats.token_ids, stats.token_ids);
+        QCOMPARE(copied[1].stats.cached_tokens, int64_t(4));
+        QVERIFY(copied[1].id != store.list_messages(parent.id)[1].id);
+        // The branch is an ordinary conversation: its own messages do not reach the parent.
+        store.append_message(b.id, Role::User, "elsewhere");
+        QCOMPARE(store.list_messages(parent.id).size(), size_t(3));
+
+        const auto before = store.list_conversations().size();
+        QVERIFY(contains(error_of([&] { store.create_branch("c0", parent.id, 0, "app", "", ""); }), "1 to 3"));
+        QVERIFY(contains(error_of([&] { store.create_branch("c4", parent.id, 4, "app", "", ""); }), "1 to 3"));
+        QVERIFY(contains(error_of([&] { store.create_branch("child", parent.id, 1, "app", "", ""); }), "already exists"));
+        QVERIFY(contains(error_of([&] { store.create_branch("c", parent.id, 1, "web", "", ""); }), "origin"));
+        QVERIFY(contains(error_of([&] { store.create_branch("c", 999, 1, "app", "", ""); }), "no conversation"));
+        QVERIFY(contains(error_of([&] { store.create_conversation("c", "", "", {}, nullptr, "web"); }), "origin"));
+        QCOMPARE(store.list_conversations().size(), before);
+
+        store.delete_conversation(parent.id);
+        const auto orphan = *store.find_conversation_by_id(b.id);
+        QVERIFY(!orphan.parent_id.has_value());
+        QCOMPARE(orphan.branch_at, int64_t(2));
+        QCOMPARE(store.list_messages(b.id).size(), size_t(3));
+        QCOMPARE(store.pragma("foreign_key_check"), std::string());
+    }
+
     // Search over titles and message text follows every change: new messages, edits, renames,
     // deletions; the query is plain text, never search syntax.
     void searchFollowsChanges() {
