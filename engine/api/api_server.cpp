@@ -2,7 +2,6 @@
 
 #include "engine/api/api_error.h"
 #include "engine/api/api_request.h"
-#include "engine/api/chat_answer.h"
 #include "engine/api/completion_slot.h"
 #include "engine/api/request_queue.h"
 #include "engine/common/utf8.h"
@@ -182,6 +181,16 @@ struct ApiServer::State {
         return t;
     }
 
+    // The request as the session answers it: matched against every stored conversation and
+    // prefix, stored as a conversation coming from the API.
+    MessagesRequest messages_request(const HostedSession& h, const ChatCompletionRequest& r) const {
+        MessagesRequest m;
+        m.messages = r.messages;
+        m.cache_spec = strategy_of(h, r);
+        m.origin = "api";
+        return m;
+    }
+
     std::string strategy_of(const HostedSession& h, const ChatCompletionRequest& r) const {
         if (!r.cache_spec.empty()) return r.cache_spec;
         if (!options.default_cache_spec.empty()) return options.default_cache_spec;
@@ -198,7 +207,7 @@ struct ApiServer::State {
         check_context(static_cast<int64_t>(t.render(r.messages, true).tokens.size()), h.model, "messages");
     }
 
-    json chat_response(const ChatAnswer& a, const std::string& model_id) const {
+    json chat_response(const MessagesResult& a, const std::string& model_id) const {
         const TurnResult& t = a.turn;
         json j = {{"id", "chatcmpl-" + std::to_string(a.conversation_id) + "-" +
                              std::to_string(t.answer ? t.answer->id : 0)},
@@ -217,7 +226,7 @@ struct ApiServer::State {
         return j;
     }
 
-    static json kvchat_json(const ChatAnswer& a) {
+    static json kvchat_json(const MessagesResult& a) {
         return {{"conversation_id", a.conversation_id},
                 {"reused_from", a.reused_from},
                 {"reused_prefix", a.reused_prefix},
@@ -244,7 +253,7 @@ struct ApiServer::State {
             run(path, [&](HostedSession& h) {
                 check_chat(h, r);
                 const TurnOptions options = turn_options(h, r);
-                ChatAnswer a = answer_chat(h.session, r.messages, strategy_of(h, r), options, {});
+                MessagesResult a = h.session.answer_messages(messages_request(h, r), options);
                 note_turn(r, a.turn);
                 if (a.turn.ending == TurnResult::Ending::Failed || a.turn.ending == TurnResult::Ending::Cancelled)
                     throw ApiError(500, "the answer failed: " + a.turn.problem, "server_error");
@@ -296,7 +305,7 @@ struct ApiServer::State {
                 TurnCallbacks cb;
                 cb.on_text = [&](std::string_view piece) { send(chunk({{"content", std::string(piece)}}, nullptr)); };
                 cb.progress.cancel = &cancel;
-                ChatAnswer a = answer_chat(h.session, r.messages, strategy_of(h, r), options, cb);
+                MessagesResult a = h.session.answer_messages(messages_request(h, r), options, cb);
                 note_turn(r, a.turn);
                 if (a.turn.ending == TurnResult::Ending::Failed || a.turn.ending == TurnResult::Ending::Cancelled)
                     throw ApiError(500, "the answer failed: " + a.turn.problem, "server_error");
