@@ -235,12 +235,14 @@ struct ApiServer::State {
                 {"notices", a.turn.notices}};
     }
 
-    void note_turn(const ChatCompletionRequest& r, const TurnResult& t) const {
-        t_log.prompt_tokens = t.prompt_tokens;
-        t_log.cached_tokens = t.cached_tokens;
-        t_log.completion_tokens = static_cast<int64_t>(t.tokens.size());
+    // `log` is the request's (its handler's thread's): a job may run on another thread (the app's
+    // worker).
+    void note_turn(RequestLog& log, const ChatCompletionRequest& r, const TurnResult& t) const {
+        log.prompt_tokens = t.prompt_tokens;
+        log.cached_tokens = t.cached_tokens;
+        log.completion_tokens = static_cast<int64_t>(t.tokens.size());
         if (options.log_text)
-            t_log.text = " message=\"" + one_line(r.messages.back().content) + "\" answer=\"" + one_line(t.text) + "\"";
+            log.text = " message=\"" + one_line(r.messages.back().content) + "\" answer=\"" + one_line(t.text) + "\"";
     }
 
     void chat_completions(const httplib::Request& req, httplib::Response& res) {
@@ -249,12 +251,13 @@ struct ApiServer::State {
         std::shared_ptr<RequestQueue::Place> place = enter_queue(res);
         place->wait();
         if (!r.stream) {
+            RequestLog& log = t_log;
             json body;
             run(path, [&](HostedSession& h) {
                 check_chat(h, r);
                 const TurnOptions options = turn_options(h, r);
                 MessagesResult a = h.session.answer_messages(messages_request(h, r), options);
-                note_turn(r, a.turn);
+                note_turn(log, r, a.turn);
                 if (a.turn.ending == TurnResult::Ending::Failed || a.turn.ending == TurnResult::Ending::Cancelled)
                     throw ApiError(500, "the answer failed: " + a.turn.problem, "server_error");
                 body = chat_response(a, model_id(h.model.path()));
@@ -283,6 +286,7 @@ struct ApiServer::State {
         const std::string id = random_id("chatcmpl-");
         const int64_t created = unix_now();
         std::atomic<bool> cancel{false};
+        RequestLog& log = t_log;
         auto chunk = [&](json delta, json finish) {
             return json{{"id", id},
                         {"object", "chat.completion.chunk"},
@@ -306,7 +310,7 @@ struct ApiServer::State {
                 cb.on_text = [&](std::string_view piece) { send(chunk({{"content", std::string(piece)}}, nullptr)); };
                 cb.progress.cancel = &cancel;
                 MessagesResult a = h.session.answer_messages(messages_request(h, r), options, cb);
-                note_turn(r, a.turn);
+                note_turn(log, r, a.turn);
                 if (a.turn.ending == TurnResult::Ending::Failed || a.turn.ending == TurnResult::Ending::Cancelled)
                     throw ApiError(500, "the answer failed: " + a.turn.problem, "server_error");
                 json last = chunk(json::object(), finish_reason(a.turn.stop_reason));
@@ -395,6 +399,7 @@ struct ApiServer::State {
     void complete(const CompletionRequest& r, const std::string& path, const std::vector<int32_t>& ids,
                   const std::function<void(std::string_view)>& on_text, const std::atomic<bool>* cancel,
                   const std::function<void(const json&)>& done) {
+        RequestLog& log = t_log;
         run(path, [&](HostedSession& h) {
             GenerationConfig g;
             g.sampling = h.settings.sampling;
@@ -403,10 +408,10 @@ struct ApiServer::State {
             const std::string spec = options.default_cache_spec.empty() ? h.settings.default_strategy
                                                                        : options.default_cache_spec;
             const GenerationResult g_r = slot.complete(h.model, h.backend, ids, g, spec, on_text, cancel);
-            t_log.prompt_tokens = static_cast<int64_t>(ids.size());
-            t_log.cached_tokens = g_r.cached_tokens;
-            t_log.completion_tokens = static_cast<int64_t>(g_r.tokens.size());
-            if (options.log_text) t_log.text = " prompt=\"" + one_line(r.prompt) + "\" answer=\"" + one_line(g_r.text) + "\"";
+            log.prompt_tokens = static_cast<int64_t>(ids.size());
+            log.cached_tokens = g_r.cached_tokens;
+            log.completion_tokens = static_cast<int64_t>(g_r.tokens.size());
+            if (options.log_text) log.text = " prompt=\"" + one_line(r.prompt) + "\" answer=\"" + one_line(g_r.text) + "\"";
             json j = {{"id", random_id("cmpl-")},
                       {"object", "text_completion"},
                       {"created", unix_now()},
