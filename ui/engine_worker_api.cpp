@@ -22,7 +22,10 @@ void EngineWorker::setApiServer(bool on, int port) {
     o.host = "127.0.0.1";  // the app serves this machine only
     o.port = port;
     o.models_dir = data_dir() + "/models";
-    auto host = std::make_unique<WorkerSessionHost>(*this);
+    auto host = std::make_unique<WorkerSessionHost>(
+        *this, [this](const std::string& path, const std::function<void(api::HostedSession&)>& job) {
+            runApiJob(path, job);
+        });
     if (model_) host->set_loaded_model(model_->path());
     auto server = std::make_unique<api::ApiServer>(*host, o);
     try {

@@ -1,9 +1,9 @@
 #include "ui/worker_session_host.h"
 
 #include "engine/api/api_error.h"
-#include "ui/engine_worker.h"
 
 #include <QMetaObject>
+#include <QObject>
 
 #include <exception>
 #include <memory>
@@ -37,7 +37,7 @@ void WorkerSessionHost::run(const std::string& model_path, const std::function<v
                 if (abandoned_) return;  // its requester was answered already
             }
             try {
-                worker_.runApiJob(model_path, job);
+                runner_(model_path, job);
             } catch (...) {
                 h->error = std::current_exception();
             }

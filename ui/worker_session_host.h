@@ -5,16 +5,20 @@
 #include "engine/api/session_host.h"
 
 #include <condition_variable>
+#include <functional>
 #include <mutex>
 #include <string>
 
-namespace kvchat {
+class QObject;
 
-class EngineWorker;
+namespace kvchat {
 
 class WorkerSessionHost : public api::SessionHost {
 public:
-    explicit WorkerSessionHost(EngineWorker& worker) : worker_(worker) {}
+    // What runs a job on the worker's thread (EngineWorker::runApiJob).
+    using JobRunner = std::function<void(const std::string& model_path, const std::function<void(api::HostedSession&)>& job)>;
+    // `worker`: the object whose thread runs the jobs.
+    WorkerSessionHost(QObject& worker, JobRunner runner) : worker_(worker), runner_(std::move(runner)) {}
     void run(const std::string& model_path, const std::function<void(api::HostedSession&)>& job) override;
     std::string loaded_model() const override;
     // The worker says which model it holds now.
@@ -24,7 +28,8 @@ public:
     void abandon();
 
 private:
-    EngineWorker& worker_;
+    QObject& worker_;
+    JobRunner runner_;
     mutable std::mutex m_;
     std::condition_variable cv_;
     bool abandoned_ = false;
