@@ -4,6 +4,7 @@
 
 #include "engine/api/api_server.h"
 #include "engine/api/session_host.h"
+#include "engine/cache/cache_spec.h"
 #include "engine/chat/chat_settings.h"
 #include "engine/error.h"
 #include "engine/model/model_path.h"
@@ -26,7 +27,13 @@ int cmd_serve(const Options& o) {
     s.max_body_bytes = static_cast<size_t>(o.integer("--max-body", 4 << 20, 1024, 1LL << 30));
     s.log_text = o.flag("--log-text");
     s.models_dir = data_dir() + "/models";
-    if (o.has("--cache")) s.default_cache_spec = o.str("--cache");
+    if (o.has("--cache")) {
+        try {
+            s.default_cache_spec = to_string(parse_cache_spec(o.str("--cache")));
+        } catch (const Error& e) {
+            throw Error(std::string("--cache: ") + e.what());
+        }
+    }
     // Refused before the model loads: a non-loopback address without a key.
     if (!api::is_loopback_host(s.host) && s.api_key.empty())
         throw Error("serving on " + s.host + " (not this machine's loopback address) needs --api-key KEY");
