@@ -167,6 +167,17 @@ Streamed stream_chat(const Server& s, const json& body, const std::function<bool
     return out;
 }
 
+// Joins a client thread when a check fails half-way (a joinable std::thread would abort), first
+// telling it to hang up.
+struct JoinOnExit {
+    std::thread& t;
+    std::atomic<bool>* hang_up = nullptr;
+    ~JoinOnExit() {
+        if (hang_up) hang_up->store(true);
+        if (t.joinable()) t.join();
+    }
+};
+
 // The status of a response; -1 when none came (the server is gone).
 int status_of(const httplib::Result& r) { return r ? r->status : -1; }
 
@@ -370,12 +381,14 @@ private slots:
                             return !release.load();  // hang up when told: the test need not wait for 200 tokens
                         });
         });
+        JoinOnExit join_first{first, &release};
         QVERIFY(wait_until([&] { return first_streaming.load(); }));
         int second_status = 0;
         std::thread second([&] {
             auto r = server_.client().Post("/v1/chat/completions", user_chat("Say yes.", 2).dump(), "application/json");
             second_status = r ? r->status : -1;
         });
+        JoinOnExit join_second{second};
         QVERIFY(wait_until([&] { return admitted(server_) == 2; }));
         auto third = server_.client().Post("/v1/chat/completions", user_chat("Say no.", 2).dump(), "application/json");
         QVERIFY(third);
@@ -467,6 +480,7 @@ private slots:
                 return true;
             });
         });
+        JoinOnExit join_client{client};
         QVERIFY(wait_until([&] { return streaming.load(); }));
         server_.kill9();
         client.join();
