@@ -256,7 +256,9 @@ struct ApiServer::State {
             run(path, [&](HostedSession& h) {
                 check_chat(h, r);
                 const TurnOptions options = turn_options(h, r);
-                MessagesResult a = h.session.answer_messages(messages_request(h, r), options);
+                TurnCallbacks cb;
+                cb.progress.cancel = &stopping;  // the server going down stops the answer (it is kept)
+                MessagesResult a = h.session.answer_messages(messages_request(h, r), options, cb);
                 note_turn(log, r, a.turn);
                 if (a.turn.ending == TurnResult::Ending::Failed || a.turn.ending == TurnResult::Ending::Cancelled)
                     throw ApiError(500, "the answer failed: " + a.turn.problem, "server_error");
@@ -307,7 +309,10 @@ struct ApiServer::State {
             run(path, [&](HostedSession& h) {
                 const TurnOptions options = turn_options(h, r);
                 TurnCallbacks cb;
-                cb.on_text = [&](std::string_view piece) { send(chunk({{"content", std::string(piece)}}, nullptr)); };
+                cb.on_text = [&](std::string_view piece) {
+                    if (stopping.load()) cancel.store(true);  // the server is going down
+                    send(chunk({{"content", std::string(piece)}}, nullptr));
+                };
                 cb.progress.cancel = &cancel;
                 MessagesResult a = h.session.answer_messages(messages_request(h, r), options, cb);
                 note_turn(log, r, a.turn);
@@ -351,7 +356,7 @@ struct ApiServer::State {
         auto request = std::make_shared<CompletionRequest>(std::move(r));
         if (!request->stream) {
             json body;
-            complete(*request, path, *ids, nullptr, nullptr, [&](const json& final) { body = final; });
+            complete(*request, path, *ids, nullptr, &stopping, [&](const json& final) { body = final; });
             res.set_content(dump(body), "application/json");
             return;
         }
@@ -374,7 +379,11 @@ struct ApiServer::State {
                     if (!cancel.load() && !write_event(sink, dump(j))) cancel.store(true);
                 };
                 try {
-                    complete(*request, path, *ids, [&](std::string_view piece) { send(chunk(std::string(piece), nullptr)); },
+                    complete(*request, path, *ids,
+                             [&](std::string_view piece) {
+                                 if (stopping.load()) cancel.store(true);
+                                 send(chunk(std::string(piece), nullptr));
+                             },
                              &cancel, [&](const json& final) {
                                  json last = chunk("", final["choices"][0]["finish_reason"]);
                                  last["timings"] = final["timings"];
