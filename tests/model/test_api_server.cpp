@@ -465,6 +465,35 @@ private slots:
         QCOMPARE(static_cast<int>(seen.size()), served);
     }
 
+    // A request naming another installed model loads it in place of the loaded one; the next
+    // naming the first brings it back (one model in memory at a time).
+    void requestLoadsAnotherModel() {
+        if (!std::filesystem::exists(installed_model_path(kDefaultModelFile)))
+            QSKIP("the default model (Gemma 3) is not installed (packaging/kvchat.sh model)");
+        const std::string gemma = "gemma-3-270m-q4_k_m", smol = "smollm2-135m-instruct-q4_1";
+        auto listed = server_.client().Get("/v1/models");
+        QCOMPARE(status_of(listed), 200);
+        std::vector<std::string> ids;
+        const json models = json::parse(listed->body);
+        for (const json& m : models["data"]) ids.push_back(m["id"].get<std::string>());
+        QVERIFY2(std::find(ids.begin(), ids.end(), gemma) != ids.end(), listed->body.c_str());
+        QVERIFY(std::find(ids.begin(), ids.end(), smol) != ids.end());
+        auto health = [&] { return json::parse(server_.client().Get("/health")->body)["model"].get<std::string>(); };
+        QCOMPARE(health(), smol);
+        auto raw = server_.client().Post(
+            "/v1/completions", json{{"model", gemma}, {"prompt", "The capital of France is"}, {"max_tokens", 3}}.dump(),
+            "application/json");
+        QCOMPARE(status_of(raw), 200);
+        QCOMPARE(json::parse(raw->body)["model"].get<std::string>(), gemma);
+        QCOMPARE(health(), gemma);
+        json back = user_chat("Say hello.", 3);
+        back["model"] = smol;
+        auto chat = server_.client().Post("/v1/chat/completions", back.dump(), "application/json");
+        QCOMPARE(status_of(chat), 200);
+        QCOMPARE(json::parse(chat->body)["model"].get<std::string>(), smol);
+        QCOMPARE(health(), smol);
+    }
+
     // kill -9 while an answer streams: every message stored before is intact, and the server
     // starts again on the same database and answers.
     void killNineLosesNothing() {
