@@ -259,6 +259,46 @@ int cmd_chat(const Options& o) {
     return stop_signal() ? stopped_exit_status() : 0;
 }
 
+int cmd_branch(const Options& o) {
+    if (!o.has("--conversation")) throw Error("branch needs --conversation NAME (the conversation to branch)");
+    if (!o.has("--at")) throw Error("branch needs --at N (how many of the conversation's first messages it copies)");
+    if (!o.has("--title")) throw Error("branch needs --title NEW (the new conversation's name)");
+    const long long at = o.integer("--at", 0, std::numeric_limits<long long>::min(), std::numeric_limits<long long>::max());
+    const std::string name = o.str("--conversation");
+    Store store(existing_db_path(o));
+    const auto parent = store.find_conversation(name);
+    if (!parent) throw Error("there is no conversation named " + in_quotes(name));
+    const size_t count = store.list_messages(parent->id).size();
+    if (at < 1 || static_cast<unsigned long long>(at) > count)
+        throw Error("--at must be 1 to " + std::to_string(count) + " (conversation " + in_quotes(parent->title) +
+                    " has " + std::to_string(count) + " message" + (count == 1 ? "" : "s") + "), got " +
+                    std::to_string(at));
+    const ChatSettings settings = ChatSettings::load(store);
+    for (const std::string& n : settings.notices) note(n);
+    Options with_settings = o;
+    if (!o.has("--threads") && settings.threads > 0) with_settings.values["--threads"] = std::to_string(settings.threads);
+    if (!o.has("--device")) with_settings.values["--device"] = settings.device;
+    Loaded l = load_model(with_settings);
+    ChatSession reg(store, *l.model, *l.backend, static_cast<size_t>(settings.resident_caches));
+    const int64_t id = reg.branch(parent->id, static_cast<size_t>(at), o.str("--title"));
+    for (const std::string& n : reg.take_notices()) note(n);
+    const std::string title = store.find_conversation_by_id(id)->title;
+    const auto telemetry = reg.telemetry(id);
+    const int64_t tokens = telemetry ? telemetry->tokens : 0;
+    if (o.flag("--json")) {
+        json j;
+        j["conversation"] = title;
+        j["parent"] = parent->title;
+        j["messages"] = at;
+        j["cached_tokens"] = tokens;
+        std::printf("%s\n", j.dump(-1, ' ', false, json::error_handler_t::replace).c_str());
+    } else {
+        std::printf("branch '%s' of '%s': %lld message%s, %lld tokens of cache reused\n", escape_controls(title).c_str(),
+                    escape_controls(parent->title).c_str(), at, at == 1 ? "" : "s", static_cast<long long>(tokens));
+    }
+    return 0;
+}
+
 int cmd_conversations(const Options& o) {
     Store store(existing_db_path(o), Store::Access::ReadOnly);
     const auto list = store.list_conversation_overviews();

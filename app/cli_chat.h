@@ -1,5 +1,5 @@
 #pragma once
-// kvchat-cli's conversation commands: chat, conversations, prefix, chat-bench, serve.
+// kvchat-cli's conversation commands: chat, branch, conversations, prefix, chat-bench, serve.
 #include "app/cli_options.h"
 
 #include <atomic>
@@ -26,6 +26,7 @@ void write_answer_piece(std::string_view piece);
 int output_error();
 
 int cmd_chat(const Options& o);
+int cmd_branch(const Options& o);
 int cmd_conversations(const Options& o);
 int cmd_prefix(const Options& o);
 int cmd_chat_bench(const Options& o);

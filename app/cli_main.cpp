@@ -70,6 +70,9 @@ const char* kUsageText =
     "             [--json]  send one message to a persistent conversation (created if new) and print the\n"
     "             reply (--regenerate: answer its last message again, or the one a crash left unanswered);\n"
     "             without --message, an interactive session (/regenerate, /quit; Ctrl-C stops an answer)\n"
+    "  branch     [--db PATH] --conversation NAME --at N --title NEW [--json]  a new conversation holding the\n"
+    "             first N messages of NAME, whose cache is NAME's up to them: its first turn prefills only\n"
+    "             what is new (chat --conversation NEW)\n"
     "  conversations [--db PATH] [--json]   list the saved conversations (tab-separated; a tab, newline or\n"
     "             backslash in a title is written \\t, \\n, \\\\; \"unanswered\" marks one whose last message has no answer)\n"
     "  prefix     [--db PATH] save NAME (--text TEXT | --conversation NAME [--messages N]) [--cache SPEC] |\n"
@@ -527,6 +530,7 @@ int run_command(const std::vector<std::string>& args) {
         if (o.command == "generate") return cmd_generate(o);
         if (o.command == "bench") return cmd_bench(o);
         if (o.command == "chat") return kvchat::cli::cmd_chat(o);
+        if (o.command == "branch") return kvchat::cli::cmd_branch(o);
         if (o.command == "conversations") return kvchat::cli::cmd_conversations(o);
         if (o.command == "prefix") return kvchat::cli::cmd_prefix(o);
         if (o.command == "chat-bench") return kvchat::cli::cmd_chat_bench(o);

@@ -17,8 +17,8 @@ const std::set<std::string> kValueOptions = {
     "--model", "--threads", "--text", "--prompt", "-n", "--temp", "--top-k", "--top-p", "--min-p", "--seed",
     "--repeat-penalty", "--prompt-tokens", "--gen-tokens", "--runs", "--cache", "--context", "--db",
     "--conversation", "--prefix", "--message", "--system", "--policy", "--turns", "--prefix-tokens",
-    "--history-tokens", "--only", "--messages", "--simd", "--device", "--budget", "--host", "--port", "--api-key",
-    "--max-queue", "--max-body", "--cors"};
+    "--history-tokens", "--only", "--messages", "--simd", "--device", "--budget",
+    "--at", "--title", "--host", "--port", "--api-key", "--max-queue", "--max-body", "--cors"};
 const std::set<std::string> kRepeatedOptions = {"--stop"};
 const std::set<std::string> kFlagOptions = {"--greedy", "--no-cache", "--json", "--regenerate", "--bandwidth", "--log-text"};
 }  // namespace

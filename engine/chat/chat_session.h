@@ -190,9 +190,10 @@ public:
     // get `origin`. A conversation another process holds locked is passed over (never waited for).
     // Refuses (kvchat::Error, before anything is stored) a request without messages, one whose last
     // message is not the user's, an empty (white space) message, a bad cache_spec or origin, and a
-    // message list the model's template refuses. The turn itself ends as take_turn's do
-    // (result.turn: answered, stopped with what it had, cancelled or failed with nothing half
-    // stored: a conversation made for it is removed again).
+    // message list the model's template refuses. Everything after that ends in result.turn as
+    // take_turn's turns do, never thrown: answered, stopped with what it had, cancelled or failed
+    // with nothing half stored (a conversation made for it is removed again; conversation_id is
+    // then 0). result.turn.cached_tokens counts the tokens reused.
     MessagesResult answer_messages(const MessagesRequest& request, const TurnOptions& options,
                                    const TurnCallbacks& callbacks = {});
 

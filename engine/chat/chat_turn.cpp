@@ -99,7 +99,7 @@ TurnResult ChatSession::run_turn(Entry& e, const TurnRequest& request, const std
                 // (A conversation just started from a prefix may end with the prefix's user message:
                 // the new one continues it, as the prefix was saved to be used.)
                 if (!c.messages().empty() && c.messages().back().role == Role::User && e.prefix_tokens == 0 &&
-                    request.history.empty())
+                    !request.whole_exchange)
                     throw Error("conversation " + in_quotes(e.title) + " ends with a message of yours that has no answer (" +
                                 excerpt(c.messages().back().content) +
                                 ", left by a crash or a failed turn); regenerate answers it (/regenerate in kvchat-cli "

@@ -50,9 +50,12 @@ struct TurnRequest {
     bool names_new_chat = false;
     // Send: messages that go before `text`, stored with it in the same turn (a client of the local
     // API sends the whole exchange: what it holds beyond the stored transcript). Taken back with
-    // the message when the turn is. A transcript that ends with an unanswered message of the
-    // user's is continued by them as the client wrote it (the client says what follows it).
+    // the message when the turn is.
     std::vector<ChatMessage> history;
+    // Send: the client sent the whole exchange (the local API), so a transcript ending with a
+    // message of the user's that has no answer goes on as the client wrote it, instead of being
+    // refused as a question a crash left.
+    bool whole_exchange = false;
 
     static TurnRequest send(std::string text) { return make(Kind::Send, std::move(text), 0); }
     static TurnRequest regenerate() { return make(Kind::Regenerate, {}, 0); }

@@ -934,6 +934,17 @@ std::vector<ConversationRecord> Store::list_conversations() const {
     return out;
 }
 
+std::vector<ConversationRecord> Store::conversations_opening_with(Role role, std::string_view content) const {
+    Statement st(db_, path_,
+                 "SELECT " KVCHAT_CONVERSATION_COLUMNS " FROM conversations c WHERE EXISTS (SELECT 1 FROM messages m "
+                 "WHERE m.conversation_id = c.id AND m.ordinal = 0 AND m.role = ?1 AND m.content = ?2) "
+                 "ORDER BY updated_ms DESC, id DESC");
+    st.bind_text(1, role_name(role)).bind_text(2, repair_utf8(content).text);
+    std::vector<ConversationRecord> out;
+    while (st.step()) out.push_back(read_conversation(st));
+    return out;
+}
+
 namespace {
 
 // The overview columns after the conversation's own: message count, the last answer's prompt and

@@ -103,6 +103,10 @@ public:
     std::optional<ConversationRecord> find_conversation(std::string_view title) const;
     std::optional<ConversationRecord> find_conversation_by_id(int64_t id) const;
     std::vector<ConversationRecord> list_conversations() const;  // most recently updated first
+    // The conversations whose first message has this role and content (stored as given, or as
+    // repaired when it is not valid UTF-8), most recently updated first: the only ones a message
+    // list starting so can share messages with (one index lookup per conversation, no transcript read).
+    std::vector<ConversationRecord> conversations_opening_with(Role role, std::string_view content) const;
     // The same with message counts, tokens and whether the last message waits for an answer.
     std::vector<ConversationOverview> list_conversation_overviews() const;
     // The conversations whose title or message text has every word of `query` (a word matches

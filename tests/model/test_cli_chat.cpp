@@ -684,6 +684,63 @@ private slots:
         QCOMPARE(jb["text"].toString().toStdString(), gen.generate(*cache, r.tokens, g).text);
     }
 
+    // kvchat-cli branch on the default model: the branch holds the first N messages, and its first
+    // turn (another process) reuses exactly their tokens from the cache `branch` saved, prefills
+    // only its own turn, and answers as a fresh cache over the same messages does. Bad counts and
+    // a taken title are refused, creating nothing.
+    void branchReusesTheParentsCache() {
+        QTemporaryDir dir;
+        const QString db = dir.path() + "/kv.db";
+        const QString first = "Name a fruit that is yellow.", second = "And one that is red?", third = "And a green one?";
+        const Run a = cli({"chat", "--db", db, "--conversation", "fruit", "--message", first, "-n", "16", "--greedy", "--json"});
+        QVERIFY2(a.code == 0, qPrintable(a.err));
+        const Run a2 = cli({"chat", "--db", db, "--conversation", "fruit", "--message", second, "-n", "16", "--greedy", "--json"});
+        QVERIFY2(a2.code == 0, qPrintable(a2.err));
+        const QJsonObject ja = json_of(a);
+
+        for (const QStringList& bad : {QStringList{"--at", "0", "--title", "b"}, QStringList{"--at", "5", "--title", "b"},
+                                       QStringList{"--at", "2", "--title", "fruit"}}) {
+            const Run r = cli(QStringList{"branch", "--db", db, "--conversation", "fruit"} + bad);
+            QVERIFY2(r.code != 0, qPrintable(bad.join(' ')));
+            QVERIFY2(r.err.contains("--at must be 1 to 4") || r.err.contains("already exists"), qPrintable(r.err));
+        }
+        QVERIFY(!conversation_exists(db, "b"));
+
+        const Run b = cli({"branch", "--db", db, "--conversation", "fruit", "--at", "2", "--title", "fruit green", "--json"});
+        QVERIFY2(b.code == 0, qPrintable(b.err));
+        auto model = Model::load(resolve_model_path(""));
+        const ChatTemplate tmpl = ChatTemplate::for_model(*model);
+        const std::vector<ChatMessage> copied = {
+            {Role::User, first.toStdString()}, {Role::Assistant, ja["text"].toString().toStdString(), ids_of(ja["tokens"])}};
+        const int64_t copied_tokens = static_cast<int64_t>(tmpl.render(copied, false).tokens.size());
+        QCOMPARE(json_of(b)["cached_tokens"].toInteger(), copied_tokens);
+        QCOMPARE(stored_messages(db, "fruit green").size(), size_t(2));
+
+        const Run c = cli({"chat", "--db", db, "--conversation", "fruit green", "--message", third, "-n", "16", "--greedy", "--json"});
+        QVERIFY2(c.code == 0, qPrintable(c.err));
+        const QJsonObject jc = json_of(c);
+        const Tokenizer& tok = model->tokenizer();
+        auto n_of = [&](const std::string& text) { return static_cast<int64_t>(tok.encode(text, false).size()); };
+        // <start_of_turn>user\n{third}<end_of_turn>\n<start_of_turn>model\n and nothing else.
+        const int64_t new_turn = 1 + n_of("user\n") + n_of(third.toStdString()) + 1 + n_of("\n") + 1 + n_of("model\n");
+        QCOMPARE(jc["cached_tokens"].toInteger(), copied_tokens);
+        QCOMPARE(jc["prefill_tokens"].toInteger(), new_turn);
+
+        std::vector<ChatMessage> all = copied;
+        all.push_back({Role::User, third.toStdString()});
+        const RenderedChat r = tmpl.render(all, true);
+        QCOMPARE(jc["prompt_tokens"].toInteger(), static_cast<qint64>(r.tokens.size()));
+        auto be = make_cpu_backend(0);
+        auto cache = model->make_default_cache(*be);
+        Generator gen(*model, *be);
+        GenerationConfig g;
+        g.max_new_tokens = 16;
+        g.sampling.greedy = true;
+        g.stop_tokens = tmpl.stop_tokens();
+        QCOMPARE(jc["text"].toString().toStdString(), gen.generate(*cache, r.tokens, g).text);
+        QCOMPARE(stored_messages(db, "fruit").size(), size_t(4));  // the parent is as it was
+    }
+
     // The interactive session: a message, then /regenerate replaces its answer.
     void interactiveRegenerate() {
         QTemporaryDir dir;

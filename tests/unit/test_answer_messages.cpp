@@ -146,6 +146,33 @@ private slots:
         for (size_t i = 0; i < after.size(); ++i) QCOMPARE(after[i].content, before[i].content);
     }
 
+    // A restarted server branches from the parent's snapshot on disk.
+    void divergingHistoryBranchesAfterRestart() {
+        Setup s;
+        std::vector<ChatMessage> history = {{Role::User, "the cat sat"}};
+        int64_t parent = 0, first_prompt = 0;
+        {
+            Store store(s.db);
+            ChatSession session(store, *s.m, *s.be);
+            const MessagesResult first = session.answer_messages(request(history), greedy(4));
+            parent = first.conversation_id;
+            first_prompt = first.turn.prompt_tokens;
+            history = with_answer(history, first);
+            history.emplace_back(Role::User, "on the mat");
+            session.answer_messages(request(history), greedy(4));
+        }
+        Store store(s.db);
+        ChatSession session(store, *s.m, *s.be);
+        history.back().content = "under the table";
+        const MessagesResult r = session.answer_messages(request(history), greedy(4));
+        QCOMPARE(r.turn.ending, TurnResult::Ending::Answered);
+        QCOMPARE(r.reused_from, parent);
+        QCOMPARE(store.find_conversation_by_id(r.conversation_id)->parent_id, std::optional<int64_t>(parent));
+        QVERIFY2(r.turn.cached_tokens >= first_prompt,
+                 qPrintable(QString("%1 cached, first prompt %2").arg(r.turn.cached_tokens).arg(first_prompt)));
+        QCOMPARE(session.messages(parent).size(), size_t(4));
+    }
+
     // A saved prefix that begins the request starts a new conversation from its cache.
     void prefixStartsNewConversation() {
         Setup s;
@@ -215,6 +242,25 @@ private slots:
         const MessagesResult r = session.answer_messages(request(history), greedy(4));
         QCOMPARE(r.conversation_id, id);
         QCOMPARE(session.messages(id).size(), count + 2);
+    }
+
+    // A conversation that ends with a question left unanswered (a crash, a failed turn elsewhere)
+    // is continued by a request that carries that question and a new one: the client's exchange.
+    void unansweredConversationContinued() {
+        Setup s;
+        Store store(s.db);
+        const auto row = store.create_conversation("left", s.m->fingerprint(), "dynamic");
+        store.append_message(row.id, Role::User, "the cat sat");
+        ChatSession session(store, *s.m, *s.be);
+        const MessagesResult r =
+            session.answer_messages(request({{Role::User, "the cat sat"}, {Role::User, "on the mat"}}), greedy(4));
+        QCOMPARE(r.turn.ending, TurnResult::Ending::Answered);
+        QCOMPARE(r.conversation_id, row.id);
+        QCOMPARE(session.messages(row.id).size(), size_t(3));
+        QCOMPARE(store.list_conversations().size(), size_t(1));
+        // The app's own send still refuses to stack a question on it.
+        store.append_message(row.id, Role::User, "and then");
+        QVERIFY(contains(error_of([&] { session.send(row.id, "again", greedy(2)); }), "has no answer"));
     }
 
     // Refused with a clear error before anything is stored.

@@ -180,7 +180,8 @@ private slots:
         QTemporaryDir dir;
         const QString db = dir.path() + "/typo/kv.db";
         const QList<QStringList> commands = {{"conversations"}, {"prefix", "list"}, {"prefix", "delete", "x"},
-                                             {"prefix", "rename", "x", "y"}};
+                                             {"prefix", "rename", "x", "y"},
+                                             {"branch", "--conversation", "x", "--at", "1", "--title", "y"}};
         for (const QStringList& command : commands) {
             const Run r = run_cli(command + QStringList{"--db", db}, kNoHangMs);
             QVERIFY2(r.code == 2 && r.err.contains("'" + db + "' does not exist"), qPrintable(r.err));

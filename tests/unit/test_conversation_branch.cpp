@@ -142,6 +142,30 @@ private slots:
         QCOMPARE(session->messages(parent).size(), size_t(6));
     }
 
+    // A parent switched to another strategy: the branch takes the cache as it now is, and its first
+    // turn still reuses the copied messages (the window of a sliding strategy still holds them).
+    void afterStrategySwitch_data() {
+        QTest::addColumn<QString>("spec");
+        QTest::newRow("quantized") << "quantized:nbits=8,residual=128";
+        QTest::newRow("sliding") << "sliding_window:window=512";
+    }
+    void afterStrategySwitch() {
+        QFETCH(QString, spec);
+        Setup s(false);
+        Store store(s.db);
+        ChatSession session(store, *s.m, *s.be);
+        const int64_t parent = three_turns(session);
+        session.switch_strategy(parent, spec.toStdString());
+        const std::string canonical = canonical_cache_spec(spec.toStdString());
+        const int64_t b = session.branch(parent, 4, "switched");
+        QCOMPARE(store.find_conversation_by_id(b)->cache_spec, canonical);
+        const std::vector<MessageRecord> copied = session.messages(b);
+        const TurnResult r = session.send(b, "under the table", greedy(6));
+        QCOMPARE(r.cache_spec, canonical);
+        QCOMPARE(r.cached_tokens, rendered(session, copied));
+        QCOMPARE(r.text, fresh_answer(s, session, copied, canonical, "under the table", 6));
+    }
+
     // Refused with a clear error, nothing created: a count out of range, a title in use or empty,
     // an unknown parent.
     void refusals() {

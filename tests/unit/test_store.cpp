@@ -816,6 +816,16 @@ PRAGMA user_version = 4;
         QVERIFY(contains(error_of([&] { store.create_conversation("c", "", "", {}, nullptr, "web"); }), "origin"));
         QCOMPARE(store.list_conversations().size(), before);
 
+        // The conversations a message list opening with "one" can share messages with.
+        const auto other = store.create_conversation("other", "", "");
+        store.append_message(other.id, Role::System, "one");
+        auto opening = store.conversations_opening_with(Role::User, "one");
+        QCOMPARE(opening.size(), size_t(2));
+        QCOMPARE(opening[0].id, b.id);  // the most recent first
+        QCOMPARE(opening[1].id, parent.id);
+        QCOMPARE(store.conversations_opening_with(Role::System, "one").size(), size_t(1));
+        QVERIFY(store.conversations_opening_with(Role::User, "two").empty());
+
         store.delete_conversation(parent.id);
         const auto orphan = *store.find_conversation_by_id(b.id);
         QVERIFY(!orphan.parent_id.has_value());
