@@ -1,5 +1,5 @@
 #pragma once
-// kvchat-cli's conversation commands: chat, branch, conversations, prefix, chat-bench.
+// kvchat-cli's conversation commands: chat, branch, conversations, prefix, chat-bench, serve.
 #include "app/cli_options.h"
 
 #include <atomic>
@@ -37,5 +37,7 @@ int cmd_branch(const Options& o);
 int cmd_conversations(const Options& o);
 int cmd_prefix(const Options& o);
 int cmd_chat_bench(const Options& o);
+// The local OpenAI-compatible API server (cli_serve.cpp).
+int cmd_serve(const Options& o);
 
 }  // namespace kvchat::cli

@@ -89,6 +89,11 @@ const char* kUsageText =
     "             full disk) | drop (--conversation NAME | --prefix NAME): remove one saved cache\n"
     "  chat-bench [--turns 10] [--prefix-tokens 2000] [--history-tokens 4000] [--only turns|prefix|reopen]\n"
     "             [--json]: time to first token over turns, from a saved prefix, and after reopening\n"
+    "  serve      [--db PATH] [--host 127.0.0.1] [--port 8080] [--cache SPEC] [--api-key KEY] [--max-queue 4]\n"
+    "             [--max-body BYTES] [--cors ORIGIN] [--log-text]: a local OpenAI-compatible API server\n"
+    "             (/v1/chat/completions, /v1/completions, /v1/models, /health) over the conversations of\n"
+    "             the database; default model: the chat model. Any host but 127.0.0.1/localhost needs\n"
+    "             --api-key; --port 0 picks a free port (printed); Ctrl-C stops\n"
     "\n"
     "cache strategies (--cache; combine with +, e.g. quantized:nbits=4+offloaded):\n"
     "%PRESETS%"
@@ -534,6 +539,7 @@ int run_command(const std::vector<std::string>& args) {
         if (o.command == "prefix") return kvchat::cli::cmd_prefix(o);
         if (o.command == "chat-bench") return kvchat::cli::cmd_chat_bench(o);
         if (o.command == "storage") return kvchat::cli::cmd_storage(o);
+        if (o.command == "serve") return kvchat::cli::cmd_serve(o);
         return fail("unknown command '" + o.command + "' (see --help)");
     }
 }

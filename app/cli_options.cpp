@@ -18,9 +18,9 @@ const std::set<std::string> kValueOptions = {
     "--repeat-penalty", "--prompt-tokens", "--gen-tokens", "--runs", "--cache", "--context", "--db",
     "--conversation", "--prefix", "--message", "--system", "--policy", "--turns", "--prefix-tokens",
     "--history-tokens", "--only", "--messages", "--simd", "--device", "--budget",
-    "--at", "--select", "--title"};
+    "--at", "--select", "--title", "--host", "--port", "--api-key", "--max-queue", "--max-body", "--cors"};
 const std::set<std::string> kRepeatedOptions = {"--stop"};
-const std::set<std::string> kFlagOptions = {"--greedy", "--no-cache", "--json", "--regenerate", "--bandwidth"};
+const std::set<std::string> kFlagOptions = {"--greedy", "--no-cache", "--json", "--regenerate", "--bandwidth", "--log-text"};
 }  // namespace
 
 Options parse(const std::vector<std::string>& args) {

@@ -42,7 +42,7 @@ BUILD_DIR=${KVCHAT_BUILD_DIR:-$ROOT/build}
 APT_PACKAGES=(
   build-essential cmake ninja-build pkg-config ccache clang
   qt6-base-dev qt6-charts-dev libqt6sql6-sqlite libgl-dev
-  libsentencepiece-dev libpcre2-dev libsqlite3-dev sqlite3 nlohmann-json3-dev
+  libsentencepiece-dev libpcre2-dev libsqlite3-dev sqlite3 nlohmann-json3-dev libcpp-httplib-dev
   xvfb xauth x11-utils fonts-dejavu-core
   python3 python3-venv
   librsvg2-bin file desktop-file-utils appstream shared-mime-info
@@ -198,6 +198,21 @@ PY
   say "test vocabulary: $QWEN2_VOCAB_PATH (verified)"
 }
 
+# The `openai` client the API server's test drives kvchat-cli serve with (tests/api; it skips, saying
+# so, without it). Into the private environment, never the system Python.
+OPENAI_PACKAGE='openai>=1.30,<3'
+install_test_openai() {
+  STEP=test-data
+  [ -x "$MODEL_VENV/bin/python" ] || fail "the private Python environment $MODEL_VENV is missing" "Run: packaging/kvchat.sh model"
+  if "$MODEL_VENV/bin/python" -c 'import openai' 2>/dev/null; then
+    say "openai client: in $MODEL_VENV"
+    return 0
+  fi
+  say "installing the openai client from PyPI into $MODEL_VENV for the API server's test"
+  "$MODEL_VENV/bin/python" -m pip install -q --disable-pip-version-check "$OPENAI_PACKAGE" ||
+    fail "pip could not install $OPENAI_PACKAGE"
+}
+
 cmd_build() {
   STEP=build
   command -v cmake >/dev/null 2>&1 || fail "cmake is missing" "Run: packaging/kvchat.sh deps"
@@ -221,7 +236,7 @@ cmd_run() {
 }
 
 cmd_test() {
-  cmd_deps; cmd_model; install_test_vocab; cmd_build
+  cmd_deps; cmd_model; install_test_vocab; install_test_openai; cmd_build
   STEP=test
   say "running the test suite"
   export QT_QPA_PLATFORM=offscreen

@@ -10,7 +10,9 @@
 #include "engine/model/model.h"
 #include "engine/model/model_path.h"
 #include "engine/store/store.h"
+#include "engine/api/api_server.h"
 #include "ui/store_reader.h"
+#include "ui/worker_session_host.h"
 
 #include <QDateTime>
 #include <QDir>
@@ -94,6 +96,7 @@ EngineWorker::EngineWorker(QObject* parent) : QObject(parent), settings_(std::ma
 }
 
 EngineWorker::~EngineWorker() {
+    stopApiServer();
     readerThread_.quit();
     readerThread_.wait();
     delete reader_;
@@ -179,6 +182,7 @@ void EngineWorker::loadModel(const QString& path) {
         if (!opened.notice.empty()) Q_EMIT notice(qs(opened.notice));
     }
     model_ = std::move(model);
+    if (apiHost_) apiHost_->set_loaded_model(model_->path());
     makeSession();
     if (session_) emitNotices(session_->take_notices());
     ModelInfo info;

@@ -22,9 +22,15 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <thread>
 
 namespace kvchat {
 
+namespace api {
+class ApiServer;
+struct HostedSession;
+}  // namespace api
+class WorkerSessionHost;
 class Store;
 class StoreReader;
 class Model;
@@ -51,6 +57,11 @@ public:
     void openConversation(qint64 id);
     void search(const QString& query);
 
+    // The local API server's jobs (ui/worker_session_host.h), on this worker's thread: `job` gets
+    // the window's session, after the model at `model_path` (empty: the one loaded) replaced the
+    // loaded one when they differ. Throws kvchat::Error when there is no model.
+    void runApiJob(const std::string& model_path, const std::function<void(api::HostedSession&)>& job);
+
     // How often streamed text and telemetry may be signalled.
     static constexpr int kTextBatchMs = 30;
     static constexpr int kTelemetryMs = 33;
@@ -59,6 +70,9 @@ public Q_SLOTS:
     // Opens (creating when missing) the database, refusing one another kvchat holds open.
     void openStore(const QString& path);
     void loadModel(const QString& path);
+    // Starts (on) or stops the local API server on 127.0.0.1:port over this worker's session
+    // (engine_worker_api.cpp); answers with apiServerChanged.
+    void setApiServer(bool on, int port);
 
     void createConversation(const QString& system, qint64 prefixId);
     void renameConversation(qint64 id, const QString& title);
@@ -132,6 +146,8 @@ Q_SIGNALS:
     // A request failed; nothing was changed. `what` names the request ("Rename", "Save prefix").
     void failed(const QString& what, const QString& problem);
     void busyChanged(bool busy);
+    // The API server's state for the status bar: its address while it serves, else why it does not.
+    void apiServerChanged(const QString& state, bool serving);
 
     // The cache lab's answers.
     void switchPlanned(qint64 conversationId, const kvchat::ConversionPlan& plan);
@@ -171,6 +187,12 @@ private:
     std::atomic<bool> cancelLoad_{false};
     std::unique_ptr<ChatSettings> settings_;
     int backendThreads_ = -1;
+    // The local API server (setApiServer): its way into this worker, itself, and the thread it
+    // listens on. Stopped before anything else goes.
+    void stopApiServer();
+    std::unique_ptr<WorkerSessionHost> apiHost_;
+    std::unique_ptr<api::ApiServer> apiServer_;
+    std::thread apiThread_;
     std::string backendDevice_;  // the device setting the backend was opened for
 };
 

@@ -135,6 +135,7 @@ MainWindow::MainWindow(const WindowOptions& options, QWidget* parent)
     }
     Q_EMIT requestOpenStore(storePath_);
     loadModel(model);
+    if (apiServerSetting().serve) applyApiServer();  // after the store and the model, in the worker's queue
     updateRecentModels();
     updateSendState();
     input_->setFocus();
@@ -421,6 +422,8 @@ void MainWindow::createStatusBar() {
     statusBar()->addPermanentWidget(contextBar_);
     kvLabel_ = label(QStringLiteral("kvBytesLabel"), tr("KV cache size"));
     lastAnswerLabel_ = label(QStringLiteral("lastAnswerLabel"), tr("Last answer"));
+    apiLabel_ = label(QStringLiteral("apiServerLabel"), tr("Local API server"));
+    apiLabel_->setVisible(false);
 }
 
 void MainWindow::connectWorker() {
@@ -435,6 +438,10 @@ void MainWindow::connectWorker() {
     connect(this, &MainWindow::requestEdit, w, &EngineWorker::edit);
     connect(this, &MainWindow::requestSwitchStrategy, w, &EngineWorker::switchStrategy);
     connect(this, &MainWindow::requestSaveSettings, w, &EngineWorker::saveSettings);
+    connect(w, &EngineWorker::apiServerChanged, this, [this](const QString& state, bool serving) {
+        apiLabel_->setText(state);
+        apiLabel_->setVisible(serving || apiServerSetting().serve);  // off by choice: nothing shown
+    });
     connect(w, &EngineWorker::settingsLoaded, this, [this](const ChatSettings& s) { *settings_ = s; });
     connect(w, &EngineWorker::turnProgress, this, [this](qint64, const QString& task, qint64 done, qint64 total) {
         statusBar()->showMessage(total > 0 ? tr("%1: %2 of %3").arg(task).arg(done).arg(total) : task, 2000);
@@ -890,9 +897,16 @@ void MainWindow::updateStatus(const ConversationItem* c) {
 }
 
 void MainWindow::openSettings() {
-    auto* d = new SettingsDialog(*settings_, this);
+    auto* d = new SettingsDialog(*settings_, this, apiServerSetting());
     d->setAttribute(Qt::WA_DeleteOnClose);
-    connect(d, &QDialog::accepted, this, [this, d] { Q_EMIT requestSaveSettings(d->settings()); });
+    connect(d, &QDialog::accepted, this, [this, d] {
+        Q_EMIT requestSaveSettings(d->settings());
+        const ApiServerSetting before = apiServerSetting(), after = d->apiServer();
+        QSettings s;
+        s.setValue(QStringLiteral("api/serve"), after.serve);
+        s.setValue(QStringLiteral("api/port"), after.port);
+        if (after.serve != before.serve || (after.serve && after.port != before.port)) applyApiServer();
+    });
     d->open();
 }
 
@@ -907,6 +921,16 @@ void MainWindow::showModels() {
     models_->show();
     models_->raise();
     models_->activateWindow();
+}
+
+ApiServerSetting MainWindow::apiServerSetting() const {
+    QSettings s;
+    return {s.value(QStringLiteral("api/serve"), false).toBool(), s.value(QStringLiteral("api/port"), 8080).toInt()};
+}
+
+void MainWindow::applyApiServer() {
+    const ApiServerSetting a = apiServerSetting();
+    QMetaObject::invokeMethod(worker_, [w = worker_, a] { w->setApiServer(a.serve, a.port); }, Qt::QueuedConnection);
 }
 
 void MainWindow::loadModel(const QString& path) {

@@ -36,6 +36,7 @@ class StoragePanel;
 class TranscriptModel;
 class TranscriptView;
 class ViewControls;
+struct ApiServerSetting;
 struct ChatSettings;
 
 struct WindowOptions {
@@ -137,6 +138,9 @@ private:
     void updateSendState();
     void updateStatus(const ConversationItem* conversation);
     void rememberModel(const QString& path);
+    // The local API server setting (QSettings api/serve, api/port), and handing it to the worker.
+    ApiServerSetting apiServerSetting() const;
+    void applyApiServer();
     void updateRecentModels();
     void setAnswering(bool answering);
     void openSettings();
@@ -172,6 +176,7 @@ private:
     QProgressBar* contextBar_ = nullptr;
     QLabel* kvLabel_ = nullptr;
     QLabel* lastAnswerLabel_ = nullptr;
+    QLabel* apiLabel_ = nullptr;  // the local API server's address, or why it does not serve
     QProgressBar* loadBar_ = nullptr;
     QToolButton* cancelLoad_ = nullptr;
 

@@ -32,7 +32,8 @@ QDoubleSpinBox* decimal(double lo, double hi, double step, int decimals) {
 
 }  // namespace
 
-SettingsDialog::SettingsDialog(const ChatSettings& settings, QWidget* parent) : QDialog(parent), base_(settings) {
+SettingsDialog::SettingsDialog(const ChatSettings& settings, QWidget* parent, const ApiServerSetting& api)
+    : QDialog(parent), base_(settings) {
     setObjectName(QStringLiteral("settingsDialog"));
     setWindowTitle(tr("Settings"));
     auto* v = new QVBoxLayout(this);
@@ -122,6 +123,22 @@ SettingsDialog::SettingsDialog(const ChatSettings& settings, QWidget* parent) : 
     sf->addRow(tr("System prompt of &new chats:"), system_);
     v->addWidget(sampling);
 
+    auto* server = new QGroupBox(tr("Local API server"));
+    auto* af = new QFormLayout(server);
+    serveApi_ = named(new QCheckBox, "serveApiSetting", tr("Serve the API"));
+    serveApi_->setChecked(api.serve);
+    serveApi_->setToolTip(tr("An OpenAI-compatible API (/v1/chat/completions) on this machine only, for editors, "
+                             "agents and scripts; its conversations appear in the list. One request computes at a time."));
+    apiPort_ = named(new QSpinBox, "apiPortSetting", tr("API port"));
+    apiPort_->setRange(1024, 65535);
+    apiPort_->setValue(api.port);
+    auto label = [this] { serveApi_->setText(tr("Serve the API on localhost:%1").arg(apiPort_->value())); };
+    label();
+    connect(apiPort_, &QSpinBox::valueChanged, this, label);
+    af->addRow(serveApi_);
+    af->addRow(tr("P&ort:"), apiPort_);
+    v->addWidget(server);
+
     auto* buttons = new QDialogButtonBox(QDialogButtonBox::Save | QDialogButtonBox::Cancel);
     buttons->setObjectName(QStringLiteral("settingsButtons"));
     connect(buttons, &QDialogButtonBox::accepted, this, &QDialog::accept);
@@ -150,5 +167,7 @@ ChatSettings SettingsDialog::settings() const {
     s.system_prompt = system_->toPlainText().toStdString();
     return s;
 }
+
+ApiServerSetting SettingsDialog::apiServer() const { return {serveApi_->isChecked(), apiPort_->value()}; }
 
 }  // namespace kvchat

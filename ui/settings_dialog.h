@@ -1,7 +1,8 @@
 #pragma once
 // The chat settings (stored in the database, shared with kvchat-cli): threads, caches kept in
 // memory and their budget, what happens when the context is full, the strategy of new chats,
-// sampling, answer length and the system prompt of new chats.
+// sampling, answer length and the system prompt of new chats. Also the app's local API server
+// (kept in the user's QSettings, not the database: it is this app's, not kvchat-cli's).
 #include "ui/chat_settings_value.h"
 
 #include <QDialog>
@@ -14,12 +15,20 @@ class QSpinBox;
 
 namespace kvchat {
 
+// Whether the app serves the OpenAI-compatible API on localhost, and on which port.
+struct ApiServerSetting {
+    bool serve = false;
+    int port = 8080;
+};
+
 class SettingsDialog : public QDialog {
     Q_OBJECT
 public:
-    explicit SettingsDialog(const ChatSettings& settings, QWidget* parent = nullptr);
+    explicit SettingsDialog(const ChatSettings& settings, QWidget* parent = nullptr,
+                            const ApiServerSetting& api = {});
     // The settings as the dialog's fields say (the values it was opened with for the rest).
     ChatSettings settings() const;
+    ApiServerSetting apiServer() const;
 
 private:
     ChatSettings base_;
@@ -39,6 +48,8 @@ private:
     QSpinBox* seed_ = nullptr;
     QSpinBox* maxNew_ = nullptr;
     QPlainTextEdit* system_ = nullptr;
+    QCheckBox* serveApi_ = nullptr;
+    QSpinBox* apiPort_ = nullptr;
 };
 
 }  // namespace kvchat
