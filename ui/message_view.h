@@ -63,6 +63,7 @@ private:
     void updateSegmentWidget(QWidget* w, const MarkdownSegment& s);
     void showThinking(bool has, const QString& thinking, bool answered);
     void showState(MessageState state);
+    void showEnding();
 
     MessageItem message_;
     MessageState state_ = MessageState::Stored;
@@ -71,6 +72,7 @@ private:
     QTimer reparse_;
     QLabel* roleLabel_ = nullptr;
     QLabel* figures_ = nullptr;
+    QLabel* ending_ = nullptr;  // how the answer ended (TranscriptModel::endingText)
     QLabel* cutNote_ = nullptr;
     QLabel* stateNote_ = nullptr;
     QToolButton* copy_ = nullptr;

@@ -150,7 +150,7 @@ private Q_SLOTS:
         QCOMPARE(streamed, QString::fromStdString(msgs[1].content));
         QCOMPARE(views[1]->content(), streamed);
         QCOMPARE(out.answer.id, msgs[1].id);
-        QCOMPARE(msgs[1].stats.generated_tokens, out.answer.figures.generatedTokens);
+        QCOMPARE(msgs[1].stats.generated_tokens, out.answer.figures.generated_tokens);
         auto* figures = views[1]->findChild<QLabel*>("answerFigures");
         QVERIFY(figures && figures->isVisible());
         QVERIFY(figures->text().contains(QString::number(msgs[1].stats.prompt_tokens)));
@@ -380,10 +380,10 @@ private Q_SLOTS:
         budget->setValue(300);
         QTest::mouseClick(panel->findChild<QPushButton*>("applyStorageBudgetButton"), Qt::LeftButton);
         QTRY_VERIFY(!panel->report().budgetIsDefault);
-        QCOMPARE(panel->report().budgetBytes, qint64(300'000'000));
-        QVERIFY(panel->findChild<QLabel*>("storageTotal")->text().contains(QLocale().formattedDataSize(
-            300'000'000, 1, QLocale::DataSizeSIFormat)));
-        QCOMPARE(Store(db.toStdString()).setting("snapshot_budget_bytes").value_or(""), std::string("300000000"));
+        // In MiB, as every size in the window.
+        QCOMPARE(panel->report().budgetBytes, qint64(300) * 1048576);
+        QVERIFY(panel->findChild<QLabel*>("storageTotal")->text().contains(QStringLiteral("300.0 MiB")));
+        QCOMPARE(Store(db.toStdString()).setting("snapshot_budget_bytes").value_or(""), std::to_string(300 * 1048576));
         QTest::mouseClick(panel->findChild<QPushButton*>("defaultStorageBudgetButton"), Qt::LeftButton);
         QTRY_VERIFY(panel->report().budgetIsDefault);
         QVERIFY(!Store(db.toStdString()).setting("snapshot_budget_bytes").has_value());

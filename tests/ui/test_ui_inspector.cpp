@@ -368,13 +368,14 @@ private Q_SLOTS:
         // The reuse panel as after a second turn that found the first in the cache: measured here.
         const QString snap = dir_.path() + "/" + name + ".kvc";
         kvchat::save_snapshot(snap.toStdString(), *c, wide_->fingerprint());
-        kvchat::TurnReuse reuse;
+        kvchat::AnswerFigures reuse;
+        reuse.prompt_tokens = c->seq_length() + 12;
         reuse.cached_tokens = c->seq_length();
         reuse.prefix_tokens = 0;
         reuse.computed_tokens = 12;
         reuse.prefill_saved_ms = prefill_ms * static_cast<double>(reuse.cached_tokens) / prompt;
-        reuse.snapshot_bytes = QFileInfo(snap).size();
         inspector.setReuse(reuse);
+        inspector.reusePanel()->setSnapshotBytes(QFileInfo(snap).size());
         QTest::qWait(60);
         const QString path = screenshotDir() + "/" + name + ".png";
         QVERIFY(inspector.exportPng(path));

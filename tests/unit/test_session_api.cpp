@@ -476,7 +476,7 @@ private slots:
         {
             // Reopened, the speed comes from the stored figures of the largest prefill (the first
             // answer's time to first token over its computed tokens).
-            const GenerationStats& big = msgs[1].stats;
+            const AnswerFigures& big = msgs[1].stats;
             QVERIFY(big.ttft_ms.has_value());
             const TurnResult third = reg.send(id, "one more", greedy(4));
             QVERIFY(third.prefill_tokens < Conversation::kBatchTokens);
@@ -484,7 +484,7 @@ private slots:
             QVERIFY(qFuzzyCompare(*third.prefill_saved_ms,
                                   third.cached_tokens * *big.ttft_ms / static_cast<double>(big.computed_tokens)));
         }
-        const GenerationStats& st = msgs[3].stats;
+        const AnswerFigures& st = msgs[3].stats;
         QCOMPARE(st.cached_tokens, second.cached_tokens);
         QCOMPARE(st.computed_tokens, second.prefill_tokens);
         QCOMPARE(st.prompt_tokens, second.prompt_tokens);
@@ -528,17 +528,42 @@ private slots:
         QVERIFY2(found, "no opening gave an answer that its text tokenizes differently");
     }
 
-    // Only small prefills so far: nothing to price the reuse by, so no saving is claimed.
-    void smallPrefillsClaimNoSaving() {
+    // Only small prefills so far: the reuse is priced at the model's batch speed measured once on
+    // this machine and kept in the settings table, so a later session prices it at the same speed
+    // without measuring again.
+    void smallPrefillsPricedAtMeasuredSpeed() {
         Setup s;
+        std::string kept;
+        {
+            Store store(s.db);
+            ChatSession reg(store, *s.m, *s.be);
+            const std::string key = prefill_speed_key(*s.m, *s.be);
+            QVERIFY(!store.setting(key).has_value());
+            const int64_t id = reg.create("small");
+            const TurnResult first = reg.send(id, "a cat", greedy(4));
+            QVERIFY(first.prefill_tokens < Conversation::kBatchTokens);
+            QVERIFY(!first.prefill_saved_ms.has_value());  // nothing reused, nothing measured yet
+            QVERIFY(!store.setting(key).has_value());
+            const TurnResult second = reg.send(id, "a mat", greedy(4));
+            QVERIFY(second.cached_tokens > 0);
+            const auto speed = load_prefill_speed(store, key);
+            QVERIFY(speed.has_value());
+            QVERIFY(speed->tokens >= PrefillSpeed::kBatchTokens);
+            QVERIFY(second.prefill_saved_ms.has_value());
+            QVERIFY(qFuzzyCompare(*second.prefill_saved_ms, second.cached_tokens * speed->ms_per_token()));
+            // Stored with the answer as it was returned.
+            QCOMPARE(reg.messages(id).back().stats.prefill_saved_ms, second.prefill_saved_ms);
+            kept = *store.setting(key);
+        }
         Store store(s.db);
         ChatSession reg(store, *s.m, *s.be);
-        const int64_t id = reg.create("small");
-        const TurnResult first = reg.send(id, "a cat", greedy(4));
-        QVERIFY(first.prefill_tokens < Conversation::kBatchTokens);
-        const TurnResult second = reg.send(id, "a mat", greedy(4));
-        QVERIFY(second.cached_tokens > 0);
-        QVERIFY(!second.prefill_saved_ms.has_value());
+        const int64_t id = reg.create("small again");
+        reg.send(id, "a cat", greedy(4));
+        const TurnResult again = reg.send(id, "a mat", greedy(4));
+        QCOMPARE(*store.setting(prefill_speed_key(*s.m, *s.be)), kept);  // not measured again
+        const auto speed = load_prefill_speed(store, prefill_speed_key(*s.m, *s.be));
+        QVERIFY(again.prefill_saved_ms.has_value());
+        QVERIFY(qFuzzyCompare(*again.prefill_saved_ms, again.cached_tokens * speed->ms_per_token()));
     }
 
     void loadModelReportsAndCancels() {

@@ -297,7 +297,7 @@ private slots:
         const auto other = store.create_conversation("other", "fp", "dynamic");
         const auto sys = store.append_message(conv.id, Role::System, "You are terse.");
         const auto user = store.append_message(conv.id, Role::User, "Hi!");
-        kvchat::GenerationStats stats;
+        kvchat::AnswerFigures stats;
         stats.prompt_tokens = 17;
         stats.generated_tokens = 5;
         stats.ttft_ms = 12.5;
@@ -622,7 +622,7 @@ PRAGMA user_version = 1;
     void answerIdsSurviveReopening() {
         QTemporaryDir dir;
         const std::string path = (dir.path() + "/kvchat.db").toStdString();
-        kvchat::GenerationStats stats;
+        kvchat::AnswerFigures stats;
         stats.token_ids = {5, 300, 70000, 2};
         int64_t id = 0, answer = 0;
         {
@@ -657,7 +657,7 @@ PRAGMA user_version = 1;
     void answerFiguresSurviveReopening() {
         QTemporaryDir dir;
         const std::string path = (dir.path() + "/kvchat.db").toStdString();
-        kvchat::GenerationStats stats;
+        kvchat::AnswerFigures stats;
         stats.prompt_tokens = 900;
         stats.generated_tokens = 40;
         stats.ttft_ms = 31.5;

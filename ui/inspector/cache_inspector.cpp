@@ -89,11 +89,11 @@ void CacheInspector::setTelemetry(const CacheTelemetry& telemetry) {
     if (!timer_->isActive() && isVisible()) timer_->start();
 }
 
-void CacheInspector::setReuse(const std::optional<TurnReuse>& reuse) {
-    reuse_->setReuse(reuse);
+void CacheInspector::setReuse(const std::optional<AnswerFigures>& figures) {
+    reuse_->setReuse(figures);
 }
 
-void CacheInspector::clear() {
+void CacheInspector::clear(bool conversationOpen) {
     telemetry_.reset();
     traffic_->clear();
     trafficShown_ = 0;
@@ -101,7 +101,11 @@ void CacheInspector::clear() {
     bars_->setTelemetry({});
     strips_->setTelemetry({});
     reuse_->setReuse(std::nullopt);
-    header_->setText(tr("No cache yet: open a conversation."));
+    reuse_->setSnapshotBytes(std::nullopt);
+    header_->setText(conversationOpen
+                         ? tr("This conversation's cache is not in memory: the next turn loads its snapshot or "
+                              "computes it.")
+                         : tr("No cache yet: open a conversation."));
     dirty_ = false;
 }
 

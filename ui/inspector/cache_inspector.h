@@ -41,9 +41,9 @@ public:
 public Q_SLOTS:
     // After every decode step (or when the conversation changes): stores, never draws.
     void setTelemetry(const kvchat::CacheTelemetry& telemetry);
-    void setReuse(const std::optional<kvchat::TurnReuse>& reuse);
+    void setReuse(const std::optional<kvchat::AnswerFigures>& figures);
     // Another conversation (or none): the traffic history starts again.
-    void clear();
+    void clear(bool conversationOpen = false);
     // Brings the views up to date now (the timer does this on its own).
     void flush();
 
