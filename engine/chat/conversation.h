@@ -6,6 +6,7 @@
 // cache can always be rebuilt from it.
 #include "engine/cache/cache_spec.h"
 #include "engine/chat/chat_template.h"
+#include "engine/chat/prefill_speed.h"
 #include "engine/common/progress.h"
 #include "engine/generate/generator.h"
 
@@ -134,7 +135,7 @@ public:
     // what a batch costs, every weight being read once either way, so its time per token would
     // overstate what reuse saves many times over.) Also fed from a reopened conversation's
     // stored figures.
-    static constexpr int64_t kBatchTokens = 64;
+    static constexpr int64_t kBatchTokens = PrefillSpeed::kBatchTokens;
     void note_prefill_speed(int64_t tokens, double ms);
     std::optional<double> prefill_ms_per_token() const;
 

@@ -355,8 +355,9 @@ private Q_SLOTS:
             QVERIFY(panel->report().budgetIsDefault);
         }
         auto* table = panel->findChild<QTreeWidget*>("storageTable");
+        // Binary units, as every size in the window.
         QCOMPARE(table->topLevelItem(0)->text(3),
-                 QLocale().formattedDataSize(panel->report().items.front().bytes, 1, QLocale::DataSizeSIFormat));
+                 QLocale().formattedDataSize(panel->report().items.front().bytes, 1, QLocale::DataSizeIecFormat));
         auto* drop = panel->findChild<QPushButton*>("dropCacheButton");
         QVERIFY(!drop->isEnabled());  // nothing selected
         // A second turn saves a larger cache; the view follows.
