@@ -24,6 +24,8 @@ QDoubleSpinBox* realBox(const char* name, double lo, double hi, double step, int
     b->setRange(lo, hi);
     b->setSingleStep(step);
     b->setDecimals(decimals);
+    b->setMinimumWidth(0);
+    b->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Fixed);
     return b;
 }
 
@@ -31,6 +33,7 @@ QSpinBox* wholeBox(const char* name, int lo, int hi) {
     auto* b = new QSpinBox;
     b->setObjectName(QString::fromLatin1(name));
     b->setRange(lo, hi);
+    b->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Fixed);
     return b;
 }
 
@@ -49,6 +52,8 @@ ChatPanel::ChatPanel(QWidget* parent) : QWidget(parent) {
     auto* scroll = new QScrollArea;
     scroll->setWidgetResizable(true);
     scroll->setFrameShape(QFrame::NoFrame);
+    // A narrow dock wraps the rows instead of scrolling sideways.
+    scroll->setHorizontalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
     auto* content = new QWidget;
     auto* v = new QVBoxLayout(content);
     scroll->setWidget(content);
@@ -62,7 +67,7 @@ ChatPanel::ChatPanel(QWidget* parent) : QWidget(parent) {
     system_->setPlaceholderText(tr("None"));
     system_->setTabChangesFocus(true);
     system_->setMaximumHeight(110);
-    applySystem_ = new QPushButton(tr("Apply system prompt"));
+    applySystem_ = new QPushButton(tr("Apply prompt"));
     applySystem_->setObjectName(QStringLiteral("chatSystemPromptApply"));
     systemNote_ = new QLabel(tr("Changing it renders the conversation again with the new prompt. The cache reuses what "
                                 "still matches; as the system prompt comes first, the rest is prefilled again on the "
@@ -81,6 +86,7 @@ ChatPanel::ChatPanel(QWidget* parent) : QWidget(parent) {
 
     auto* samplingBox = new QGroupBox(tr("Sampling and limits"));
     auto* form = new QFormLayout(samplingBox);
+    form->setRowWrapPolicy(QFormLayout::WrapLongRows);
     temperature_ = realBox("chatTemperature", 0.0, 100.0, 0.05, 2);
     topK_ = wholeBox("chatTopK", 0, 100000);
     topK_->setSpecialValueText(tr("off"));

@@ -230,11 +230,19 @@ private Q_SLOTS:
         QVERIFY2(kv->text().contains("iB") || kv->text().endsWith(" B"), qPrintable(kv->text()));
         QVERIFY(!kv->text().contains(" MB") && !kv->text().contains(" kB") && !kv->text().contains(" KB"));
 
-        // Another (new) chat: no figures of the first.
+        // Another (new) chat: no figures of the first, from the moment it is on screen.
+        QStringList shownOnSwitch;
+        qint64 meterOnSwitch = -1;
+        connect(w.get(), &MainWindow::currentConversationChanged, this, [&] {
+            shownOnSwitch << lastAnswer->text() << kv->text();
+            meterOnSwitch = w->findChild<ContextMeter*>("contextBar")->value();
+        });
         QTest::keyClick(w.get(), Qt::Key_N, Qt::ControlModifier);
         QTRY_VERIFY(w->currentConversation() != first && w->currentConversation() != 0);
         QTRY_VERIFY(w->transcriptModel()->loaded());
         QVERIFY2(lastAnswer->text().isEmpty(), qPrintable(lastAnswer->text()));
+        QCOMPARE(shownOnSwitch, QStringList({QString(), QString()}));
+        QCOMPARE(meterOnSwitch, qint64(0));
         QVERIFY(inspectorHeader->text() != "No cache yet: open a conversation.");
         auto* meter = w->findChild<ContextMeter*>("contextBar");
         QCOMPARE(meter->value(), 0);
