@@ -105,7 +105,8 @@ MainWindow::MainWindow(const WindowOptions& options, QWidget* parent)
     createDocks();
     createStatusBar();
     // The chat keeps most of the width; the docks start narrow (the user widens them).
-    resizeDocks({inspectorDock_}, {std::max(340, width() / 4)}, Qt::Horizontal);
+    // (Wide enough for the chat panel's strategy fields, about 430 px, without clipping them.)
+    resizeDocks({inspectorDock_}, {std::max(440, width() / 4)}, Qt::Horizontal);
 
     worker_ = new EngineWorker;
     worker_->moveToThread(&thread_);
