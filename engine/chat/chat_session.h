@@ -274,6 +274,8 @@ private:
     const std::optional<PrefillSpeed>& kept_batch_speed();
     // Keeps `measured` when it is a batch larger than the kept one.
     void note_batch_speed(const PrefillSpeed& measured);
+    // Tokens per second a rebuild's estimate is priced at (0: none known).
+    double rebuild_tok_s();
 };
 
 }  // namespace kvchat
