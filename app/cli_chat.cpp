@@ -116,10 +116,10 @@ std::string existing_db_path(const Options& o) {
 
 namespace {
 
-// The settings' turn options (the fallback rule included) with the command line's answer length,
-// sampling and policy, which win.
-TurnOptions turn_options(const ChatSettings& settings, const Options& o) {
-    TurnOptions t = settings.turn_options(o.str("--cache"));
+// The settings' turn options (the fallback rule included) under the conversation's own settings,
+// with the command line's answer length, sampling and policy, which win over both.
+TurnOptions turn_options(const ChatSettings& settings, const ConversationSettings& own, const Options& o) {
+    TurnOptions t = settings.turn_options(o.str("--cache"), own);
     // A chat samples as the window does (the settings' chat sampling, 0.7/40/0.9/0.05/1.1 unless changed),
     // not as generate's text completion.
     t.generation.max_new_tokens = static_cast<int>(o.integer("-n", t.generation.max_new_tokens, 1, 1 << 20));
@@ -140,6 +140,8 @@ json turn_json(const TurnResult& r, const std::string& conversation) {
     j["decode_tok_s"] = r.decode_tok_s;
     j["kv_bytes"] = r.kv_bytes;
     j["stop_reason"] = stop_reason_name(r.stop_reason);
+    // The reused tokens at the model's measured batch prefill speed (null: not measurable).
+    j["prefill_saved_ms"] = r.prefill_saved_ms ? json(*r.prefill_saved_ms) : json(nullptr);
     j["notices"] = r.notices;
     return j;
 }
@@ -214,7 +216,6 @@ int cmd_chat(const Options& o) {
     // Settings the window writes are the defaults here too; options on the command line win.
     const ChatSettings settings = ChatSettings::load(store);
     for (const std::string& n : settings.notices) note(n);
-    const TurnOptions t = turn_options(settings, o);
     Options with_settings = o;
     if (!o.has("--threads") && settings.threads > 0) with_settings.values["--threads"] = std::to_string(settings.threads);
     if (!o.has("--device")) with_settings.values["--device"] = settings.device;
@@ -226,6 +227,8 @@ int cmd_chat(const Options& o) {
     open.system = o.str("--system");
     const bool existed = store.find_conversation(title).has_value();
     reg.open(title, open);
+    // The conversation's own sampling, answer limit and context length (the window's chat panel sets them).
+    const TurnOptions t = turn_options(settings, reg.conversation_settings(reg.id_of(title)), o);
     CreatedConversation created;
     if (!existed) {
         created.id = reg.id_of(title);
@@ -253,7 +256,8 @@ int cmd_chat(const Options& o) {
         const SamplerConfig& sc = t.generation.sampling;
         j["sampling"] = {{"greedy", sc.greedy},       {"temperature", sc.temperature}, {"top_k", sc.top_k},
                          {"top_p", sc.top_p},         {"min_p", sc.min_p},             {"repeat_penalty", sc.repetition_penalty},
-                         {"seed", sc.seed},           {"max_new_tokens", t.generation.max_new_tokens}};
+                         {"seed", sc.seed},           {"max_new_tokens", t.generation.max_new_tokens},
+                         {"context_length", t.context_length > 0 ? json(t.context_length) : json(nullptr)}};
         std::printf("%s\n", j.dump(-1, ' ', false, json::error_handler_t::replace).c_str());
     } else {
         std::printf("\n");

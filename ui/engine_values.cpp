@@ -1,3 +1,4 @@
+#include "ui/chat_panel.h"
 #include "ui/chat_settings_value.h"
 #include "ui/engine_values.h"
 
@@ -18,19 +19,6 @@ MessageRole messageRoleOf(Role r) {
     return MessageRole::User;
 }
 
-AnswerFigures answerFiguresOf(const GenerationStats& s) {
-    AnswerFigures f;
-    f.promptTokens = s.prompt_tokens;
-    f.generatedTokens = s.generated_tokens;
-    f.cachedTokens = s.cached_tokens;
-    f.prefixTokens = s.prefix_tokens;
-    f.computedTokens = s.computed_tokens;
-    f.ttftMs = s.ttft_ms.value_or(-1);
-    f.tokensPerSecond = s.tokens_per_second.value_or(-1);
-    f.prefillSavedMs = s.prefill_saved_ms.value_or(-1);
-    return f;
-}
-
 MessageItem messageItemOf(const MessageRecord& m) {
     MessageItem item;
     item.id = m.id;
@@ -38,7 +26,7 @@ MessageItem messageItemOf(const MessageRecord& m) {
     item.role = messageRoleOf(m.role);
     item.content = qs(m.content);
     item.repaired = m.content_repaired;
-    item.figures = answerFiguresOf(m.stats);
+    item.figures = m.stats;
     item.createdMs = m.created_ms;
     return item;
 }
@@ -81,6 +69,8 @@ void registerEngineValues() {
     qRegisterMetaType<TurnOutcome>();
     qRegisterMetaType<CacheTelemetry>();
     qRegisterMetaType<ChatSettings>();
+    qRegisterMetaType<ConversationSettings>();
+    qRegisterMetaType<ChatPanelValues>();
     qRegisterMetaType<QList<MessageItem>>();
     qRegisterMetaType<QList<ConversationItem>>();
     qRegisterMetaType<QList<PrefixItem>>();

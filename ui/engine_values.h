@@ -12,19 +12,6 @@
 
 namespace kvchat {
 
-// The figures of one generated answer, as stored with it (GenerationStats). -1: not measured.
-struct AnswerFigures {
-    qint64 promptTokens = 0;
-    qint64 generatedTokens = 0;
-    qint64 cachedTokens = 0;    // prompt tokens reused from the conversation's cache
-    qint64 prefixTokens = 0;    // of those, from a saved prefix
-    qint64 computedTokens = 0;  // prompt tokens prefilled for this answer
-    double ttftMs = -1;
-    double tokensPerSecond = -1;
-    double prefillSavedMs = -1;
-    bool present() const { return promptTokens > 0 || generatedTokens > 0; }
-};
-
 enum class MessageRole { System, User, Assistant };
 
 struct MessageItem {
@@ -33,7 +20,7 @@ struct MessageItem {
     MessageRole role = MessageRole::User;
     QString content;
     bool repaired = false;  // invalid UTF-8 was replaced when it was stored
-    AnswerFigures figures;
+    AnswerFigures figures;  // the engine's value as the store keeps it (none: a typed message)
     qint64 createdMs = 0;
     // This place has versions (regenerate, edit): version versionShown of versionCount (0: none).
     int versionCount = 0;
@@ -113,7 +100,6 @@ struct TurnOutcome {
 
 // The engine's records as the window's values.
 MessageRole messageRoleOf(Role role);
-AnswerFigures answerFiguresOf(const GenerationStats& stats);
 MessageItem messageItemOf(const MessageRecord& message);
 ConversationItem conversationItemOf(const ConversationOverview& overview);
 // A conversation's line from its row and its messages, counted as the store's overview counts them.

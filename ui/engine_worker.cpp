@@ -52,7 +52,7 @@ ConversationItem itemOf(const ConversationSummary& c) {
 
 TurnOptions EngineWorker::turnOptions(qint64 id) const {
     const auto c = session_->summary(id);
-    return settings_->turn_options(c ? c->cache_spec : settings_->default_strategy);
+    return settings_->turn_options(c ? c->cache_spec : settings_->default_strategy, session_->conversation_settings(id));
 }
 
 void EngineWorker::makeSession() {

@@ -8,6 +8,7 @@
 //
 // Streaming: answer text is batched (a signal at most every ~30 ms) and per-step cache telemetry
 // is coalesced (at most ~30 signals a second), so the GUI thread never floods.
+#include "ui/chat_panel.h"
 #include "ui/chat_settings_value.h"
 #include "ui/engine_values.h"
 #include "ui/lab/lab_values.h"
@@ -112,6 +113,12 @@ public Q_SLOTS:
     void dropCache(bool prefix, qint64 id);
     void setStorageBudget(qint64 bytes);
 
+    // The chat panel (engine_worker_chat.cpp): a conversation's own settings and system prompt,
+    // answered by chatPanelLoaded.
+    void reportChatPanel(qint64 id);
+    void saveChatSettings(qint64 id, const kvchat::ConversationSettings& own);
+    void setSystemPrompt(qint64 id, const QString& text);
+
 Q_SIGNALS:
     void storeOpened(const QString& path, const QList<kvchat::ConversationItem>& conversations,
                      const QList<kvchat::PrefixItem>& prefixes);
@@ -157,6 +164,7 @@ Q_SIGNALS:
     void comparisonFailed(const QString& problem);  // empty: cancelled
     void snapshotReported(qint64 conversationId, qint64 bytes);  // -1: none on disk
     void storageReported(const kvchat::StorageReport& report);
+    void chatPanelLoaded(const kvchat::ChatPanelValues& values);
 
 private:
     QList<ConversationItem> conversationItems() const;

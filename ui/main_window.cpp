@@ -2,6 +2,11 @@
 
 #include "ui/lab/cache_lab.h"
 #include "ui/lab/comparison_view.h"
+#include "ui/lab/strategy_panel.h"
+
+#include "ui/chat_panel.h"
+#include "ui/context_meter.h"
+#include "ui/inspector/byte_size_text.h"
 
 #include "engine/model/model_path.h"
 #include "engine/store/store.h"
@@ -57,7 +62,8 @@ namespace {
 
 constexpr int kRecentModels = 8;
 
-QString bytesText(qint64 bytes) { return QLocale().formattedDataSize(bytes, 1, QLocale::DataSizeTraditionalFormat); }
+// One unit family in the whole window: binary (KiB, MiB, GiB), as the inspector writes them.
+QString bytesText(qint64 bytes) { return byteSizeText(bytes); }
 
 // The strategies offered beside the Send button; any other spec can be typed in.
 const char* const kStrategies[] = {"dynamic",   "static:max_len=4096", "offloaded", "quantized:nbits=4",
@@ -104,7 +110,8 @@ MainWindow::MainWindow(const WindowOptions& options, QWidget* parent)
     createDocks();
     createStatusBar();
     // The chat keeps most of the width; the docks start narrow (the user widens them).
-    resizeDocks({inspectorDock_}, {std::max(340, width() / 4)}, Qt::Horizontal);
+    // (Wide enough for the chat panel's strategy fields, about 430 px, without clipping them.)
+    resizeDocks({inspectorDock_}, {std::max(440, width() / 4)}, Qt::Horizontal);
 
     worker_ = new EngineWorker;
     worker_->moveToThread(&thread_);
@@ -120,6 +127,7 @@ MainWindow::MainWindow(const WindowOptions& options, QWidget* parent)
     auto* found = new ConversationSearch(search_, list_, shownConversations_, transcriptView_, this);
     connect(worker_, &EngineWorker::searchMatched, found, &ConversationSearch::showMatches);
     connect(this, &MainWindow::currentConversationChanged, found, &ConversationSearch::jumpToMatch);
+    chatPanel_->setStrategyWidget(lab_->strategyPanel());
     thread_.start();
 
     if (options_.restoreState) restoreWindowState();
@@ -374,6 +382,14 @@ void MainWindow::createDocks() {
     tabifyDockWidget(inspectorDock_, prefixDock_);
     viewMenu_->addAction(inspectorDock_->toggleViewAction());
 
+    // The open chat's own settings, with its cache strategy (the strategy panel goes in it).
+    chatDock_ = new QDockWidget(tr("Chat"), this);
+    chatDock_->setObjectName(QStringLiteral("chatPanelDock"));
+    chatPanel_ = new ChatPanel;
+    chatDock_->setWidget(chatPanel_);
+    addDockWidget(Qt::RightDockWidgetArea, chatDock_);
+    viewMenu_->addAction(chatDock_->toggleViewAction());
+
     // What the saved caches take on disk, against their budget.
     storageDock_ = new QDockWidget(tr("Storage"), this);
     storageDock_->setObjectName(QStringLiteral("storageDock"));
@@ -409,16 +425,11 @@ void MainWindow::createStatusBar() {
     modelLabel_ = label(QStringLiteral("modelLabel"), tr("Model"));
     connect(new ModelNameClicks(modelLabel_), &ModelNameClicks::activated, modelsAction_, &QAction::trigger);
     strategyLabel_ = label(QStringLiteral("strategyLabel"), tr("Cache strategy"));
-    contextBar_ = new QProgressBar;
-    contextBar_->setObjectName(QStringLiteral("contextBar"));
-    contextBar_->setAccessibleName(tr("Tokens in context"));
-    contextBar_->setMaximumWidth(200);
+    contextBar_ = new ContextMeter;
+    contextBar_->setMaximumWidth(240);
     // Its figures whole (the labels beside it give way instead).
-    contextBar_->setMinimumWidth(contextBar_->fontMetrics().horizontalAdvance(QStringLiteral("000,000 / 000,000 tokens")) + 12);
-    contextBar_->setTextVisible(true);
-    contextBar_->setFormat(tr("%v / %m tokens"));
-    contextBar_->setRange(0, 1);
-    contextBar_->setValue(0);
+    contextBar_->setMinimumWidth(
+        std::min(240, contextBar_->fontMetrics().horizontalAdvance(QStringLiteral("000,000 / 000,000 tokens")) + 12));
     statusBar()->addPermanentWidget(contextBar_);
     kvLabel_ = label(QStringLiteral("kvBytesLabel"), tr("KV cache size"));
     lastAnswerLabel_ = label(QStringLiteral("lastAnswerLabel"), tr("Last answer"));
@@ -472,6 +483,21 @@ void MainWindow::connectWorker() {
     connect(w, &EngineWorker::prefixesChanged, this, refreshStorage);
     connect(w, &EngineWorker::conversationsChanged, this, refreshStorage);
 
+    // The chat panel describes the open conversation, asked again when the global settings change.
+    connect(chatPanel_, &ChatPanel::settingsApplied, w, &EngineWorker::saveChatSettings);
+    connect(chatPanel_, &ChatPanel::systemPromptApplied, w, &EngineWorker::setSystemPrompt);
+    connect(w, &EngineWorker::chatPanelLoaded, this, [this](const ChatPanelValues& v) {
+        if (v.conversationId == currentId_) chatPanel_->setValues(v);
+    });
+    auto reportChat = [this] {
+        chatPanel_->clear();
+        if (currentId_ != 0)
+            QMetaObject::invokeMethod(worker_, [w = worker_, id = currentId_] { w->reportChatPanel(id); }, Qt::QueuedConnection);
+    };
+    connect(this, &MainWindow::currentConversationChanged, this, reportChat);
+    connect(w, &EngineWorker::settingsLoaded, this, reportChat);
+    connect(w, &EngineWorker::modelLoaded, this, reportChat);
+
     connect(w, &EngineWorker::storeOpened, this, &MainWindow::onStoreOpened);
     connect(w, &EngineWorker::storeFailed, this, &MainWindow::onStoreFailed);
     connect(w, &EngineWorker::modelLoading, this, [this](const QString& path) {
@@ -511,6 +537,8 @@ void MainWindow::connectWorker() {
         transcript_->appendAnswerText(id, piece);
         if (id == currentId_ && !answerHasText_) {
             answerHasText_ = true;
+            // The prefill is over: its last "Prefilling: n of n" is not what happens now.
+            statusBar()->showMessage(tr("Generating the answer…"));
             Q_EMIT answerStarted(id);
         }
     });
@@ -519,15 +547,17 @@ void MainWindow::connectWorker() {
     connect(w, &EngineWorker::cacheTelemetry, this, [this](qint64 id, const CacheTelemetry& t) {
         if (id != currentId_) return;
         kvLabel_->setText(tr("KV %1").arg(bytesText(t.total_bytes)));
-        contextBar_->setValue(static_cast<int>(std::min<qint64>(t.tokens, contextBar_->maximum())));
+        contextBar_->setTelemetry(t);
     });
     connect(w, &EngineWorker::strategySwitched, this, [this](qint64 id, const QString& spec, const QString& summary) {
-        if (id == currentId_) {
-            strategyLabel_->setText(spec);
-            strategy_->setCurrentText(spec);
-            readTranscript(id);  // the switch is marked in the transcript
-        }
-        showNotice(summary.isEmpty() ? tr("The cache strategy is now %1.").arg(spec) : summary);
+        // Another conversation's switch is not news about this one; one applied from the strategy
+        // panel is told there (the panel is still busy with it now), so it is not repeated here.
+        if (id != currentId_) return;
+        strategyLabel_->setText(spec);
+        strategy_->setCurrentText(spec);
+        readTranscript(id);  // the switch is marked in the transcript
+        if (lab_ && lab_->strategyPanel()->busy()) return;
+        showNotice(summary.isEmpty() ? tr("The cache strategy is now %1.").arg(spec) : summary, false, false);
     });
     connect(w, &EngineWorker::prefixesChanged, prefixes_, &PrefixLibraryPanel::setPrefixes);
     connect(w, &EngineWorker::notice, this, [this](const QString& text) { showNotice(text); });
@@ -645,7 +675,7 @@ void MainWindow::onModelLoaded(const ModelInfo& model) {
                                 .arg(model.layers)
                                 .arg(QLocale().toString(model.contextLimit))
                                 .arg(bytesText(model.fileBytes)));
-    contextBar_->setRange(0, static_cast<int>(std::max<qint64>(1, model.contextLimit)));
+    contextBar_->setContextLimit(model.contextLimit);
     setWindowTitle(tr("kvchat — %1").arg(model.name));
     rememberModel(model.path);
     if (models_) models_->setLoadedModel(model.path);
@@ -701,6 +731,12 @@ void MainWindow::selectConversation(qint64 id) {
         currentId_ = id;
         answerHasText_ = false;
         transcript_->open(id);
+        // Every figure belongs to the conversation on screen: the last one's go, and so does a
+        // notice about it.
+        lastAnswerLabel_->clear();
+        kvLabel_->clear();
+        contextBar_->clear();
+        notice_->setVisible(false);
         QSettings().setValue(QStringLiteral("window/conversation"), id);
         Q_EMIT currentConversationChanged(id);
     }
@@ -790,7 +826,24 @@ void MainWindow::startSend(const QString& text) {
     }
     notice_->setVisible(false);
     setAnswering(true);
+    showStreamingCount();
     Q_EMIT requestSend(currentId_, text);
+}
+
+void MainWindow::showStreamingCount() {
+    // The worker lists the conversation again when the turn ends; until then the list counts the
+    // rows on screen (the question sent and the answer streaming), not the count before the turn.
+    auto c = conversations_->find(currentId_);
+    if (!c || c->messageCount == transcript_->rowCount()) return;
+    c->messageCount = transcript_->rowCount();
+    QList<ConversationItem> all = conversations_->all();
+    for (ConversationItem& item : all)
+        if (item.id == c->id) item = *c;
+    {
+        QSignalBlocker block(list_->selectionModel());
+        conversations_->setConversations(all);
+    }
+    markCurrentInList();
 }
 
 void MainWindow::regenerate() {
@@ -810,18 +863,16 @@ void MainWindow::editMessage(int ordinal, const QString& text) {
 
 void MainWindow::onTurnFinished(const TurnOutcome& outcome) {
     setAnswering(false);
+    statusBar()->clearMessage();
     transcript_->finishTurn(outcome);
     // The versions (a regenerate or an edit adds one) and strategy changes come with the stored transcript.
     if (outcome.conversationId == currentId_) readTranscript(currentId_);
     if (outcome.conversationId == currentId_) {
-        contextBar_->setValue(static_cast<int>(std::min<qint64>(outcome.contextTokens, contextBar_->maximum())));
+        if (contextBar_->window() == 0) contextBar_->setTokens(outcome.contextTokens);
         kvLabel_->setText(tr("KV %1").arg(bytesText(outcome.kvBytes)));
         strategyLabel_->setText(outcome.cacheSpec);
-        const AnswerFigures& f = outcome.answer.figures;
-        lastAnswerLabel_->setText(tr("last answer: %1 cached / %2 computed · first token %3 ms · %4 tok/s")
-                                      .arg(QLocale().toString(f.cachedTokens), QLocale().toString(f.computedTokens))
-                                      .arg(f.ttftMs, 0, 'f', 0)
-                                      .arg(f.tokensPerSecond, 0, 'f', 1));
+        lastAnswerLabel_->setText(tr("last answer: %1").arg(
+            TranscriptModel::figuresText(outcome.answer.figures).section(QStringLiteral(" · "), 0, 3)));
         if (!outcome.notices.isEmpty()) showNotice(outcome.notices.join(QLatin1Char('\n')));
     }
     Q_EMIT answerFinished(outcome);
@@ -830,6 +881,7 @@ void MainWindow::onTurnFinished(const TurnOutcome& outcome) {
 
 void MainWindow::onTurnFailed(qint64 id, const QString& problem, bool messageStored) {
     setAnswering(false);
+    statusBar()->clearMessage();
     answerHasText_ = false;
     // Nothing stored: the rows are as before the turn, and a sent message comes back into the box
     // so it is not lost. Something stored: what is stored is read again.
@@ -865,11 +917,11 @@ void MainWindow::deleteCurrent() {
     box->open();
 }
 
-void MainWindow::showNotice(const QString& text, bool problem) {
+void MainWindow::showNotice(const QString& text, bool problem, bool inStatusBar) {
     notice_->setText((problem ? QStringLiteral("⚠ ") : QString()) + text);
     notice_->setForegroundRole(problem ? QPalette::Text : QPalette::WindowText);
     notice_->setVisible(!text.isEmpty());
-    statusBar()->showMessage(text.section(QLatin1Char('\n'), 0, 0), 8000);
+    if (inStatusBar) statusBar()->showMessage(text.section(QLatin1Char('\n'), 0, 0), 8000);
 }
 
 void MainWindow::setAnswering(bool answering) {
@@ -893,7 +945,7 @@ void MainWindow::updateSendState() {
 void MainWindow::updateStatus(const ConversationItem* c) {
     if (!c) return;
     strategyLabel_->setText(c->cacheSpec);
-    if (c->tokens > 0) contextBar_->setValue(static_cast<int>(std::min<qint64>(c->tokens, contextBar_->maximum())));
+    if (c->tokens > 0 && contextBar_->window() == 0) contextBar_->setTokens(c->tokens);
 }
 
 void MainWindow::openSettings() {

@@ -26,6 +26,8 @@ class QToolButton;
 namespace kvchat {
 
 class CacheLab;
+class ChatPanel;
+class ContextMeter;
 class ConversationListModel;
 class ConversationSearchModel;
 class EngineWorker;
@@ -58,6 +60,7 @@ public:
     QMenu* viewMenu() const { return viewMenu_; }
     CacheLab* cacheLab() const { return lab_; }
     ViewControls* viewControls() const { return view_; }
+    ChatPanel* chatPanel() const { return chatPanel_; }
     // The item models the views show (for tests and tools): the open conversation's messages, the
     // conversations, and the list as shown (sorted, searched).
     TranscriptModel* transcriptModel() const { return transcript_; }
@@ -134,7 +137,9 @@ private:
     void editMessage(int ordinal, const QString& text);
     void renameCurrent();
     void deleteCurrent();
-    void showNotice(const QString& text, bool problem = false);
+    void showNotice(const QString& text, bool problem = false, bool inStatusBar = true);
+    // The conversation list counts the rows of a turn under way.
+    void showStreamingCount();
     void updateSendState();
     void updateStatus(const ConversationItem* conversation);
     void rememberModel(const QString& path);
@@ -169,11 +174,13 @@ private:
     QDockWidget* prefixDock_ = nullptr;
     PrefixLibraryPanel* prefixes_ = nullptr;
     QDockWidget* storageDock_ = nullptr;
+    QDockWidget* chatDock_ = nullptr;
+    ChatPanel* chatPanel_ = nullptr;
     StoragePanel* storage_ = nullptr;
 
     QLabel* modelLabel_ = nullptr;
     QLabel* strategyLabel_ = nullptr;
-    QProgressBar* contextBar_ = nullptr;
+    ContextMeter* contextBar_ = nullptr;
     QLabel* kvLabel_ = nullptr;
     QLabel* lastAnswerLabel_ = nullptr;
     QLabel* apiLabel_ = nullptr;  // the local API server's address, or why it does not serve

@@ -206,6 +206,11 @@ MessageView::MessageView(const MessageItem& message, QWidget* parent) : QFrame(p
     stateNote_->setWordWrap(true);
     stateNote_->setVisible(false);
     outer->addWidget(stateNote_);
+    ending_ = new QLabel;
+    ending_->setObjectName(QStringLiteral("answerEnding"));
+    ending_->setAccessibleName(tr("How the answer ended"));
+    ending_->setVisible(false);
+    outer->addWidget(ending_);
     figures_ = new QLabel;
     figures_->setObjectName(QStringLiteral("answerFigures"));
     figures_->setWordWrap(true);
@@ -230,6 +235,7 @@ void MessageView::setMessage(const MessageItem& message) {
     const QString f = TranscriptModel::figuresText(message.figures);
     figures_->setText(f);
     figures_->setVisible(!f.isEmpty());
+    showEnding();
     render();
     showHistory();
 }
@@ -280,13 +286,25 @@ void MessageView::showRow(const MessageItem& m, MessageState state) {
     } else if (streaming_) {
         finish(m);
     } else if (m.content != message_.content || m.repaired != message_.repaired ||
-               TranscriptModel::figuresText(m.figures) != figures_->text()) {
+               TranscriptModel::figuresText(m.figures) != figures_->text() ||
+               TranscriptModel::endingText(m.figures.stop_reason) != ending_->text()) {
         setMessage(m);
     } else {
         message_ = m;  // the same text, now stored (its id and time): nothing to parse again
         showHistory();
     }
     showState(state);
+}
+
+void MessageView::showEnding() {
+    const QString e = TranscriptModel::endingText(message_.figures.stop_reason);
+    ending_->setText(e);
+    // An answer cut short (stopped, at its limit, context full) reads as finished otherwise: the
+    // line is in the text's colour then, the ordinary end of turn in the quiet one.
+    const bool cut = message_.figures.stop_reason && *message_.figures.stop_reason != StopReason::EndOfTurn &&
+                     *message_.figures.stop_reason != StopReason::EndOfSequence;
+    ending_->setForegroundRole(cut ? QPalette::WindowText : QPalette::PlaceholderText);
+    ending_->setVisible(!e.isEmpty());
 }
 
 void MessageView::showState(MessageState state) {

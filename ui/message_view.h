@@ -82,6 +82,7 @@ private:
     void showState(MessageState state);
     void showHistory();
     void stopEditing();
+    void showEnding();
 
     MessageItem message_;
     MessageState state_ = MessageState::Stored;
@@ -90,6 +91,7 @@ private:
     QTimer reparse_;
     QLabel* roleLabel_ = nullptr;
     QLabel* figures_ = nullptr;
+    QLabel* ending_ = nullptr;  // how the answer ended (TranscriptModel::endingText)
     QLabel* cutNote_ = nullptr;
     QLabel* stateNote_ = nullptr;
     QToolButton* copy_ = nullptr;

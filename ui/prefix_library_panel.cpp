@@ -75,7 +75,7 @@ void PrefixLibraryPanel::setPrefixes(const QList<PrefixItem>& prefixes) {
         item->setText(0, p.name);
         item->setText(1, loc.toString(p.messageCount));
         item->setText(2, loc.toString(p.tokens));
-        item->setText(3, p.cacheBytes > 0 ? loc.formattedDataSize(p.cacheBytes, 1, QLocale::DataSizeTraditionalFormat)
+        item->setText(3, p.cacheBytes > 0 ? loc.formattedDataSize(p.cacheBytes, 1, QLocale::DataSizeIecFormat)
                                           : tr("none"));
         item->setText(4, p.lastUsedMs < 0 ? tr("never")
                                           : loc.toString(QDateTime::fromMSecsSinceEpoch(p.lastUsedMs), QLocale::ShortFormat));

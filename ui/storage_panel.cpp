@@ -19,8 +19,8 @@ namespace kvchat {
 
 namespace {
 
-// Powers of 1000, as the budget is set (MB) and the command line counts.
-QString size_text(qint64 bytes) { return QLocale().formattedDataSize(bytes, 1, QLocale::DataSizeSIFormat); }
+// Binary units (KiB, MiB, GiB), as everywhere in the window; the budget is set in MiB.
+QString size_text(qint64 bytes) { return QLocale().formattedDataSize(bytes, 1, QLocale::DataSizeIecFormat); }
 
 // A time today as its time, an earlier one as its date: the column stays narrow.
 QString when_text(qint64 ms) {
@@ -69,11 +69,11 @@ StoragePanel::StoragePanel(QWidget* parent) : QWidget(parent) {
     auto* label = new QLabel(tr("&Budget:"));
     budget_ = new QDoubleSpinBox;
     budget_->setObjectName(QStringLiteral("storageBudget"));
-    budget_->setAccessibleName(tr("Budget for saved caches, in megabytes"));
+    budget_->setAccessibleName(tr("Budget for saved caches, in MiB"));
     budget_->setDecimals(0);
     budget_->setRange(0, 1e7);
     budget_->setSingleStep(100);
-    budget_->setSuffix(tr(" MB"));
+    budget_->setSuffix(tr(" MiB"));
     label->setBuddy(budget_);
     apply_ = new QPushButton(tr("&Apply"));
     apply_->setObjectName(QStringLiteral("applyStorageBudgetButton"));
@@ -100,7 +100,7 @@ StoragePanel::StoragePanel(QWidget* parent) : QWidget(parent) {
 
     connect(refresh, &QPushButton::clicked, this, &StoragePanel::refreshRequested);
     connect(apply_, &QPushButton::clicked, this, [this] {
-        Q_EMIT budgetRequested(static_cast<qint64>(budget_->value() * 1e6));
+        Q_EMIT budgetRequested(static_cast<qint64>(budget_->value() * 1048576.0));
     });
     connect(default_, &QPushButton::clicked, this, [this] { Q_EMIT budgetRequested(-1); });
     connect(drop_, &QPushButton::clicked, this, [this] {
@@ -148,7 +148,7 @@ void StoragePanel::setReport(const StorageReport& report) {
                         ? static_cast<int>(std::min<double>(1000.0, 1000.0 * static_cast<double>(report.totalBytes) /
                                                                         static_cast<double>(report.budgetBytes)))
                         : 0);
-    if (!budget_->hasFocus()) budget_->setValue(std::round(static_cast<double>(report.budgetBytes) / 1e6));
+    if (!budget_->hasFocus()) budget_->setValue(std::round(static_cast<double>(report.budgetBytes) / 1048576.0));
     if (reselect >= 0) selectRow(reselect);
     updateButtons();
 }

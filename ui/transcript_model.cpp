@@ -11,14 +11,18 @@ namespace kvchat {
 
 namespace {
 
+bool sameFigures(const AnswerFigures& a, const AnswerFigures& b) {
+    return a.prompt_tokens == b.prompt_tokens && a.generated_tokens == b.generated_tokens &&
+           a.cached_tokens == b.cached_tokens && a.prefix_tokens == b.prefix_tokens &&
+           a.computed_tokens == b.computed_tokens && a.ttft_ms == b.ttft_ms && a.tokens_per_second == b.tokens_per_second &&
+           a.prefill_saved_ms == b.prefill_saved_ms && a.stop_reason == b.stop_reason;
+}
+
 bool sameRow(const MessageItem& a, const MessageItem& b) {
     return a.id == b.id && a.ordinal == b.ordinal && a.role == b.role && a.content == b.content &&
-           a.repaired == b.repaired && a.createdMs == b.createdMs && a.figures.promptTokens == b.figures.promptTokens &&
-           a.figures.generatedTokens == b.figures.generatedTokens && a.figures.cachedTokens == b.figures.cachedTokens &&
-           a.figures.prefixTokens == b.figures.prefixTokens && a.figures.computedTokens == b.figures.computedTokens &&
-           a.figures.ttftMs == b.figures.ttftMs && a.figures.tokensPerSecond == b.figures.tokensPerSecond &&
-           a.figures.prefillSavedMs == b.figures.prefillSavedMs && a.versionCount == b.versionCount &&
-           a.versionShown == b.versionShown && a.strategyBefore == b.strategyBefore && a.strategyAfter == b.strategyAfter;
+           a.repaired == b.repaired && a.createdMs == b.createdMs && sameFigures(a.figures, b.figures) &&
+           a.versionCount == b.versionCount && a.versionShown == b.versionShown && a.strategyBefore == b.strategyBefore &&
+           a.strategyAfter == b.strategyAfter;
 }
 
 QString number(qint64 n) { return QLocale().toString(n); }
@@ -33,18 +37,31 @@ QString duration(double ms) {
 QString TranscriptModel::figuresText(const AnswerFigures& f) {
     if (!f.present()) return {};
     QStringList parts;
-    QString prompt = tr("prompt %1 tokens").arg(number(f.promptTokens));
-    if (f.cachedTokens > 0 || f.computedTokens > 0) {
-        QString cached = tr("%1 cached").arg(number(f.cachedTokens));
-        if (f.prefixTokens > 0) cached += tr(" (%1 from a prefix)").arg(number(f.prefixTokens));
-        prompt += QStringLiteral(": ") + cached + tr(", %1 computed").arg(number(f.computedTokens));
+    QString prompt = tr("prompt %1 tokens").arg(number(f.prompt_tokens));
+    if (f.cached_tokens > 0 || f.computed_tokens > 0) {
+        QString cached = tr("%1 cached").arg(number(f.cached_tokens));
+        if (f.prefix_tokens > 0) cached += tr(" (%1 from a prefix)").arg(number(f.prefix_tokens));
+        prompt += QStringLiteral(": ") + cached + tr(", %1 computed").arg(number(f.computed_tokens));
     }
     parts << prompt;
-    if (f.prefillSavedMs > 0) parts << tr("saved %1 of prefill").arg(duration(f.prefillSavedMs));
-    if (f.ttftMs >= 0) parts << tr("first token %1").arg(duration(f.ttftMs));
-    if (f.tokensPerSecond >= 0) parts << tr("%1 tok/s").arg(f.tokensPerSecond, 0, 'f', 1);
-    parts << tr("%1 tokens").arg(number(f.generatedTokens));
+    if (f.prefill_saved_ms && f.cached_tokens > 0) parts << tr("prefill saved ~%1").arg(duration(*f.prefill_saved_ms));
+    if (f.ttft_ms) parts << tr("first token %1").arg(duration(*f.ttft_ms));
+    if (f.tokens_per_second) parts << tr("%1 tok/s").arg(*f.tokens_per_second, 0, 'f', 1);
+    parts << tr("%1 tokens").arg(number(f.generated_tokens));
     return parts.join(QStringLiteral(" · "));
+}
+
+QString TranscriptModel::endingText(const std::optional<StopReason>& reason) {
+    if (!reason) return {};
+    switch (*reason) {
+        case StopReason::Stopped: return tr("Stopped by you");
+        case StopReason::MaxNewTokens: return tr("Hit the answer's token limit");
+        case StopReason::EndOfTurn:
+        case StopReason::EndOfSequence: return tr("End of turn");
+        case StopReason::StopString: return tr("Ended at a stop string");
+        case StopReason::ContextFull: return tr("Context full");
+    }
+    return {};
 }
 
 TranscriptModel::TranscriptModel(QObject* parent) : QAbstractListModel(parent) {
@@ -70,6 +87,7 @@ QVariant TranscriptModel::data(const QModelIndex& index, int role) const {
         case StateRole: return static_cast<int>(r.state);
         case FiguresRole: return QVariant::fromValue(m.figures);
         case FiguresTextRole: return figuresText(m.figures);
+        case EndingTextRole: return endingText(m.figures.stop_reason);
         case AnswerTextRole:
         case ThinkingRole: {
             if (m.role != MessageRole::Assistant) return role == AnswerTextRole ? m.content : QString();
@@ -93,7 +111,8 @@ QHash<int, QByteArray> TranscriptModel::roleNames() const {
                   {ThinkingRole, "thinking"},
                   {StateRole, "state"},
                   {FiguresRole, "figures"},
-                  {FiguresTextRole, "figuresText"}});
+                  {FiguresTextRole, "figuresText"},
+                  {EndingTextRole, "endingText"}});
     return names;
 }
 

@@ -38,6 +38,7 @@ public:
         StateRole,        // MessageState as int
         FiguresRole,      // AnswerFigures
         FiguresTextRole,  // the figures in words
+        EndingTextRole,   // how the answer ended, in words (endingText); empty when not recorded
     };
 
     explicit TranscriptModel(QObject* parent = nullptr);
@@ -45,6 +46,9 @@ public:
     // "prompt 120 tokens: 100 cached, 20 computed · first token 40 ms · 31.5 tok/s · 64 tokens";
     // empty for a message without figures.
     static QString figuresText(const AnswerFigures& figures);
+    // "Stopped by you", "Hit the answer's token limit", "End of turn", "Ended at a stop string",
+    // "Context full"; empty when not recorded (answers stored before schema 6).
+    static QString endingText(const std::optional<StopReason>& reason);
 
     int rowCount(const QModelIndex& parent = {}) const override;
     QVariant data(const QModelIndex& index, int role) const override;

@@ -1,5 +1,6 @@
 #include "engine/chat/chat_session.h"
 
+#include "engine/chat/chat_settings.h"
 #include "engine/chat/conversation_cache.h"
 #include "engine/chat/snapshot_storage.h"
 #include "engine/common/quoted.h"
@@ -589,6 +590,60 @@ std::optional<CacheTelemetry> ChatSession::telemetry(int64_t id) const {
     const Cache* c = e->conversation->resident_cache();
     if (!c) return std::nullopt;
     return c->telemetry();
+}
+
+// ---- a conversation's own settings ----
+
+ConversationSettings ChatSession::conversation_settings(int64_t id) const { return store_.conversation_settings(id); }
+
+void ChatSession::set_conversation_settings(int64_t id, const ConversationSettings& settings) {
+    validate_conversation_settings(settings, model_ ? model_->config().n_ctx_train : 0);
+    store_.set_conversation_settings(id, settings);
+}
+
+bool ChatSession::set_system_prompt(int64_t id, std::string_view text) {
+    Entry& e = entry(id);
+    std::vector<std::string> notices;
+    std::vector<MessageRecord> stored;
+    lock_and_sync(e, notices, stored);
+    const Unlock unlock{e};
+    notices_.insert(notices_.end(), notices.begin(), notices.end());
+    if (!store_.set_system_message(e.id, text)) return false;
+    // The transcript in memory follows the store; the cache is matched against it by the next turn.
+    Conversation& c = *e.conversation;
+    c.truncate(0);
+    for (const MessageRecord& m : store_.list_messages(e.id)) adopt(c, m);
+    return true;
+}
+
+// ---- the batch prefill speed ----
+
+const std::optional<PrefillSpeed>& ChatSession::kept_batch_speed() {
+    if (!batch_speed_read_ && model_) {
+        batch_speed_ = load_prefill_speed(store_, prefill_speed_key(*model_, *backend_));
+        batch_speed_read_ = true;
+    }
+    return batch_speed_;
+}
+
+void ChatSession::note_batch_speed(const PrefillSpeed& measured) {
+    if (!model_ || !measured.usable()) return;
+    const auto& kept = kept_batch_speed();
+    if (kept && kept->tokens >= measured.tokens) return;
+    batch_speed_ = measured;
+    try {
+        save_prefill_speed(store_, prefill_speed_key(*model_, *backend_), measured);
+    } catch (const Error&) {
+        // Only a figure: this session still uses it; a later one measures again.
+    }
+}
+
+PrefillSpeed ChatSession::batch_prefill_speed() {
+    if (!model_) throw Error("no model is loaded: the prefill speed cannot be measured");
+    if (const auto& kept = kept_batch_speed()) return *kept;
+    note_batch_speed(measure_prefill_speed(*model_, *backend_));
+    if (batch_speed_) return *batch_speed_;
+    throw Error("the prefill speed could not be measured");
 }
 
 }  // namespace kvchat

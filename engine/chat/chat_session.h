@@ -22,6 +22,7 @@
 // used give theirs up (their snapshots on disk stand in for them).
 #include "engine/cache/conversion_plan.h"
 #include "engine/chat/conversation.h"
+#include "engine/chat/prefill_speed.h"
 #include "engine/chat/prefix_library.h"
 #include "engine/common/progress.h"
 #include "engine/store/conversation_lock.h"
@@ -212,6 +213,21 @@ public:
     MessagesResult answer_messages(const MessagesRequest& request, const TurnOptions& options,
                                    const TurnCallbacks& callbacks = {});
 
+    // ---- a conversation's own settings ----
+    // Its sampling, answer limit and context length (values not set: the global settings').
+    ConversationSettings conversation_settings(int64_t id) const;
+    // Validated (validate_conversation_settings; the context length against the model's, when a
+    // model is loaded) and stored; the next turn uses them.
+    void set_conversation_settings(int64_t id, const ConversationSettings& settings);
+    // The conversation's system prompt (empty: none) becomes `text`. The next turn renders the
+    // conversation again; its cache keeps what still matches, which with the system prompt first
+    // is little: the conversation is prefilled again. Returns false when nothing changed.
+    bool set_system_prompt(int64_t id, std::string_view text);
+
+    // The model's batch prefill speed on this machine (prefill_speed.h) as kept in the store,
+    // measured first when none is kept yet. Needs the model.
+    PrefillSpeed batch_prefill_speed();
+
     // ---- prefixes by id ----
     std::vector<PrefixSummary> prefix_list() const;  // by name
     PrefixRecord prefix(int64_t id) const;            // throws kvchat::Error when it was deleted
@@ -325,6 +341,14 @@ private:
     std::list<Entry> entries_;  // most recently used first
     std::vector<std::string> notices_;
     double prefill_tok_s_ = 0.0;  // the last turn's prefill speed, for rebuild estimates
+    std::optional<PrefillSpeed> batch_speed_;  // as kept in the store (read on first need)
+    bool batch_speed_read_ = false;
+    // The kept speed, read from the store once; nullopt when none is kept yet.
+    const std::optional<PrefillSpeed>& kept_batch_speed();
+    // Keeps `measured` when it is a batch larger than the kept one.
+    void note_batch_speed(const PrefillSpeed& measured);
+    // Tokens per second a rebuild's estimate is priced at (0: none known).
+    double rebuild_tok_s();
 };
 
 }  // namespace kvchat

@@ -166,14 +166,46 @@ std::string fallback_strategy(const std::string& spec) {
 }
 
 TurnOptions ChatSettings::turn_options(const std::string& conversation_spec) const {
+    return turn_options(conversation_spec, ConversationSettings{});
+}
+
+TurnOptions ChatSettings::turn_options(const std::string& conversation_spec, const ConversationSettings& own) const {
     TurnOptions t;
-    t.generation.max_new_tokens = max_new_tokens;
+    t.generation.max_new_tokens = static_cast<int>(own.max_new_tokens.value_or(max_new_tokens));
     t.generation.sampling = sampling;
-    if (random_seed) t.generation.sampling.seed = std::random_device{}() & 0x7fffffffu;
+    SamplerConfig& sc = t.generation.sampling;
+    if (own.temperature) sc.temperature = static_cast<float>(*own.temperature);
+    if (own.top_k) sc.top_k = static_cast<int>(*own.top_k);
+    if (own.top_p) sc.top_p = static_cast<float>(*own.top_p);
+    if (own.min_p) sc.min_p = static_cast<float>(*own.min_p);
+    if (own.repetition_penalty) sc.repetition_penalty = static_cast<float>(*own.repetition_penalty);
+    if (own.seed) sc.seed = static_cast<uint64_t>(*own.seed);
+    else if (random_seed) sc.seed = std::random_device{}() & 0x7fffffffu;
+    t.context_length = own.context_length.value_or(0);
     t.policy = context_policy;
     t.max_cache_bytes = cache_memory_budget;
     t.fallback_spec = fallback_strategy(conversation_spec);
     return t;
+}
+
+void validate_conversation_settings(const ConversationSettings& own, int64_t model_context) {
+    // The global settings' ranges, checked by the same parsers (the message names the setting).
+    ChatSettings check;
+    auto set = [&](const char* key, const std::string& text) {
+        for (const Field& f : fields())
+            if (std::string_view(f.key) == key) f.set(check, text);
+    };
+    auto real = [](double v) { return format_real(static_cast<float>(v)); };
+    if (own.temperature) set("chat.temperature", real(*own.temperature));
+    if (own.top_k) set("chat.top_k", std::to_string(*own.top_k));
+    if (own.top_p) set("chat.top_p", real(*own.top_p));
+    if (own.min_p) set("chat.min_p", real(*own.min_p));
+    if (own.repetition_penalty) set("chat.repeat_penalty", real(*own.repetition_penalty));
+    if (own.seed) set("chat.seed", std::to_string(*own.seed));
+    if (own.max_new_tokens) set("chat.max_new_tokens", std::to_string(*own.max_new_tokens));
+    if (own.context_length && (*own.context_length < 16 || (model_context > 0 && *own.context_length > model_context)))
+        throw Error("context length " + std::to_string(*own.context_length) + " is not a whole number from 16 to " +
+                    std::to_string(model_context) + " (the model's context)");
 }
 
 }  // namespace kvchat

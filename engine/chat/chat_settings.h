@@ -53,7 +53,14 @@ struct ChatSettings {
     // strategy falls back to the same quantized strategy offloaded (keeping the user's choice),
     // any other to "offloaded".
     TurnOptions turn_options(const std::string& conversation_spec) const;
+    // The same for a conversation with its own settings: the values it sets win over these (a seed
+    // it sets is used as it is, never replaced by a random one).
+    TurnOptions turn_options(const std::string& conversation_spec, const ConversationSettings& own) const;
 };
+
+// Throws kvchat::Error naming the value when one of a conversation's own settings is out of the
+// global setting's range, or its context length is not from 16 to `model_context`.
+void validate_conversation_settings(const ConversationSettings& own, int64_t model_context);
 
 // The strategy a conversation of strategy `spec` falls back to when its cache cannot grow.
 std::string fallback_strategy(const std::string& spec);

@@ -198,6 +198,9 @@ TurnResult ChatSession::run_turn(Entry& e, const TurnRequest& request, const std
         const size_t messages_before = c.messages().size();
         const double before_ms = ms_since(t0);
         TurnResult r;
+        // The machine's measured batch speed prices the reuse when this conversation has measured
+        // none as large (Conversation keeps the largest batch it is told of).
+        if (const auto& kept = kept_batch_speed()) c.note_prefill_speed(kept->tokens, kept->ms);
         try {
             r = c.answer(*rendered, options, callbacks);
         } catch (...) {
@@ -210,21 +213,32 @@ TurnResult ChatSession::run_turn(Entry& e, const TurnRequest& request, const std
         e.prefix_tokens = 0;
         if (r.prefill_ms > 0 && r.prefill_tokens > 0)
             prefill_tok_s_ = static_cast<double>(r.prefill_tokens) * 1000.0 / r.prefill_ms;
+        // A large prefill is a measurement of the machine's batch speed; without any yet, reused
+        // tokens are priced after a short one (once per model and machine: it is kept).
+        note_batch_speed({r.prefill_tokens, r.prefill_ms});
+        if (!r.prefill_saved_ms && r.cached_tokens > 0) {
+            try {
+                r.prefill_saved_ms = static_cast<double>(r.cached_tokens) * batch_prefill_speed().ms_per_token();
+            } catch (const std::exception&) {
+                // Not measurable (a model too small for a batch): no saving is claimed.
+            }
+        }
 
         // 5. Store the answer (and a strategy the turn switched to).
         e.dirty = true;
         if (c.messages().size() > messages_before) {
-            GenerationStats stats;
-            stats.prompt_tokens = r.prompt_tokens;
-            stats.generated_tokens = static_cast<int64_t>(r.tokens.size());
-            stats.ttft_ms = r.ttft_ms;
-            if (r.decode_tok_s > 0) stats.tokens_per_second = r.decode_tok_s;
-            stats.cached_tokens = r.cached_tokens;
-            stats.prefix_tokens = r.prefix_tokens;
-            stats.computed_tokens = r.prefill_tokens;
-            stats.prefill_saved_ms = r.prefill_saved_ms;
-            stats.token_ids = c.messages().back().tokens;
-            r.answer = store_.append_message(e.id, Role::Assistant, c.messages().back().content, stats);
+            AnswerFigures& f = r.figures;
+            f.prompt_tokens = r.prompt_tokens;
+            f.generated_tokens = static_cast<int64_t>(r.tokens.size());
+            f.ttft_ms = r.ttft_ms;
+            if (r.decode_tok_s > 0) f.tokens_per_second = r.decode_tok_s;
+            f.cached_tokens = r.cached_tokens;
+            f.prefix_tokens = r.prefix_tokens;
+            f.computed_tokens = r.prefill_tokens;
+            f.prefill_saved_ms = r.prefill_saved_ms;
+            f.stop_reason = r.stop_reason;
+            f.token_ids = c.messages().back().tokens;
+            r.answer = store_.append_message(e.id, Role::Assistant, c.messages().back().content, r.figures);
         }
         // (Recorded where the question is: the strategy held the question and its answer.)
         if (row.cache_spec != c.cache_spec())

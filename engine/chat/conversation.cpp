@@ -126,10 +126,15 @@ int64_t Conversation::context_limit() const {
     return limit;
 }
 
+int64_t Conversation::context_limit(const TurnOptions& options) const {
+    const int64_t limit = context_limit();
+    return options.context_length > 0 ? std::min(limit, options.context_length) : limit;
+}
+
 void Conversation::check_fits(const RenderedChat& rendered, const TurnOptions& options) const {
     // At least one new token must fit after the prompt.
     const int64_t needed = static_cast<int64_t>(rendered.tokens.size()) + 1;
-    const int64_t limit = context_limit();
+    const int64_t limit = context_limit(options);
     if (needed > limit && options.policy == ContextPolicy::Refuse)
         throw Error("the conversation needs " + std::to_string(needed) + " tokens but the context holds " +
                     std::to_string(limit) +
@@ -139,13 +144,14 @@ void Conversation::check_fits(const RenderedChat& rendered, const TurnOptions& o
 void Conversation::switch_retention(const RenderedChat& rendered, const TurnOptions& options,
                                     std::vector<std::string>& notices) {
     const int64_t needed = static_cast<int64_t>(rendered.tokens.size()) + 1;
-    if (needed <= context_limit()) return;
+    if (needed <= context_limit(options)) return;
     if (spec_.retention() != RetentionKind::All) return;  // already bounded
     CacheSpec spec;
     if (!options.retention_spec.empty()) {
         spec = parse_cache_spec(options.retention_spec);
     } else {
-        const int window = std::max(16, model_.config().n_ctx_train / 2);
+        const int64_t context = options.context_length > 0 ? options.context_length : model_.config().n_ctx_train;
+        const int window = static_cast<int>(std::max<int64_t>(16, context / 2));
         spec = options.policy == ContextPolicy::Sink ? CacheSpec::sink(window, 4) : CacheSpec::sliding_window(window);
     }
     switch_strategy(spec);
@@ -281,7 +287,7 @@ TurnResult Conversation::answer(const RenderedChat& rendered, const TurnOptions&
     for (const std::string& s : template_.stop_strings()) g.stop_strings.push_back(s);
     if (callbacks.on_step) g.on_step = [&](const Cache& c) { callbacks.on_step(c.telemetry()); };
     // A static cache's capacity ends the answer like the model's context does.
-    g.max_context = options.policy != ContextPolicy::Refuse ? int64_t{1} << 40 : context_limit();
+    g.max_context = options.policy != ContextPolicy::Refuse ? int64_t{1} << 40 : context_limit(options);
 
     // The budget is checked per streamed piece: over it, the turn pauses, the cache moves to the
     // fallback strategy and generation continues from where it was. Without a budget the user's

@@ -6,6 +6,7 @@
 // cache can always be rebuilt from it.
 #include "engine/cache/cache_spec.h"
 #include "engine/chat/chat_template.h"
+#include "engine/chat/prefill_speed.h"
 #include "engine/common/progress.h"
 #include "engine/generate/generator.h"
 
@@ -36,6 +37,9 @@ struct TurnOptions {
     // max_cache_bytes): "offloaded" unless the user chose a quantized one.
     std::string fallback_spec = "offloaded";
     int64_t max_cache_bytes = 0;  // 0: no limit besides the machine's memory
+    // The conversation's own context length (ConversationSettings); 0: the model's. A prompt over
+    // it is refused (Refuse policy) or bounds the cache (Sink, Sliding) as the model's would.
+    int64_t context_length = 0;
 };
 
 // What a turn answers: a new message, the last answer again, or an edited message of the user's.
@@ -104,6 +108,9 @@ struct TurnResult {
     std::optional<MessageRecord> question;  // the user's message answered, as stored (ChatSession's turns)
     std::optional<MessageRecord> answer;    // the answer as the store holds it (ChatSession's turns)
     std::string cache_spec;               // the conversation's strategy after the turn
+    // The answer's figures, as the store keeps them with it (ChatSession's answered and stopped
+    // turns): the one value the front ends show.
+    AnswerFigures figures;
 };
 
 // What a turn tells its caller while it runs.
@@ -145,7 +152,7 @@ public:
     // what a batch costs, every weight being read once either way, so its time per token would
     // overstate what reuse saves many times over.) Also fed from a reopened conversation's
     // stored figures.
-    static constexpr int64_t kBatchTokens = 64;
+    static constexpr int64_t kBatchTokens = PrefillSpeed::kBatchTokens;
     void note_prefill_speed(int64_t tokens, double ms);
     std::optional<double> prefill_ms_per_token() const;
 
@@ -227,6 +234,8 @@ private:
     // Checkpoints the cache as it stands, keeping the latest few.
     void keep_checkpoint();
     int64_t context_limit() const;
+    // context_limit() under the turn's own limit (TurnOptions::context_length).
+    int64_t context_limit(const TurnOptions& options) const;
     // The cache brought to the longest prefix of `rendered` it can keep; returns where the
     // checkpointed prefill stops (the generator prefills the rest).
     struct CacheMatch {

@@ -55,18 +55,6 @@ private:
 
 }  // namespace
 
-std::string_view stop_reason_name(StopReason reason) {
-    switch (reason) {
-        case StopReason::EndOfSequence: return "eos";
-        case StopReason::EndOfTurn: return "end_of_turn";
-        case StopReason::StopString: return "stop_string";
-        case StopReason::MaxNewTokens: return "max_new_tokens";
-        case StopReason::ContextFull: return "context_full";
-        case StopReason::Stopped: return "cancelled";
-    }
-    return "cancelled";
-}
-
 GenerationResult Generator::generate(Cache& cache, const std::vector<int32_t>& input, const GenerationConfig& config,
                                      const std::function<void(std::string_view)>& on_text,
                                      const std::atomic<bool>* cancel) {

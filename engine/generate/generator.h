@@ -2,6 +2,7 @@
 // The generation loop, with the `transformers` semantics: the new input is prefilled (in chunks)
 // after whatever the cache already holds, then one token is computed per step until a stop.
 #include "engine/cache/cache.h"
+#include "engine/common/stop_reason.h"
 #include "engine/generate/sampler.h"
 #include "engine/model/model.h"
 
@@ -25,18 +26,6 @@ struct GenerationConfig {
     // Called after every decode step (one new token computed into the cache).
     std::function<void(const Cache&)> on_step;
 };
-
-// Why an answer ended.
-enum class StopReason {
-    EndOfSequence,  // the model's end of sequence
-    EndOfTurn,      // the chat format's end of turn
-    StopString,     // a stop string appeared
-    MaxNewTokens,   // the answer reached its length limit
-    ContextFull,    // the context (or a static cache) is full
-    Stopped,        // the cancel flag was set
-};
-// The name outputs give it: eos, end_of_turn, stop_string, max_new_tokens, context_full, cancelled.
-std::string_view stop_reason_name(StopReason reason);
 
 struct GenerationResult {
     std::vector<int32_t> tokens;  // generated ids (the stop token not included)

@@ -1,6 +1,8 @@
 #pragma once
 // The records the store keeps, as plain values: what the engine and the window pass around
 // without depending on SQLite.
+#include "engine/common/stop_reason.h"
+
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -29,9 +31,10 @@ struct ConversationRecord {
     int64_t branch_at = 0;
 };
 
-// Figures of a generated reply, kept with it (schema 3 added the cache figures); a typed
-// message has none.
-struct GenerationStats {
+// The figures of one generated answer: what the turn measured, what the store keeps with the
+// answer, what the window and the terminal show. One value from the turn to the screen (a missing
+// figure is nullopt, never a sentinel). A typed message has none (present() is false).
+struct AnswerFigures {
     int64_t prompt_tokens = 0;
     int64_t generated_tokens = 0;
     std::optional<double> ttft_ms;            // time to first token
@@ -39,10 +42,33 @@ struct GenerationStats {
     int64_t cached_tokens = 0;                // prompt tokens reused from the conversation's cache
     int64_t prefix_tokens = 0;                // of those, taken from a saved prefix's cache
     int64_t computed_tokens = 0;              // prompt tokens prefilled this turn
-    std::optional<double> prefill_saved_ms;   // cached_tokens at the conversation's batch prefill speed
+    std::optional<double> prefill_saved_ms;   // cached_tokens at the model's batch prefill speed
+    // How the answer ended (schema 6; none for answers stored before).
+    std::optional<StopReason> stop_reason;
     // The reply's ids as the model generated them (schema 4; empty for earlier answers, or when
     // the stored list is unusable): the next turn renders them instead of retokenizing the text.
     std::vector<int32_t> token_ids;
+
+    bool present() const { return prompt_tokens > 0 || generated_tokens > 0; }
+};
+
+// A conversation's own generation settings (schema 6). A value that is not set is the global
+// default's (ChatSettings, engine/chat/chat_settings.h).
+struct ConversationSettings {
+    std::optional<double> temperature;
+    std::optional<int64_t> top_k;
+    std::optional<double> top_p;
+    std::optional<double> min_p;
+    std::optional<double> repetition_penalty;
+    std::optional<int64_t> seed;            // a fixed seed; none: the global choice (random or fixed)
+    std::optional<int64_t> max_new_tokens;  // the answer limit
+    std::optional<int64_t> context_length;  // at most the model's; none: the model's
+
+    bool empty() const {
+        return !temperature && !top_k && !top_p && !min_p && !repetition_penalty && !seed && !max_new_tokens &&
+               !context_length;
+    }
+    bool operator==(const ConversationSettings&) const = default;
 };
 
 struct MessageRecord {
@@ -52,7 +78,7 @@ struct MessageRecord {
     Role role = Role::User;
     std::string content;
     bool content_repaired = false;  // invalid UTF-8 was replaced by U+FFFD when it was stored
-    GenerationStats stats;
+    AnswerFigures stats;
     int64_t created_ms = 0;
 };
 

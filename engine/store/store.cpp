@@ -161,7 +161,7 @@ ALTER TABLE conversations ADD COLUMN parent_id INTEGER REFERENCES conversations 
 ALTER TABLE conversations ADD COLUMN branch_at INTEGER NOT NULL DEFAULT 0;
 CREATE INDEX conversations_by_parent ON conversations (parent_id);
 )sql",
-    // 6 (issue 24's schema 7 at the lead's merge): versions of an answer, and where the cache strategy changed. Regenerate and edit keep
+    // 6: versions of an answer, and where the cache strategy changed. Regenerate and edit keep
     // what they replace: a place (conversation, ordinal) has numbered versions; the one shown is in
     // messages, the others' messages in version_messages. A place inside a version kept aside
     // (an answer regenerated after an edit that was then switched away) belongs to it: `within`.
@@ -208,6 +208,26 @@ CREATE TABLE strategy_changes (
     created_ms        INTEGER NOT NULL
 );
 CREATE INDEX strategy_changes_by_conversation ON strategy_changes (conversation_id, at_ordinal);
+)sql",
+    // 7: each answer keeps how it ended (stop_reason_name: eos, end_of_turn, stop_string,
+    // max_new_tokens, context_full, cancelled; NULL for answers from before; the answers kept aside as versions too), and a conversation
+    // may have its own sampling, answer limit and context length (a NULL column: the global
+    // setting). Deleting the conversation deletes its row.
+    R"sql(
+ALTER TABLE messages ADD COLUMN stop_reason TEXT;
+ALTER TABLE version_messages ADD COLUMN stop_reason TEXT;
+
+CREATE TABLE conversation_settings (
+    conversation_id    INTEGER PRIMARY KEY REFERENCES conversations (id) ON DELETE CASCADE,
+    temperature        REAL,
+    top_k              INTEGER,
+    top_p              REAL,
+    min_p              REAL,
+    repetition_penalty REAL,
+    seed               INTEGER,
+    max_new_tokens     INTEGER,
+    context_length     INTEGER
+);
 )sql",
 };
 static_assert(std::size(kMigrations) == Store::kSchemaVersion, "one migration step per schema version");
@@ -345,6 +365,9 @@ public:
         return check(v ? sqlite3_bind_double(stmt_, i, *v) : sqlite3_bind_null(stmt_, i));
     }
     // sqlite binds a null pointer as SQL NULL, so empty text points at a literal instead.
+    Statement& bind_int(int i, std::optional<int64_t> v) {
+        return check(v ? sqlite3_bind_int64(stmt_, i, *v) : sqlite3_bind_null(stmt_, i));
+    }
     Statement& bind_text(int i, std::string_view v) {
         return check(sqlite3_bind_text64(stmt_, i, v.empty() ? "" : v.data(), v.size(), SQLITE_TRANSIENT, SQLITE_UTF8));
     }
@@ -378,6 +401,9 @@ public:
     }
     std::optional<double> optional_real(int i) const {
         return is_null(i) ? std::nullopt : std::optional<double>(sqlite3_column_double(stmt_, i));
+    }
+    std::optional<std::string> optional_text(int i) const {
+        return is_null(i) ? std::nullopt : std::optional<std::string>(text(i));
     }
     std::string text(int i) const {
         const auto* p = reinterpret_cast<const char*>(sqlite3_column_text(stmt_, i));
@@ -426,7 +452,8 @@ private:
     "id, title, model_fingerprint, cache_spec, snapshot, created_ms, updated_ms, origin, parent_id, branch_at"
 #define KVCHAT_MESSAGE_COLUMNS                                                                             \
     "id, conversation_id, ordinal, role, content, content_repaired, prompt_tokens, generated_tokens, ttft_ms, " \
-    "tokens_per_second, created_ms, cached_tokens, prefix_tokens, computed_tokens, prefill_saved_ms, token_ids"
+    "tokens_per_second, created_ms, cached_tokens, prefix_tokens, computed_tokens, prefill_saved_ms, token_ids, " \
+    "stop_reason"
 #define KVCHAT_PREFIX_COLUMNS                                                                                  \
     "id, name, text, text_repaired, model_fingerprint, cache_spec, tokens, snapshot, created_ms, last_used_ms, " \
     "use_count"
@@ -476,6 +503,8 @@ MessageRecord read_message(const Statement& st, const std::string& path) {
     constexpr size_t kMaxIdBytes = size_t(4) << 20;
     if (const std::string ids = st.blob(15); ids.size() % 4 == 0 && ids.size() <= kMaxIdBytes)
         m.stats.token_ids = decode_tokens(ids);
+    // A name this build does not know (a newer kvchat's) reads as "not recorded".
+    if (const auto reason = st.optional_text(16)) m.stats.stop_reason = parse_stop_reason(*reason);
     return m;
 }
 
@@ -1171,7 +1200,7 @@ void Store::touch_conversation(int64_t id) {
 // ---- messages ----
 
 MessageRecord Store::append_message(int64_t conversation_id, Role role, std::string_view content,
-                                    const GenerationStats& stats) {
+                                    const AnswerFigures& stats) {
     Transaction t(db_, path_);
     require_conversation(conversation_id);
     const int64_t now = next_update_time();
@@ -1196,7 +1225,7 @@ std::vector<MessageRecord> Store::append_messages(int64_t conversation_id, const
 }
 
 MessageRecord Store::insert_message(int64_t conversation_id, Role role, std::string_view content,
-                                    const GenerationStats& stats, int64_t now) {
+                                    const AnswerFigures& stats, int64_t now) {
     RepairedUtf8 text = repair_utf8(content);
     Statement next(db_, path_, "SELECT coalesce(max(ordinal), -1) + 1 FROM messages WHERE conversation_id = ?1");
     next.bind_int(1, conversation_id).step();
@@ -1204,8 +1233,8 @@ MessageRecord Store::insert_message(int64_t conversation_id, Role role, std::str
     Statement insert(db_, path_,
                      "INSERT INTO messages (conversation_id, ordinal, role, content, content_repaired, prompt_tokens, "
                      "generated_tokens, ttft_ms, tokens_per_second, created_ms, cached_tokens, prefix_tokens, "
-                     "computed_tokens, prefill_saved_ms, token_ids) "
-                     "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)");
+                     "computed_tokens, prefill_saved_ms, token_ids, stop_reason) "
+                     "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)");
     insert.bind_int(1, conversation_id)
         .bind_int(2, ordinal)
         .bind_text(3, role_name(role))
@@ -1221,6 +1250,7 @@ MessageRecord Store::insert_message(int64_t conversation_id, Role role, std::str
         .bind_int(13, stats.computed_tokens)
         .bind_real(14, stats.prefill_saved_ms)
         .bind_blob(15, encode_tokens(stats.token_ids))
+        .bind_text_or_null(16, stats.stop_reason ? stop_reason_name(*stats.stop_reason) : std::string_view())
         .change();
     MessageRecord m;
     m.id = sqlite3_last_insert_rowid(db_);
@@ -1259,6 +1289,45 @@ bool Store::update_message_content(int64_t message_id, std::string_view content)
     return text.replaced;
 }
 
+bool Store::set_system_message(int64_t conversation_id, std::string_view content) {
+    const RepairedUtf8 text = repair_utf8(content);
+    Transaction t(db_, path_);
+    require_conversation(conversation_id);
+    Statement first(db_, path_, "SELECT id, role, content FROM messages WHERE conversation_id = ?1 AND ordinal = 0");
+    first.bind_int(1, conversation_id);
+    const bool has_system = first.step() && first.text(1) == "system";
+    const int64_t system_id = has_system ? first.integer(0) : 0;
+    if (has_system && first.text(2) == text.text) return false;
+    if (!has_system && text.text.empty()) return false;
+    // Ordinals are unique per conversation and checked row by row: every row moves to the negative
+    // side first, then to its place (a shift in one statement could collide half-way).
+    auto shift = [&](int64_t by) {
+        Statement away(db_, path_, "UPDATE messages SET ordinal = -1 - ordinal WHERE conversation_id = ?1");
+        away.bind_int(1, conversation_id).change();
+        Statement back(db_, path_, "UPDATE messages SET ordinal = -1 - ordinal + ?2 WHERE conversation_id = ?1");
+        back.bind_int(1, conversation_id).bind_int(2, by).change();
+    };
+    if (has_system && text.text.empty()) {
+        Statement del(db_, path_, "DELETE FROM messages WHERE id = ?1");
+        del.bind_int(1, system_id).change();
+        shift(-1);
+    } else if (has_system) {
+        Statement st(db_, path_, "UPDATE messages SET content = ?1, content_repaired = ?2 WHERE id = ?3");
+        st.bind_text(1, text.text).bind_int(2, text.replaced ? 1 : 0).bind_int(3, system_id).change();
+    } else {
+        shift(1);
+        Statement insert(db_, path_,
+                         "INSERT INTO messages (conversation_id, ordinal, role, content, content_repaired, created_ms) "
+                         "VALUES (?1, 0, 'system', ?2, ?3, ?4)");
+        insert.bind_int(1, conversation_id).bind_text(2, text.text).bind_int(3, text.replaced ? 1 : 0);
+        insert.bind_int(4, now_ms()).change();
+    }
+    Statement touch(db_, path_, "UPDATE conversations SET updated_ms = ?1 WHERE id = ?2");
+    touch.bind_int(1, next_update_time()).bind_int(2, conversation_id).change();
+    t.commit();
+    return true;
+}
+
 int64_t Store::delete_messages_after(int64_t conversation_id, int64_t ordinal) {
     Transaction t(db_, path_);
     require_conversation(conversation_id);
@@ -1282,7 +1351,7 @@ int64_t Store::delete_messages_after(int64_t conversation_id, int64_t ordinal) {
 // KVCHAT_MESSAGE_COLUMNS' order after its first three).
 #define KVCHAT_VERSION_MESSAGE_COLUMNS                                                                     \
     "role, content, content_repaired, prompt_tokens, generated_tokens, ttft_ms, tokens_per_second, created_ms, " \
-    "cached_tokens, prefix_tokens, computed_tokens, prefill_saved_ms, token_ids"
+    "cached_tokens, prefix_tokens, computed_tokens, prefill_saved_ms, token_ids, stop_reason"
 
 std::optional<int64_t> Store::version_row(int64_t conversation_id, int64_t ordinal, int64_t number) const {
     Statement st(db_, path_,
@@ -1601,6 +1670,51 @@ void Store::record_prefix_use(int64_t id) {
 }
 
 // ---- settings ----
+
+// ---- a conversation's own settings ----
+
+ConversationSettings Store::conversation_settings(int64_t conversation_id) const {
+    Statement st(db_, path_,
+                 "SELECT temperature, top_k, top_p, min_p, repetition_penalty, seed, max_new_tokens, context_length "
+                 "FROM conversation_settings WHERE conversation_id = ?1");
+    st.bind_int(1, conversation_id);
+    ConversationSettings c;
+    if (!st.step()) return c;
+    c.temperature = st.optional_real(0);
+    c.top_k = st.optional_integer(1);
+    c.top_p = st.optional_real(2);
+    c.min_p = st.optional_real(3);
+    c.repetition_penalty = st.optional_real(4);
+    c.seed = st.optional_integer(5);
+    c.max_new_tokens = st.optional_integer(6);
+    c.context_length = st.optional_integer(7);
+    return c;
+}
+
+void Store::set_conversation_settings(int64_t conversation_id, const ConversationSettings& c) {
+    Transaction t(db_, path_);
+    require_conversation(conversation_id);
+    if (c.empty()) {
+        Statement del(db_, path_, "DELETE FROM conversation_settings WHERE conversation_id = ?1");
+        del.bind_int(1, conversation_id).change();
+    } else {
+        Statement st(db_, path_,
+                     "INSERT OR REPLACE INTO conversation_settings (conversation_id, temperature, top_k, top_p, min_p, "
+                     "repetition_penalty, seed, max_new_tokens, context_length) "
+                     "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)");
+        st.bind_int(1, conversation_id)
+            .bind_real(2, c.temperature)
+            .bind_int(3, c.top_k)
+            .bind_real(4, c.top_p)
+            .bind_real(5, c.min_p)
+            .bind_real(6, c.repetition_penalty)
+            .bind_int(7, c.seed)
+            .bind_int(8, c.max_new_tokens)
+            .bind_int(9, c.context_length)
+            .change();
+    }
+    t.commit();
+}
 
 std::optional<std::string> Store::setting(std::string_view key) const {
     Statement st(db_, path_, "SELECT value FROM settings WHERE key = ?1");

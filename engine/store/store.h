@@ -36,7 +36,7 @@ public:
     enum class Access { ReadWrite, ReadOnly };
 
     // The schema version this build writes; PRAGMA user_version of an up-to-date database.
-    static constexpr int kSchemaVersion = 6;
+    static constexpr int kSchemaVersion = 7;
     // The statements that bring a database from version - 1 to `version` (1..kSchemaVersion), as
     // the migration runs them; tests build older databases with them.
     static const char* migration_sql(int version);
@@ -145,7 +145,7 @@ public:
     // Appends after the conversation's last message in one transaction (which also touches the
     // conversation) and returns the stored record: id, ordinal, time and the content as stored.
     MessageRecord append_message(int64_t conversation_id, Role role, std::string_view content,
-                                 const GenerationStats& stats = {});
+                                 const AnswerFigures& stats = {});
     // The same for several messages (at least one), in one transaction; returns them as stored.
     std::vector<MessageRecord> append_messages(int64_t conversation_id, const std::vector<PrefixMessage>& messages);
     std::vector<MessageRecord> list_messages(int64_t conversation_id) const;  // in ordinal order
@@ -153,6 +153,10 @@ public:
     int64_t transcript_reads() const { return transcript_reads_; }
     // Replaces a message's content (an edit); returns true when invalid UTF-8 was repaired.
     bool update_message_content(int64_t message_id, std::string_view content);
+    // The conversation's system prompt becomes `content`: the first message when it is a system
+    // message (removed when `content` is empty), else a system message put before the others.
+    // Returns false when nothing changed.
+    bool set_system_message(int64_t conversation_id, std::string_view content);
     // Deletes the messages whose ordinal is greater than `ordinal` (edit and regenerate); returns
     // how many were deleted.
     int64_t delete_messages_after(int64_t conversation_id, int64_t ordinal);
@@ -196,6 +200,12 @@ public:
     // Sets last used to now and adds one to the use count.
     void record_prefix_use(int64_t id);
 
+    // ---- a conversation's own settings (schema 6) ----
+    // None set (every value nullopt) when it has none of its own.
+    ConversationSettings conversation_settings(int64_t conversation_id) const;
+    // Replaces them all; an empty value removes the row (the global settings apply again).
+    void set_conversation_settings(int64_t conversation_id, const ConversationSettings& settings);
+
     // ---- settings ----
     std::optional<std::string> setting(std::string_view key) const;
     void set_setting(std::string_view key, std::string_view value);
@@ -222,7 +232,7 @@ private:
                                 int64_t now);
     // append_message's work inside the caller's transaction.
     MessageRecord insert_message(int64_t conversation_id, Role role, std::string_view content,
-                                 const GenerationStats& stats, int64_t now);
+                                 const AnswerFigures& stats, int64_t now);
     // The id of the live (shown-transcript) version row of a place, nullopt when none.
     std::optional<int64_t> version_row(int64_t conversation_id, int64_t ordinal, int64_t number) const;
     // Moves the messages from `ordinal` on into version row `version_id`, with the deeper places.

@@ -141,9 +141,9 @@ int windowRounds(const std::string& model_path, const std::string& spec, int ste
         Q_EMIT w.requestRegenerate(w.currentConversation());
         const auto outcome = nextAnswer(w, 600000);
         if (!outcome) return -1.0;
-        const double tok_s = outcome->answer.figures.tokensPerSecond;
+        const double tok_s = outcome->answer.figures.tokens_per_second.value_or(-1);
         std::printf("  cache dock %-6s %8.2f tok/s (%lld tokens)\n", show ? "open" : "closed", tok_s,
-                    static_cast<long long>(outcome->answer.figures.generatedTokens));
+                    static_cast<long long>(outcome->answer.figures.generated_tokens));
         std::fflush(stdout);
         return tok_s;
     };

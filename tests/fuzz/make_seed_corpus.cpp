@@ -155,7 +155,7 @@ int main(int argc, char** argv) {
         Store store(db.string());
         const ConversationRecord c = store.create_conversation("seed", "fingerprint", "dynamic");
         store.append_message(c.id, Role::User, "hello there");
-        GenerationStats stats;
+        AnswerFigures stats;
         stats.prompt_tokens = 12;
         stats.ttft_ms = 3.5;
         store.append_message(c.id, Role::Assistant, "general kenobi", stats);

@@ -154,6 +154,53 @@ private slots:
         QCOMPARE(s["top_k"].toInt(), 7);
     }
 
+    // A conversation's own values (the window's chat panel stores them) are the defaults of its
+    // turns in kvchat-cli too, shown in "sampling"; an option given still wins; another
+    // conversation keeps the global ones. A second turn reports the prefill its reuse saved,
+    // priced at the measured batch speed (kept in the settings).
+    void chatUsesTheConversationsOwnSettings() {
+        QTemporaryDir dir;
+        const QString model = tiny_model_path(dir), db = dir.path() + "/kv.db";
+        auto chat = [&](const QString& title, const QStringList& extra) {
+            const Run r = cli(QStringList{"chat", "--model", model, "--db", db, "--conversation", title, "--message",
+                                          "hello there", "--json"} + extra);
+            if (r.code != 0) qWarning() << r.err;
+            return json_of(r);
+        };
+        QCOMPARE(chat("own", {"-n", "2"})["sampling"].toObject()["context_length"].type(), QJsonValue::Null);
+        {
+            Store store(db.toStdString());
+            ConversationSettings own;
+            own.temperature = 0.3;
+            own.top_k = 5;
+            own.seed = 77;
+            own.max_new_tokens = 3;
+            own.context_length = 512;
+            store.set_conversation_settings(store.find_conversation("own")->id, own);
+        }
+        QJsonObject j = chat("own", {});
+        QJsonObject s = j["sampling"].toObject();
+        QCOMPARE(float(s["temperature"].toDouble()), 0.3f);
+        QCOMPARE(s["top_k"].toInt(), 5);
+        QCOMPARE(s["seed"].toInteger(), 77);
+        QCOMPARE(s["max_new_tokens"].toInt(), 3);
+        QCOMPARE(s["context_length"].toInteger(), 512);
+        QCOMPARE(float(s["top_p"].toDouble()), 0.9f);  // not set: the global value
+        QVERIFY(j["cached_tokens"].toInteger() > 0);
+        QVERIFY2(j["prefill_saved_ms"].isDouble() && j["prefill_saved_ms"].toDouble() > 0,
+                 qPrintable(QJsonDocument(j).toJson()));
+        s = chat("own", {"-n", "2", "--temp", "0.9"})["sampling"].toObject();
+        QCOMPARE(float(s["temperature"].toDouble()), 0.9f);
+        QCOMPARE(s["max_new_tokens"].toInt(), 2);
+        QCOMPARE(s["top_k"].toInt(), 5);
+        s = chat("other", {"-n", "2"})["sampling"].toObject();
+        QCOMPARE(s["top_k"].toInt(), 40);
+        QCOMPARE(s["context_length"].type(), QJsonValue::Null);
+        // The stored answers keep how they ended, as the JSON said.
+        const auto msgs = stored_messages(db, "own");
+        QVERIFY(msgs.back().stats.stop_reason.has_value());
+    }
+
     // Two processes, one conversation: the second prefills only its own turn (the closing of the
     // first answer, the message, its markers) and answers as a fresh cache over the whole
     // transcript does.

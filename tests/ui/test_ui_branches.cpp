@@ -137,7 +137,7 @@ private Q_SLOTS:
         QVERIFY(done.wait(kTurnTimeoutMs) || done.count() > 0);
         const TurnOutcome outcome = done.last().at(0).value<TurnOutcome>();
         QCOMPARE(outcome.conversationId, branch);
-        QVERIFY2(outcome.answer.figures.cachedTokens > 0, qPrintable(QString::number(outcome.answer.figures.cachedTokens)));
+        QVERIFY2(outcome.answer.figures.cached_tokens > 0, qPrintable(QString::number(outcome.answer.figures.cached_tokens)));
         // A newer branch keeps its parent's group on top, and the parent is as it was.
         QCOMPARE(rowOf(parent), 0);
         QCOMPARE(rowOf(branch), 1);

@@ -94,7 +94,9 @@ private Q_SLOTS:
         QVERIFY(lab);
         auto* dock = w->findChild<QDockWidget*>("cacheInspectorDock");
         QVERIFY(dock && dock->widget() == lab->inspector());
-        QVERIFY(w->findChild<QDockWidget*>("strategyDock"));
+        // The strategy panel sits in the chat panel's dock (the strategy dock's old place).
+        auto* chatDock = w->findChild<QDockWidget*>("chatPanelDock");
+        QVERIFY(chatDock && chatDock->isAncestorOf(lab->strategyPanel()));
         auto* compareDock = w->findChild<QDockWidget*>("comparisonDock");
         QVERIFY(compareDock && !compareDock->isVisible());
         QAction* toggle = compareDock->toggleViewAction();

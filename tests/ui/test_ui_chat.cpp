@@ -151,7 +151,7 @@ private Q_SLOTS:
         QCOMPARE(streamed, QString::fromStdString(msgs[1].content));
         QCOMPARE(views[1]->content(), streamed);
         QCOMPARE(out.answer.id, msgs[1].id);
-        QCOMPARE(msgs[1].stats.generated_tokens, out.answer.figures.generatedTokens);
+        QCOMPARE(msgs[1].stats.generated_tokens, out.answer.figures.generated_tokens);
         auto* figures = views[1]->findChild<QLabel*>("answerFigures");
         QVERIFY(figures && figures->isVisible());
         QVERIFY(figures->text().contains(QString::number(msgs[1].stats.prompt_tokens)));
@@ -348,8 +348,9 @@ private Q_SLOTS:
             QVERIFY(panel->report().budgetIsDefault);
         }
         auto* table = panel->findChild<QTreeWidget*>("storageTable");
+        // Binary units, as every size in the window.
         QCOMPARE(table->topLevelItem(0)->text(3),
-                 QLocale().formattedDataSize(panel->report().items.front().bytes, 1, QLocale::DataSizeSIFormat));
+                 QLocale().formattedDataSize(panel->report().items.front().bytes, 1, QLocale::DataSizeIecFormat));
         auto* drop = panel->findChild<QPushButton*>("dropCacheButton");
         QVERIFY(!drop->isEnabled());  // nothing selected
         // A second turn saves a larger cache; the view follows.
@@ -373,10 +374,10 @@ private Q_SLOTS:
         budget->setValue(300);
         QTest::mouseClick(panel->findChild<QPushButton*>("applyStorageBudgetButton"), Qt::LeftButton);
         QTRY_VERIFY(!panel->report().budgetIsDefault);
-        QCOMPARE(panel->report().budgetBytes, qint64(300'000'000));
-        QVERIFY(panel->findChild<QLabel*>("storageTotal")->text().contains(QLocale().formattedDataSize(
-            300'000'000, 1, QLocale::DataSizeSIFormat)));
-        QCOMPARE(Store(db.toStdString()).setting("snapshot_budget_bytes").value_or(""), std::string("300000000"));
+        // In MiB, as every size in the window.
+        QCOMPARE(panel->report().budgetBytes, qint64(300) * 1048576);
+        QVERIFY(panel->findChild<QLabel*>("storageTotal")->text().contains(QStringLiteral("300.0 MiB")));
+        QCOMPARE(Store(db.toStdString()).setting("snapshot_budget_bytes").value_or(""), std::to_string(300 * 1048576));
         QTest::mouseClick(panel->findChild<QPushButton*>("defaultStorageBudgetButton"), Qt::LeftButton);
         QTRY_VERIFY(panel->report().budgetIsDefault);
         QVERIFY(!Store(db.toStdString()).setting("snapshot_budget_bytes").has_value());

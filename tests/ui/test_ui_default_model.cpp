@@ -82,8 +82,8 @@ private Q_SLOTS:
         qInfo("longest event-loop stall while the answer streamed: %.1f ms", stall.maxStallMs());
         const TurnOutcome out = done.at(0).at(0).value<TurnOutcome>();
         QVERIFY(out.answer.id > 0);
-        QVERIFY(out.answer.figures.generatedTokens > 0);
-        QVERIFY(out.answer.figures.ttftMs > 0);
+        QVERIFY(out.answer.figures.generated_tokens > 0);
+        QVERIFY(out.answer.figures.ttft_ms.value_or(0) > 0);
         Store store(o.databasePath.toStdString());
         const auto msgs = store.list_messages(w.currentConversation());
         QCOMPARE(msgs.size(), size_t(2));

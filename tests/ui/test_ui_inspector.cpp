@@ -343,12 +343,12 @@ private Q_SLOTS:
         std::vector<float> lg;
         wide_->forward(*backend_, *c, t.data(), 90, kvchat::Logits::Last, lg);
         inspector.setTelemetry(c->telemetry());
-        kvchat::TurnReuse reuse;
+        kvchat::AnswerFigures reuse;
         reuse.cached_tokens = 1212;
         reuse.computed_tokens = 13;
         reuse.prefill_saved_ms = 840;
-        reuse.snapshot_bytes = 34'288'435;
         inspector.setReuse(reuse);
+        inspector.setSnapshotBytes(34'288'435);
         inspector.flush();
         QTest::qWait(100);  // the charts ask for their height after a paint
         QFont small = inspector.font();
@@ -439,13 +439,14 @@ private Q_SLOTS:
         // The reuse panel as after a second turn that found the first in the cache: measured here.
         const QString snap = dir_.path() + "/" + name + ".kvc";
         kvchat::save_snapshot(snap.toStdString(), *c, wide_->fingerprint());
-        kvchat::TurnReuse reuse;
+        kvchat::AnswerFigures reuse;
+        reuse.prompt_tokens = c->seq_length() + 12;
         reuse.cached_tokens = c->seq_length();
         reuse.prefix_tokens = 0;
         reuse.computed_tokens = 12;
         reuse.prefill_saved_ms = prefill_ms * static_cast<double>(reuse.cached_tokens) / prompt;
-        reuse.snapshot_bytes = QFileInfo(snap).size();
         inspector.setReuse(reuse);
+        inspector.setSnapshotBytes(QFileInfo(snap).size());
         QTest::qWait(60);
         const QString path = screenshotDir() + "/" + name + ".png";
         QVERIFY(inspector.exportPng(path));

@@ -170,8 +170,8 @@ private Q_SLOTS:
         out.conversationId = 1;
         out.question = message(3, 2, MessageRole::User, "second question");
         out.answer = message(4, 3, MessageRole::Assistant, "<think>hm</think>Hello");
-        out.answer.figures.promptTokens = 20;
-        out.answer.figures.generatedTokens = 5;
+        out.answer.figures.prompt_tokens = 20;
+        out.answer.figures.generated_tokens = 5;
         m.finishTurn(out);
         QVERIFY(!m.answering());
         QCOMPARE(m.rowCount(), 4);

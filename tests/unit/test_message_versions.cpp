@@ -61,8 +61,8 @@ std::vector<std::string> texts(const std::vector<MessageRecord>& ms) {
 
 using Texts = std::vector<std::string>;
 
-GenerationStats answer_stats(int64_t cached, std::vector<int32_t> ids) {
-    GenerationStats s;
+AnswerFigures answer_stats(int64_t cached, std::vector<int32_t> ids) {
+    AnswerFigures s;
     s.prompt_tokens = 40;
     s.generated_tokens = static_cast<int64_t>(ids.size());
     s.ttft_ms = 12.5;
@@ -79,13 +79,13 @@ GenerationStats answer_stats(int64_t cached, std::vector<int32_t> ids) {
 class TestMessageVersions : public QObject {
     Q_OBJECT
 private slots:
-    // A database of the schema before (4) gains the versions and the strategy record, keeps its
+    // A database of the schema before the versions (5) gains the versions and the strategy record, keeps its
     // messages, and its answers can then be kept as versions and shown again.
     void migratesFromPreviousSchema() {
         QTemporaryDir dir;
         const std::string path = (dir.path() + "/old.db").toStdString();
         std::string sql;
-        for (int v = 1; v < Store::kSchemaVersion; ++v) sql += Store::migration_sql(v);
+        for (int v = 1; v <= 5; ++v) sql += Store::migration_sql(v);
         QCOMPARE(raw_exec(path, sql), std::string("ok"));
         const std::string data = R"sql(
 PRAGMA journal_mode = WAL;
@@ -95,7 +95,7 @@ INSERT INTO messages (conversation_id, ordinal, role, content, prompt_tokens, ge
                       tokens_per_second, created_ms, cached_tokens, computed_tokens, token_ids) VALUES
     (1, 0, 'user', 'Plan a day among the traboules.', 0, 0, NULL, NULL, 1700000000000, 0, 0, NULL),
     (1, 1, 'assistant', 'Start at Fourviere.', 30, 2, 12.0, 50.0, 1700000000001, 0, 30, x'0700000009000000');
-PRAGMA user_version = )sql" + std::to_string(Store::kSchemaVersion - 1) + ";";
+PRAGMA user_version = 5;)sql";
         QCOMPARE(raw_exec(path, data), std::string("ok"));
         {
             Store store(path);

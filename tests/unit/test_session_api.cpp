@@ -476,7 +476,7 @@ private slots:
         {
             // Reopened, the speed comes from the stored figures of the largest prefill (the first
             // answer's time to first token over its computed tokens).
-            const GenerationStats& big = msgs[1].stats;
+            const AnswerFigures& big = msgs[1].stats;
             QVERIFY(big.ttft_ms.has_value());
             const TurnResult third = reg.send(id, "one more", greedy(4));
             QVERIFY(third.prefill_tokens < Conversation::kBatchTokens);
@@ -484,7 +484,7 @@ private slots:
             QVERIFY(qFuzzyCompare(*third.prefill_saved_ms,
                                   third.cached_tokens * *big.ttft_ms / static_cast<double>(big.computed_tokens)));
         }
-        const GenerationStats& st = msgs[3].stats;
+        const AnswerFigures& st = msgs[3].stats;
         QCOMPARE(st.cached_tokens, second.cached_tokens);
         QCOMPARE(st.computed_tokens, second.prefill_tokens);
         QCOMPARE(st.prompt_tokens, second.prompt_tokens);
@@ -528,17 +528,122 @@ private slots:
         QVERIFY2(found, "no opening gave an answer that its text tokenizes differently");
     }
 
-    // Only small prefills so far: nothing to price the reuse by, so no saving is claimed.
-    void smallPrefillsClaimNoSaving() {
+    // Only small prefills so far: the reuse is priced at the model's batch speed measured once on
+    // this machine and kept in the settings table, so a later session prices it at the same speed
+    // without measuring again.
+    void smallPrefillsPricedAtMeasuredSpeed() {
+        Setup s;
+        std::string kept;
+        {
+            Store store(s.db);
+            ChatSession reg(store, *s.m, *s.be);
+            const std::string key = prefill_speed_key(*s.m, *s.be);
+            QVERIFY(!store.setting(key).has_value());
+            const int64_t id = reg.create("small");
+            const TurnResult first = reg.send(id, "a cat", greedy(4));
+            QVERIFY(first.prefill_tokens < Conversation::kBatchTokens);
+            QVERIFY(!first.prefill_saved_ms.has_value());  // nothing reused, nothing measured yet
+            QVERIFY(!store.setting(key).has_value());
+            const TurnResult second = reg.send(id, "a mat", greedy(4));
+            QVERIFY(second.cached_tokens > 0);
+            const auto speed = load_prefill_speed(store, key);
+            QVERIFY(speed.has_value());
+            QVERIFY(speed->tokens >= PrefillSpeed::kBatchTokens);
+            QVERIFY(second.prefill_saved_ms.has_value());
+            QVERIFY(qFuzzyCompare(*second.prefill_saved_ms, second.cached_tokens * speed->ms_per_token()));
+            // Stored with the answer as it was returned.
+            QCOMPARE(reg.messages(id).back().stats.prefill_saved_ms, second.prefill_saved_ms);
+            kept = *store.setting(key);
+        }
+        Store store(s.db);
+        ChatSession reg(store, *s.m, *s.be);
+        const int64_t id = reg.create("small again");
+        reg.send(id, "a cat", greedy(4));
+        const TurnResult again = reg.send(id, "a mat", greedy(4));
+        QCOMPARE(*store.setting(prefill_speed_key(*s.m, *s.be)), kept);  // not measured again
+        const auto speed = load_prefill_speed(store, prefill_speed_key(*s.m, *s.be));
+        QVERIFY(again.prefill_saved_ms.has_value());
+        QVERIFY(qFuzzyCompare(*again.prefill_saved_ms, again.cached_tokens * speed->ms_per_token()));
+    }
+
+    // A conversation's own settings make its turn's options (the rest stay the global ones), are
+    // validated against the model's context, and its context length is enforced by the turn with
+    // the error that names the sizes; the answer keeps how it ended.
+    void conversationSettingsDriveTheTurn() {
         Setup s;
         Store store(s.db);
         ChatSession reg(store, *s.m, *s.be);
-        const int64_t id = reg.create("small");
-        const TurnResult first = reg.send(id, "a cat", greedy(4));
-        QVERIFY(first.prefill_tokens < Conversation::kBatchTokens);
-        const TurnResult second = reg.send(id, "a mat", greedy(4));
-        QVERIFY(second.cached_tokens > 0);
-        QVERIFY(!second.prefill_saved_ms.has_value());
+        const int64_t id = reg.create("own");
+        const int64_t other = reg.create("global");
+        ChatSettings global;
+        global.max_new_tokens = 9;
+        ConversationSettings own;
+        own.max_new_tokens = 2;
+        own.temperature = 0.0;
+        own.seed = 5;
+        reg.set_conversation_settings(id, own);
+        const TurnOptions t = global.turn_options("dynamic", reg.conversation_settings(id));
+        QCOMPARE(t.generation.max_new_tokens, 2);
+        QCOMPARE(t.generation.sampling.temperature, 0.0f);
+        QCOMPARE(t.generation.sampling.seed, uint64_t(5));
+        QCOMPARE(t.generation.sampling.top_k, global.sampling.top_k);
+        QCOMPARE(global.turn_options("dynamic", reg.conversation_settings(other)).generation.max_new_tokens, 9);
+        // An answer at its limit says so, stored with it.
+        TurnOptions two = greedy(2);
+        const TurnResult r = reg.send(id, "the cat sat on", two);
+        if (r.tokens.size() == 2) {
+            QCOMPARE(r.stop_reason, StopReason::MaxNewTokens);
+            QCOMPARE(reg.messages(id).back().stats.stop_reason, std::optional<StopReason>(StopReason::MaxNewTokens));
+        }
+        QCOMPARE(reg.messages(id).back().stats.stop_reason, std::optional<StopReason>(r.stop_reason));
+        QCOMPARE(r.figures.stop_reason, std::optional<StopReason>(r.stop_reason));
+
+        // Over the model's context, or under 16 tokens: refused, nothing stored.
+        ConversationSettings wide;
+        wide.context_length = s.m->config().n_ctx_train + 1;
+        QVERIFY(error_of([&] { reg.set_conversation_settings(id, wide); }).find("context length") != std::string::npos);
+        QCOMPARE(reg.conversation_settings(id), own);
+        ConversationSettings hot;
+        hot.temperature = -1;
+        QVERIFY(error_of([&] { reg.set_conversation_settings(id, hot); }).find("chat.temperature") != std::string::npos);
+
+        // A context length the conversation outgrows: the turn is refused with the sizes, the
+        // conversation left as it was.
+        ConversationSettings narrow;
+        narrow.context_length = 40;
+        reg.set_conversation_settings(id, narrow);
+        const size_t before = reg.messages(id).size();
+        TurnOptions limited = greedy(2);
+        limited.context_length = *reg.conversation_settings(id).context_length;
+        const std::string refusal = error_of([&] { reg.send(id, long_message(), limited); });
+        QVERIFY2(refusal.find("but the context holds 40") != std::string::npos, refusal.c_str());
+        QCOMPARE(reg.messages(id).size(), before);
+        // The same message fits the model's own context.
+        QVERIFY(error_of([&] { reg.send(id, long_message(), greedy(2)); }).empty());
+    }
+
+    // A new system prompt: stored first, the next turn renders the conversation with it (the
+    // cache keeps only the part before it, so the rest is prefilled again); removing it works too.
+    void systemPromptChangeRendersAgain() {
+        Setup s;
+        Store store(s.db);
+        ChatSession reg(store, *s.m, *s.be);
+        const int64_t id = reg.create("sys");
+        reg.send(id, "the cat sat on", greedy(3));
+        const TurnResult warm = reg.send(id, "a mat", greedy(3));
+        QVERIFY(warm.cached_tokens > 0);
+        QVERIFY(reg.set_system_prompt(id, "You answer about cats."));
+        QVERIFY(!reg.set_system_prompt(id, "You answer about cats."));
+        auto msgs = reg.messages(id);
+        QCOMPARE(msgs.front().role, Role::System);
+        QCOMPARE(msgs.front().content, std::string("You answer about cats."));
+        const TurnResult after = reg.send(id, "and the dog", greedy(3));
+        QVERIFY(after.cached_tokens < warm.cached_tokens);  // what follows the new prompt is computed again
+        QCOMPARE(after.cached_tokens + after.prefill_tokens, after.prompt_tokens);
+        QVERIFY(reg.set_system_prompt(id, ""));
+        msgs = reg.messages(id);
+        QVERIFY(msgs.front().role != Role::System);
+        QVERIFY(error_of([&] { reg.send(id, "one more", greedy(2)); }).empty());
     }
 
     void loadModelReportsAndCancels() {

@@ -25,7 +25,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+using kvchat::ConversationSettings;
+using kvchat::Error;
 using kvchat::Role;
+using kvchat::StopReason;
 using kvchat::Store;
 
 namespace {
@@ -195,8 +198,8 @@ private slots:
         QCOMPARE(raw_query(path, "SELECT group_concat(name, ',') FROM (SELECT name FROM sqlite_schema "
                                  "WHERE type = 'table' AND name NOT LIKE 'sqlite_%' AND name NOT LIKE '%_fts%' "
                                  "ORDER BY name)"),
-                 std::string("conversations,message_versions,messages,prefix_messages,prefixes,settings,strategy_changes,"
-                             "version_messages"));
+                 std::string("conversation_settings,conversations,message_versions,messages,prefix_messages,prefixes,settings,"
+                             "strategy_changes,version_messages"));
         // The search index: two full-text tables (each with its FTS5 shadow tables).
         QCOMPARE(raw_query(path, "SELECT group_concat(name, ',') FROM (SELECT name FROM sqlite_schema "
                                  "WHERE sql LIKE 'CREATE VIRTUAL TABLE%' ORDER BY name)"),
@@ -298,7 +301,7 @@ private slots:
         const auto other = store.create_conversation("other", "fp", "dynamic");
         const auto sys = store.append_message(conv.id, Role::System, "You are terse.");
         const auto user = store.append_message(conv.id, Role::User, "Hi!");
-        kvchat::GenerationStats stats;
+        kvchat::AnswerFigures stats;
         stats.prompt_tokens = 17;
         stats.generated_tokens = 5;
         stats.ttft_ms = 12.5;
@@ -623,7 +626,7 @@ PRAGMA user_version = 1;
     void answerIdsSurviveReopening() {
         QTemporaryDir dir;
         const std::string path = (dir.path() + "/kvchat.db").toStdString();
-        kvchat::GenerationStats stats;
+        kvchat::AnswerFigures stats;
         stats.token_ids = {5, 300, 70000, 2};
         int64_t id = 0, answer = 0;
         {
@@ -658,7 +661,7 @@ PRAGMA user_version = 1;
     void answerFiguresSurviveReopening() {
         QTemporaryDir dir;
         const std::string path = (dir.path() + "/kvchat.db").toStdString();
-        kvchat::GenerationStats stats;
+        kvchat::AnswerFigures stats;
         stats.prompt_tokens = 900;
         stats.generated_tokens = 40;
         stats.ttft_ms = 31.5;
@@ -784,7 +787,7 @@ PRAGMA user_version = 4;
         Store store((dir.path() + "/kv.db").toStdString());
         const auto parent = store.create_conversation("parent", "sha256:m", "dynamic", {}, nullptr, "api");
         QCOMPARE(parent.origin, std::string("api"));
-        kvchat::GenerationStats stats;
+        kvchat::AnswerFigures stats;
         stats.prompt_tokens = 9;
         stats.cached_tokens = 4;
         stats.token_ids = {11, 12, 13};
@@ -868,6 +871,116 @@ PRAGMA user_version = 4;
         for (const char* q : {"\"", "*", "NEAR(a b)", "'; DROP TABLE messages; --", "  "})
             QCOMPARE(error_of([&] { store.search_message_matches(q); }), std::string("<no error>"));
         QVERIFY(store.search_message_matches("  ").empty());
+    }
+
+    // A database of the schema before 7 keeps its answers (how they ended: not recorded) and gains
+    // per-conversation settings; answers stored now keep their stop reason.
+    void migratesToSchema7() {
+        QTemporaryDir dir;
+        const std::string path = (dir.path() + "/old.db").toStdString();
+        std::string sql;
+        for (int v = 1; v <= 6; ++v) sql += Store::migration_sql(v);
+        sql += R"sql(
+INSERT INTO conversations (title, model_fingerprint, cache_spec, created_ms, updated_ms)
+    VALUES ('old', 'sha256:m', 'dynamic', 1700000000000, 1700000000001);
+INSERT INTO messages (conversation_id, ordinal, role, content, prompt_tokens, generated_tokens, created_ms) VALUES
+    (1, 0, 'user', 'hello', 0, 0, 1700000000000),
+    (1, 1, 'assistant', 'hi', 10, 2, 1700000000001);
+PRAGMA user_version = 6;
+)sql";
+        QCOMPARE(raw_exec(path, sql), std::string("ok"));
+        Store store(path);
+        QCOMPARE(store.pragma("user_version"), std::string("7"));
+        const auto old = *store.find_conversation("old");
+        auto msgs = store.list_messages(old.id);
+        QCOMPARE(msgs.size(), size_t(2));
+        QCOMPARE(msgs[1].content, std::string("hi"));
+        QCOMPARE(msgs[1].stats.generated_tokens, int64_t(2));
+        QVERIFY(!msgs[1].stats.stop_reason.has_value());
+        QVERIFY(store.conversation_settings(old.id).empty());
+        // Each reason is stored and read back as itself.
+        for (StopReason r : {StopReason::EndOfSequence, StopReason::EndOfTurn, StopReason::StopString,
+                             StopReason::MaxNewTokens, StopReason::ContextFull, StopReason::Stopped}) {
+            kvchat::AnswerFigures f;
+            f.generated_tokens = 1;
+            f.stop_reason = r;
+            store.append_message(old.id, Role::Assistant, "x", f);
+            QCOMPARE(store.list_messages(old.id).back().stats.stop_reason, std::optional<StopReason>(r));
+        }
+        // A name a newer kvchat might write reads as not recorded, never as another reason.
+        QCOMPARE(raw_exec(path, "UPDATE messages SET stop_reason = 'mystery' WHERE ordinal = 2"), std::string("ok"));
+        QVERIFY(!store.list_messages(old.id)[2].stats.stop_reason.has_value());
+    }
+
+    // A conversation's own settings: set, read back (after reopening), changed, dropped, and
+    // deleted with the conversation.
+    void conversationSettingsKept() {
+        QTemporaryDir dir;
+        const std::string path = (dir.path() + "/s.db").toStdString();
+        int64_t id = 0;
+        ConversationSettings own;
+        own.temperature = 0.25;
+        own.top_k = 7;
+        own.seed = 42;
+        own.max_new_tokens = 3;
+        own.context_length = 300;
+        {
+            Store store(path);
+            id = store.create_conversation("chat", "sha256:m", "dynamic").id;
+            const int64_t other = store.create_conversation("other", "sha256:m", "dynamic").id;
+            store.set_conversation_settings(id, own);
+            QVERIFY(store.conversation_settings(other).empty());
+        }
+        Store store(path);
+        QCOMPARE(store.conversation_settings(id), own);
+        QVERIFY(!store.conversation_settings(id).top_p.has_value());
+        own.top_k.reset();
+        own.min_p = 0.1;
+        store.set_conversation_settings(id, own);
+        QCOMPARE(store.conversation_settings(id), own);
+        store.set_conversation_settings(id, {});
+        QVERIFY(store.conversation_settings(id).empty());
+        store.set_conversation_settings(id, own);
+        store.delete_conversation(id);
+        QVERIFY(store.conversation_settings(id).empty());
+        bool refused = false;
+        try {
+            store.set_conversation_settings(id, own);
+        } catch (const Error&) {
+            refused = true;
+        }
+        QVERIFY(refused);
+    }
+
+    // The system prompt: put before the messages (ordinals move up), changed in place, removed
+    // (ordinals move back); appending goes on after the last message.
+    void systemMessageSetChangedRemoved() {
+        QTemporaryDir dir;
+        Store store((dir.path() + "/p.db").toStdString());
+        const int64_t id = store.create_conversation("chat", "sha256:m", "dynamic").id;
+        store.append_message(id, Role::User, "q1");
+        store.append_message(id, Role::Assistant, "a1");
+        QVERIFY(!store.set_system_message(id, ""));  // none to remove
+        QVERIFY(store.set_system_message(id, "Be brief."));
+        auto msgs = store.list_messages(id);
+        QCOMPARE(msgs.size(), size_t(3));
+        QCOMPARE(msgs[0].role, Role::System);
+        QCOMPARE(msgs[0].content, std::string("Be brief."));
+        for (size_t i = 0; i < msgs.size(); ++i) QCOMPARE(msgs[i].ordinal, static_cast<int64_t>(i));
+        QCOMPARE(msgs[1].content, std::string("q1"));
+        QVERIFY(!store.set_system_message(id, "Be brief."));  // the same: nothing changes
+        QVERIFY(store.set_system_message(id, "Be thorough."));
+        QCOMPARE(store.list_messages(id)[0].content, std::string("Be thorough."));
+        QCOMPARE(store.list_messages(id).size(), size_t(3));
+        QVERIFY(store.set_system_message(id, ""));
+        msgs = store.list_messages(id);
+        QCOMPARE(msgs.size(), size_t(2));
+        QCOMPARE(msgs[0].content, std::string("q1"));
+        QCOMPARE(msgs[0].ordinal, int64_t(0));
+        QCOMPARE(msgs[1].ordinal, int64_t(1));
+        store.append_message(id, Role::User, "q2");
+        QCOMPARE(store.list_messages(id).back().ordinal, int64_t(2));
+        QCOMPARE(store.pragma("integrity_check"), std::string("ok"));
     }
 
     // Search over titles and message text follows every change: new messages, edits, renames,
@@ -1083,15 +1196,16 @@ PRAGMA user_version = 4;
         const QString qpath = dir.path() + "/kvchat.db";
         const std::string path = qpath.toStdString();
         { Store(path).create_conversation("from the future", "", ""); }
-        QCOMPARE(raw_exec(path, "PRAGMA user_version = 7"), std::string("ok"));
+        const std::string future = std::to_string(Store::kSchemaVersion + 1);
+        QCOMPARE(raw_exec(path, "PRAGMA user_version = " + future), std::string("ok"));
         const QByteArray before = file_bytes(qpath);
         QVERIFY(before.size() > 0);
         const std::string msg = error_of([&] { Store s(path); });
         QCOMPARE(msg, "database '" + path +
-                          "' is from a newer kvchat (schema 7, this build knows " + std::to_string(Store::kSchemaVersion) + "); it was left unchanged: open it "
+                          "' is from a newer kvchat (schema " + future + ", this build knows " + std::to_string(Store::kSchemaVersion) + "); it was left unchanged: open it "
                           "with a newer kvchat or choose another database");
         QCOMPARE(file_bytes(qpath), before);
-        QCOMPARE(raw_query(path, "PRAGMA user_version"), std::string("7"));
+        QCOMPARE(raw_query(path, "PRAGMA user_version"), future);
     }
 
     void newerDatabaseWithPendingLogRefusedUnchanged() {

@@ -97,11 +97,14 @@ void CacheInspector::setTelemetry(const CacheTelemetry& telemetry) {
     if (!timer_->isActive() && isVisible()) timer_->start();
 }
 
-void CacheInspector::setReuse(const std::optional<TurnReuse>& reuse) {
-    reuse_->setReuse(reuse);
-    const bool onDisk = reuse && reuse->snapshot_bytes >= 0;
-    snapshotNote_->setText(onDisk ? snapshotExplanation(reuse->snapshot_bytes) : QString());
-    snapshotNote_->setVisible(onDisk);
+void CacheInspector::setReuse(const std::optional<AnswerFigures>& figures) {
+    reuse_->setReuse(figures);
+}
+
+void CacheInspector::setSnapshotBytes(std::optional<int64_t> bytes) {
+    reuse_->setSnapshotBytes(bytes);
+    snapshotNote_->setText(bytes ? snapshotExplanation(*bytes) : QString());
+    snapshotNote_->setVisible(bytes.has_value());
 }
 
 QString CacheInspector::snapshotExplanation(int64_t snapshotBytes) {
@@ -114,15 +117,19 @@ QString CacheInspector::snapshotExplanation(int64_t snapshotBytes) {
         .arg(byteSizeText(snapshotBytes));
 }
 
-void CacheInspector::clear() {
+void CacheInspector::clear(bool conversationOpen) {
     telemetry_.reset();
     traffic_->clear();
     trafficShown_ = 0;
     traffic_->update();
     bars_->setTelemetry({});
     strips_->setTelemetry({});
-    setReuse(std::nullopt);
-    header_->setText(tr("No cache yet: open a conversation."));
+    reuse_->setReuse(std::nullopt);
+    setSnapshotBytes(std::nullopt);
+    header_->setText(conversationOpen
+                         ? tr("This conversation's cache is not in memory: the next turn loads its snapshot or "
+                              "computes it.")
+                         : tr("No cache yet: open a conversation."));
     dirty_ = false;
 }
 

@@ -44,9 +44,11 @@ public:
 public Q_SLOTS:
     // After every decode step (or when the conversation changes): stores, never draws.
     void setTelemetry(const kvchat::CacheTelemetry& telemetry);
-    void setReuse(const std::optional<kvchat::TurnReuse>& reuse);
+    void setReuse(const std::optional<kvchat::AnswerFigures>& figures);
+    // The open conversation's snapshot on disk (nullopt: none): the reuse panel's figure and the note.
+    void setSnapshotBytes(std::optional<int64_t> bytes);
     // Another conversation (or none): the traffic history starts again.
-    void clear();
+    void clear(bool conversationOpen = false);
     // Brings the views up to date now (the timer does this on its own).
     void flush();
 

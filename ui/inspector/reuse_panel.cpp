@@ -26,9 +26,14 @@ ReusePanel::ReusePanel(QWidget* parent) : InspectorChart("reusePanel", parent) {
     setSizePolicy(sp);
 }
 
-void ReusePanel::setReuse(const std::optional<TurnReuse>& reuse) {
-    reuse_ = reuse;
+void ReusePanel::setReuse(const std::optional<AnswerFigures>& figures) {
+    reuse_ = figures;
     updateGeometry();  // (once a turn: the summary's height may change)
+    update();
+}
+
+void ReusePanel::setSnapshotBytes(std::optional<int64_t> bytes) {
+    snapshotBytes_ = bytes;
     update();
 }
 
@@ -70,17 +75,19 @@ std::vector<ReusePanel::Segment> ReusePanel::segments() const {
 
 QString ReusePanel::summary() const {
     if (!reuse_) return tr("No turn yet in this conversation.");
-    const TurnReuse& r = *reuse_;
+    const AnswerFigures& r = *reuse_;
     QString s = tr("Last turn: %L1 prompt tokens from the cache (%L2 of them from a prefix), %L3 computed.")
                     .arg(r.cached_tokens)
                     .arg(r.prefix_tokens)
                     .arg(r.computed_tokens);
     s += "\n";
-    s += r.prefill_saved_ms ? tr("Prefill time saved: about %1 ms.").arg(*r.prefill_saved_ms, 0, 'f', 0)
-                            : tr("Prefill time saved: not measured.");
+    if (r.cached_tokens == 0)
+        s += tr("Nothing was reused, so no prefill time was saved.");
+    else
+        s += r.prefill_saved_ms ? tr("Prefill saved ~%1 ms.").arg(*r.prefill_saved_ms, 0, 'f', 0)
+                                : tr("Prefill time saved: not measured.");
     s += " ";
-    s += r.snapshot_bytes >= 0 ? tr("Snapshot on disk: %1.").arg(byteSizeText(r.snapshot_bytes))
-                               : tr("No snapshot on disk yet.");
+    s += snapshotBytes_ ? tr("Snapshot on disk: %1.").arg(byteSizeText(*snapshotBytes_)) : tr("No snapshot on disk yet.");
     return s;
 }
 

@@ -1,6 +1,8 @@
 #pragma once
 // Reuse in the last turn: prompt tokens taken from the conversation's cache (of those, from a
-// saved prefix's cache) and computed, the prefill time that saved, and the snapshot's size on disk.
+// saved prefix's cache) and computed, the prefill time that saved (the answer's AnswerFigures),
+// and the snapshot's size on disk.
+#include "engine/store/records.h"
 #include "ui/inspector/inspector_chart.h"
 
 #include <QRectF>
@@ -9,14 +11,6 @@
 #include <optional>
 
 namespace kvchat {
-
-struct TurnReuse {
-    int64_t cached_tokens = 0;    // prompt tokens reused from the cache (prefix ones included)
-    int64_t prefix_tokens = 0;    // of those, from a saved prefix's cache
-    int64_t computed_tokens = 0;  // prompt tokens prefilled this turn
-    std::optional<double> prefill_saved_ms;
-    int64_t snapshot_bytes = -1;  // the conversation's snapshot file; -1: none yet
-};
 
 class ReusePanel : public InspectorChart {
     Q_OBJECT
@@ -29,8 +23,11 @@ public:
     };
 
     explicit ReusePanel(QWidget* parent = nullptr);
-    void setReuse(const std::optional<TurnReuse>& reuse);
-    const std::optional<TurnReuse>& reuse() const { return reuse_; }
+    // The last answer's figures (none: no answer yet in this conversation).
+    void setReuse(const std::optional<AnswerFigures>& figures);
+    const std::optional<AnswerFigures>& reuse() const { return reuse_; }
+    // The conversation's snapshot file on disk (nullopt: none yet).
+    void setSnapshotBytes(std::optional<int64_t> bytes);
 
     std::vector<Segment> segments() const;
     QString summary() const;  // the lines under the bar
@@ -47,7 +44,8 @@ protected:
     void paintEvent(QPaintEvent*) override;
 
 private:
-    std::optional<TurnReuse> reuse_;
+    std::optional<AnswerFigures> reuse_;
+    std::optional<int64_t> snapshotBytes_;
 };
 
 }  // namespace kvchat

@@ -16,14 +16,10 @@ namespace kvchat {
 
 namespace {
 
-std::optional<TurnReuse> reuseOf(const AnswerFigures& f) {
+// The last answer's figures; none when the message has none (a typed one, or no answer yet).
+std::optional<AnswerFigures> reuseOf(const AnswerFigures& f) {
     if (!f.present()) return std::nullopt;
-    TurnReuse r;
-    r.cached_tokens = f.cachedTokens;
-    r.prefix_tokens = f.prefixTokens;
-    r.computed_tokens = f.computedTokens;
-    if (f.prefillSavedMs >= 0) r.prefill_saved_ms = f.prefillSavedMs;
-    return r;
+    return f;
 }
 
 }  // namespace
@@ -35,12 +31,8 @@ CacheLab::CacheLab(EngineWorker* w, QMainWindow* window, QDockWidget* inspectorD
     inspector_->setMinimumWidth(300);
     inspectorDock->setWidget(inspector_);
 
+    // The window places it (inside the chat panel, ui/chat_panel.h).
     panel_ = new StrategyPanel;
-    auto* strategyDock = new QDockWidget(tr("Strategy"), window);
-    strategyDock->setObjectName(QStringLiteral("strategyDock"));
-    strategyDock->setWidget(panel_);
-    window->addDockWidget(Qt::RightDockWidgetArea, strategyDock);
-    viewMenu->addAction(strategyDock->toggleViewAction());
 
     comparison_ = new ComparisonView;
     auto* comparisonDock = new QDockWidget(tr("Compare strategies"), window);
@@ -75,7 +67,7 @@ CacheLab::CacheLab(EngineWorker* w, QMainWindow* window, QDockWidget* inspectorD
     connect(w, &EngineWorker::transcriptLoaded, this, [this](const ConversationItem& c, const QList<MessageItem>& messages) {
         if (c.id != conversation_) return;
         if (!panel_->busy()) panel_->setCurrentSpec(c.cacheSpec);
-        std::optional<TurnReuse> reuse;
+        std::optional<AnswerFigures> reuse;
         for (auto it = messages.rbegin(); it != messages.rend() && !reuse; ++it)
             if (it->role == MessageRole::Assistant) reuse = reuseOf(it->figures);
         inspector_->setReuse(reuse);
@@ -91,10 +83,7 @@ CacheLab::CacheLab(EngineWorker* w, QMainWindow* window, QDockWidget* inspectorD
     });
     connect(w, &EngineWorker::snapshotReported, this, [this](qint64 id, qint64 bytes) {
         if (id != lastAnswerId_ || id != conversation_) return;
-        std::optional<TurnReuse> r = inspector_->reusePanel()->reuse();
-        if (!r) r = TurnReuse{};
-        r->snapshot_bytes = bytes;
-        inspector_->setReuse(r);
+        inspector_->setSnapshotBytes(bytes >= 0 ? std::optional<int64_t>(bytes) : std::nullopt);
     });
     connect(w, &EngineWorker::switchPlanned, this, [this](qint64 id, const ConversionPlan& plan) {
         if (id == conversation_) panel_->showPlan(plan);
@@ -131,7 +120,7 @@ CacheLab::CacheLab(EngineWorker* w, QMainWindow* window, QDockWidget* inspectorD
 void CacheLab::setConversation(qint64 id) {
     if (id == conversation_) return;
     conversation_ = id;
-    inspector_->clear();
+    inspector_->clear(id != 0);
     lastAnswerId_ = -1;
 }
 

@@ -1,6 +1,6 @@
 #pragma once
-// The cache lab in the main window: the cache inspector in the cache dock, the strategy panel in
-// a dock of its own, and the comparison view in a bottom dock (View menu, Ctrl+Shift+M). It only
+// The cache lab in the main window: the cache inspector in the cache dock, the strategy panel (the
+// window puts it in the chat panel), and the comparison view in a bottom dock (View menu, Ctrl+Shift+M). It only
 // connects these widgets to the window's engine worker: requests go out as queued calls, results
 // come back as values. The window hands it what it needs (the worker, the dock the inspector goes
 // into, the View menu) and tells it which conversation is open (setConversation).
