@@ -182,6 +182,14 @@ void EngineWorker::loadModel(const QString& path) {
         if (!opened.notice.empty()) Q_EMIT notice(qs(opened.notice));
     }
     model_ = std::move(model);
+    // The weights go onto the backend now (on a GPU: uploaded once), not inside the first answer.
+    try {
+        model_->weights_on(*backend_);
+    } catch (const std::exception& e) {
+        model_.reset();
+        Q_EMIT modelFailed(path, qs(e.what()));
+        return;
+    }
     if (apiHost_) apiHost_->set_loaded_model(model_->path());
     makeSession();
     if (session_) emitNotices(session_->take_notices());
