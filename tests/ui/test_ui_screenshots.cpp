@@ -441,8 +441,8 @@ private Q_SLOTS:
         save(&w, "chat-1000x700.png");
         w.resize(1600, 1000);
 
-        // The cache inspector, given room (the strategy dock out of its way).
-        auto* strategyDock = w.findChild<QDockWidget*>("strategyDock");
+        // The cache inspector, given room (the chat panel, which holds the strategy panel, out of its way).
+        auto* strategyDock = w.findChild<QDockWidget*>("chatPanelDock");  // the strategy panel lives in the chat panel
         strategyDock->hide();
         auto* inspectorDock = w.findChild<QDockWidget*>("cacheInspectorDock");
         inspectorDock->show();
