@@ -52,7 +52,8 @@ void ConversationDelegate::paint(QPainter* p, const QStyleOptionViewItem& option
     const qint64 count = index.data(ConversationListModel::MessageCountRole).toLongLong();
     const QString line = (count == 1 ? tr("1 message") : tr("%1 messages").arg(count)) + QStringLiteral(" · ") +
                          activity(index.data(ConversationListModel::UpdatedRole).toLongLong(),
-                                  QDateTime::currentMSecsSinceEpoch());
+                                  QDateTime::currentMSecsSinceEpoch()) +
+                         (index.data(ConversationListModel::FromApiRole).toBool() ? tr(" · via API") : QString());
     p->drawText(QRect(r.left(), r.top() + fm.height() + 1, r.width(), sm.height()), Qt::AlignLeft | Qt::AlignVCenter,
                 sm.elidedText(line, Qt::ElideRight, r.width()));
     // While searching: the words around the match, the matched ones in bold, cut at the edge.

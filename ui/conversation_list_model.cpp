@@ -31,13 +31,15 @@ QVariant ConversationListModel::data(const QModelIndex& index, int role) const {
                 (c.parentId != 0 ? tr("\nbranched from %1 after message %2")
                                        .arg(find(c.parentId) ? find(c.parentId)->title : tr("a deleted conversation"))
                                        .arg(c.branchAt)
-                                 : QString());
+                                 : QString()) +
+                (c.fromApi ? tr("\nmade by a client of the local API server") : QString());
         case IdRole: return c.id;
         case UpdatedRole: return c.updatedMs;
         case MessageCountRole: return c.messageCount;
         case CacheSpecRole: return c.cacheSpec;
         case PlaceRole: return place_.value(c.id);
         case DepthRole: return depth_.value(c.id);
+        case FromApiRole: return c.fromApi;
         default: return {};
     }
 }
@@ -61,7 +63,7 @@ bool sameItem(const ConversationItem& a, const ConversationItem& b) {
     return a.id == b.id && a.title == b.title && a.updatedMs == b.updatedMs && a.messageCount == b.messageCount &&
            a.tokens == b.tokens && a.cacheSpec == b.cacheSpec && a.cacheResident == b.cacheResident &&
            a.cacheSaved == b.cacheSaved && a.lastUnanswered == b.lastUnanswered && a.parentId == b.parentId &&
-           a.branchAt == b.branchAt;
+           a.branchAt == b.branchAt && a.fromApi == b.fromApi;
 }
 
 }  // namespace

@@ -20,7 +20,8 @@ public:
     // PlaceRole: a key (text) that sorts the rows ascending into the list's order: most recent
     // activity first, a branch right under its parent, the parent's group as recent as its most
     // recent branch; DepthRole: how many parents it has in the list (the delegate indents by it).
-    enum Roles { IdRole = Qt::UserRole + 1, UpdatedRole, MessageCountRole, CacheSpecRole, PlaceRole, DepthRole };
+    // FromApiRole: the local API server made it (the delegate says "via API").
+    enum Roles { IdRole = Qt::UserRole + 1, UpdatedRole, MessageCountRole, CacheSpecRole, PlaceRole, DepthRole, FromApiRole };
     using QAbstractListModel::QAbstractListModel;
 
     int rowCount(const QModelIndex& parent = {}) const override;

@@ -43,6 +43,7 @@ ConversationItem conversationItemOf(const ConversationOverview& o) {
     item.lastUnanswered = o.last_unanswered;
     item.parentId = o.conversation.parent_id.value_or(0);
     item.branchAt = o.conversation.branch_at;
+    item.fromApi = o.conversation.origin == "api";
     return item;
 }
 

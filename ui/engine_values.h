@@ -42,6 +42,7 @@ struct ConversationItem {
     bool lastUnanswered = false;
     qint64 parentId = 0;  // a branch: the conversation it was branched from (0: none)
     qint64 branchAt = 0;  // a branch: how many of the parent's messages it began with
+    bool fromApi = false; // the local API server made it (a client's conversation)
 };
 
 struct PrefixItem {

@@ -45,6 +45,7 @@ ConversationItem itemOf(const ConversationSummary& c) {
     item.lastUnanswered = c.last_unanswered;
     item.parentId = c.parent_id.value_or(0);
     item.branchAt = c.branch_at;
+    item.fromApi = c.origin == "api";
     return item;
 }
 

@@ -6,6 +6,7 @@
 #include "engine/store/store.h"
 #include "support/tiny_model.h"
 #include "support/ui_testing.h"
+#include "ui/conversation_list_model.h"
 #include "ui/engine_worker.h"
 #include "ui/main_window.h"
 #include "ui/settings_dialog.h"
@@ -120,6 +121,17 @@ private Q_SLOTS:
         QCOMPARE(j["object"].get<std::string>(), std::string("chat.completion"));
         // The conversation it made is in the window's list.
         QTRY_COMPARE_WITH_TIMEOUT(w->findChild<QListView*>("conversationList")->model()->rowCount(), before + 1, 30000);
+        // ... marked as the API's (the window's own chats are not).
+        QAbstractItemModel* shown = w->findChild<QListView*>("conversationList")->model();
+        int fromApi = 0;
+        for (int r = 0; r < shown->rowCount(); ++r) {
+            const QModelIndex i = shown->index(r, 0);
+            if (!i.data(ConversationListModel::FromApiRole).toBool()) continue;
+            ++fromApi;
+            QCOMPARE(i.data(ConversationListModel::IdRole).toLongLong(), j["kvchat"]["conversation_id"].get<qint64>());
+            QVERIFY(i.data(Qt::ToolTipRole).toString().contains("local API server"));
+        }
+        QCOMPARE(fromApi, 1);
 
         // Off again: the label goes and nothing listens.
         QTRY_VERIFY(w->findChild<SettingsDialog*>("settingsDialog") == nullptr);  // the first one is gone
