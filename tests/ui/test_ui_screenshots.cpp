@@ -19,6 +19,7 @@
 #include "ui/lab/cache_lab.h"
 #include "ui/lab/comparison_view.h"
 #include "ui/lab/strategy_panel.h"
+#include "ui/chat_panel.h"
 #include "ui/main_window.h"
 #include "ui/models/model_list_model.h"
 #include "ui/models/models_dialog.h"
@@ -33,6 +34,7 @@
 #include <QLabel>
 #include <QLineEdit>
 #include <QAbstractScrollArea>
+#include <QScrollArea>
 #include <QAction>
 #include <QStatusBar>
 #include <QTabBar>
@@ -461,7 +463,16 @@ private Q_SLOTS:
         test::retype(panel->specEdit(), "sliding_window:window=64");
         QVERIFY(planned.wait(30000) || planned.count() > 0);
         QTRY_VERIFY_WITH_TIMEOUT(panel->applyButton()->isEnabled(), 10000);
+        // The strategy panel sits below the sampling fields in the chat panel: give the panel the
+        // docks' height and scroll it into view.
+        for (const char* name : {"cacheInspectorDock", "prefixLibraryDock", "storageDock"})
+            w.findChild<QDockWidget*>(name)->hide();
+        QTest::qWait(100);
+        auto* panelScroll = w.chatPanel()->findChild<QScrollArea*>();
+        QVERIFY(panelScroll);
+        panelScroll->ensureWidgetVisible(panel, 0, 0);
         QTest::qWait(300);
+        QVERIFY(panel->visibleRegion().boundingRect().height() >= panel->height() * 2 / 3);
         save(&w, "strategy-preview.png");
 
         // The comparison: one prompt replayed greedily under three strategies.
