@@ -49,6 +49,14 @@ inline void writeChatSettings(const QString& db, int maxNewTokens, Answers answe
     s.save(store);
 }
 
+// A new database for each test, db1, db2... under `home` (so tests do not see each other's
+// chats), holding the suite's answer settings; `count` is the suite's counter.
+inline QString freshChatDb(const QString& home, int& count, int maxNewTokens, Answers answers = Answers::Greedy) {
+    const QString db = home + QStringLiteral("/db%1/kvchat.db").arg(++count);
+    writeChatSettings(db, maxNewTokens, answers);
+    return db;
+}
+
 // Opens the window on `db` with `model`, without a saved layout, resized to `size` when given.
 // Null unless it is shown and, within a minute, its model is loaded and a conversation open.
 inline std::unique_ptr<MainWindow> openChatWindow(const QString& db, const QString& model, QSize size = {}) {

@@ -39,11 +39,7 @@ class TestUiBranches : public QObject {
     QString model_;
     int dbCount_ = 0;
 
-    QString freshDb() {
-        const QString db = home_.path() + QStringLiteral("/db%1/kvchat.db").arg(++dbCount_);
-        test::writeChatSettings(db, 8);
-        return db;
-    }
+    QString freshDb() { return test::freshChatDb(home_.path(), dbCount_, 8); }
 
     std::unique_ptr<MainWindow> openWindow(const QString& db) { return test::openChatWindow(db, model_); }
 

@@ -52,11 +52,7 @@ class TestUiChatPanel : public QObject {
     QString model_;
     int dbCount_ = 0;
 
-    QString freshDb(int maxNew) {
-        const QString db = home_.path() + QStringLiteral("/db%1/kvchat.db").arg(++dbCount_);
-        test::writeChatSettings(db, maxNew);
-        return db;
-    }
+    QString freshDb(int maxNew) { return test::freshChatDb(home_.path(), dbCount_, maxNew); }
 
     std::unique_ptr<MainWindow> openWindow(const QString& db) {
         auto w = test::openChatWindow(db, model_, QSize(1400, 900));

@@ -80,11 +80,7 @@ class TestUiModels : public QObject {
     QString model_;
     int dbCount_ = 0;
 
-    QString freshDb(int maxNew) {
-        const QString db = home_.path() + QStringLiteral("/db%1/kvchat.db").arg(++dbCount_);
-        test::writeChatSettings(db, maxNew);
-        return db;
-    }
+    QString freshDb(int maxNew) { return test::freshChatDb(home_.path(), dbCount_, maxNew); }
 
     // Also waits for the transcript model to hold the open conversation's messages.
     std::unique_ptr<MainWindow> openWindow(const QString& db) {
