@@ -202,6 +202,15 @@ int interactive(ChatSession& reg, const std::string& title, const TurnOptions& t
     return terminating() ? stopped_exit_status() : 0;
 }
 
+// Loads the model with the window's settings as defaults (threads, device); options given on the
+// command line win.
+Loaded load_model_with_settings(const Options& o, const ChatSettings& settings) {
+    Options with_settings = o;
+    if (!o.has("--threads") && settings.threads > 0) with_settings.values["--threads"] = std::to_string(settings.threads);
+    if (!o.has("--device")) with_settings.values["--device"] = settings.device;
+    return load_model(with_settings);
+}
+
 }  // namespace
 
 int cmd_chat(const Options& o) {
@@ -216,10 +225,7 @@ int cmd_chat(const Options& o) {
     // Settings the window writes are the defaults here too; options on the command line win.
     const ChatSettings settings = ChatSettings::load(store);
     for (const std::string& n : settings.notices) note(n);
-    Options with_settings = o;
-    if (!o.has("--threads") && settings.threads > 0) with_settings.values["--threads"] = std::to_string(settings.threads);
-    if (!o.has("--device")) with_settings.values["--device"] = settings.device;
-    Loaded l = load_model(with_settings);
+    Loaded l = load_model_with_settings(o, settings);
     ChatSession reg(store, *l.model, *l.backend, static_cast<size_t>(settings.resident_caches));
     OpenOptions open;
     open.cache_spec = o.str("--cache");
@@ -283,10 +289,7 @@ int cmd_branch(const Options& o) {
                     std::to_string(at));
     const ChatSettings settings = ChatSettings::load(store);
     for (const std::string& n : settings.notices) note(n);
-    Options with_settings = o;
-    if (!o.has("--threads") && settings.threads > 0) with_settings.values["--threads"] = std::to_string(settings.threads);
-    if (!o.has("--device")) with_settings.values["--device"] = settings.device;
-    Loaded l = load_model(with_settings);
+    Loaded l = load_model_with_settings(o, settings);
     ChatSession reg(store, *l.model, *l.backend, static_cast<size_t>(settings.resident_caches));
     const int64_t id = reg.branch(parent->id, static_cast<size_t>(at), o.str("--title"));
     for (const std::string& n : reg.take_notices()) note(n);

@@ -121,12 +121,7 @@ MessageView::MessageView(const MessageItem& message, QWidget* parent) : QFrame(p
     header->addWidget(roleLabel_);
     header->addStretch(1);
     auto tool = [&](const QString& text, const QString& name, const QString& tip) {
-        auto* b = new QToolButton;
-        b->setText(text);
-        b->setObjectName(name);
-        b->setToolTip(tip);
-        b->setAccessibleName(tip);
-        b->setAutoRaise(true);
+        auto* b = messageToolButton(text, name, tip);
         header->addWidget(b);
         return b;
     };

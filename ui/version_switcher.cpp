@@ -6,18 +6,23 @@
 
 namespace kvchat {
 
+QToolButton* messageToolButton(const QString& text, const QString& objectName, const QString& tip) {
+    auto* b = new QToolButton;
+    b->setText(text);
+    b->setObjectName(objectName);
+    b->setToolTip(tip);
+    b->setAccessibleName(tip);
+    b->setAutoRaise(true);
+    return b;
+}
+
 VersionSwitcher::VersionSwitcher(QWidget* parent) : QWidget(parent) {
     setObjectName(QStringLiteral("versionSwitcher"));
     auto* h = new QHBoxLayout(this);
     h->setContentsMargins(0, 0, 0, 0);
     h->setSpacing(2);
     auto arrow = [&](const QString& text, const QString& name, const QString& tip) {
-        auto* b = new QToolButton;
-        b->setText(text);
-        b->setObjectName(name);
-        b->setToolTip(tip);
-        b->setAccessibleName(tip);
-        b->setAutoRaise(true);
+        auto* b = messageToolButton(text, name, tip);
         h->addWidget(b);
         return b;
     };

@@ -8,6 +8,10 @@ class QToolButton;
 
 namespace kvchat {
 
+// A small flat button of a message's controls (Edit, Branch, the version arrows...), named
+// `objectName`; `tip` is its tooltip and its accessible name alike.
+QToolButton* messageToolButton(const QString& text, const QString& objectName, const QString& tip);
+
 class VersionSwitcher : public QWidget {
     Q_OBJECT
 public:

@@ -66,6 +66,14 @@ const json* field(const json& j, const char* name) {
     return it == j.end() || it->is_null() ? nullptr : &*it;
 }
 
+// A field that must be there (present, non-null); `param` names it in the error, with its path
+// (messages[2].role) when it is nested.
+const json& required_field(const json& j, const char* name, const std::string& param) {
+    const json* v = field(j, name);
+    if (!v) throw bad_field(param, "'" + param + "' is missing");
+    return *v;
+}
+
 std::string string_field(const json& j, const char* name) {
     const json* v = field(j, name);
     if (!v) return {};
@@ -166,8 +174,7 @@ SamplingRequest parse_sampling(const json& j, bool& stream, bool& include_usage)
 
 std::string message_content(const json& m, size_t i) {
     const std::string param = "messages[" + std::to_string(i) + "].content";
-    const json* c = field(m, "content");
-    if (!c) throw bad_field(param, "'" + param + "' is missing");
+    const json* c = &required_field(m, "content", param);
     if (c->is_string()) return utf8_text(param, c->get<std::string>());
     if (!c->is_array()) throw wrong_type(param, "a string or an array of text parts", *c);
     // The parts form: text parts are joined; images and audio are refused by name.
@@ -228,16 +235,14 @@ ChatCompletionRequest parse_chat_completion(std::string_view body) {
             throw bad_field("cache", std::string("'cache' is not a cache strategy: ") + e.what());
         }
     }
-    const json* msgs = field(j, "messages");
-    if (!msgs) throw bad_field("messages", "'messages' is missing");
+    const json* msgs = &required_field(j, "messages", "messages");
     if (!msgs->is_array()) throw wrong_type("messages", "an array", *msgs);
     if (msgs->empty()) throw bad_field("messages", "'messages' is empty: give at least one user message");
     for (size_t i = 0; i < msgs->size(); ++i) {
         const json& m = (*msgs)[i];
         const std::string param = "messages[" + std::to_string(i) + "]";
         if (!m.is_object()) throw wrong_type(param, "an object", m);
-        const json* role = field(m, "role");
-        if (!role) throw bad_field(param + ".role", "'" + param + ".role' is missing");
+        const json* role = &required_field(m, "role", param + ".role");
         if (!role->is_string()) throw wrong_type(param + ".role", "a string", *role);
         const std::string name = role->get<std::string>();
         Role r_role;
@@ -263,8 +268,7 @@ CompletionRequest parse_completion(std::string_view body) {
     if (bool_field(j, "echo", false)) throw bad_field("echo", "'echo' is not supported");
     if (field(j, "suffix")) throw bad_field("suffix", "'suffix' is not supported");
     if (auto b = integer_field(j, "best_of", 1, 1 << 20); b && *b != 1) throw bad_field("best_of", "'best_of' must be 1");
-    const json* p = field(j, "prompt");
-    if (!p) throw bad_field("prompt", "'prompt' is missing");
+    const json* p = &required_field(j, "prompt", "prompt");
     if (p->is_array() && p->size() == 1 && (*p)[0].is_string()) p = &(*p)[0];
     if (!p->is_string()) throw wrong_type("prompt", "a string (or an array of one string)", *p);
     r.prompt = utf8_text("prompt", p->get<std::string>());

@@ -92,6 +92,30 @@ bool write_event(httplib::DataSink& sink, const std::string& data) {
     return sink.write(event.data(), event.size());
 }
 
+// A streamed answer's events (chat or raw completion). A write that fails means the client went
+// away: `cancel` is set, so the answer stops at its next token and nothing more is written.
+struct EventStream {
+    explicit EventStream(httplib::DataSink& s) : sink(s) {}
+    httplib::DataSink& sink;
+    std::atomic<bool> cancel{false};
+
+    void send(const json& j) {
+        if (!cancel.load() && !write_event(sink, dump(j))) cancel.store(true);
+    }
+    // The last chunk OpenAI sends when asked for usage: no choices, the usage figures.
+    void send_usage(json chunk, json usage) {
+        chunk["choices"] = json::array();
+        chunk["usage"] = std::move(usage);
+        send(chunk);
+    }
+    // false (the stream did not end with [DONE]): httplib closes the connection.
+    bool finish() {
+        if (cancel.load() || !write_event(sink, "[DONE]")) return false;
+        sink.done();
+        return true;
+    }
+};
+
 }  // namespace
 
 bool is_loopback_host(const std::string& host) {
@@ -287,7 +311,7 @@ struct ApiServer::State {
                      httplib::DataSink& sink) {
         const std::string id = random_id("chatcmpl-");
         const int64_t created = unix_now();
-        std::atomic<bool> cancel{false};
+        EventStream stream(sink);
         RequestLog& log = t_log;
         auto chunk = [&](json delta, json finish) {
             return json{{"id", id},
@@ -299,21 +323,16 @@ struct ApiServer::State {
                                                   {"logprobs", nullptr},
                                                   {"finish_reason", std::move(finish)}}})}};
         };
-        // A write that fails means the client went away: the answer stops at its next token.
-        auto send = [&](const json& j) {
-            if (cancel.load()) return;
-            if (!write_event(sink, dump(j))) cancel.store(true);
-        };
-        send(chunk({{"role", "assistant"}, {"content", ""}}, nullptr));
+        stream.send(chunk({{"role", "assistant"}, {"content", ""}}, nullptr));
         try {
             run(path, [&](HostedSession& h) {
                 const TurnOptions options = turn_options(h, r);
                 TurnCallbacks cb;
                 cb.on_text = [&](std::string_view piece) {
-                    if (stopping.load()) cancel.store(true);  // the server is going down
-                    send(chunk({{"content", std::string(piece)}}, nullptr));
+                    if (stopping.load()) stream.cancel.store(true);  // the server is going down
+                    stream.send(chunk({{"content", std::string(piece)}}, nullptr));
                 };
-                cb.progress.cancel = &cancel;
+                cb.progress.cancel = &stream.cancel;
                 MessagesResult a = h.session.answer_messages(messages_request(h, r), options, cb);
                 note_turn(log, r, a.turn);
                 if (a.turn.ending == TurnResult::Ending::Failed || a.turn.ending == TurnResult::Ending::Cancelled)
@@ -323,22 +342,17 @@ struct ApiServer::State {
                                                static_cast<int64_t>(a.turn.tokens.size()), decode_ms(a.turn),
                                                a.turn.cached_tokens);
                 last["kvchat"] = kvchat_json(a);
-                send(last);
-                if (r.include_usage) {
-                    json u = chunk(json::object(), nullptr);
-                    u["choices"] = json::array();
-                    u["usage"] = usage_json(a.turn.prompt_tokens, a.turn.cached_tokens,
-                                            static_cast<int64_t>(a.turn.tokens.size()));
-                    send(u);
-                }
+                stream.send(last);
+                if (r.include_usage)
+                    stream.send_usage(chunk(json::object(), nullptr),
+                                      usage_json(a.turn.prompt_tokens, a.turn.cached_tokens,
+                                                 static_cast<int64_t>(a.turn.tokens.size())));
             });
         } catch (const ApiError& e) {
             // The status line is out: the error travels as an event, as OpenAI's stream does.
-            send(e.body());
+            stream.send(e.body());
         }
-        if (cancel.load() || !write_event(sink, "[DONE]")) return false;
-        sink.done();
-        return true;
+        return stream.finish();
     }
 
     void completions(const httplib::Request& req, httplib::Response& res) {
@@ -363,7 +377,7 @@ struct ApiServer::State {
         res.set_header("Cache-Control", "no-cache");
         res.set_chunked_content_provider(
             "text/event-stream", [this, place, request, path, ids, model_name](size_t, httplib::DataSink& sink) {
-                std::atomic<bool> cancel{false};
+                EventStream stream(sink);
                 const std::string id = random_id("cmpl-");
                 auto chunk = [&](const std::string& text, json finish) {
                     return json{{"id", id},
@@ -375,32 +389,22 @@ struct ApiServer::State {
                                                           {"logprobs", nullptr},
                                                           {"finish_reason", std::move(finish)}}})}};
                 };
-                auto send = [&](const json& j) {
-                    if (!cancel.load() && !write_event(sink, dump(j))) cancel.store(true);
-                };
                 try {
                     complete(*request, path, *ids,
                              [&](std::string_view piece) {
-                                 if (stopping.load()) cancel.store(true);
-                                 send(chunk(std::string(piece), nullptr));
+                                 if (stopping.load()) stream.cancel.store(true);
+                                 stream.send(chunk(std::string(piece), nullptr));
                              },
-                             &cancel, [&](const json& final) {
+                             &stream.cancel, [&](const json& final) {
                                  json last = chunk("", final["choices"][0]["finish_reason"]);
                                  last["timings"] = final["timings"];
-                                 send(last);
-                                 if (request->include_usage) {
-                                     json u = chunk("", nullptr);
-                                     u["choices"] = json::array();
-                                     u["usage"] = final["usage"];
-                                     send(u);
-                                 }
+                                 stream.send(last);
+                                 if (request->include_usage) stream.send_usage(chunk("", nullptr), final["usage"]);
                              });
                 } catch (const ApiError& e) {
-                    send(e.body());
+                    stream.send(e.body());
                 }
-                if (cancel.load() || !write_event(sink, "[DONE]")) return false;
-                sink.done();
-                return true;
+                return stream.finish();
             });
     }
 

@@ -104,6 +104,26 @@ std::vector<int32_t> ids_of(const QJsonValue& v) {
     return ids;
 }
 
+// The tokens of a Gemma user turn after a cached transcript, written out by hand:
+// <start_of_turn>user\n{text}<end_of_turn>\n<start_of_turn>model\n and nothing else.
+int64_t gemma_user_turn_tokens(const Tokenizer& tok, const std::string& text) {
+    auto n_of = [&](const std::string& t) { return static_cast<int64_t>(tok.encode(t, false).size()); };
+    return 1 + n_of("user\n") + n_of(text) + 1 + n_of("\n") + 1 + n_of("model\n");
+}
+
+// The reference answer: the rendered chat on a fresh CPU cache, greedy, up to 16 tokens or the
+// template's stop tokens (what the suites' `-n 16 --greedy` turns ask of kvchat-cli).
+std::string fresh_greedy_answer(Model& model, const ChatTemplate& tmpl, const RenderedChat& r) {
+    auto be = make_cpu_backend(0);
+    auto cache = model.make_default_cache(*be);
+    Generator gen(model, *be);
+    GenerationConfig g;
+    g.max_new_tokens = 16;
+    g.sampling.greedy = true;
+    g.stop_tokens = tmpl.stop_tokens();
+    return gen.generate(*cache, r.tokens, g).text;
+}
+
 }  // namespace
 
 class TestCliChat : public QObject {
@@ -706,14 +726,11 @@ private slots:
         const QJsonObject jb = json_of(b);
 
         auto model = Model::load(resolve_model_path(""));
-        const Tokenizer& tok = model->tokenizer();
-        auto n_of = [&](const std::string& text) { return static_cast<int64_t>(tok.encode(text, false).size()); };
         const ChatTemplate tmpl = ChatTemplate::for_model(*model);
         const std::vector<ChatMessage> opening = {{Role::User, first.toStdString()}, {Role::Assistant, answer.toStdString()}};
         const int64_t prefix_tokens = static_cast<int64_t>(tmpl.render(opening, false).tokens.size());
         QCOMPARE(json_of(s)["tokens"].toInteger(), prefix_tokens);
-        // <start_of_turn>user\n{second}<end_of_turn>\n<start_of_turn>model\n and nothing else.
-        const int64_t new_turn = 1 + n_of("user\n") + n_of(second.toStdString()) + 1 + n_of("\n") + 1 + n_of("model\n");
+        const int64_t new_turn = gemma_user_turn_tokens(model->tokenizer(), second.toStdString());
         QCOMPARE(jb["cached_tokens"].toInteger(), prefix_tokens);
         QCOMPARE(jb["prefill_tokens"].toInteger(), new_turn);
 
@@ -721,14 +738,7 @@ private slots:
         all.push_back({Role::User, second.toStdString()});
         const RenderedChat r = tmpl.render(all, true);
         QCOMPARE(jb["prompt_tokens"].toInteger(), static_cast<qint64>(r.tokens.size()));
-        auto be = make_cpu_backend(0);
-        auto cache = model->make_default_cache(*be);
-        Generator gen(*model, *be);
-        GenerationConfig g;
-        g.max_new_tokens = 16;
-        g.sampling.greedy = true;
-        g.stop_tokens = tmpl.stop_tokens();
-        QCOMPARE(jb["text"].toString().toStdString(), gen.generate(*cache, r.tokens, g).text);
+        QCOMPARE(jb["text"].toString().toStdString(), fresh_greedy_answer(*model, tmpl, r));
     }
 
     // kvchat-cli branch on the default model: the branch holds the first N messages, and its first
@@ -766,10 +776,7 @@ private slots:
         const Run c = cli({"chat", "--db", db, "--conversation", "fruit green", "--message", third, "-n", "16", "--greedy", "--json"});
         QVERIFY2(c.code == 0, qPrintable(c.err));
         const QJsonObject jc = json_of(c);
-        const Tokenizer& tok = model->tokenizer();
-        auto n_of = [&](const std::string& text) { return static_cast<int64_t>(tok.encode(text, false).size()); };
-        // <start_of_turn>user\n{third}<end_of_turn>\n<start_of_turn>model\n and nothing else.
-        const int64_t new_turn = 1 + n_of("user\n") + n_of(third.toStdString()) + 1 + n_of("\n") + 1 + n_of("model\n");
+        const int64_t new_turn = gemma_user_turn_tokens(model->tokenizer(), third.toStdString());
         QCOMPARE(jc["cached_tokens"].toInteger(), copied_tokens);
         QCOMPARE(jc["prefill_tokens"].toInteger(), new_turn);
 
@@ -777,14 +784,7 @@ private slots:
         all.push_back({Role::User, third.toStdString()});
         const RenderedChat r = tmpl.render(all, true);
         QCOMPARE(jc["prompt_tokens"].toInteger(), static_cast<qint64>(r.tokens.size()));
-        auto be = make_cpu_backend(0);
-        auto cache = model->make_default_cache(*be);
-        Generator gen(*model, *be);
-        GenerationConfig g;
-        g.max_new_tokens = 16;
-        g.sampling.greedy = true;
-        g.stop_tokens = tmpl.stop_tokens();
-        QCOMPARE(jc["text"].toString().toStdString(), gen.generate(*cache, r.tokens, g).text);
+        QCOMPARE(jc["text"].toString().toStdString(), fresh_greedy_answer(*model, tmpl, r));
         QCOMPARE(stored_messages(db, "fruit").size(), size_t(4));  // the parent is as it was
     }
 

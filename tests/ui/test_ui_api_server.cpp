@@ -4,6 +4,7 @@
 #define QT_NO_KEYWORDS  // the engine's chat headers use the word "emit"
 #include "engine/chat/chat_settings.h"
 #include "engine/store/store.h"
+#include "support/chat_window.h"
 #include "support/tiny_model.h"
 #include "support/ui_testing.h"
 #include "ui/conversation_list_model.h"
@@ -60,8 +61,7 @@ private Q_SLOTS:
     void initTestCase() {
         QVERIFY(home_.isValid());
         kvchat::test::useFreshProfile(home_.path());
-        model_ = home_.path() + "/tiny.gguf";
-        test::write_tiny_gguf(test::chat_sized_spec(4), model_.toStdString());
+        model_ = test::writeTinyChatModel(home_.path());
     }
 
     void serveFromSettings() {
@@ -73,14 +73,8 @@ private Q_SLOTS:
             s.threads = 2;
             s.save(store);
         }
-        WindowOptions o;
-        o.databasePath = db;
-        o.modelPath = model_;
-        o.restoreState = false;
-        auto w = std::make_unique<MainWindow>(o);
-        w->show();
-        QVERIFY(QTest::qWaitForWindowExposed(w.get()));
-        QVERIFY(QTest::qWaitFor([&] { return w->modelReady() && w->currentConversation() != 0; }, 60000));
+        auto w = test::openChatWindow(db, model_);
+        QVERIFY(w);
         auto* label = w->findChild<QLabel*>("apiServerLabel");
         QVERIFY(label);
         QVERIFY(!label->isVisible());  // off by default

@@ -6,6 +6,7 @@
 #include "engine/chat/chat_settings.h"
 #include "engine/store/store.h"
 #include "support/tiny_model.h"
+#include "support/chat_window.h"
 #include "support/ui_testing.h"
 #include "ui/conversation_list_model.h"
 #include "ui/engine_values.h"
@@ -25,7 +26,11 @@
 using namespace kvchat;
 
 namespace {
-constexpr int kTurnTimeoutMs = 120000;
+constexpr int kTurnTimeoutMs = test::kAnswerTimeoutMs;
+using test::messageViewAt;
+using test::storedMessages;
+using test::transcriptOf;
+using test::typeAndSend;
 }  // namespace
 
 class TestUiBranches : public QObject {
@@ -34,57 +39,15 @@ class TestUiBranches : public QObject {
     QString model_;
     int dbCount_ = 0;
 
-    QString freshDb() {
-        const QString db = home_.path() + QStringLiteral("/db%1/kvchat.db").arg(++dbCount_);
-        QDir().mkpath(QFileInfo(db).absolutePath());
-        Store store(db.toStdString());
-        ChatSettings s;
-        s.sampling.greedy = true;
-        s.random_seed = false;
-        s.max_new_tokens = 8;
-        s.threads = 2;
-        s.save(store);
-        return db;
-    }
+    QString freshDb() { return test::freshChatDb(home_.path(), dbCount_, 8); }
 
-    std::unique_ptr<MainWindow> openWindow(const QString& db) {
-        WindowOptions o;
-        o.databasePath = db;
-        o.modelPath = model_;
-        o.restoreState = false;
-        auto w = std::make_unique<MainWindow>(o);
-        w->show();
-        if (!QTest::qWaitForWindowExposed(w.get())) return nullptr;
-        if (!QTest::qWaitFor([&] { return w->modelReady() && w->currentConversation() != 0; }, 60000)) return nullptr;
-        return w;
-    }
-
-    static TranscriptView* transcript(MainWindow& w) { return w.findChild<TranscriptView*>("transcriptView"); }
-    static MessageView* view(MainWindow& w, int row) {
-        const auto views = transcript(w)->messageViews();
-        return row < views.size() ? views[row] : nullptr;
-    }
-
-    static bool typeAndSend(MainWindow& w, const QString& text) {
-        QSignalSpy done(&w, &MainWindow::answerFinished);
-        auto* box = w.findChild<MessageBox*>("messageInput");
-        box->setFocus();
-        QTest::keyClicks(box, text);
-        QTest::keyClick(box, Qt::Key_Return);
-        return done.wait(kTurnTimeoutMs) || done.count() > 0;
-    }
-
-    static std::vector<MessageRecord> stored(const QString& db, qint64 id) {
-        Store store(db.toStdString());
-        return store.list_messages(id);
-    }
+    std::unique_ptr<MainWindow> openWindow(const QString& db) { return test::openChatWindow(db, model_); }
 
 private Q_SLOTS:
     void initTestCase() {
         QVERIFY(home_.isValid());
         kvchat::test::useFreshProfile(home_.path());
-        model_ = home_.path() + "/tiny.gguf";
-        test::write_tiny_gguf(test::chat_sized_spec(4), model_.toStdString());
+        model_ = test::writeTinyChatModel(home_.path());
     }
 
     void branchFromHere() {
@@ -94,17 +57,17 @@ private Q_SLOTS:
         QVERIFY(typeAndSend(*w, "first question"));
         QVERIFY(typeAndSend(*w, "second question"));
         const qint64 parent = w->currentConversation();
-        const auto before = stored(db, parent);
+        const auto before = storedMessages(db, parent);
         QCOMPARE(before.size(), size_t(4));
 
         // Branch from the first answer: a new conversation of its first two messages, opened.
-        auto* branchButton = view(*w, 1)->findChild<QToolButton*>("branchButton");
+        auto* branchButton = messageViewAt(*w, 1)->findChild<QToolButton*>("branchButton");
         QVERIFY(branchButton && branchButton->isEnabled());
         QTest::mouseClick(branchButton, Qt::LeftButton);
         QTRY_VERIFY_WITH_TIMEOUT(w->currentConversation() != parent && w->currentConversation() != 0, 30000);
         const qint64 branch = w->currentConversation();
-        QTRY_COMPARE_WITH_TIMEOUT(transcript(*w)->messageViews().size(), 2, 10000);
-        const auto copied = stored(db, branch);
+        QTRY_COMPARE_WITH_TIMEOUT(transcriptOf(*w)->messageViews().size(), 2, 10000);
+        const auto copied = storedMessages(db, branch);
         QCOMPARE(copied.size(), size_t(2));
         QCOMPARE(copied[0].content, before[0].content);
         QCOMPARE(copied[1].content, before[1].content);
@@ -141,7 +104,7 @@ private Q_SLOTS:
         // A newer branch keeps its parent's group on top, and the parent is as it was.
         QCOMPARE(rowOf(parent), 0);
         QCOMPARE(rowOf(branch), 1);
-        QCOMPARE(stored(db, parent).size(), size_t(4));
+        QCOMPARE(storedMessages(db, parent).size(), size_t(4));
     }
 };
 

@@ -5,6 +5,7 @@
 #include "engine/cache/cache_spec.h"
 #include "engine/chat/chat_settings.h"
 #include "engine/store/store.h"
+#include "support/chat_window.h"
 #include "support/tiny_model.h"
 #include "support/ui_testing.h"
 #include "ui/engine_worker.h"
@@ -48,35 +49,8 @@ class TestUiCacheLab : public QObject {
     QString model_;
 
     std::unique_ptr<MainWindow> openWindow(const QString& db) {
-        QDir().mkpath(QFileInfo(db).absolutePath());
-        {
-            Store store(db.toStdString());
-            ChatSettings s;
-            s.sampling.greedy = true;
-            s.random_seed = false;
-            s.max_new_tokens = 24;
-            s.threads = 2;
-            s.save(store);
-        }
-        WindowOptions o;
-        o.databasePath = db;
-        o.modelPath = model_;
-        o.restoreState = false;
-        auto w = std::make_unique<MainWindow>(o);
-        w->resize(1400, 900);
-        w->show();
-        if (!QTest::qWaitForWindowExposed(w.get())) return nullptr;
-        if (!QTest::qWaitFor([&] { return w->modelReady() && w->currentConversation() != 0; }, 60000)) return nullptr;
-        return w;
-    }
-
-    static bool send(MainWindow& w, const QString& text) {
-        QSignalSpy done(&w, &MainWindow::answerFinished);
-        auto* input = w.findChild<MessageBox*>("messageInput");
-        input->setFocus();
-        QTest::keyClicks(input, text);
-        QTest::keyClick(input, Qt::Key_Return);
-        return done.wait(kTimeoutMs) || done.count() > 0;
+        test::writeChatSettings(db, 24);
+        return test::openChatWindow(db, model_, QSize(1400, 900));
     }
 
 private Q_SLOTS:
@@ -107,7 +81,7 @@ private Q_SLOTS:
 
         // A turn: the inspector shows the conversation's cache and the turn's reuse.
         QSignalSpy snapshot(w->worker(), &EngineWorker::snapshotReported);
-        QVERIFY(send(*w, "the cat sat on the mat"));
+        QVERIFY(test::typeAndSend(*w, "the cat sat on the mat"));
         QTRY_VERIFY_WITH_TIMEOUT(lab->inspector()->telemetry().has_value(), 5000);
         QTRY_VERIFY_WITH_TIMEOUT(lab->inspector()->redraws() > 0, 5000);
         lab->inspector()->flush();  // the bars show what was stored last (the timer would, within 33 ms)
@@ -140,7 +114,7 @@ private Q_SLOTS:
         QCOMPARE(w->strategyControl()->currentText(), QString("sliding_window:window=4"));
         QTRY_COMPARE_WITH_TIMEOUT(QString::fromStdString(lab->inspector()->telemetry()->spec), QString("sliding_window:window=4"), 5000);
         // The conversation goes on under it.
-        QVERIFY(send(*w, "and then"));
+        QVERIFY(test::typeAndSend(*w, "and then"));
         QCOMPARE(QString::fromStdString(lab->inspector()->telemetry()->spec), QString("sliding_window:window=4"));
         QTest::qWait(100);
         const QString shot = screenshotDir() + "/inspector-window-sliding.png";

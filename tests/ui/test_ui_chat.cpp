@@ -16,6 +16,7 @@
 #include "ui/storage_panel.h"
 #include "ui/settings_dialog.h"
 #include "ui/transcript_view.h"
+#include "support/chat_window.h"
 #include "support/ui_testing.h"
 
 #include <QAbstractItemView>
@@ -49,9 +50,12 @@ using namespace kvchat;
 
 namespace {
 
-constexpr int kTurnTimeoutMs = 120000;
+constexpr int kTurnTimeoutMs = kvchat::test::kAnswerTimeoutMs;
 
 using kvchat::test::editInPlace;
+using kvchat::test::storedMessages;
+using kvchat::test::transcriptOf;
+using kvchat::test::typeAndSend;
 using kvchat::test::whenModal;
 
 }  // namespace
@@ -65,53 +69,18 @@ class TestUiChat : public QObject {
     QString freshDb() { return home_.path() + QStringLiteral("/db%1/kvchat.db").arg(++dbCount_); }
 
     // Settings written before the window opens: greedy answers of a chosen length.
-    void writeSettings(const QString& db, int maxNew) {
-        QDir().mkpath(QFileInfo(db).absolutePath());
-        Store store(db.toStdString());
-        ChatSettings s;
-        s.sampling.greedy = true;
-        s.random_seed = false;
-        s.max_new_tokens = maxNew;
-        s.threads = 2;
-        s.save(store);
-    }
+    static void writeSettings(const QString& db, int maxNew) { test::writeChatSettings(db, maxNew); }
 
-    std::unique_ptr<MainWindow> openWindow(const QString& db) {
-        WindowOptions o;
-        o.databasePath = db;
-        o.modelPath = model_;
-        o.restoreState = false;
-        auto w = std::make_unique<MainWindow>(o);
-        w->show();
-        if (!QTest::qWaitForWindowExposed(w.get())) return nullptr;
-        if (!QTest::qWaitFor([&] { return w->modelReady() && w->currentConversation() != 0; }, 60000)) return nullptr;
-        return w;
-    }
+    std::unique_ptr<MainWindow> openWindow(const QString& db) { return test::openChatWindow(db, model_); }
 
     static MessageBox* input(MainWindow& w) { return w.findChild<MessageBox*>("messageInput"); }
     static QPushButton* sendButton(MainWindow& w) { return w.findChild<QPushButton*>("sendButton"); }
-    static TranscriptView* transcript(MainWindow& w) { return w.findChild<TranscriptView*>("transcriptView"); }
-
-    // Types a message and presses Enter; waits for the answer to finish.
-    static bool typeAndSend(MainWindow& w, const QString& text) {
-        QSignalSpy done(&w, &MainWindow::answerFinished);
-        input(w)->setFocus();
-        QTest::keyClicks(input(w), text);
-        QTest::keyClick(input(w), Qt::Key_Return);
-        return done.wait(kTurnTimeoutMs) || done.count() > 0;
-    }
-
-    static std::vector<MessageRecord> stored(const QString& db, qint64 id) {
-        Store store(db.toStdString());
-        return store.list_messages(id);
-    }
 
 private Q_SLOTS:
     void initTestCase() {
         QVERIFY(home_.isValid());
         kvchat::test::useFreshProfile(home_.path());
-        model_ = home_.path() + "/tiny.gguf";
-        test::write_tiny_gguf(test::chat_sized_spec(4), model_.toStdString());
+        model_ = test::writeTinyChatModel(home_.path());
     }
 
     void sendStreamsAndStores() {
@@ -139,12 +108,12 @@ private Q_SLOTS:
         QVERIFY(sendButton(*w)->isEnabled());
 
         const TurnOutcome out = done.at(0).at(0).value<TurnOutcome>();
-        const auto msgs = stored(db, w->currentConversation());
+        const auto msgs = storedMessages(db, w->currentConversation());
         QCOMPARE(msgs.size(), size_t(2));
         QCOMPARE(QString::fromStdString(msgs[0].content), QString("hello there"));
         QCOMPARE(msgs[1].role, Role::Assistant);
         // What streamed on screen is what was stored, and its figures are shown under it.
-        auto views = transcript(*w)->messageViews();
+        auto views = transcriptOf(*w)->messageViews();
         QCOMPARE(views.size(), 2);
         QString streamed;
         for (const QList<QVariant>& args : pieces) streamed += args.at(1).toString();
@@ -163,7 +132,7 @@ private Q_SLOTS:
         // A second turn reuses the cache: its figures say so and survive a restart.
         input(*w)->clear();
         QVERIFY(typeAndSend(*w, "and again"));
-        const auto after = stored(db, w->currentConversation());
+        const auto after = storedMessages(db, w->currentConversation());
         QCOMPARE(after.size(), size_t(4));
         QVERIFY(after[3].stats.cached_tokens > 0);
         const qint64 id = w->currentConversation();
@@ -173,9 +142,9 @@ private Q_SLOTS:
         o.modelPath = model_;
         MainWindow again(o);
         again.show();
-        QTRY_VERIFY_WITH_TIMEOUT(again.currentConversation() == id && transcript(again)->messageViews().size() == 4, 60000);
-        for (int i = 0; i < 4; ++i) QCOMPARE(transcript(again)->messageViews()[i]->message().ordinal, i);
-        auto* f = transcript(again)->messageViews()[3]->findChild<QLabel*>("answerFigures");
+        QTRY_VERIFY_WITH_TIMEOUT(again.currentConversation() == id && transcriptOf(again)->messageViews().size() == 4, 60000);
+        for (int i = 0; i < 4; ++i) QCOMPARE(transcriptOf(again)->messageViews()[i]->message().ordinal, i);
+        auto* f = transcriptOf(again)->messageViews()[3]->findChild<QLabel*>("answerFigures");
         QVERIFY2(f->text().contains(QStringLiteral("%1 cached").arg(QLocale().toString(after[3].stats.cached_tokens))),
                  qPrintable(f->text()));
     }
@@ -196,11 +165,11 @@ private Q_SLOTS:
         QVERIFY(done.wait(kTurnTimeoutMs));
         const TurnOutcome out = done.at(0).at(0).value<TurnOutcome>();
         QCOMPARE(out.stopReason, QString("cancelled"));
-        const auto msgs = stored(db, w->currentConversation());
+        const auto msgs = storedMessages(db, w->currentConversation());
         QCOMPARE(msgs.size(), size_t(2));
         QVERIFY(msgs[1].stats.generated_tokens > 0);
         QVERIFY(msgs[1].stats.generated_tokens < 1500);
-        QCOMPARE(transcript(*w)->messageViews()[1]->content(), QString::fromStdString(msgs[1].content));
+        QCOMPARE(transcriptOf(*w)->messageViews()[1]->content(), QString::fromStdString(msgs[1].content));
     }
 
     void regenerateAndEdit() {
@@ -209,26 +178,26 @@ private Q_SLOTS:
         auto w = openWindow(db);
         QVERIFY(w);
         QVERIFY(typeAndSend(*w, "first question"));
-        const auto before = stored(db, w->currentConversation());
+        const auto before = storedMessages(db, w->currentConversation());
         QCOMPARE(before.size(), size_t(2));
 
         // Ctrl+R answers the last question again: the old answer's row is replaced.
         QSignalSpy done(w.get(), &MainWindow::answerFinished);
         QTest::keyClick(w.get(), Qt::Key_R, Qt::ControlModifier);
         QVERIFY(done.wait(kTurnTimeoutMs));
-        const auto regenerated = stored(db, w->currentConversation());
+        const auto regenerated = storedMessages(db, w->currentConversation());
         QCOMPARE(regenerated.size(), size_t(2));
         QVERIFY(regenerated[1].id != before[1].id);
-        QCOMPARE(transcript(*w)->messageViews().size(), 2);
+        QCOMPARE(transcriptOf(*w)->messageViews().size(), 2);
 
         // Edit the question in place: the new text replaces it and a new answer follows.
-        editInPlace(transcript(*w)->messageViews()[0], "an edited question");
+        editInPlace(transcriptOf(*w)->messageViews()[0], "an edited question");
         QVERIFY(done.wait(kTurnTimeoutMs));
-        const auto edited = stored(db, w->currentConversation());
+        const auto edited = storedMessages(db, w->currentConversation());
         QCOMPARE(edited.size(), size_t(2));
         QCOMPARE(QString::fromStdString(edited[0].content), QString("an edited question"));
         QVERIFY(edited[1].id != regenerated[1].id);
-        QCOMPARE(transcript(*w)->messageViews()[0]->content(), QString("an edited question"));
+        QCOMPARE(transcriptOf(*w)->messageViews()[0]->content(), QString("an edited question"));
     }
 
     void renameDeleteSearch() {
@@ -309,9 +278,9 @@ private Q_SLOTS:
         panel->select(p.id);
         QTest::mouseClick(w->findChild<QPushButton*>("newChatFromPrefixButton"), Qt::LeftButton);
         QTRY_VERIFY_WITH_TIMEOUT(w->currentConversation() != before, 30000);
-        QTRY_COMPARE(transcript(*w)->messageViews().size(), 1);  // the prefix's system message
+        QTRY_COMPARE(transcriptOf(*w)->messageViews().size(), 1);  // the prefix's system message
         QVERIFY(typeAndSend(*w, "ahoy"));
-        const auto msgs = stored(db, w->currentConversation());
+        const auto msgs = storedMessages(db, w->currentConversation());
         QCOMPARE(msgs.size(), size_t(3));
         QCOMPARE(msgs[2].stats.prefix_tokens, p.tokens);
         // The status bar shows the cached tokens of the chat's first answer.
@@ -363,7 +332,7 @@ private Q_SLOTS:
         QTRY_VERIFY(!panel->report().items.front().saved);
         QCOMPARE(panel->report().totalBytes, qint64(0));
         QCOMPARE(table->topLevelItem(0)->text(3), tr("none"));
-        QCOMPARE(stored(db, id).size(), size_t(4));
+        QCOMPARE(storedMessages(db, id).size(), size_t(4));
         {
             Store store(db.toStdString());
             QVERIFY(store.find_conversation_by_id(id)->snapshot.empty());
@@ -449,12 +418,12 @@ private Q_SLOTS:
         }
         QVERIFY(typeAndSend(w, "still answering?"));
         QVERIFY(QFile::remove(snapshots));  // (a Store opened here would refuse the file)
-        const auto msgs = stored(db, w.currentConversation());
+        const auto msgs = storedMessages(db, w.currentConversation());
         QCOMPARE(msgs.size(), size_t(2));
         auto* notice = w.findChild<QLabel*>("noticeBanner");
         QTRY_VERIFY(notice->isVisible());
         QVERIFY2(notice->text().contains("not saved"), qPrintable(notice->text()));
-        QCOMPARE(transcript(w)->messageViews()[1]->content(), QString::fromStdString(msgs[1].content));
+        QCOMPARE(transcriptOf(w)->messageViews()[1]->content(), QString::fromStdString(msgs[1].content));
     }
 
     void settingsPersistAcrossRestart() {
@@ -532,8 +501,8 @@ private Q_SLOTS:
         QTRY_VERIFY_WITH_TIMEOUT(again.currentConversation() == older, 30000);
         QVERIFY(!again.findChild<QDockWidget*>("prefixLibraryDock")->isVisible());
         QCOMPARE(again.size(), QSize(1010, 707));
-        QTRY_COMPARE(transcript(again)->messageViews().size(), 2);
-        QCOMPARE(transcript(again)->messageViews()[0]->content(), QString("the older chat"));
+        QTRY_COMPARE(transcriptOf(again)->messageViews().size(), 2);
+        QCOMPARE(transcriptOf(again)->messageViews()[0]->content(), QString("the older chat"));
     }
 
     // Every control says what it is to a screen reader and can be reached with the keyboard.
@@ -615,7 +584,7 @@ private Q_SLOTS:
         QTRY_COMPARE(input(*w)->toPlainText().size(), big.size());  // the draft is back
         auto* notice = w->findChild<QLabel*>("noticeBanner");
         QVERIFY(notice->isVisible());
-        QVERIFY(stored(db, w->currentConversation()).empty());
+        QVERIFY(storedMessages(db, w->currentConversation()).empty());
     }
 
     void databaseThatIsNotOne() {

@@ -8,6 +8,7 @@
 #include "engine/chat/chat_settings.h"
 #include "engine/store/store.h"
 #include "support/tiny_model.h"
+#include "support/chat_window.h"
 #include "support/ui_testing.h"
 #include "ui/chat_panel.h"
 #include "ui/context_meter.h"
@@ -41,7 +42,8 @@
 using namespace kvchat;
 
 namespace {
-constexpr int kTurnTimeoutMs = 120000;
+constexpr int kTurnTimeoutMs = kvchat::test::kAnswerTimeoutMs;
+using kvchat::test::typeAndSend;
 }
 
 class TestUiChatPanel : public QObject {
@@ -50,44 +52,17 @@ class TestUiChatPanel : public QObject {
     QString model_;
     int dbCount_ = 0;
 
-    QString freshDb(int maxNew) {
-        const QString db = home_.path() + QStringLiteral("/db%1/kvchat.db").arg(++dbCount_);
-        QDir().mkpath(QFileInfo(db).absolutePath());
-        Store store(db.toStdString());
-        ChatSettings s;
-        s.sampling.greedy = true;
-        s.random_seed = false;
-        s.max_new_tokens = maxNew;
-        s.threads = 2;
-        s.save(store);
-        return db;
-    }
+    QString freshDb(int maxNew) { return test::freshChatDb(home_.path(), dbCount_, maxNew); }
 
     std::unique_ptr<MainWindow> openWindow(const QString& db) {
-        WindowOptions o;
-        o.databasePath = db;
-        o.modelPath = model_;
-        o.restoreState = false;
-        auto w = std::make_unique<MainWindow>(o);
-        w->resize(1400, 900);
-        w->show();
-        if (!QTest::qWaitForWindowExposed(w.get())) return nullptr;
-        if (!QTest::qWaitFor([&] { return w->modelReady() && w->currentConversation() != 0; }, 60000)) return nullptr;
+        auto w = test::openChatWindow(db, model_, QSize(1400, 900));
         // The panel describes the open conversation.
-        if (!QTest::qWaitFor([&] { return w->chatPanel()->values().conversationId == w->currentConversation(); }, 10000))
+        if (!w || !QTest::qWaitFor([&] { return w->chatPanel()->values().conversationId == w->currentConversation(); }, 10000))
             return nullptr;
         return w;
     }
 
     static MessageBox* input(MainWindow& w) { return w.findChild<MessageBox*>("messageInput"); }
-
-    static bool typeAndSend(MainWindow& w, const QString& text) {
-        QSignalSpy done(&w, &MainWindow::answerFinished);
-        input(w)->setFocus();
-        QTest::keyClicks(input(w), text);
-        QTest::keyClick(input(w), Qt::Key_Return);
-        return done.wait(kTurnTimeoutMs) || done.count() > 0;
-    }
 
     static QString lastEnding(MainWindow& w) {
         const auto views = w.findChild<TranscriptView*>("transcriptView")->messageViews();
@@ -107,8 +82,7 @@ private Q_SLOTS:
     void initTestCase() {
         QVERIFY(home_.isValid());
         kvchat::test::useFreshProfile(home_.path());
-        model_ = home_.path() + "/tiny.gguf";
-        test::write_tiny_gguf(test::chat_sized_spec(4), model_.toStdString());
+        model_ = test::writeTinyChatModel(home_.path());
     }
 
     // The answer limit typed into the panel is the chat's own: kept in the database, used by its

@@ -7,6 +7,7 @@
 #include "engine/chat/chat_settings.h"
 #include "engine/store/store.h"
 #include "support/tiny_model.h"
+#include "support/chat_window.h"
 #include "support/ui_testing.h"
 #include "ui/conversation_list_model.h"
 #include "ui/conversation_search_model.h"
@@ -39,7 +40,7 @@ using namespace kvchat;
 
 namespace {
 
-constexpr int kTurnTimeoutMs = 120000;
+constexpr int kTurnTimeoutMs = kvchat::test::kAnswerTimeoutMs;
 
 MessageItem message(qint64 id, int ordinal, MessageRole role, const QString& content) {
     MessageItem m;
@@ -79,36 +80,16 @@ class TestUiModels : public QObject {
     QString model_;
     int dbCount_ = 0;
 
-    QString freshDb(int maxNew) {
-        const QString db = home_.path() + QStringLiteral("/db%1/kvchat.db").arg(++dbCount_);
-        QDir().mkpath(QFileInfo(db).absolutePath());
-        Store store(db.toStdString());
-        ChatSettings s;
-        s.sampling.greedy = true;
-        s.random_seed = false;
-        s.max_new_tokens = maxNew;
-        s.threads = 2;
-        s.save(store);
-        return db;
-    }
+    QString freshDb(int maxNew) { return test::freshChatDb(home_.path(), dbCount_, maxNew); }
 
+    // Also waits for the transcript model to hold the open conversation's messages.
     std::unique_ptr<MainWindow> openWindow(const QString& db) {
-        WindowOptions o;
-        o.databasePath = db;
-        o.modelPath = model_;
-        o.restoreState = false;
-        auto w = std::make_unique<MainWindow>(o);
-        w->show();
-        if (!QTest::qWaitForWindowExposed(w.get())) return nullptr;
-        if (!QTest::qWaitFor([&] { return w->modelReady() && w->currentConversation() != 0 && w->transcriptModel()->loaded(); },
-                             60000))
-            return nullptr;
+        auto w = test::openChatWindow(db, model_);
+        if (!w || !QTest::qWaitFor([&] { return w->transcriptModel()->loaded(); }, 60000)) return nullptr;
         return w;
     }
 
     static MessageBox* input(MainWindow& w) { return w.findChild<MessageBox*>("messageInput"); }
-
-    static std::vector<MessageRecord> stored(const QString& db, qint64 id) { return Store(db.toStdString()).list_messages(id); }
 
     // The rows are the stored messages, every one Stored (the last one Unanswered when a question).
     static void expectRowsStored(const TranscriptModel& m, const std::vector<MessageRecord>& msgs) {
@@ -125,8 +106,7 @@ private Q_SLOTS:
     void initTestCase() {
         QVERIFY(home_.isValid());
         kvchat::test::useFreshProfile(home_.path());
-        model_ = home_.path() + "/tiny.gguf";
-        test::write_tiny_gguf(test::chat_sized_spec(4), model_.toStdString());
+        model_ = test::writeTinyChatModel(home_.path());
     }
 
     // ---- the transcript model alone ----
@@ -483,7 +463,7 @@ private Q_SLOTS:
         QCOMPARE(m->message(base).content, QString("what is a cache"));
         QCOMPARE(m->state(base + 1), MessageState::Streaming);
         QVERIFY(done.wait(kTurnTimeoutMs));
-        auto msgs = stored(db, id);
+        auto msgs = test::storedMessages(db, id);
         QCOMPARE(msgs.size(), size_t(base + 2));
         expectRowsStored(*m, msgs);
 
@@ -497,7 +477,7 @@ private Q_SLOTS:
         QCOMPARE(failed.at(0).at(2).toBool(), false);
         QCOMPARE(rowsOf(*m), before);
         QCOMPARE(input(*w)->toPlainText(), tooLong);
-        QCOMPARE(stored(db, id).size(), msgs.size());
+        QCOMPARE(test::storedMessages(db, id).size(), msgs.size());
         input(*w)->clear();
 
         // Regenerate: the answer's row streams again, then holds the new stored answer.
@@ -506,7 +486,7 @@ private Q_SLOTS:
         QCOMPARE(m->state(base + 1), MessageState::Streaming);
         QCOMPARE(m->message(base + 1).id, qint64(0));
         QVERIFY(done.wait(kTurnTimeoutMs));
-        const auto regenerated = stored(db, id);
+        const auto regenerated = test::storedMessages(db, id);
         QVERIFY(regenerated.back().id != msgs.back().id);
         expectRowsStored(*m, regenerated);
 
@@ -524,7 +504,7 @@ private Q_SLOTS:
         QTest::mouseClick(editedView()->findChild<QPushButton*>("saveEditButton"), Qt::LeftButton);
         QVERIFY(failed.wait(kTurnTimeoutMs));
         QCOMPARE(rowsOf(*m), beforeEdit);
-        QCOMPARE(stored(db, id).size(), regenerated.size());
+        QCOMPARE(test::storedMessages(db, id).size(), regenerated.size());
 
         // Edit: the question changes in place, the answer after it streams again.
         QSignalSpy rowsChanged(m, &QAbstractItemModel::dataChanged);
@@ -534,7 +514,7 @@ private Q_SLOTS:
         QCOMPARE(m->message(base).id, regenerated[base].id);
         QCOMPARE(m->state(base + 1), MessageState::Streaming);
         QVERIFY(done.wait(kTurnTimeoutMs));
-        const auto edited = stored(db, id);
+        const auto edited = test::storedMessages(db, id);
         QCOMPARE(QString::fromStdString(edited[base].content), QString("what is a sliding window"));
         expectRowsStored(*m, edited);
         QCOMPARE(resets.count(), 0);  // the open conversation's rows were never reset by a turn
@@ -645,8 +625,8 @@ private Q_SLOTS:
         view->setCurrentIndex(view->model()->index(w->conversationSearch()->rowOf(older), 0));
         QCOMPARE(w->currentConversation(), older);
         QTRY_VERIFY_WITH_TIMEOUT(m->loaded() && m->conversationId() == older, 20000);
-        QCOMPARE(rowsOf(*m), QStringList({QString("%1 0 the older question about teapots").arg(stored(db, older)[0].id),
-                                          QString("%1 0 the older answer").arg(stored(db, older)[1].id)}));
+        QCOMPARE(rowsOf(*m), QStringList({QString("%1 0 the older question about teapots").arg(test::storedMessages(db, older)[0].id),
+                                          QString("%1 0 the older answer").arg(test::storedMessages(db, older)[1].id)}));
         // And searches.
         auto* search = w->findChild<QLineEdit*>("conversationSearch");
         QTest::keyClicks(search, "teapots");
@@ -672,7 +652,7 @@ private Q_SLOTS:
         QTRY_VERIFY_WITH_TIMEOUT(events.contains("answer finished"), kTurnTimeoutMs);
         QVERIFY(events.indexOf("answer finished") > events.indexOf("search teapots"));
         QVERIFY(events.indexOf("answer finished") > openedOlder);
-        expectRowsStored(*m, stored(db, busy));
+        expectRowsStored(*m, test::storedMessages(db, busy));
         QCOMPARE(m->rowCount(), 2);
     }
 };
