@@ -445,7 +445,7 @@ private Q_SLOTS:
             d->findChild<QPlainTextEdit*>("systemPromptSetting")->setPlainText("Be brief.");
             QSignalSpy saved(w->worker(), &EngineWorker::settingsLoaded);
             d->accept();
-            QVERIFY(saved.wait(10000));
+            QVERIFY(saved.wait(60000));
         }
         auto w = openWindow(db);
         QVERIFY(w);

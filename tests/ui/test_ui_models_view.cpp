@@ -226,7 +226,7 @@ private Q_SLOTS:
         QSignalSpy listRead(&d, &ModelsDialog::listRead);
         d.refresh(home_.path() + "/no-models-here", {});
         d.show();
-        QVERIFY(listRead.wait(10000));
+        QVERIFY(listRead.wait(60000));
         QCOMPARE(d.files()->rowCount(), 0);
         QVERIFY(!d.openButton()->isEnabled());
         QVERIFY(d.findChild<QLabel*>("modelsStatus")->text().contains("packaging/kvchat.sh model"));
