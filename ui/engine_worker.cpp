@@ -146,9 +146,10 @@ void EngineWorker::openStore(const QString& path) {
         Q_EMIT storeFailed(path, qs(e.what()));
         return;
     }
-    *settings_ = ChatSettings::load(*store_);
-    emitNotices(settings_->notices);
     makeSession();
+    *settings_ = session_->settings();
+    session_->set_max_resident(static_cast<size_t>(std::max(1, settings_->resident_caches)));
+    emitNotices(settings_->notices);
     // Queued before storeOpened, so the reader has the database before the window asks it anything.
     QMetaObject::invokeMethod(reader_, [r = reader_, path] { r->open(path); }, Qt::QueuedConnection);
     Q_EMIT settingsLoaded(*settings_);
@@ -409,17 +410,12 @@ void EngineWorker::switchStrategy(qint64 id, const QString& spec) {
 }
 
 void EngineWorker::saveSettings(const ChatSettings& settings) {
-    if (!store_) return;
+    if (!session_) return;
     try {
-        settings.validate();
-        settings.save(*store_);
-        const bool rebuild = settings.resident_caches != settings_->resident_caches;
+        session_->save_settings(settings);
         *settings_ = settings;
         settings_->notices.clear();
-        if (rebuild && session_) {
-            shutdown();
-            makeSession();
-        }
+        session_->set_max_resident(static_cast<size_t>(std::max(1, settings_->resident_caches)));
         if (model_ && backendThreads_ != settings.threads)
             Q_EMIT notice(tr("The new thread count applies when a model is next loaded."));
         if (model_ && backendDevice_ != settings.device)

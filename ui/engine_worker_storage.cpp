@@ -1,9 +1,8 @@
 // EngineWorker's storage view slots: what the saved caches take on disk, and their budget.
 #include "ui/engine_worker.h"
 
-#include "engine/chat/snapshot_storage.h"
+#include "engine/chat/chat_session.h"
 #include "engine/error.h"
-#include "engine/store/store.h"
 
 namespace kvchat {
 
@@ -15,12 +14,12 @@ QString text(std::string_view s) { return QString::fromUtf8(s.data(), static_cas
 
 void EngineWorker::reportStorage() {
     StorageReport r;
-    if (!store_) {
+    if (!session_) {
         Q_EMIT storageReported(r);
         return;
     }
     try {
-        auto caches = stored_caches(*store_);
+        auto caches = session_->stored_caches();
         for (auto it = caches.rbegin(); it != caches.rend(); ++it) {
             StorageItem item;
             item.prefix = it->owner == StoredCache::Owner::Prefix;
@@ -35,8 +34,9 @@ void EngineWorker::reportStorage() {
             r.items.push_back(item);
         }
         r.totalBytes = total_snapshot_bytes(caches);
-        r.budgetBytes = snapshot_budget(*store_);
-        r.budgetIsDefault = !store_->setting(kSnapshotBudgetSetting).has_value();
+        const auto budget = session_->snapshot_budget();
+        r.budgetBytes = budget.bytes;
+        r.budgetIsDefault = budget.is_default;
     } catch (const std::exception& e) {
         Q_EMIT failed(tr("Storage"), text(e.what()));
     }
@@ -44,9 +44,9 @@ void EngineWorker::reportStorage() {
 }
 
 void EngineWorker::dropCache(bool prefix, qint64 id) {
-    if (!store_) return;
+    if (!session_) return;
     try {
-        drop_snapshot(*store_, {prefix ? StoredCache::Owner::Prefix : StoredCache::Owner::Conversation, id});
+        session_->drop_cache(prefix ? StoredCache::Owner::Prefix : StoredCache::Owner::Conversation, id);
     } catch (const std::exception& e) {
         Q_EMIT failed(tr("Remove saved cache"), text(e.what()));
     }
@@ -56,14 +56,10 @@ void EngineWorker::dropCache(bool prefix, qint64 id) {
 }
 
 void EngineWorker::setStorageBudget(qint64 bytes) {
-    if (!store_) return;
+    if (!session_) return;
     try {
-        if (bytes < 0)
-            store_->remove_setting(kSnapshotBudgetSetting);
-        else
-            set_snapshot_budget(*store_, bytes);
-        const int64_t budget = snapshot_budget(*store_);
-        const auto dropped = prune_snapshots(*store_, budget);
+        // A negative budget is the window's "default".
+        const auto dropped = session_->set_snapshot_budget(bytes < 0 ? std::nullopt : std::optional<int64_t>(bytes));
         if (!dropped.empty())
             Q_EMIT notice(tr("%n saved cache(s) removed to fit the budget (their messages are kept).", nullptr,
                              static_cast<int>(dropped.size())));

@@ -370,11 +370,11 @@ void ChatSession::save_all(std::vector<std::string>& notices) {
         if (e.dirty) save_snapshot(e, notices);
 }
 
-void ChatSession::enforce_budget(const Entry& keep) {
+void ChatSession::enforce_budget(const Entry* keep) {
     while (resident() > max_resident_) {
         Entry* victim = nullptr;
         for (auto it = entries_.rbegin(); it != entries_.rend(); ++it)
-            if (&*it != &keep && it->conversation->has_cache()) {
+            if (&*it != keep && it->conversation->has_cache()) {
                 victim = &*it;
                 break;
             }
@@ -645,5 +645,30 @@ PrefillSpeed ChatSession::batch_prefill_speed() {
     if (batch_speed_) return *batch_speed_;
     throw Error("the prefill speed could not be measured");
 }
+
+void ChatSession::set_max_resident(size_t n) {
+    max_resident_ = n == 0 ? 1 : n;
+    enforce_budget(nullptr);
+}
+
+std::vector<StoredCache> ChatSession::stored_caches() const { return kvchat::stored_caches(store_); }
+
+bool ChatSession::drop_cache(StoredCache::Owner owner, int64_t id) { return drop_snapshot(store_, {owner, id}); }
+
+ChatSession::SnapshotBudget ChatSession::snapshot_budget() const {
+    return {kvchat::snapshot_budget(store_), !store_.setting(kSnapshotBudgetSetting).has_value()};
+}
+
+std::vector<StoredCache> ChatSession::set_snapshot_budget(std::optional<int64_t> bytes) {
+    if (bytes)
+        kvchat::set_snapshot_budget(store_, *bytes);
+    else
+        store_.remove_setting(kSnapshotBudgetSetting);
+    return prune_snapshots(store_, kvchat::snapshot_budget(store_));
+}
+
+ChatSettings ChatSession::settings() const { return ChatSettings::load(store_); }
+
+void ChatSession::save_settings(const ChatSettings& settings) { settings.save(store_); }
 
 }  // namespace kvchat

@@ -23,7 +23,9 @@
 #include "engine/cache/conversion_plan.h"
 #include "engine/chat/conversation.h"
 #include "engine/chat/prefill_speed.h"
+#include "engine/chat/chat_settings.h"
 #include "engine/chat/prefix_library.h"
+#include "engine/chat/snapshot_storage.h"
 #include "engine/common/progress.h"
 #include "engine/store/conversation_lock.h"
 #include "engine/store/store.h"
@@ -251,6 +253,31 @@ public:
     // (kvchat::Cancelled) or failed, the old cache and strategy stay. Returns what was done.
     ConversionPlan switch_strategy(int64_t id, const std::string& spec, const Progress& progress = {});
 
+    // ---- the saved caches on disk and their budget (snapshot_storage.h); work without a model ----
+    // Every conversation and prefix with what its saved cache takes, least recently used first.
+    std::vector<StoredCache> stored_caches() const;
+    // Forgets one saved cache now: its file goes and its row forgets it (the messages stay). False
+    // when it had none.
+    bool drop_cache(StoredCache::Owner owner, int64_t id);
+    struct SnapshotBudget {
+        int64_t bytes = 0;
+        bool is_default = true;  // no budget is set: default_snapshot_budget() applies
+    };
+    SnapshotBudget snapshot_budget() const;
+    // Sets the budget (nullopt: back to the default; a negative one throws kvchat::Error and
+    // nothing changes), then removes saved caches, least recently used first, until they fit it.
+    // Returns what was removed.
+    std::vector<StoredCache> set_snapshot_budget(std::optional<int64_t> bytes);
+
+    // ---- the global settings (chat_settings.h) ----
+    ChatSettings settings() const;
+    // Validates, then stores (kvchat::Error naming the setting, and nothing written, when a value
+    // is out of range). The session's own resident-cache limit is not changed: set_max_resident.
+    void save_settings(const ChatSettings& settings);
+    // At most `n` (at least 1) caches in RAM from now on; the least recently used over it are saved
+    // when changed and freed.
+    void set_max_resident(size_t n);
+
     // How many conversations hold their caches in RAM now.
     size_t resident() const;
     // Writes the snapshots of caches changed since their last save.
@@ -324,7 +351,8 @@ private:
     // A stored message into the conversation: its text, its ids when they may be rendered, and
     // its prefill speed.
     void adopt(Conversation& c, const MessageRecord& m) const;
-    void enforce_budget(const Entry& keep);
+    // Frees the least recently used caches over max_resident_, never `keep`'s (null: any).
+    void enforce_budget(const Entry* keep);
 
     Backend& backend() const;
     // True when `title` is one create() gives a chat it names itself ("Chat", "Chat 2", ...).

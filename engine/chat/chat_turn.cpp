@@ -249,7 +249,7 @@ TurnResult ChatSession::run_turn(Entry& e, const TurnRequest& request, const std
         // 6. Snapshot the cache: the message is committed, and under the lock the transcript is
         // the stored one.
         save_snapshot(e, notices, true);
-        enforce_budget(e);
+        enforce_budget(&e);
 
         if (!new_title.empty()) {
             try {

@@ -20,7 +20,7 @@ int64_t ChatSession::branch(int64_t id, size_t at, std::string_view title_in) {
     save_snapshot(b, notices);
     notices_.insert(notices_.end(), notices.begin(), notices.end());
     const int64_t branch_id = b.id;
-    enforce_budget(b);
+    enforce_budget(&b);
     return branch_id;
 }
 

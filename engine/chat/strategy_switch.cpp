@@ -20,7 +20,7 @@ ConversionPlan ChatSession::plan_switch(int64_t id, const std::string& spec) {
     ConversionPlan plan = plan_conversion(e.conversation->cache(), spec, rebuild_tok_s());
     // Where each message begins in the cache, so the preview can say which messages lose tokens.
     plan.message_starts = e.conversation->chat_template().render(e.conversation->messages(), false).message_starts;
-    enforce_budget(e);
+    enforce_budget(&e);
     return plan;
 }
 
@@ -40,7 +40,7 @@ ConversionPlan ChatSession::switch_strategy(int64_t id, const std::string& spec,
     store_.set_conversation_cache_spec(e.id, to_string(target));
     e.switched_from.reset();
     if (e.dirty) save_snapshot(e, notices_);
-    enforce_budget(e);
+    enforce_budget(&e);
     return plan;
 }
 

@@ -3,7 +3,8 @@
 // unique, trimmed, and a new chat is named by its first message; prefixes renamed and removed by
 // id; a session without a model browses and refuses turns; one turn reads the stored transcript
 // once; take_turn's outcome says answered, stopped, cancelled or failed (and whether anything
-// changed).
+// changed); the saved caches' verbs (list, drop, budget) and the global settings go through the
+// session, with or without a model.
 #include "engine/chat/chat_session.h"
 #include "engine/compute/backend.h"
 #include "engine/error.h"
@@ -167,6 +168,89 @@ private slots:
         session.remove(id);
         QVERIFY(session.list().empty());
         QVERIFY(!std::filesystem::exists(lock));
+    }
+
+    // The storage view's verbs: the saved caches least recently used first; dropping one removes
+    // its file and clears its row (a second drop finds none); a budget that holds only the newest
+    // snapshot drops the oldest; a negative budget is refused; nullopt is the default again.
+    void savedCachesAndBudget() {
+        Setup s;
+        Store store(s.db);
+        ChatSession session(store, *s.m, *s.be);
+        const int64_t a = session.create("a");
+        const int64_t b = session.create("b");
+        const int64_t c = session.create("c");
+        session.send(a, "the cat sat", greedy(3));
+        session.send(b, "the dog ran", greedy(3));
+        session.send(c, "the bird flew", greedy(3));
+        auto caches = session.stored_caches();
+        QCOMPARE(caches.size(), size_t(3));
+        QCOMPARE(caches[0].id, a);
+        QCOMPARE(caches[2].id, c);
+        for (const StoredCache& sc : caches) QVERIFY(sc.bytes > 0);
+        QVERIFY(session.snapshot_budget().is_default);
+
+        const std::string b_file = store.snapshot_path(store.find_conversation_by_id(b)->snapshot);
+        QVERIFY(session.drop_cache(StoredCache::Owner::Conversation, b));
+        QVERIFY(!std::filesystem::exists(b_file));
+        QVERIFY(store.find_conversation_by_id(b)->snapshot.empty());
+        QVERIFY(!session.drop_cache(StoredCache::Owner::Conversation, b));
+        QCOMPARE(session.messages(b).size(), size_t(2));
+
+        const std::string a_file = store.snapshot_path(store.find_conversation_by_id(a)->snapshot);
+        const std::string c_file = store.snapshot_path(store.find_conversation_by_id(c)->snapshot);
+        const int64_t c_bytes = session.stored_caches()[2].bytes;
+        const auto dropped = session.set_snapshot_budget(c_bytes);
+        QCOMPARE(dropped.size(), size_t(1));
+        QCOMPARE(dropped[0].id, a);
+        QVERIFY(!std::filesystem::exists(a_file));
+        QVERIFY(store.find_conversation_by_id(a)->snapshot.empty());
+        QVERIFY(std::filesystem::exists(c_file));
+        QCOMPARE(session.snapshot_budget().bytes, c_bytes);
+        QVERIFY(!session.snapshot_budget().is_default);
+
+        QVERIFY(contains(error_of([&] { session.set_snapshot_budget(-1); }), "budget"));
+        QCOMPARE(session.snapshot_budget().bytes, c_bytes);
+        QVERIFY(session.set_snapshot_budget(std::nullopt).empty());
+        QVERIFY(session.snapshot_budget().is_default);
+        QCOMPARE(session.snapshot_budget().bytes, default_snapshot_budget(store));
+
+        // A session without a model (the window before one is loaded) manages them too.
+        ChatSession bare(store, nullptr, nullptr);
+        QCOMPARE(bare.stored_caches().size(), size_t(3));
+        QVERIFY(bare.drop_cache(StoredCache::Owner::Conversation, c));
+        QVERIFY(!std::filesystem::exists(c_file));
+    }
+
+    // The global settings are read and saved through the session; a value out of range is refused
+    // and nothing is written. set_max_resident frees the least recently used caches over it.
+    void settingsAndResidentLimit() {
+        Setup s;
+        Store store(s.db);
+        ChatSession session(store, *s.m, *s.be);
+        ChatSettings st = session.settings();
+        QCOMPARE(st.max_new_tokens, ChatSettings{}.max_new_tokens);
+        st.max_new_tokens = 77;
+        st.system_prompt = "Be brief.";
+        session.save_settings(st);
+        ChatSession bare(store, nullptr, nullptr);
+        QCOMPARE(bare.settings().max_new_tokens, 77);
+        QCOMPARE(bare.settings().system_prompt, std::string("Be brief."));
+        ChatSettings bad = st;
+        bad.max_new_tokens = 78;
+        bad.resident_caches = -3;
+        QVERIFY(contains(error_of([&] { bare.save_settings(bad); }), "chat.resident_caches"));
+        QCOMPARE(bare.settings().max_new_tokens, 77);
+
+        const int64_t a = session.create("a");
+        const int64_t b = session.create("b");
+        session.send(a, "the cat sat", greedy(3));
+        session.send(b, "the dog ran", greedy(3));
+        QCOMPARE(session.resident(), size_t(2));
+        session.set_max_resident(1);
+        QCOMPARE(session.resident(), size_t(1));
+        QVERIFY(session.telemetry(b).has_value());
+        QVERIFY(!session.telemetry(a).has_value());
     }
 
     // A turn reads the stored transcript once, whichever request it answers, also on a
