@@ -339,9 +339,13 @@ void EngineWorker::runTurn(qint64 id, const TurnRequest& request) {
     sinceText.start();
     sinceStep.start();
     TurnCallbacks callbacks;
+    bool firstText = true;
     callbacks.on_text = [&](std::string_view piece) {
         pending += qs(piece);
-        if (sinceText.elapsed() >= kTextBatchMs) {
+        // The first piece goes at once (it is the time to first token the user sees); later ones
+        // in batches.
+        if (firstText || sinceText.elapsed() >= kTextBatchMs) {
+            firstText = false;
             Q_EMIT answerText(id, pending);
             pending.clear();
             sinceText.restart();

@@ -35,7 +35,10 @@
 #include <QMessageBox>
 #include <QMimeData>
 #include <QPushButton>
+#include <QScopeGuard>
+#include <QSemaphore>
 #include <QSignalSpy>
+#include <atomic>
 #include <QSpinBox>
 #include <QDoubleSpinBox>
 #include <QPlainTextEdit>
@@ -154,6 +157,19 @@ private Q_SLOTS:
         writeSettings(db, 1500);
         auto w = openWindow(db);
         QVERIFY(w);
+        // The worker is held inside the answer's first piece of text until Esc was pressed, so a
+        // fast model cannot finish the answer before the test sees it streaming.
+        struct Gate {
+            QSemaphore release;
+            std::atomic<bool> held{false};
+        };
+        auto gate = std::make_shared<Gate>();
+        QObject context;
+        connect(w->worker(), &EngineWorker::answerText, &context, [gate](qint64, const QString&) {
+            if (!gate->held.exchange(true)) gate->release.acquire();
+        }, Qt::DirectConnection);
+        bool released = false;
+        const auto letGo = qScopeGuard([&] { if (!released) gate->release.release(1); });
         QSignalSpy started(w.get(), &MainWindow::answerStarted);
         QSignalSpy done(w.get(), &MainWindow::answerFinished);
         QTest::keyClicks(input(*w), "count");
@@ -162,6 +178,8 @@ private Q_SLOTS:
         QVERIFY(w->findChild<QPushButton*>("stopButton")->isVisible());
         QVERIFY(input(*w)->hasFocus());
         QTest::keyClick(input(*w), Qt::Key_Escape);  // where the focus is while an answer comes
+        released = true;
+        gate->release.release(1);
         QVERIFY(done.wait(kTurnTimeoutMs));
         const TurnOutcome out = done.at(0).at(0).value<TurnOutcome>();
         QCOMPARE(out.stopReason, QString("cancelled"));
