@@ -463,7 +463,7 @@ private Q_SLOTS:
             d->findChild<QPlainTextEdit*>("systemPromptSetting")->setPlainText("Be brief.");
             QSignalSpy saved(w->worker(), &EngineWorker::settingsLoaded);
             d->accept();
-            QVERIFY(saved.wait(60000));
+            QTRY_VERIFY_WITH_TIMEOUT(saved.count() > 0, 60000);  // (the worker emits from its thread: the signal may come before wait() starts)
         }
         auto w = openWindow(db);
         QVERIFY(w);
@@ -597,7 +597,7 @@ private Q_SLOTS:
         QCOMPARE(input(*w)->toPlainText().size(), big.size());
         QSignalSpy failed(w->worker(), &EngineWorker::turnFailed);
         QTest::keyClick(input(*w), Qt::Key_Return);
-        QVERIFY(failed.wait(kTurnTimeoutMs));
+        QTRY_VERIFY_WITH_TIMEOUT(failed.count() > 0, kTurnTimeoutMs);  // (the worker emits from its thread: the signal may come before wait() starts)
         QCOMPARE(failed.at(0).at(2).toBool(), false);  // refused before anything was stored
         QTRY_COMPARE(input(*w)->toPlainText().size(), big.size());  // the draft is back
         auto* notice = w->findChild<QLabel*>("noticeBanner");
