@@ -601,7 +601,7 @@ private Q_SLOTS:
         QCOMPARE(failed.at(0).at(2).toBool(), false);  // refused before anything was stored
         QTRY_COMPARE(input(*w)->toPlainText().size(), big.size());  // the draft is back
         auto* notice = w->findChild<QLabel*>("noticeBanner");
-        QVERIFY(notice->isVisible());
+        QTRY_VERIFY(notice->isVisible());
         QVERIFY(storedMessages(db, w->currentConversation()).empty());
     }
 
