@@ -9,6 +9,7 @@
 #include "engine/generate/generator.h"
 #include "engine/model/model.h"
 #include "engine/model/model_path.h"
+#include "support/golden_greedy.h"
 #include "support/test_paths.h"
 
 #include <QtTest>
@@ -182,36 +183,17 @@ private:
         int same = 0;
         QStringList differing;
         int64_t forced_steps = 0, forced_same = 0;
-        const int64_t n_vocab = model_->config().n_vocab;
         for (const json& p : golden_["prompts"]) {
             const auto ids = p["tokens"].get<std::vector<int32_t>>();
             const auto want = p["greedy"].get<std::vector<int32_t>>();
             if (free_running) {
-                auto cache = model_->make_default_cache(*backend_);
-                kvchat::Generator gen(*model_, *backend_);
-                kvchat::GenerationConfig g;
-                g.max_new_tokens = static_cast<int>(want.size());
-                g.sampling.greedy = true;
-                g.stop_at_eos = false;  // the golden tokens are plain argmax steps
-                const auto r = gen.generate(*cache, ids, g);
-                if (r.tokens == want) {
+                if (const auto k = kvchat::test::greedy_divergence(*model_, *backend_, ids, want))
+                    differing << QString("%1 (from token %2)").arg(QString::fromStdString(p["name"])).arg(*k);
+                else
                     ++same;
-                } else {
-                    size_t k = 0;
-                    while (k < want.size() && k < r.tokens.size() && r.tokens[k] == want[k]) ++k;
-                    differing << QString("%1 (from token %2)").arg(QString::fromStdString(p["name"])).arg(k);
-                }
             }
-            // Teacher-forced: feed llama.cpp's tokens and compare each next-token choice.
-            auto forced = model_->make_default_cache(*backend_);
-            std::vector<float> logits;
-            model_->forward(*backend_, *forced, ids.data(), static_cast<int64_t>(ids.size()), kvchat::Logits::Last, logits);
-            for (size_t k = 0; k < want.size(); ++k) {
-                const int64_t ours = std::max_element(logits.begin(), logits.begin() + n_vocab) - logits.begin();
-                ++forced_steps;
-                forced_same += ours == want[k];
-                model_->forward(*backend_, *forced, &want[k], 1, kvchat::Logits::Last, logits);
-            }
+            forced_steps += static_cast<int64_t>(want.size());
+            forced_same += kvchat::test::teacher_forced_agreement(*model_, *backend_, ids, want);
         }
         const int floor_same = identical_greedy(golden_, flash_);
         const double forced = static_cast<double>(forced_same) / forced_steps;
