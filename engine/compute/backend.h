@@ -53,6 +53,9 @@ struct BiasVector {
 struct WeightSet {
     std::vector<WeightMatrix> matrices;
     std::vector<NormWeight> vectors;
+    // Every matrix lies in a read-only private mapping of the model file: a backend that copied a
+    // matrix may let the mapping's pages go (they come back from the file if read again).
+    bool file_mapped = false;
 };
 
 // A weight matrix on a backend. `host` is the model's (the mapped file, in its tensor type);

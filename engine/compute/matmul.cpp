@@ -4,6 +4,7 @@
 // matmul_avx512.cpp and matmul_amx_avx512.cpp; the AVX2 float-weight loop is here.
 #include "engine/compute/matmul.h"
 
+#include "engine/compute/interleaved_rows.h"
 #include "engine/compute/matmul_kernels.h"
 #include "engine/compute/q4_1_product.h"
 #include "engine/compute/quant_blocks.h"
@@ -340,13 +341,21 @@ void ordered_product(const KernelSet& ks, const WeightMatrix& w, const float* x,
     const auto* base = static_cast<const uint8_t*>(w.data);
     const int64_t n_chunks = (w.rows + kernels::kOrderedRows - 1) / kernels::kOrderedRows;
     const size_t scratch_bytes = kernels::ordered_scratch_bytes(w.cols);
+    const bool plain = w.layout == RowLayout::Plain;
+    static_assert(kernels::kOrderedRows == kInterleavedRows, "a chunk is one group of interleaved rows");
     auto run = [&](int64_t c0, int64_t c1, int64_t t0, int64_t t1) {
-        thread_local ScratchBuffer scratch;
+        thread_local ScratchBuffer scratch, rows;
         void* s = scratch.get(scratch_bytes);
         for (int64_t c = c0; c < c1; ++c) {
             const int64_t r = c * kernels::kOrderedRows;
             const int n = int(std::min<int64_t>(kernels::kOrderedRows, w.rows - r));
-            fn(w.type, base + r * stride, stride, n, w.cols, xq, t0, t1, y + r, w.rows, s);
+            const uint8_t* chunk = base + r * stride;
+            if (!plain) {
+                auto* p = static_cast<uint8_t*>(rows.get(size_t(n) * stride));
+                plain_rows(w, r, n, p);
+                chunk = p;
+            }
+            fn(w.type, chunk, stride, n, w.cols, xq, t0, t1, y + r, w.rows, s);
         }
     };
     if (n_chunks >= 4 * pool.size() || n_tokens < pool.size()) {
@@ -360,6 +369,31 @@ void ordered_product(const KernelSet& ks, const WeightMatrix& w, const float* x,
         // Few rows, many tokens: every thread takes all rows and a share of the tokens.
         pool.parallel_for(n_tokens, [&](int64_t t0, int64_t t1) { run(0, n_chunks, t0, t1); });
     }
+}
+
+// One or two tokens against Q5_0 or Q8_0 rows in the interleaved layout, at AVX-512 VNNI: every
+// thread takes whole groups of 16 rows.
+void interleaved_decode(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y, ThreadPool& pool) {
+    thread_local ActivationBuffers buf;
+    const QuantizedActivations xq = quantize_activations(x, n_tokens, w.cols, 32, buf, pool);
+    // The chains start at -z * sum(x) per group of 4 columns (z: the weights' unsigned offset).
+    const int32_t z = w.type == TensorType::Q8_0 ? 128 : 16;
+    thread_local std::vector<int32_t> starts;
+    starts.resize(size_t(n_tokens * (w.cols / 4)));
+    for (size_t i = 0; i < starts.size(); ++i) starts[i] = z * xq.neg_sum4[i];
+    interleaved::Token8 tok[2];
+    for (int64_t t = 0; t < n_tokens; ++t) tok[t] = {xq.q_row(t), xq.d_row(t), starts.data() + t * (w.cols / 4)};
+    const auto kernel = w.type == TensorType::Q8_0 ? interleaved::q8_0_group_avx512 : interleaved::q5_0_group_avx512;
+    const size_t group_bytes = size_t(kInterleavedRows) * row_bytes(w.type, w.cols);
+    const auto* base = static_cast<const uint8_t*>(w.data);
+    const int64_t nb = w.cols / 32, groups = w.rows / kInterleavedRows;
+    pool.parallel_for_dynamic(groups, row_grain(groups, pool), [&](int64_t g0, int64_t g1) {
+        for (int64_t g = g0; g < g1; ++g) {
+            const int64_t r = g * kInterleavedRows;
+            kernel(base + size_t(g) * group_bytes, nb, tok[0], n_tokens == 2 ? &tok[1] : nullptr, y + r,
+                   n_tokens == 2 ? y + w.rows + r : nullptr);
+        }
+    });
 }
 
 // --- float weights -----------------------------------------------------------------------------
@@ -475,6 +509,8 @@ void product_at(Level lv, const WeightMatrix& w, const float* x, int64_t n_token
     }
     // llama.cpp's order, its kernels at this level
     if (w.type == TensorType::Q4_1) return q4_1_product(w, x, n_tokens, y, pool, lv != Level::avx2);
+    if (w.layout == RowLayout::Interleaved16 && n_tokens <= kFusedMaxTokens && interleaved_rows_wanted())
+        return interleaved_decode(w, x, n_tokens, y, pool);
     if (in_reference_order(w.type)) return ordered_product(ks, w, x, n_tokens, y, pool);
     const Int8Layout layout = kernels::int8_layout(w.type);
     if (layout.group == 0) throw Error("matmul: no kernel for " + std::string(traits(w.type).name));
@@ -602,6 +638,8 @@ void matmul(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y, T
     if (w.rows < 0 || w.cols <= 0 || w.cols % tt.block_elems != 0) {
         throw Error("matmul: " + std::to_string(w.cols) + " columns do not fit " + std::string(tt.name) + " blocks");
     }
+    if (w.layout != RowLayout::Plain && !can_interleave(WeightMatrix{w.type, w.rows, w.cols, w.data}))
+        throw Error("matmul: a " + std::string(tt.name) + " matrix of " + std::to_string(w.rows) + " rows has no interleaved layout");
     if (n_tokens <= 0 || w.rows == 0) return;
     product_at(level_for(w.type, n_tokens, w.cols), w, x, n_tokens, y, pool);
 }
@@ -636,7 +674,18 @@ size_t kernels::ordered_scratch_bytes(int64_t cols) { return size_t(cols) * 56 +
 
 void weight_row(const WeightMatrix& w, int64_t r, float* dst) {
     if (r < 0 || r >= w.rows) throw Error("weight_row: row " + std::to_string(r) + " out of range");
+    if (w.layout != RowLayout::Plain) {
+        std::vector<uint8_t> row(row_bytes(w.type, w.cols));
+        plain_rows(w, r, 1, row.data());
+        dequantize_row(w.type, row.data(), dst, w.cols);
+        return;
+    }
     dequantize_row(w.type, static_cast<const uint8_t*>(w.data) + size_t(r) * row_bytes(w.type, w.cols), dst, w.cols);
+}
+
+bool interleaved_rows_wanted() {
+    const int f = forced_level.load(std::memory_order_relaxed);
+    return (f < 0 ? best_level() : Level(f)) != Level::avx2;
 }
 
 const char* simd_level() {

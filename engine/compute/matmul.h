@@ -9,12 +9,20 @@ namespace kvchat {
 
 class ThreadPool;
 
-// A 2-D weight matrix in GGML order: `rows` rows of `cols` elements each, row-major, of `type`.
+// How a weight matrix's blocks lie in memory.
+enum class RowLayout : uint8_t {
+    Plain,          // as GGML stores them: row after row
+    Interleaved16,  // groups of 16 rows, each block's 16 rows side by side (interleaved_rows.h)
+};
+
+// A 2-D weight matrix in GGML order: `rows` rows of `cols` elements each, of `type`, row-major
+// unless a backend rearranged it (layout) when it placed the model's weights.
 struct WeightMatrix {
     TensorType type;
     int64_t rows;  // output features
     int64_t cols;  // input features (ne0 in GGUF)
     const void* data;
+    RowLayout layout = RowLayout::Plain;
 };
 
 // y[t][r] = sum_c W[r][c] * x[t][c] for t in [0, n_tokens): x is n_tokens x cols floats, y is
@@ -30,6 +38,10 @@ void matmul(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y, T
 // gate and up), each the same values as matmul gives. Where the kernels allow (Q4_1 weights of one
 // width) x is quantized once and a decode's products share one parallel step.
 void matmuls(const WeightMatrix* const* w, float* const* y, int count, const float* x, int64_t n_tokens, ThreadPool& pool);
+
+// Whether a backend placing weights on this CPU should interleave them (interleaved_rows.h): the
+// decode of Q4_1, Q5_0 and Q8_0 runs at AVX-512 VNNI (the CPU has it and no lower level is forced).
+bool interleaved_rows_wanted();
 
 // Row r of W as floats (for embedding lookups): dst has cols floats.
 void weight_row(const WeightMatrix& w, int64_t r, float* dst);

@@ -1,6 +1,7 @@
 // Q4_1 x Q8_1 in llama.cpp's order (q4_1_product.h).
 #include "engine/compute/q4_1_product.h"
 
+#include "engine/compute/interleaved_rows.h"
 #include "engine/compute/quant_blocks.h"
 #include "engine/compute/thread_pool.h"
 
@@ -175,6 +176,7 @@ void q4_1_products(const WeightMatrix* const* ws, float* const* ys, int count, c
 
     // Pieces of 16 rows: a few tokens reuse them from L1, and the threads share them as they go.
     constexpr int64_t kRowStep = 16;
+    static_assert(kRowStep == kInterleavedRows, "a decode step is one group of interleaved rows");
     if (n_tokens <= 2) {
         // Decode: the weights stream from memory once; each block is unpacked where it is used.
         // All the matrices' rows in one parallel step: a small model's decode is made of many
@@ -210,18 +212,30 @@ void q4_1_products(const WeightMatrix* const* ws, float* const* ys, int count, c
                 while (s >= first_step[i + 1]) ++i;
                 const WeightMatrix& w = *ws[i];
                 const size_t stride = row_bytes(w.type, w.cols);
-                const auto* base = static_cast<const uint8_t*>(w.data);
                 const int64_t r0 = (s - first_step[i]) * kRowStep, r1 = std::min(w.rows, r0 + kRowStep);
+                const auto* base = static_cast<const uint8_t*>(w.data) + r0 * stride;  // of the step's rows
+                if (w.layout == RowLayout::Interleaved16) {
+                    if (interleaved_rows_wanted()) {
+                        // A step is one group of 16 interleaved rows.
+                        interleaved::q4_1_group_avx512(base, n_blocks, xb, n_tokens == 2 ? xb + n_blocks : nullptr,
+                                                       ys[i] + r0, n_tokens == 2 ? ys[i] + w.rows + r0 : nullptr);
+                        continue;
+                    }
+                    thread_local std::vector<uint8_t> plain;
+                    plain.resize(size_t(r1 - r0) * stride);
+                    plain_rows(w, r0, int(r1 - r0), plain.data());
+                    base = plain.data();
+                }
                 for (int64_t t = 0; t < n_tokens; ++t) {
                     float* yt = ys[i] + t * w.rows;
                     if (avx512) {
-                        q4_1::decode_rows_avx512(base + r0 * stride, stride, int(r1 - r0), da[t], yt + r0);
+                        q4_1::decode_rows_avx512(base, stride, int(r1 - r0), da[t], yt + r0);
                         continue;
                     }
                     const BlockQ8_1* xt = xb + t * n_blocks;
                     int64_t r = r0;
-                    for (; r + 4 <= r1; r += 4) dot_rows<4>(base + r * stride, stride, n_blocks, xt, yt + r);
-                    for (; r < r1; ++r) dot_rows<1>(base + r * stride, stride, n_blocks, xt, yt + r);
+                    for (; r + 4 <= r1; r += 4) dot_rows<4>(base + (r - r0) * stride, stride, n_blocks, xt, yt + r);
+                    for (; r < r1; ++r) dot_rows<1>(base + (r - r0) * stride, stride, n_blocks, xt, yt + r);
                 }
             }
         });
@@ -236,10 +250,17 @@ void q4_1_products(const WeightMatrix* const* ws, float* const* ys, int count, c
         const int64_t n_steps = (w.rows + kRowStep - 1) / kRowStep;
         pool.parallel_for_dynamic(n_steps, 1, [&](int64_t s0, int64_t s1) {
             thread_local UnpackedRows u;
+            thread_local std::vector<uint8_t> plain;
             for (int64_t s = s0; s < s1; ++s) {
                 const int64_t r0 = s * kRowStep;
                 const int n = int(std::min(kRowStep, w.rows - r0));
-                unpack_rows(base + r0 * stride, stride, n, n_blocks, u);
+                const uint8_t* rows = base + r0 * stride;
+                if (w.layout == RowLayout::Interleaved16) {
+                    plain.resize(size_t(n) * stride);
+                    plain_rows(w, r0, n, plain.data());
+                    rows = plain.data();
+                }
+                unpack_rows(rows, stride, n, n_blocks, u);
                 if (avx512)
                     q4_1::panel_rows_avx512(q4_1::UnpackedPanel{u.q.data(), u.d.data(), u.m.data(), n_blocks}, n, xb,
                                             n_tokens, y + r0, w.rows);

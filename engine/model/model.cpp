@@ -601,6 +601,7 @@ const BackendWeights& Model::weights_on(Backend& backend) const {
 
     // Every weight once, in one set: a tied output matrix is the embedding's own entry.
     WeightSet set;
+    set.file_mapped = gguf_ != nullptr;
     auto matrix = [&](const WeightMatrix& w) {
         set.matrices.push_back(w);
         return set.matrices.size() - 1;

@@ -6,6 +6,7 @@
 // and fp32 rounding of scales) plus fp32 accumulation slack, and separately that the error stays
 // under 1e-2 of sum_c |w_c| * |x_c| for activations of even magnitude. Float weights are
 // multiplied in fp32 without quantizing x: 1e-5 of the |w|.|x| norm.
+#include "engine/compute/interleaved_rows.h"
 #include "engine/compute/matmul.h"
 #include "engine/compute/matmul_kernels.h"
 #include "engine/compute/simd_choices.h"
@@ -313,6 +314,77 @@ private slots:
                 }
             }
         }
+    }
+
+    // The interleaved layout a CPU backend places Q4_1, Q5_0 and Q8_0 weights in computes the plain
+    // layout's values bit for bit (the plain ones are checked against llama.cpp's order above and in
+    // test_q4_1_product), at every level (AVX-512: its own decode kernels; AVX2 and batches: rows
+    // put back in the plain layout), 1-3 threads, one and two tokens and batches; the rearranging
+    // loses no byte, and matrices it cannot hold are refused.
+    void interleavedRowsEqualPlain_data() {
+        QTest::addColumn<TensorType>("type");
+        QTest::addColumn<QString>("level");
+        for (const char* level : {"avx2", "avx512-vnni", "amx"})
+            for (TensorType t : {TensorType::Q4_1, TensorType::Q5_0, TensorType::Q8_0})
+                QTest::newRow(qPrintable(QString("%1/%2").arg(traits(t).name.data()).arg(level))) << t << QString(level);
+    }
+    void interleavedRowsEqualPlain() {
+        QFETCH(TensorType, type);
+        QFETCH(QString, level);
+        if (!level_supported(level.toLatin1().constData())) QSKIP("CPU cannot run this level");
+        SimdLevelScope scope(level.toLatin1().constData());
+        for (int64_t rows : {int64_t(16), int64_t(48), int64_t(80)}) {
+            for (int64_t cols : {int64_t(32), int64_t(160), int64_t(576)}) {
+                const Weights w = make_weights(type, rows, cols, uint32_t(rows * 31 + cols + int64_t(type)));
+                const size_t bytes = w.data.size();
+                QVERIFY(can_interleave(w.matrix()));
+                std::vector<uint8_t> inter(bytes, 0xcd);
+                ThreadPool setup(2);
+                interleave_rows(w.matrix(), inter.data(), setup);
+                const WeightMatrix wi{type, rows, cols, inter.data(), RowLayout::Interleaved16};
+                QVERIFY(!can_interleave(wi));  // already interleaved
+                QVERIFY(inter != w.data);      // it did rearrange
+                // Every row back, whole groups and single rows.
+                std::vector<uint8_t> back(bytes);
+                for (int64_t g = 0; g < rows / 16; ++g) plain_rows(wi, 16 * g, 16, back.data() + size_t(g) * 16 * row_bytes(type, cols));
+                QVERIFY(back == w.data);
+                std::vector<float> a(static_cast<size_t>(cols)), b(static_cast<size_t>(cols));
+                for (int64_t r : {int64_t(0), int64_t(5), rows - 1}) {
+                    weight_row(w.matrix(), r, a.data());
+                    weight_row(wi, r, b.data());
+                    QVERIFY(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
+                }
+                for (int64_t n_tokens : {1, 2, 3, 17}) {
+                    const std::vector<float> x = make_activations(n_tokens, cols, uint32_t(n_tokens * 13 + cols));
+                    for (int threads : {1, 2, 3}) {
+                        ThreadPool pool(threads);
+                        std::vector<float> yp(size_t(n_tokens * rows), std::nanf("")), yi(yp);
+                        matmul(w.matrix(), x.data(), n_tokens, yp.data(), pool);
+                        matmul(wi, x.data(), n_tokens, yi.data(), pool);
+                        const QByteArray where = QString("rows %1 cols %2 tokens %3 threads %4").arg(rows).arg(cols).arg(n_tokens).arg(threads).toLatin1();
+                        QVERIFY2(std::memcmp(yp.data(), yi.data(), yp.size() * sizeof(float)) == 0, where.constData());
+                        // The same through the products of one input (q, k, v), interleaved beside plain.
+                        const WeightMatrix* ws[2] = {&wi, nullptr};
+                        const WeightMatrix plain = w.matrix();
+                        ws[1] = &plain;
+                        std::vector<float> y0(yp.size()), y1(yp.size());
+                        float* ys[2] = {y0.data(), y1.data()};
+                        matmuls(ws, ys, 2, x.data(), n_tokens, pool);
+                        QVERIFY2(y0 == yp && y1 == yp, where.constData());
+                    }
+                }
+            }
+        }
+        // What the layout cannot hold.
+        const Weights odd = make_weights(type, 37, 64, 5);
+        QVERIFY(!can_interleave(odd.matrix()));
+        ThreadPool pool(1);
+        std::vector<uint8_t> sink(odd.data.size());
+        QVERIFY_THROWS_EXCEPTION(Error, interleave_rows(odd.matrix(), sink.data(), pool));
+        std::vector<float> x(64, 1.0f), y(37);
+        QVERIFY_THROWS_EXCEPTION(Error, matmul(WeightMatrix{type, 37, 64, odd.data.data(), RowLayout::Interleaved16}, x.data(), 1, y.data(), pool));
+        const Weights k = make_weights(TensorType::Q4_K, 16, 256, 6);
+        QVERIFY(!can_interleave(k.matrix()));
     }
 
     // Q5_0, Q8_0, Q4_K and Q6_K round exactly as llama.cpp does (dot_like_llama), bit for bit,

@@ -1,0 +1,140 @@
+// Rearranging weights into the interleaved layout and back (interleaved_rows.h). Byte moves
+// only, done once per model placement; the kernels that read the layout are in
+// interleaved_rows_avx512.cpp.
+#include "engine/compute/interleaved_rows.h"
+
+#include "engine/compute/quant_blocks.h"
+#include "engine/compute/thread_pool.h"
+#include "engine/error.h"
+
+#include <cstring>
+
+namespace kvchat {
+
+namespace {
+
+constexpr int R = kInterleavedRows;
+
+// Where block b's parts lie inside a group of nb blocks.
+struct GroupParts {
+    size_t values, masks, d, m;
+};
+
+GroupParts parts(TensorType t, int64_t nb) {
+    const size_t n = size_t(nb);
+    switch (t) {
+        case TensorType::Q4_1: return {0, 0, 256 * n, 288 * n};
+        case TensorType::Q5_0: return {0, 256 * n, 320 * n, 0};
+        case TensorType::Q8_0: return {0, 0, 512 * n, 0};
+        default: throw Error("interleave: no interleaved layout for " + std::string(traits(t).name));
+    }
+}
+
+// One group: plain rows (row_bytes apart) -> interleaved (to_plain false), or back. Only the rows
+// [first, first + n) of the group are read or written when going back.
+void convert_group(TensorType t, int64_t nb, uint8_t* plain, size_t stride, uint8_t* group, int first, int n,
+                   bool to_plain) {
+    const GroupParts p = parts(t, nb);
+    for (int r = first; r < first + n; ++r) {
+        uint8_t* row = plain + size_t(r - first) * stride;
+        for (int64_t b = 0; b < nb; ++b) {
+            const size_t bi = size_t(b);
+            auto d16 = [&](size_t part) { return group + part + 32 * bi + 2 * size_t(r); };
+            if (t == TensorType::Q8_0) {
+                auto* blk = reinterpret_cast<BlockQ8_0*>(row + sizeof(BlockQ8_0) * bi);
+                uint8_t* v = group + p.values + 512 * bi + 4 * size_t(r);
+                if (to_plain) std::memcpy(&blk->d, d16(p.d), 2);
+                else std::memcpy(d16(p.d), &blk->d, 2);
+                for (int l = 0; l < 8; ++l)
+                    for (int j = 0; j < 4; ++j) {
+                        uint8_t& q = reinterpret_cast<uint8_t&>(blk->qs[4 * l + j]);
+                        if (to_plain) q = uint8_t(v[64 * l + j] ^ 0x80);
+                        else v[64 * l + j] = uint8_t(q ^ 0x80);
+                    }
+                continue;
+            }
+            // Q4_1 and Q5_0: the packed nibbles in four vectors.
+            uint8_t* qs;
+            if (t == TensorType::Q4_1) {
+                auto* blk = reinterpret_cast<BlockQ4_1*>(row + sizeof(BlockQ4_1) * bi);
+                qs = blk->qs;
+                if (to_plain) {
+                    std::memcpy(&blk->d, d16(p.d), 2);
+                    std::memcpy(&blk->m, d16(p.m), 2);
+                } else {
+                    std::memcpy(d16(p.d), &blk->d, 2);
+                    std::memcpy(d16(p.m), &blk->m, 2);
+                }
+            } else {
+                auto* blk = reinterpret_cast<BlockQ5_0*>(row + sizeof(BlockQ5_0) * bi);
+                qs = blk->qs;
+                uint8_t* masks = group + p.masks + 64 * bi;
+                if (to_plain) {
+                    std::memcpy(&blk->d, d16(p.d), 2);
+                    uint32_t qh = 0;
+                    for (int l = 0; l < 8; ++l) {
+                        uint64_t m;
+                        std::memcpy(&m, masks + 8 * l, 8);
+                        qh |= uint32_t((m >> (4 * r)) & 0xf) << (4 * l);
+                    }
+                    std::memcpy(blk->qh, &qh, 4);
+                } else {
+                    std::memcpy(d16(p.d), &blk->d, 2);
+                    uint32_t qh;
+                    std::memcpy(&qh, blk->qh, 4);
+                    for (int l = 0; l < 8; ++l) {
+                        uint64_t m;
+                        std::memcpy(&m, masks + 8 * l, 8);
+                        m |= uint64_t((qh >> (4 * l)) & 0xf) << (4 * r);
+                        std::memcpy(masks + 8 * l, &m, 8);
+                    }
+                }
+            }
+            uint8_t* v = group + p.values + 256 * bi + 4 * size_t(r);
+            for (int k = 0; k < 4; ++k) {
+                if (to_plain) std::memcpy(qs + 4 * k, v + 64 * k, 4);
+                else std::memcpy(v + 64 * k, qs + 4 * k, 4);
+            }
+        }
+    }
+}
+
+}  // namespace
+
+bool can_interleave(const WeightMatrix& w) {
+    const bool type = w.type == TensorType::Q4_1 || w.type == TensorType::Q5_0 || w.type == TensorType::Q8_0;
+    return type && w.layout == RowLayout::Plain && w.rows > 0 && w.rows % R == 0 && w.cols > 0 && w.cols % 32 == 0;
+}
+
+void interleave_rows(const WeightMatrix& w, void* dst, ThreadPool& pool) {
+    if (!can_interleave(w)) throw Error("interleave: a " + std::string(traits(w.type).name) + " matrix of " +
+                                        std::to_string(w.rows) + " rows cannot be interleaved");
+    const size_t stride = row_bytes(w.type, w.cols);
+    const int64_t nb = w.cols / 32;
+    const int64_t groups = w.rows / R;
+    auto* src = static_cast<const uint8_t*>(w.data);
+    auto* out = static_cast<uint8_t*>(dst);
+    pool.parallel_for(groups, [&](int64_t g0, int64_t g1) {
+        for (int64_t g = g0; g < g1; ++g) {
+            uint8_t* group = out + size_t(g) * R * stride;
+            std::memset(group, 0, R * stride);  // the Q5_0 masks are or-ed in
+            convert_group(w.type, nb, const_cast<uint8_t*>(src) + size_t(g) * R * stride, stride, group, 0, R, false);
+        }
+    });
+}
+
+void plain_rows(const WeightMatrix& w, int64_t r0, int n, uint8_t* dst) {
+    const size_t stride = row_bytes(w.type, w.cols);
+    if (n <= 0) return;
+    if (r0 < 0 || r0 + n > w.rows) throw Error("plain_rows: rows " + std::to_string(r0) + ".." + std::to_string(r0 + n - 1) + " out of range");
+    if (w.layout == RowLayout::Plain) {
+        std::memcpy(dst, static_cast<const uint8_t*>(w.data) + size_t(r0) * stride, size_t(n) * stride);
+        return;
+    }
+    const int64_t g = r0 / R;
+    if ((r0 + n - 1) / R != g) throw Error("plain_rows: rows cross a group of 16");
+    auto* group = const_cast<uint8_t*>(static_cast<const uint8_t*>(w.data)) + size_t(g) * R * stride;
+    convert_group(w.type, w.cols / 32, dst, stride, group, int(r0 - g * R), n, true);
+}
+
+}  // namespace kvchat

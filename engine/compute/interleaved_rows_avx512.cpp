@@ -1,0 +1,170 @@
+// Decode kernels over interleaved rows (interleaved_rows.h) at AVX-512 VNNI, called only after a
+// run-time CPU check. Lane r of every register is row r of the group; accumulator l of a token
+// holds lane l of what the plain kernels keep per row (the exact integer of columns 4l..4l+3 of
+// each block, times dw * dx, fused into the lane's sum), so the end is hsum_float_8's tree done
+// across the eight accumulators: the same bits as the plain layout, with no per-row shuffles.
+// GCC 12 reports the _mm512_undefined_* pass-through operands inside many AVX-512 intrinsics as
+// maybe-uninitialized (GCC bug 105593, fixed in 13); the pragma must precede the headers.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+
+#include "engine/compute/interleaved_rows.h"
+
+#include "engine/compute/quant_blocks.h"
+
+#include <immintrin.h>
+
+#include <cstring>
+
+namespace kvchat::interleaved {
+
+namespace {
+
+inline int32_t load_i32(const void* p) {
+    int32_t v;
+    std::memcpy(&v, p, 4);
+    return v;
+}
+
+inline __m512 load_scales(const uint8_t* p) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+
+// hsum_float_8's order: ((a4 + a0) + (a6 + a2)) + ((a5 + a1) + (a7 + a3)).
+inline __m512 lane_tree(const __m512* a) {
+    return _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(a[4], a[0]), _mm512_add_ps(a[6], a[2])),
+                         _mm512_add_ps(_mm512_add_ps(a[5], a[1]), _mm512_add_ps(a[7], a[3])));
+}
+
+// The prefetch distance: the group after next, a block's share per block.
+constexpr int kAhead = 2;
+
+template <int NT>
+void q8_0_group(const uint8_t* group, int64_t nb, const Token8* const* x, float* const* y) {
+    const size_t n = size_t(nb);
+    const uint8_t* values = group;
+    const uint8_t* scales = group + 512 * n;
+    const char* ahead = reinterpret_cast<const char*>(group) + kAhead * 544 * n;
+    __m512 acc[NT][8];
+    for (int t = 0; t < NT; ++t)
+        for (int l = 0; l < 8; ++l) acc[t][l] = _mm512_setzero_ps();
+    for (size_t b = 0; b < n; ++b) {
+        for (int o = 0; o < 544; o += 64) _mm_prefetch(ahead + 544 * b + o, _MM_HINT_T0);
+        const __m512 dw = load_scales(scales + 32 * b);
+        __m512 d[NT];
+        for (int t = 0; t < NT; ++t) d[t] = _mm512_mul_ps(dw, _mm512_set1_ps(x[t]->d[b]));
+        const uint8_t* v = values + 512 * b;
+        for (int l = 0; l < 8; ++l) {
+            const __m512i w = _mm512_loadu_si512(v + 64 * l);
+            for (int t = 0; t < NT; ++t) {
+                const __m512i s = _mm512_dpbusd_epi32(_mm512_set1_epi32(x[t]->start[8 * b + l]), w,
+                                                      _mm512_set1_epi32(load_i32(x[t]->q + 32 * b + 4 * l)));
+                acc[t][l] = _mm512_fmadd_ps(d[t], _mm512_cvtepi32_ps(s), acc[t][l]);
+            }
+        }
+    }
+    for (int t = 0; t < NT; ++t) _mm512_storeu_ps(y[t], lane_tree(acc[t]));
+}
+
+template <int NT>
+void q5_0_group(const uint8_t* group, int64_t nb, const Token8* const* x, float* const* y) {
+    const size_t n = size_t(nb);
+    const uint8_t* values = group;
+    const uint8_t* masks = group + 256 * n;
+    const uint8_t* scales = group + 320 * n;
+    const char* ahead = reinterpret_cast<const char*>(group) + kAhead * 352 * n;
+    const __m512i low = _mm512_set1_epi8(0x0f), fifth = _mm512_set1_epi8(0x10);
+    __m512 acc[NT][8];
+    for (int t = 0; t < NT; ++t)
+        for (int l = 0; l < 8; ++l) acc[t][l] = _mm512_setzero_ps();
+    for (size_t b = 0; b < n; ++b) {
+        for (int o = 0; o < 352; o += 64) _mm_prefetch(ahead + 352 * b + o, _MM_HINT_T0);
+        const __m512 dw = load_scales(scales + 32 * b);
+        __m512 d[NT];
+        for (int t = 0; t < NT; ++t) d[t] = _mm512_mul_ps(dw, _mm512_set1_ps(x[t]->d[b]));
+        const uint8_t* v = values + 256 * b;
+        const uint8_t* m = masks + 64 * b;
+        for (int k = 0; k < 4; ++k) {
+            const __m512i packed = _mm512_loadu_si512(v + 64 * k);
+            __m512i w[2] = {_mm512_and_si512(packed, low), _mm512_and_si512(_mm512_srli_epi16(packed, 4), low)};
+            for (int h = 0; h < 2; ++h) {
+                uint64_t bits;
+                std::memcpy(&bits, m + 8 * (k + 4 * h), 8);
+                w[h] = _mm512_mask_add_epi8(w[h], _cvtu64_mask64(bits), w[h], fifth);  // nibble + 16: the fifth bit
+            }
+            for (int h = 0; h < 2; ++h) {
+                const int l = k + 4 * h;
+                for (int t = 0; t < NT; ++t) {
+                    const __m512i s = _mm512_dpbusd_epi32(_mm512_set1_epi32(x[t]->start[8 * b + l]), w[h],
+                                                          _mm512_set1_epi32(load_i32(x[t]->q + 32 * b + 4 * l)));
+                    acc[t][l] = _mm512_fmadd_ps(d[t], _mm512_cvtepi32_ps(s), acc[t][l]);
+                }
+            }
+        }
+    }
+    for (int t = 0; t < NT; ++t) _mm512_storeu_ps(y[t], lane_tree(acc[t]));
+}
+
+template <int NT>
+void q4_1_group(const uint8_t* group, int64_t nb, const BlockQ8_1* const* x, float* const* y) {
+    const size_t n = size_t(nb);
+    const uint8_t* values = group;
+    const uint8_t* scales = group + 256 * n;
+    const uint8_t* mins = group + 288 * n;
+    const char* ahead = reinterpret_cast<const char*>(group) + kAhead * 320 * n;
+    const __m512i low = _mm512_set1_epi8(0x0f);
+    __m512 acc[NT][8], msum[NT];
+    for (int t = 0; t < NT; ++t) {
+        msum[t] = _mm512_setzero_ps();
+        for (int l = 0; l < 8; ++l) acc[t][l] = _mm512_setzero_ps();
+    }
+    for (size_t b = 0; b < n; ++b) {
+        for (int o = 0; o < 320; o += 64) _mm_prefetch(ahead + 320 * b + o, _MM_HINT_T0);
+        const __m512 dw = load_scales(scales + 32 * b), mw = load_scales(mins + 32 * b);
+        __m512 d[NT];
+        for (int t = 0; t < NT; ++t) {
+            d[t] = _mm512_mul_ps(dw, _mm512_set1_ps(_cvtsh_ss(x[t][b].d)));
+            // The product of two fp16 values is exact: the add is the plain kernels' fma.
+            msum[t] = _mm512_add_ps(msum[t], _mm512_mul_ps(mw, _mm512_set1_ps(_cvtsh_ss(x[t][b].s))));
+        }
+        const uint8_t* v = values + 256 * b;
+        for (int k = 0; k < 4; ++k) {
+            const __m512i packed = _mm512_loadu_si512(v + 64 * k);
+            const __m512i w[2] = {_mm512_and_si512(packed, low), _mm512_and_si512(_mm512_srli_epi16(packed, 4), low)};
+            for (int h = 0; h < 2; ++h) {
+                const int l = k + 4 * h;
+                for (int t = 0; t < NT; ++t) {
+                    const __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[h], _mm512_set1_epi32(load_i32(x[t][b].qs + 4 * l)));
+                    acc[t][l] = _mm512_fmadd_ps(d[t], _mm512_cvtepi32_ps(s), acc[t][l]);
+                }
+            }
+        }
+    }
+    for (int t = 0; t < NT; ++t) _mm512_storeu_ps(y[t], _mm512_add_ps(lane_tree(acc[t]), msum[t]));
+}
+
+}  // namespace
+
+void q8_0_group_avx512(const uint8_t* group, int64_t nb, const Token8& x0, const Token8* x1, float* y0, float* y1) {
+    const Token8* x[2] = {&x0, x1};
+    float* y[2] = {y0, y1};
+    if (x1) q8_0_group<2>(group, nb, x, y);
+    else q8_0_group<1>(group, nb, x, y);
+}
+
+void q5_0_group_avx512(const uint8_t* group, int64_t nb, const Token8& x0, const Token8* x1, float* y0, float* y1) {
+    const Token8* x[2] = {&x0, x1};
+    float* y[2] = {y0, y1};
+    if (x1) q5_0_group<2>(group, nb, x, y);
+    else q5_0_group<1>(group, nb, x, y);
+}
+
+void q4_1_group_avx512(const uint8_t* group, int64_t nb, const BlockQ8_1* x0, const BlockQ8_1* x1, float* y0,
+                       float* y1) {
+    const BlockQ8_1* x[2] = {x0, x1};
+    float* y[2] = {y0, y1};
+    if (x1) q4_1_group<2>(group, nb, x, y);
+    else q4_1_group<1>(group, nb, x, y);
+}
+
+}  // namespace kvchat::interleaved
