@@ -56,7 +56,7 @@ private slots:
         QVERIFY2(contains(err, "sat on the mat"), err.c_str());  // it quotes the waiting message
         QCOMPARE(reg.messages(id).size(), size_t(3));
         const TurnResult r = reg.regenerate(id, greedy(3));
-        QVERIFY(!r.tokens.empty());
+        QVERIFY(!r.figures.token_ids.empty());
         const auto msgs = reg.messages(id);
         QCOMPARE(msgs.size(), size_t(4));
         QCOMPARE(msgs[3].role, Role::Assistant);
