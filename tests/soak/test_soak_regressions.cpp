@@ -59,15 +59,11 @@ private slots:
     void stopJustBeforeTheFirstTokenTakesTheMessageBack() {
         QFETCH(QString, verb);
         Setup s;
-        int64_t id = 0;
-        {
-            Store store(s.db);
-            ChatSession reg(store, *s.m, *s.be);
-            id = reg.create("c");
-            reg.send(id, "the cat sat", greedy(4));
-            // Regenerate answers a message a crash left unanswered: its tokens are still to prefill.
-            if (verb == "regenerate") store.append_message(id, Role::User, "on the mat");
-        }
+        const int64_t id =
+            test::conversation_answered_once(s.db, *s.m, *s.be, "c", "the cat sat", 4, [&](Store& store, int64_t c) {
+                // Regenerate answers a message a crash left unanswered: its tokens are still to prefill.
+                if (verb == "regenerate") store.append_message(c, Role::User, "on the mat");
+            });
         Store store(s.db);
         ChatSession reg(store, *s.m, *s.be);
         const auto before = transcript(reg, id);
@@ -260,14 +256,9 @@ private slots:
     // "refused turns leave an unanswered message" of issue 25.4, fixed on branch clirel.
     void refusedRegenerateKeepsTheAnswer() {
         Setup s;
-        int64_t id = 0;
-        {
-            Store store(s.db);
-            ChatSession reg(store, *s.m, *s.be);
-            id = reg.create("c");
-            reg.send(id, "the cat sat on the mat and the dog ran far", greedy(8));
-            store.set_conversation_cache_spec(id, "static:max_len=24");
-        }
+        const int64_t id = test::conversation_answered_once(
+            s.db, *s.m, *s.be, "c", "the cat sat on the mat and the dog ran far", 8,
+            [](Store& store, int64_t c) { store.set_conversation_cache_spec(c, "static:max_len=24"); });
         Store store(s.db);
         ChatSession reg(store, *s.m, *s.be);
         const auto before = transcript(reg, id);
@@ -284,13 +275,8 @@ private slots:
     // first turn that is answered (after a restart here, as every kvchat-cli run is).
     void refusedSwitchOnOpenKeepsTheOldStrategy() {
         Setup s;
-        int64_t id = 0;
-        {
-            Store store(s.db);
-            ChatSession reg(store, *s.m, *s.be);
-            id = reg.create("c");
-            reg.send(id, "the cat sat on the mat and the dog ran far", greedy(8));
-        }
+        const int64_t id =
+            test::conversation_answered_once(s.db, *s.m, *s.be, "c", "the cat sat on the mat and the dog ran far", 8);
         Store store(s.db);
         ChatSession reg(store, *s.m, *s.be);
         OpenOptions open;

@@ -275,13 +275,7 @@ private slots:
     // read it six times a send).
     void transcriptReadOncePerTurn() {
         Setup s;
-        int64_t id = 0;
-        {
-            Store store(s.db);
-            ChatSession session(store, *s.m, *s.be);
-            id = session.create("");
-            session.send(id, "the cat sat", greedy(3));
-        }
+        const int64_t id = test::conversation_answered_once(s.db, *s.m, *s.be, "", "the cat sat", 3);
         Store store(s.db);
         ChatSession session(store, *s.m, *s.be);
         auto reads_of = [&](const TurnRequest& request) {

@@ -695,13 +695,7 @@ private slots:
     // stored; the next turn uses the snapshot as if nothing had happened.
     void snapshotLoadCancelled() {
         Setup s;
-        int64_t id = 0;
-        {
-            Store store(s.db);
-            ChatSession reg(store, *s.m, *s.be);
-            id = reg.create("c");
-            reg.send(id, "the cat sat", greedy(4));
-        }
+        const int64_t id = test::conversation_answered_once(s.db, *s.m, *s.be, "c", "the cat sat", 4);
         Store store(s.db);
         ChatSession reg(store, *s.m, *s.be);
         const auto before = stored(reg, id);
