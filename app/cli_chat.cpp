@@ -128,28 +128,38 @@ TurnOptions turn_options(const ChatSettings& settings, const ConversationSetting
     return t;
 }
 
+// The figures as the command prints them: a figure the turn has none of prints as 0 (a turn
+// that answered always has its time to first token; a decode speed needs two tokens).
+double ttft_ms(const TurnResult& r) { return r.figures.ttft_ms.value_or(0.0); }
+double decode_tok_s(const TurnResult& r) { return r.figures.tokens_per_second.value_or(0.0); }
+std::string_view stop_reason_of(const TurnResult& r) {
+    return stop_reason_name(r.figures.stop_reason.value_or(StopReason::MaxNewTokens));
+}
+
 json turn_json(const TurnResult& r, const std::string& conversation) {
+    const AnswerFigures& f = r.figures;
     json j;
     j["conversation"] = conversation;
     j["text"] = r.text;
-    j["tokens"] = r.tokens;
-    j["prompt_tokens"] = r.prompt_tokens;
-    j["prefill_tokens"] = r.prefill_tokens;
-    j["cached_tokens"] = r.cached_tokens;
-    j["ttft_ms"] = r.ttft_ms;
-    j["decode_tok_s"] = r.decode_tok_s;
+    j["tokens"] = f.token_ids;
+    j["prompt_tokens"] = f.prompt_tokens;
+    j["prefill_tokens"] = f.computed_tokens;
+    j["cached_tokens"] = f.cached_tokens;
+    j["ttft_ms"] = ttft_ms(r);
+    j["decode_tok_s"] = decode_tok_s(r);
     j["kv_bytes"] = r.kv_bytes;
-    j["stop_reason"] = stop_reason_name(r.stop_reason);
+    j["stop_reason"] = stop_reason_of(r);
     // The reused tokens at the model's measured batch prefill speed (null: not measurable).
-    j["prefill_saved_ms"] = r.prefill_saved_ms ? json(*r.prefill_saved_ms) : json(nullptr);
+    j["prefill_saved_ms"] = f.prefill_saved_ms ? json(*f.prefill_saved_ms) : json(nullptr);
     j["notices"] = r.notices;
     return j;
 }
 
 void print_turn_footer(const TurnResult& r) {
     std::fprintf(stderr, "[%lld tokens prefilled, %lld reused, ttft %.1f ms, decode %.1f tok/s, cache %.1f MiB, stop: %s]\n",
-                 static_cast<long long>(r.prefill_tokens), static_cast<long long>(r.cached_tokens), r.ttft_ms,
-                 r.decode_tok_s, static_cast<double>(r.kv_bytes) / (1024.0 * 1024.0), std::string(stop_reason_name(r.stop_reason)).c_str());
+                 static_cast<long long>(r.figures.computed_tokens), static_cast<long long>(r.figures.cached_tokens),
+                 ttft_ms(r), decode_tok_s(r), static_cast<double>(r.kv_bytes) / (1024.0 * 1024.0),
+                 std::string(stop_reason_of(r)).c_str());
 }
 
 void print_piece(std::string_view piece) { write_answer_piece(piece); }
@@ -574,10 +584,10 @@ int cmd_chat_bench(const Options& o) {
             for (int i = 0; i < turns; ++i) {
                 check_interrupted();
                 const TurnResult a = reg.send(title, message(i), t);
-                best[static_cast<size_t>(i)] = std::min(best[static_cast<size_t>(i)], a.ttft_ms);
+                best[static_cast<size_t>(i)] = std::min(best[static_cast<size_t>(i)], ttft_ms(a));
                 if (run == 0) {
-                    hist.push_back(a.prompt_tokens);
-                    prefilled.push_back(a.prefill_tokens);
+                    hist.push_back(a.figures.prompt_tokens);
+                    prefilled.push_back(a.figures.computed_tokens);
                 }
             }
         }
@@ -585,11 +595,11 @@ int cmd_chat_bench(const Options& o) {
             check_interrupted();
             scratch.release_cache();  // from scratch: the whole history is prefilled again
             const TurnResult b = scratch.send(message(i), t);
-            without.push_back(b.ttft_ms);
+            without.push_back(ttft_ms(b));
             std::fprintf(lines, "turn %2d: %5lld tokens in context, ttft %.1f ms with the cache (%lld prefilled), "
                                  "%.1f ms from scratch\n",
                          i + 1, hist[static_cast<size_t>(i)].get<long long>(), best[static_cast<size_t>(i)],
-                         prefilled[static_cast<size_t>(i)].get<long long>(), b.ttft_ms);
+                         prefilled[static_cast<size_t>(i)].get<long long>(), ttft_ms(b));
         }
         out["turns"] = {{"context_tokens", hist},
                         {"prefill_tokens_cached", prefilled},
@@ -621,14 +631,14 @@ int cmd_chat_bench(const Options& o) {
         const double open_ms = ms_since(t0);
         const TurnResult w = reg.send("from-prefix", question, t);
         out["prefix"] = {{"prefix_tokens", p.tokens.size()},
-                         {"ttft_ms_cold", c.ttft_ms},
-                         {"ttft_ms_from_prefix", w.ttft_ms + open_ms},
+                         {"ttft_ms_cold", ttft_ms(c)},
+                         {"ttft_ms_from_prefix", ttft_ms(w) + open_ms},
                          {"prefix_load_ms", open_ms},
-                         {"prefill_tokens_from_prefix", w.prefill_tokens},
+                         {"prefill_tokens_from_prefix", w.figures.computed_tokens},
                          {"same_answer", c.text == w.text},
-                         {"ratio", (w.ttft_ms + open_ms) / c.ttft_ms}};
+                         {"ratio", (ttft_ms(w) + open_ms) / ttft_ms(c)}};
         std::fprintf(lines, "prefix of %zu tokens: cold ttft %.1f ms, from the saved prefix %.1f ms (load %.1f ms)\n",
-                     p.tokens.size(), c.ttft_ms, w.ttft_ms + open_ms, open_ms);
+                     p.tokens.size(), ttft_ms(c), ttft_ms(w) + open_ms, open_ms);
     }
 
     // 3. Reopening a long conversation after a restart, against a turn of a live session. Two
@@ -652,13 +662,13 @@ int cmd_chat_bench(const Options& o) {
             for (int k = 1; held < history_tokens; ++k) {
                 check_interrupted();
                 const TurnResult r = live.send(title, "Part " + std::to_string(k) + " of my notes:\n" + chunk, brief);
-                held = r.prompt_tokens + static_cast<int64_t>(r.tokens.size());
+                held = r.figures.prompt_tokens + r.figures.generated_tokens;
             }
         }
         for (int i = 0; i < kRepeats; ++i) {
             check_interrupted();
             const std::string message = "Summarise part " + std::to_string(i + 1) + " in one sentence.";
-            live_ms = std::min(live_ms, live.send("live", message, t).ttft_ms);
+            live_ms = std::min(live_ms, ttft_ms(live.send("live", message, t)));
             Store store(db);  // the restart
             ChatSession reg(store, m, *l.backend);
             const auto t0 = std::chrono::steady_clock::now();
@@ -666,9 +676,9 @@ int cmd_chat_bench(const Options& o) {
             const double open_ms = ms_since(t0);
             const TurnResult r = reg.send("reopened", message, t);
             for (const std::string& n : r.notices) note(n);
-            reopen_ms = std::min(reopen_ms, r.ttft_ms + open_ms);
-            context = r.prompt_tokens;
-            prefilled = r.prefill_tokens;
+            reopen_ms = std::min(reopen_ms, ttft_ms(r) + open_ms);
+            context = r.figures.prompt_tokens;
+            prefilled = r.figures.computed_tokens;
         }
         out["reopen"] = {{"context_tokens", context},
                          {"ttft_ms_live_best_of_5", live_ms},

@@ -372,10 +372,10 @@ void EngineWorker::runTurn(qint64 id, const TurnRequest& request) {
         out.conversationId = id;
         if (r.answer) out.answer = messageItemOf(*r.answer);
         if (r.question) out.question = messageItemOf(*r.question);
-        out.stopReason = qs(stop_reason_name(r.stop_reason));
+        out.stopReason = qs(stop_reason_name(r.figures.stop_reason.value_or(StopReason::MaxNewTokens)));
         for (const std::string& n : r.notices) out.notices.push_back(qs(n));
         out.kvBytes = r.kv_bytes;
-        out.contextTokens = r.prompt_tokens + static_cast<qint64>(r.tokens.size());
+        out.contextTokens = r.figures.prompt_tokens + r.figures.generated_tokens;
         out.cacheSpec = qs(r.cache_spec);
         if (auto t = session_->telemetry(id)) Q_EMIT cacheTelemetry(id, *t);
         Q_EMIT turnFinished(out);

@@ -77,7 +77,21 @@ json usage_json(int64_t prompt, int64_t cached, int64_t completion) {
 
 // A turn's decode time: its tokens after the first at the measured decode speed.
 double decode_ms(const TurnResult& t) {
-    return t.tokens.size() > 1 && t.decode_tok_s > 0 ? (t.tokens.size() - 1) * 1000.0 / t.decode_tok_s : 0.0;
+    const int64_t n = t.figures.generated_tokens;
+    const double tok_s = t.figures.tokens_per_second.value_or(0.0);
+    return n > 1 && tok_s > 0 ? static_cast<double>(n - 1) * 1000.0 / tok_s : 0.0;
+}
+
+// How a turn's answer ended (a turn that answered always says).
+StopReason stop_reason_of(const TurnResult& t) { return t.figures.stop_reason.value_or(StopReason::MaxNewTokens); }
+
+json turn_usage_json(const TurnResult& t) {
+    return usage_json(t.figures.prompt_tokens, t.figures.cached_tokens, t.figures.generated_tokens);
+}
+
+json turn_timings_json(const TurnResult& t) {
+    return timings_json(t.figures.computed_tokens, t.prefill_ms, t.figures.generated_tokens, decode_ms(t),
+                        t.figures.cached_tokens);
 }
 
 std::string one_line(std::string_view text) {
@@ -242,10 +256,9 @@ struct ApiServer::State {
                    json::array({{{"index", 0},
                                  {"message", {{"role", "assistant"}, {"content", t.text}}},
                                  {"logprobs", nullptr},
-                                 {"finish_reason", finish_reason(t.stop_reason)}}})},
-                  {"usage", usage_json(t.prompt_tokens, t.cached_tokens, static_cast<int64_t>(t.tokens.size()))}};
-        j["timings"] = timings_json(t.prefill_tokens, t.prefill_ms, static_cast<int64_t>(t.tokens.size()),
-                                    decode_ms(t), t.cached_tokens);
+                                 {"finish_reason", finish_reason(stop_reason_of(t))}}})},
+                  {"usage", turn_usage_json(t)}};
+        j["timings"] = turn_timings_json(t);
         j["kvchat"] = kvchat_json(a);
         return j;
     }
@@ -255,16 +268,16 @@ struct ApiServer::State {
                 {"reused_from", a.reused_from},
                 {"reused_prefix", a.reused_prefix},
                 {"cache", a.turn.cache_spec},
-                {"stop_reason", stop_reason_name(a.turn.stop_reason)},
+                {"stop_reason", stop_reason_name(stop_reason_of(a.turn))},
                 {"notices", a.turn.notices}};
     }
 
     // `log` is the request's (its handler's thread's): a job may run on another thread (the app's
     // worker).
     void note_turn(RequestLog& log, const ChatCompletionRequest& r, const TurnResult& t) const {
-        log.prompt_tokens = t.prompt_tokens;
-        log.cached_tokens = t.cached_tokens;
-        log.completion_tokens = static_cast<int64_t>(t.tokens.size());
+        log.prompt_tokens = t.figures.prompt_tokens;
+        log.cached_tokens = t.figures.cached_tokens;
+        log.completion_tokens = t.figures.generated_tokens;
         if (options.log_text)
             log.text = " message=\"" + one_line(r.messages.back().content) + "\" answer=\"" + one_line(t.text) + "\"";
     }
@@ -337,16 +350,12 @@ struct ApiServer::State {
                 note_turn(log, r, a.turn);
                 if (a.turn.ending == TurnResult::Ending::Failed || a.turn.ending == TurnResult::Ending::Cancelled)
                     throw ApiError(500, "the answer failed: " + a.turn.problem, "server_error");
-                json last = chunk(json::object(), finish_reason(a.turn.stop_reason));
-                last["timings"] = timings_json(a.turn.prefill_tokens, a.turn.prefill_ms,
-                                               static_cast<int64_t>(a.turn.tokens.size()), decode_ms(a.turn),
-                                               a.turn.cached_tokens);
+                json last = chunk(json::object(), finish_reason(stop_reason_of(a.turn)));
+                last["timings"] = turn_timings_json(a.turn);
                 last["kvchat"] = kvchat_json(a);
                 stream.send(last);
                 if (r.include_usage)
-                    stream.send_usage(chunk(json::object(), nullptr),
-                                      usage_json(a.turn.prompt_tokens, a.turn.cached_tokens,
-                                                 static_cast<int64_t>(a.turn.tokens.size())));
+                    stream.send_usage(chunk(json::object(), nullptr), turn_usage_json(a.turn));
             });
         } catch (const ApiError& e) {
             // The status line is out: the error travels as an event, as OpenAI's stream does.

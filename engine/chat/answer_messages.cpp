@@ -197,7 +197,8 @@ MessagesResult ChatSession::answer_messages(const MessagesRequest& request, cons
         made_for_request(id, result.turn);
         const bool kept = store_.find_conversation_by_id(id).has_value();
         result.conversation_id = kept ? id : 0;
-        if (chosen && chosen->prefix != 0 && result.turn.prefix_tokens > 0) result.reused_prefix = chosen->prefix;
+        if (chosen && chosen->prefix != 0 && result.turn.figures.prefix_tokens > 0)
+            result.reused_prefix = chosen->prefix;
         if (!kept) result.reused_from = 0;
         return result;
     } catch (...) {

@@ -207,18 +207,20 @@ TurnResult ChatSession::run_turn(Entry& e, const TurnRequest& request, const std
             e.dirty = true;  // the cache may hold part of the answer: save it with the next snapshot
             throw;
         }
-        r.ttft_ms += before_ms;  // opening, loading and prefix reuse count toward the first token
+        AnswerFigures& f = r.figures;
+        // Opening, loading and prefix reuse count toward the first token.
+        if (f.ttft_ms) *f.ttft_ms += before_ms;
         // The first answer of a conversation started from a prefix reuses the prefix's tokens.
-        r.prefix_tokens = std::min(e.prefix_tokens, r.cached_tokens);
+        f.prefix_tokens = std::min(e.prefix_tokens, f.cached_tokens);
         e.prefix_tokens = 0;
-        if (r.prefill_ms > 0 && r.prefill_tokens > 0)
-            prefill_tok_s_ = static_cast<double>(r.prefill_tokens) * 1000.0 / r.prefill_ms;
+        if (r.prefill_ms > 0 && f.computed_tokens > 0)
+            prefill_tok_s_ = static_cast<double>(f.computed_tokens) * 1000.0 / r.prefill_ms;
         // A large prefill is a measurement of the machine's batch speed; without any yet, reused
         // tokens are priced after a short one (once per model and machine: it is kept).
-        note_batch_speed({r.prefill_tokens, r.prefill_ms});
-        if (!r.prefill_saved_ms && r.cached_tokens > 0) {
+        note_batch_speed({f.computed_tokens, r.prefill_ms});
+        if (!f.prefill_saved_ms && f.cached_tokens > 0) {
             try {
-                r.prefill_saved_ms = static_cast<double>(r.cached_tokens) * batch_prefill_speed().ms_per_token();
+                f.prefill_saved_ms = static_cast<double>(f.cached_tokens) * batch_prefill_speed().ms_per_token();
             } catch (const std::exception&) {
                 // Not measurable (a model too small for a batch): no saving is claimed.
             }
@@ -227,17 +229,6 @@ TurnResult ChatSession::run_turn(Entry& e, const TurnRequest& request, const std
         // 5. Store the answer (and a strategy the turn switched to).
         e.dirty = true;
         if (c.messages().size() > messages_before) {
-            AnswerFigures& f = r.figures;
-            f.prompt_tokens = r.prompt_tokens;
-            f.generated_tokens = static_cast<int64_t>(r.tokens.size());
-            f.ttft_ms = r.ttft_ms;
-            if (r.decode_tok_s > 0) f.tokens_per_second = r.decode_tok_s;
-            f.cached_tokens = r.cached_tokens;
-            f.prefix_tokens = r.prefix_tokens;
-            f.computed_tokens = r.prefill_tokens;
-            f.prefill_saved_ms = r.prefill_saved_ms;
-            f.stop_reason = r.stop_reason;
-            f.token_ids = c.messages().back().tokens;
             r.answer = store_.append_message(e.id, Role::Assistant, c.messages().back().content, r.figures);
         }
         // (Recorded where the question is: the strategy held the question and its answer.)
@@ -261,7 +252,7 @@ TurnResult ChatSession::run_turn(Entry& e, const TurnRequest& request, const std
         r.notices.insert(r.notices.begin(), notices.begin(), notices.end());
         r.cache_spec = c.cache_spec();
         r.question = std::move(question);
-        r.ending = r.stop_reason == StopReason::Stopped ? TurnResult::Ending::Stopped : TurnResult::Ending::Answered;
+        r.ending = f.stop_reason == StopReason::Stopped ? TurnResult::Ending::Stopped : TurnResult::Ending::Answered;
         return r;
     } catch (const Cancelled&) {
         // What the request removed comes back, what it added goes.

@@ -355,7 +355,7 @@ TurnResult Conversation::answer(const RenderedChat& rendered, const TurnOptions&
     }
     const auto first_token_at = gen_start + std::chrono::duration_cast<clock::duration>(
                                                 std::chrono::duration<double, std::milli>(r.ttft_ms));
-    out.ttft_ms = ms_between(t0, first_token_at);
+    const double ttft_ms = ms_between(t0, first_token_at);
 
     // Over budget: move the cache (or, when that fails, keep it and say so) and go on from the
     // last token the generator produced, which is not in the cache yet.
@@ -376,15 +376,18 @@ TurnResult Conversation::answer(const RenderedChat& rendered, const TurnOptions&
     }
 
     out.text = r.text;
-    out.tokens = r.tokens;
-    out.prompt_tokens = total;
-    out.cached_tokens = keep;
-    out.prefill_tokens = total - keep;
     out.prefill_ms = checkpointed_prefill_ms + r.prefill_ms;
-    note_prefill_speed(out.prefill_tokens, out.prefill_ms);
-    if (const auto per_token = prefill_ms_per_token()) out.prefill_saved_ms = static_cast<double>(keep) * *per_token;
-    out.decode_tok_s = r.decode_tok_s();
-    out.stop_reason = r.stop_reason;
+    AnswerFigures& f = out.figures;
+    f.prompt_tokens = total;
+    f.generated_tokens = static_cast<int64_t>(r.tokens.size());
+    f.ttft_ms = ttft_ms;
+    if (const double tok_s = r.decode_tok_s(); tok_s > 0) f.tokens_per_second = tok_s;
+    f.cached_tokens = keep;
+    f.computed_tokens = total - keep;
+    note_prefill_speed(f.computed_tokens, out.prefill_ms);
+    if (const auto per_token = prefill_ms_per_token()) f.prefill_saved_ms = static_cast<double>(keep) * *per_token;
+    f.stop_reason = r.stop_reason;
+    f.token_ids = r.tokens;
     // Keep the answer.
     if (!(r.stop_reason == StopReason::Stopped && r.text.empty())) {
         append(Role::Assistant, r.text, r.tokens);

@@ -78,7 +78,7 @@ private:
 // How one turn ended and what it left: the one value every front end converts.
 struct TurnResult {
     enum class Ending {
-        Answered,   // the answer ended by itself (stop_reason says how) and is stored
+        Answered,   // the answer ended by itself (figures.stop_reason says how) and is stored
         Stopped,    // the cancel flag stopped the answer; what it had is stored
         Cancelled,  // stopped before the answer began: the conversation is as it was
         Failed,     // refused or failed: `problem` says why
@@ -90,27 +90,18 @@ struct TurnResult {
     bool changed = false;
     std::exception_ptr thrown;  // Cancelled, Failed: what the throwing verbs rethrow
 
-    std::string text;              // the reply (kept even when the turn was stopped)
-    std::vector<int32_t> tokens;   // its ids
-    int64_t prompt_tokens = 0;     // the rendered conversation, generation prompt included
-    int64_t prefill_tokens = 0;    // tokens computed this turn before the first new token
-    int64_t cached_tokens = 0;     // tokens reused from the cache (or a prefix)
-    int64_t prefix_tokens = 0;     // of cached_tokens, those a saved prefix's cache brought
-    double prefill_ms = 0.0;       // computing the prefill_tokens
-    // cached_tokens at the conversation's batch prefill speed (see note_prefill_speed): what the
-    // reuse saved; none until a prefill large enough to measure that speed by has run.
-    std::optional<double> prefill_saved_ms;
-    double ttft_ms = 0.0;          // from the turn's start to its first token
-    double decode_tok_s = 0.0;
+    std::string text;  // the reply (kept even when the turn was stopped)
+    // The answer's figures, the only place they live (Answered, Stopped): its ids and count, the
+    // prompt's tokens (computed_tokens + cached_tokens == prompt_tokens), time to the first token,
+    // decode speed, what reuse saved, how it ended. A turn that stored the answer (ChatSession's)
+    // holds them as the store keeps them with it.
+    AnswerFigures figures;
+    double prefill_ms = 0.0;  // computing figures.computed_tokens
     int64_t kv_bytes = 0;
-    StopReason stop_reason = StopReason::MaxNewTokens;
     std::vector<std::string> notices;  // things the user should be told (a rebuild, a fallback)
     std::optional<MessageRecord> question;  // the user's message answered, as stored (ChatSession's turns)
     std::optional<MessageRecord> answer;    // the answer as the store holds it (ChatSession's turns)
-    std::string cache_spec;               // the conversation's strategy after the turn
-    // The answer's figures, as the store keeps them with it (ChatSession's answered and stopped
-    // turns): the one value the front ends show.
-    AnswerFigures figures;
+    std::string cache_spec;                 // the conversation's strategy after the turn
 };
 
 // What a turn tells its caller while it runs.

@@ -63,12 +63,14 @@ private slots:
             } else {
                 QCOMPARE(r.conversation_id, id);
                 QCOMPARE(r.reused_from, id);
-                QVERIFY2(r.turn.cached_tokens >= previous_prompt,
+                QVERIFY2(r.turn.figures.cached_tokens >= previous_prompt,
                          qPrintable(QString("turn %1: %2 tokens reused, the previous prompt had %3")
-                                        .arg(k + 1).arg(r.turn.cached_tokens).arg(previous_prompt)));
-                QCOMPARE(r.turn.prefill_tokens, r.turn.prompt_tokens - r.turn.cached_tokens);
+                                        .arg(k + 1)
+                                        .arg(r.turn.figures.cached_tokens)
+                                        .arg(previous_prompt)));
+                QCOMPARE(r.turn.figures.computed_tokens, r.turn.figures.prompt_tokens - r.turn.figures.cached_tokens);
             }
-            previous_prompt = r.turn.prompt_tokens;
+            previous_prompt = r.turn.figures.prompt_tokens;
             history.emplace_back(Role::Assistant, r.turn.text);
         };
         {

@@ -382,17 +382,19 @@ private slots:
         options.generation.max_new_tokens = 200;
         options.generation.sampling.greedy = true;
         const TurnResult r = c.send("Hello!", options);
-        qInfo("SmolLM2 answered in %zu tokens (%s): %s", r.tokens.size(), std::string(stop_reason_name(r.stop_reason)).c_str(), r.text.c_str());
-        QVERIFY2(r.stop_reason == StopReason::EndOfSequence || r.stop_reason == StopReason::EndOfTurn, std::string(stop_reason_name(r.stop_reason)).c_str());
+        qInfo("SmolLM2 answered in %zu tokens (%s): %s", r.figures.token_ids.size(),
+              std::string(stop_reason_name(r.figures.stop_reason.value())).c_str(), r.text.c_str());
+        QVERIFY2(r.figures.stop_reason == StopReason::EndOfSequence || r.figures.stop_reason == StopReason::EndOfTurn,
+                 std::string(stop_reason_name(r.figures.stop_reason.value())).c_str());
         QVERIFY(!r.text.empty());
-        QVERIFY(r.tokens.size() < 100);
+        QVERIFY(r.figures.token_ids.size() < 100);
         QVERIFY(!contains_text(r.text, "<|im_end|>") && !contains_text(r.text, "<|im_start|>"));
         // The prompt it answered is jinja2's text (the default system turn, then the greeting).
         const nlohmann::json golden = nlohmann::json::parse(read_file(test::data_path("chat_template_golden.json")));
         for (const auto& g : golden.at("cases"))
             if (g.at("template") == "smollm2.jinja" && g.at("messages_name") == "greeting" && g.at("add_generation_prompt").get<bool>())
                 QCOMPARE(t.render_text({{Role::User, "Hello!"}}, true), g.at("text").get<std::string>());
-        QCOMPARE(r.prompt_tokens, static_cast<int64_t>(t.render({{Role::User, "Hello!"}}, true).tokens.size()));
+        QCOMPARE(r.figures.prompt_tokens, static_cast<int64_t>(t.render({{Role::User, "Hello!"}}, true).tokens.size()));
     }
 
     // Each family ends an answer at its own end markers, as the vocabulary holds them, and an

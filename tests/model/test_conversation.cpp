@@ -99,13 +99,13 @@ private slots:
             if (exact || first) QCOMPARE(r.text, expected);
             QCOMPARE(c.messages().back().content, r.text);
             first = false;
-            QCOMPARE(r.prefill_tokens + r.cached_tokens, r.prompt_tokens);
+            QCOMPARE(r.figures.computed_tokens + r.figures.cached_tokens, r.figures.prompt_tokens);
             if (previous_total > 0) {
                 // Everything of the earlier turns that renders the same stays in the cache.
-                QVERIFY2(r.cached_tokens > 0, "nothing was reused");
-                QVERIFY(r.prefill_tokens < r.prompt_tokens);
+                QVERIFY2(r.figures.cached_tokens > 0, "nothing was reused");
+                QVERIFY(r.figures.computed_tokens < r.figures.prompt_tokens);
             }
-            previous_total = r.prompt_tokens;
+            previous_total = r.figures.prompt_tokens;
         }
     }
 
@@ -120,13 +120,13 @@ private slots:
         for (const char* opening : openings) {
             Conversation c(*t->model, *t->backend, ChatTemplate::for_model(*t->model), "dynamic");
             const TurnResult first = c.send(opening, greedy(24));
-            if (first.text.empty() || tok.encode(first.text, false) == first.tokens) continue;
+            if (first.text.empty() || tok.encode(first.text, false) == first.figures.token_ids) continue;
             found = true;
-            QCOMPARE(c.messages().back().tokens, first.tokens);
+            QCOMPARE(c.messages().back().tokens, first.figures.token_ids);
             // What the first turn left: its whole rendering, the answer as written.
             const int64_t closed = static_cast<int64_t>(c.chat_template().render(c.messages(), false).tokens.size());
             const TurnResult second = c.send("the mat", greedy(4));
-            QCOMPARE(second.cached_tokens, closed);
+            QCOMPARE(second.figures.cached_tokens, closed);
             // And the answers still match a fresh cache over the same transcript.
             std::vector<ChatMessage> msgs = c.messages();
             msgs.pop_back();
@@ -153,9 +153,9 @@ private slots:
         QCOMPARE(r.text, reference_reply(*t, c.chat_template(), before, 8));
         // Only the generation prompt (at most) is computed again, never the earlier conversation.
         const int64_t last_message_start = prompt.message_starts.back();
-        QVERIFY2(r.cached_tokens >= last_message_start,
-                 qPrintable(QString("reused %1 of %2").arg(r.cached_tokens).arg(last_message_start)));
-        QVERIFY(r.prefill_tokens <= static_cast<int64_t>(prompt.tokens.size()) - last_message_start);
+        QVERIFY2(r.figures.cached_tokens >= last_message_start,
+                 qPrintable(QString("reused %1 of %2").arg(r.figures.cached_tokens).arg(last_message_start)));
+        QVERIFY(r.figures.computed_tokens <= static_cast<int64_t>(prompt.tokens.size()) - last_message_start);
         QCOMPARE(c.messages().size(), before.size() + 1);
     }
 
@@ -172,9 +172,9 @@ private slots:
         const TurnResult r = c.respond(greedy(8));
         QCOMPARE(r.text, reference_reply(*t, c.chat_template(), edited, 8));
         // Everything before the edited message is kept (and its unchanged opening markers).
-        QVERIFY(r.cached_tokens >= prompt.message_starts[last_user]);
-        QVERIFY(r.cached_tokens < prompt.message_starts[last_user] + 8);
-        QCOMPARE(r.prefill_tokens + r.cached_tokens, static_cast<int64_t>(prompt.tokens.size()));
+        QVERIFY(r.figures.cached_tokens >= prompt.message_starts[last_user]);
+        QVERIFY(r.figures.cached_tokens < prompt.message_starts[last_user] + 8);
+        QCOMPARE(r.figures.computed_tokens + r.figures.cached_tokens, static_cast<int64_t>(prompt.tokens.size()));
     }
 
     void editEarlierMessageContinues() {
@@ -203,14 +203,14 @@ private slots:
         const TurnResult r = c.send("the cat", o, [&](std::string_view) {
             if (++pieces == 3) stop = true;
         }, &stop);
-        QCOMPARE(r.stop_reason, StopReason::Stopped);
-        QVERIFY(!r.tokens.empty() && r.tokens.size() < 40);
+        QCOMPARE(r.figures.stop_reason, StopReason::Stopped);
+        QVERIFY(!r.figures.token_ids.empty() && r.figures.token_ids.size() < 40);
         QCOMPARE(c.messages().size(), size_t(2));
         QCOMPARE(c.messages().back().content, r.text);
         // The cache holds the prompt, exactly the reply's tokens and the reply's end markers
         // (the transcript as the next turn renders it).
         std::vector<int32_t> expected = prompt.tokens;
-        expected.insert(expected.end(), r.tokens.begin(), r.tokens.end());
+        expected.insert(expected.end(), r.figures.token_ids.begin(), r.figures.token_ids.end());
         const std::vector<int32_t> closed = c.chat_template().render(c.messages(), false).tokens;
         QCOMPARE(std::vector<int32_t>(closed.begin(), closed.begin() + expected.size()), expected);
         QCOMPARE(c.cache().tokens(), closed);
@@ -254,7 +254,7 @@ private slots:
         QCOMPARE(c.messages().size(), size_t(4));
         // The conversation keeps going past the old capacity.
         const TurnResult more = c.send(long_text, sliding);
-        QVERIFY(more.prompt_tokens > 64);
+        QVERIFY(more.figures.prompt_tokens > 64);
     }
 
     // The default model, short turns: the cache gives the answers a fresh cache gives.
@@ -311,9 +311,10 @@ private slots:
         const TurnResult r = reg.send("c", "the mat", greedy(6));
         QVERIFY2(r.notices.empty(), r.notices.empty() ? "" : r.notices.front().c_str());
         // The cache held the whole transcript, end markers of the last reply included.
-        QCOMPARE(r.cached_tokens, static_cast<int64_t>(before.tokens.size()));
-        QVERIFY(r.cached_tokens > second.prompt_tokens + static_cast<int64_t>(second.tokens.size()));
-        QCOMPARE(r.prefill_tokens, static_cast<int64_t>(after.tokens.size()) - r.cached_tokens);
+        QCOMPARE(r.figures.cached_tokens, static_cast<int64_t>(before.tokens.size()));
+        QVERIFY(r.figures.cached_tokens >
+                second.figures.prompt_tokens + static_cast<int64_t>(second.figures.token_ids.size()));
+        QCOMPARE(r.figures.computed_tokens, static_cast<int64_t>(after.tokens.size()) - r.figures.cached_tokens);
         QCOMPARE(r.text, reference_reply(*t, reg.chat_template(), msgs, 6));
     }
 
@@ -371,13 +372,14 @@ private slots:
         const RenderedChat prompt = reg.chat_template().render(msgs, true);
         const TurnResult r = reg.regenerate("c", greedy(12));
         if (damaged) {
-            QCOMPARE(r.cached_tokens, int64_t(0));
+            QCOMPARE(r.figures.cached_tokens, int64_t(0));
             QVERIFY(!r.notices.empty());
             QVERIFY2(r.notices.back().find("prefilled again") != std::string::npos, r.notices.back().c_str());
         } else {
             QVERIFY2(r.notices.empty(), r.notices.empty() ? "" : r.notices.front().c_str());
-            QVERIFY2(r.cached_tokens >= prompt.message_starts.back(),
-                     qPrintable(QString("reused %1 of %2").arg(r.cached_tokens).arg(prompt.message_starts.back())));
+            QVERIFY2(
+                r.figures.cached_tokens >= prompt.message_starts.back(),
+                qPrintable(QString("reused %1 of %2").arg(r.figures.cached_tokens).arg(prompt.message_starts.back())));
         }
         QCOMPARE(r.text, reference_reply(*t, reg.chat_template(), msgs, 12));
     }
@@ -445,7 +447,7 @@ private slots:
         for (const MessageRecord& m : store.list_messages(reg.id_of("c"))) msgs.push_back({m.role, m.content});
         msgs.push_back({Role::User, "on the mat"});
         const TurnResult r = reg.send("c", "on the mat", greedy(6));
-        QCOMPARE(r.cached_tokens, int64_t(0));
+        QCOMPARE(r.figures.cached_tokens, int64_t(0));
         if (damage != "deleted") {
             QVERIFY(!r.notices.empty());
             QVERIFY2(r.notices.front().find("prefilled again") != std::string::npos, r.notices.front().c_str());
@@ -468,7 +470,8 @@ private slots:
         QCOMPARE(reg.resident(), size_t(1));
         // Reloaded from its snapshot: at least its first prompt is reused (the random model's
         // reply may tokenize differently when written back as text).
-        QVERIFY2(a2.cached_tokens >= a1.prompt_tokens, qPrintable(QString::number(a2.cached_tokens)));
+        QVERIFY2(a2.figures.cached_tokens >= a1.figures.prompt_tokens,
+                 qPrintable(QString::number(a2.figures.cached_tokens)));
         std::vector<ChatMessage> msgs;
         for (const MessageRecord& m : store.list_messages(reg.id_of("a"))) msgs.push_back({m.role, m.content});
         msgs.pop_back();
@@ -493,7 +496,7 @@ private slots:
         GenerationConfig g = o.generation;
         const GenerationResult expected = gen.generate(*cache, prompt.tokens, g);
         const TurnResult r = c.send("sat on the mat", o);
-        QCOMPARE(r.tokens, expected.tokens);
+        QCOMPARE(r.figures.token_ids, expected.tokens);
         QVERIFY(!r.notices.empty());
         QVERIFY2(r.notices.back().find("offloaded") != std::string::npos, r.notices.back().c_str());
         QVERIFY(c.cache_spec().find("offloaded") != std::string::npos);
@@ -507,7 +510,7 @@ private slots:
         std::vector<ChatMessage> next = c.messages();
         next.push_back({Role::User, "a mat"});
         const TurnResult r = c.send("a mat", greedy(6));
-        QCOMPARE(r.cached_tokens, int64_t(0));
+        QCOMPARE(r.figures.cached_tokens, int64_t(0));
         QCOMPARE(r.text, reference_reply(*t, c.chat_template(), next, 6));
     }
 };

@@ -52,12 +52,15 @@ private slots:
             o.generation.sampling.seed = seed;
             const int64_t id = reg->create("greeting");
             const kvchat::TurnResult r = reg->send(id, "Hi! How are you today?", o);
-            qInfo("seed %llu: %zu tokens, stop %s: %s", static_cast<unsigned long long>(seed), r.tokens.size(),
-                  std::string(kvchat::stop_reason_name(r.stop_reason)).c_str(), r.text.c_str());
+            qInfo("seed %llu: %zu tokens, stop %s: %s", static_cast<unsigned long long>(seed),
+                  r.figures.token_ids.size(),
+                  std::string(kvchat::stop_reason_name(r.figures.stop_reason.value())).c_str(), r.text.c_str());
             // SmolLM2's <|im_end|> is also its end-of-sequence token.
-            QVERIFY2(r.stop_reason == kvchat::StopReason::EndOfTurn || r.stop_reason == kvchat::StopReason::EndOfSequence, std::string(kvchat::stop_reason_name(r.stop_reason)).c_str());
-            QVERIFY2(static_cast<int>(r.tokens.size()) < settings.max_new_tokens / 4,
-                     qPrintable(QString("%1 tokens").arg(r.tokens.size())));
+            QVERIFY2(r.figures.stop_reason == kvchat::StopReason::EndOfTurn ||
+                         r.figures.stop_reason == kvchat::StopReason::EndOfSequence,
+                     std::string(kvchat::stop_reason_name(r.figures.stop_reason.value())).c_str());
+            QVERIFY2(static_cast<int>(r.figures.token_ids.size()) < settings.max_new_tokens / 4,
+                     qPrintable(QString("%1 tokens").arg(r.figures.token_ids.size())));
             std::map<std::string, int> lines;
             std::istringstream in(r.text);
             for (std::string line; std::getline(in, line);)

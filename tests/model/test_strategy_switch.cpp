@@ -94,7 +94,7 @@ private slots:
         QCOMPARE(after->spec, to_string(parse_cache_spec(to)));
         QCOMPARE(after->total_bytes, plan.bytes_after);
         const TurnResult a2 = a.send(ia, "And two more, please.", greedy(16));
-        QCOMPARE(a2.cached_tokens > 0, true);  // the switched cache was used, not rebuilt
+        QCOMPARE(a2.figures.cached_tokens > 0, true);  // the switched cache was used, not rebuilt
 
         Store b_store(db("b-" + tag));
         ChatSession b(b_store, model, *backend_);
@@ -102,9 +102,9 @@ private slots:
         target_opts.cache_spec = to;
         const int64_t ib = b.create("from the start", target_opts);
         const TurnResult b1 = b.send(ib, "Name three colours of the rainbow.", greedy(16));
-        QCOMPARE(b1.tokens, a1.tokens);
+        QCOMPARE(b1.figures.token_ids, a1.figures.token_ids);
         const TurnResult b2 = b.send(ib, "And two more, please.", greedy(16));
-        QCOMPARE(a2.tokens, b2.tokens);
+        QCOMPARE(a2.figures.token_ids, b2.figures.token_ids);
         QCOMPARE(a2.text, b2.text);
         // The strategy is saved with the conversation.
         for (const auto& s : a.list())
@@ -160,7 +160,7 @@ private slots:
             Store store(path);
             ChatSession reg(store, *model_, *backend_);
             id = reg.create("o");
-            QCOMPARE(reg.send(id, first, greedy(16)).tokens, l1.tokens);
+            QCOMPARE(reg.send(id, first, greedy(16)).figures.token_ids, l1.figures.token_ids);
         }
         Store store(path);
         ChatSession reg(store, *model_, *backend_);
@@ -172,14 +172,14 @@ private slots:
             reg.open("o", o);
         }
         const TurnResult got = regen ? reg.regenerate(id, greedy(16)) : reg.send(id, second, greedy(16));
-        QCOMPARE(got.tokens.size(), size_t(16));
+        QCOMPARE(got.figures.token_ids.size(), size_t(16));
         // The snapshot was loaded and converted. (A regenerate crops back past the sliding layers'
         // windows, which takes the per-turn checkpoints a switch drops as being of the old
         // strategy: it prefills again, as it says.)
         for (const std::string& n : got.notices)
             QVERIFY2(n.find("could not be") == std::string::npos && (regen || n.find("prefilled again") == std::string::npos),
                      n.c_str());
-        if (!regen) QVERIFY2(got.cached_tokens > 0, "the switched cache should have been used");
+        if (!regen) QVERIFY2(got.figures.cached_tokens > 0, "the switched cache should have been used");
         const auto tel = reg.telemetry(id);
         QVERIFY(tel.has_value());
         QCOMPARE(tel->spec, to_string(parse_cache_spec(to)));
@@ -190,11 +190,11 @@ private slots:
         QCOMPARE(list[0].cache_spec, tel->spec);
         if (exact) {
             for (const auto& l : tel->layers) QCOMPARE(l.quantized_tokens, int64_t(0));
-            QCOMPARE(got.tokens, want.tokens);
+            QCOMPARE(got.figures.token_ids, want.figures.token_ids);
             QCOMPARE(got.text, want.text);
         }
         // And the conversation goes on under the new strategy.
-        QCOMPARE(reg.send(id, "Thanks.", greedy(4)).tokens.size(), size_t(4));
+        QCOMPARE(reg.send(id, "Thanks.", greedy(4)).figures.token_ids.size(), size_t(4));
     }
 
     // The sink context policy on a conversation reopened from its snapshot, once the conversation
@@ -224,15 +224,15 @@ private slots:
         std::string words;
         for (int i = 0; i < 12; ++i) words += "more words " + std::to_string(i) + " ";
         const TurnResult r = reg.send(id, words, o);
-        QCOMPARE(r.tokens.size(), size_t(8));
-        QVERIFY(r.prompt_tokens > 96);
-        QVERIFY(r.cached_tokens > 0);
+        QCOMPARE(r.figures.token_ids.size(), size_t(8));
+        QVERIFY(r.figures.prompt_tokens > 96);
+        QVERIFY(r.figures.cached_tokens > 0);
         bool outgrew = false;
         for (const std::string& n : r.notices) outgrew = outgrew || n.find("outgrew the context") != std::string::npos;
         QVERIFY(outgrew);
         QCOMPARE(parse_cache_spec(reg.telemetry(id)->spec).retention(), RetentionKind::Sink);
         QVERIFY(!reg.list()[0].last_unanswered);
-        QCOMPARE(reg.send(id, "and on", o).tokens.size(), size_t(8));
+        QCOMPARE(reg.send(id, "and on", o).figures.token_ids.size(), size_t(8));
     }
 
     // A rebuild (a sink cache back to dynamic) cancelled half-way: the sink cache and strategy
@@ -277,7 +277,7 @@ private slots:
         for (const auto& s : r.list())
             if (s.id == id) QCOMPARE(s.cache_spec, before->spec);
         const TurnResult next = r.send(id, "go on", greedy(6));
-        QCOMPARE(next.cached_tokens > 0, true);
+        QCOMPARE(next.figures.cached_tokens > 0, true);
         QCOMPARE(r.telemetry(id)->spec, before->spec);
     }
 };

@@ -889,9 +889,11 @@ private:
             if (o_.verbose > 1) {
                 std::string notices;
                 for (const std::string& x : r.notices) notices += " | " + x;
-                note("session API turn (-n " + std::to_string(n) + (stop ? ", stop after piece " + std::to_string(stop_at_) : "") +
-                     "): prompt " + std::to_string(r.prompt_tokens) + " tokens, " + std::to_string(r.cached_tokens) +
-                     " from the cache, answer " + show_ids(r.tokens) + " (" + std::string(stop_reason_name(r.stop_reason)) + ")" + notices);
+                note("session API turn (-n " + std::to_string(n) +
+                     (stop ? ", stop after piece " + std::to_string(stop_at_) : "") + "): prompt " +
+                     std::to_string(r.figures.prompt_tokens) + " tokens, " + std::to_string(r.figures.cached_tokens) +
+                     " from the cache, answer " + show_ids(r.figures.token_ids) + " (" +
+                     std::string(stop_reason_name(r.figures.stop_reason.value())) + ")" + notices);
             }
             return "";
         } catch (const Cancelled&) {

@@ -59,15 +59,11 @@ private slots:
     void stopJustBeforeTheFirstTokenTakesTheMessageBack() {
         QFETCH(QString, verb);
         Setup s;
-        int64_t id = 0;
-        {
-            Store store(s.db);
-            ChatSession reg(store, *s.m, *s.be);
-            id = reg.create("c");
-            reg.send(id, "the cat sat", greedy(4));
-            // Regenerate answers a message a crash left unanswered: its tokens are still to prefill.
-            if (verb == "regenerate") store.append_message(id, Role::User, "on the mat");
-        }
+        const int64_t id =
+            test::conversation_answered_once(s.db, *s.m, *s.be, "c", "the cat sat", 4, [&](Store& store, int64_t c) {
+                // Regenerate answers a message a crash left unanswered: its tokens are still to prefill.
+                if (verb == "regenerate") store.append_message(c, Role::User, "on the mat");
+            });
         Store store(s.db);
         ChatSession reg(store, *s.m, *s.be);
         const auto before = transcript(reg, id);
@@ -183,9 +179,9 @@ private slots:
         msgs.emplace_back(Role::User, "why");
         const int64_t want = static_cast<int64_t>(a.chat_template().render(msgs, true).tokens.size());
         const TurnResult r = a.send(id, "why", greedy(4));
-        QCOMPARE(r.prompt_tokens, want);
+        QCOMPARE(r.figures.prompt_tokens, want);
         // The cache held the first turn's tokens as generated: all of them are reused.
-        QVERIFY2(r.cached_tokens > 0, std::to_string(r.cached_tokens).c_str());
+        QVERIFY2(r.figures.cached_tokens > 0, std::to_string(r.figures.cached_tokens).c_str());
     }
 
     // kvchat_soak seed 1005, step 214: another program regenerated an answer into one with the
@@ -220,7 +216,7 @@ private slots:
         msgs.emplace_back(Role::User, "why");
         const int64_t want = static_cast<int64_t>(a.chat_template().render(msgs, true).tokens.size());
         const TurnResult r = a.send(id, "why", greedy(4));
-        QCOMPARE(r.prompt_tokens, want);
+        QCOMPARE(r.figures.prompt_tokens, want);
     }
 
     // kvchat_soak seed 4, step 97 (and seed 3, step 13): a strategy another program switched the
@@ -247,7 +243,7 @@ private slots:
         // failed conversion refused it.
         QVERIFY(a.telemetry(id)->tokens > 48);
         const TurnResult r = a.edit(id, 0, "the cat", greedy(4));
-        QVERIFY(!r.tokens.empty());
+        QVERIFY(!r.figures.token_ids.empty());
         QCOMPARE(store_a.list_messages(id).size(), size_t(2));
         QCOMPARE(QString::fromStdString(a.telemetry(id)->spec), QString("static:max_len=48"));
     }
@@ -260,14 +256,9 @@ private slots:
     // "refused turns leave an unanswered message" of issue 25.4, fixed on branch clirel.
     void refusedRegenerateKeepsTheAnswer() {
         Setup s;
-        int64_t id = 0;
-        {
-            Store store(s.db);
-            ChatSession reg(store, *s.m, *s.be);
-            id = reg.create("c");
-            reg.send(id, "the cat sat on the mat and the dog ran far", greedy(8));
-            store.set_conversation_cache_spec(id, "static:max_len=24");
-        }
+        const int64_t id = test::conversation_answered_once(
+            s.db, *s.m, *s.be, "c", "the cat sat on the mat and the dog ran far", 8,
+            [](Store& store, int64_t c) { store.set_conversation_cache_spec(c, "static:max_len=24"); });
         Store store(s.db);
         ChatSession reg(store, *s.m, *s.be);
         const auto before = transcript(reg, id);
@@ -284,13 +275,8 @@ private slots:
     // first turn that is answered (after a restart here, as every kvchat-cli run is).
     void refusedSwitchOnOpenKeepsTheOldStrategy() {
         Setup s;
-        int64_t id = 0;
-        {
-            Store store(s.db);
-            ChatSession reg(store, *s.m, *s.be);
-            id = reg.create("c");
-            reg.send(id, "the cat sat on the mat and the dog ran far", greedy(8));
-        }
+        const int64_t id =
+            test::conversation_answered_once(s.db, *s.m, *s.be, "c", "the cat sat on the mat and the dog ran far", 8);
         Store store(s.db);
         ChatSession reg(store, *s.m, *s.be);
         OpenOptions open;
@@ -306,14 +292,14 @@ private slots:
         // answered is recorded with it, its snapshot of the new strategy.
         Store store2(s.db);
         ChatSession next(store2, *s.m, *s.be);
-        QVERIFY(!next.send("c", "and then", greedy(4)).tokens.empty());
+        QVERIFY(!next.send("c", "and then", greedy(4)).figures.token_ids.empty());
         QCOMPARE(QString::fromStdString(store2.find_conversation_by_id(id)->cache_spec), QString("dynamic"));
         Store store3(s.db);
         ChatSession third(store3, *s.m, *s.be);
         OpenOptions offloaded;
         offloaded.cache_spec = "offloaded";
         third.open("c", offloaded);
-        QVERIFY(!third.send("c", "more", greedy(4)).tokens.empty());
+        QVERIFY(!third.send("c", "more", greedy(4)).figures.token_ids.empty());
         QCOMPARE(QString::fromStdString(store3.find_conversation_by_id(id)->cache_spec), QString("offloaded"));
         const std::string snapshot = store3.find_conversation_by_id(id)->snapshot;
         QCOMPARE(QString::fromStdString(load_cache_snapshot(store3.snapshot_path(snapshot), *s.m, *s.be).cache->spec_text()),
@@ -398,13 +384,13 @@ private slots:
         if (verb == "send") r = reg.send(id, "why", greedy(8));
         else if (verb == "regenerate") r = reg.regenerate(id, greedy(8));
         else r = reg.edit(id, 2, "and then", greedy(8));  // back to a checkpoint inside the old snapshot
-        QVERIFY(!r.tokens.empty());
+        QVERIFY(!r.figures.token_ids.empty());
         // The answer is the one a cache never saved would give.
         soak::Reference ref(*s.m, *s.be);
         std::vector<soak::Message> msgs;
         for (const MessageRecord& m : store.list_messages(id)) msgs.push_back({std::string(role_name(m.role)), m.content, m.stats.token_ids});
         msgs.pop_back();
-        QCOMPARE(r.tokens, ref.answer(msgs, 8, 0).ids);
+        QCOMPARE(r.figures.token_ids, ref.answer(msgs, 8, 0).ids);
     }
 
     // Written while reducing kvchat_soak seed 305, step 61 (under hybrid, the turn after a stopped
@@ -449,7 +435,7 @@ private slots:
         for (const MessageRecord& m : store.list_messages(id)) msgs.push_back({std::string(role_name(m.role)), m.content, m.stats.token_ids});
         msgs.pop_back();
         const soak::ReferenceAnswer want = ref.answer(msgs, 16, 0);
-        QCOMPARE(r.tokens, want.ids);
+        QCOMPARE(r.figures.token_ids, want.ids);
     }
 };
 

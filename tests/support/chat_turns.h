@@ -1,8 +1,11 @@
 #pragma once
 // What the conversation suites share: the small six-layer Gemma-shaped model they chat with
 // (sliding window 8, so checkpoints and windows come into play within a few turns), greedy turn
-// options, and reading the message of what a call throws.
+// options, a conversation left answered by an earlier session, and reading the message of what
+// a call throws.
+#include "engine/chat/chat_session.h"
 #include "engine/chat/conversation.h"
+#include "engine/store/store.h"
 #include "engine/model/model.h"
 #include "support/tiny_model.h"
 
@@ -29,6 +32,20 @@ inline TurnOptions greedy(int n) {
     o.generation.max_new_tokens = n;
     o.generation.sampling.greedy = true;
     return o;
+}
+
+// A new conversation `title` in the database `db`, with `message` answered (greedy, at most n
+// tokens) by a session that has closed again, as an earlier run of a program leaves it; `then`
+// changes the store before that session closes. Returns the conversation's id.
+inline int64_t conversation_answered_once(const std::string& db, const Model& model, Backend& backend,
+                                          const std::string& title, const std::string& message, int n,
+                                          const std::function<void(Store&, int64_t)>& then = {}) {
+    Store store(db);
+    ChatSession session(store, model, backend);
+    const int64_t id = session.create(title);
+    session.send(id, message, greedy(n));
+    if (then) then(store, id);
+    return id;
 }
 
 // The message of what f throws; empty when it returns.

@@ -71,17 +71,19 @@ private slots:
             QCOMPARE(row.title, std::string("the cat sat"));
             QCOMPARE(session.summary(id)->origin, std::string("api"));
             history = with_answer(history, first);
-            previous_prompt = first.turn.prompt_tokens;
+            previous_prompt = first.turn.figures.prompt_tokens;
             for (int k = 2; k <= 5; ++k) {
                 history.emplace_back(Role::User, "turn " + std::to_string(k) + " of the cat");
                 const MessagesResult r = session.answer_messages(request(history), greedy(4));
                 QCOMPARE(r.turn.ending, TurnResult::Ending::Answered);
                 QCOMPARE(r.conversation_id, id);
                 QCOMPARE(r.reused_from, id);
-                QVERIFY2(r.turn.cached_tokens >= previous_prompt,
+                QVERIFY2(r.turn.figures.cached_tokens >= previous_prompt,
                          qPrintable(QString("turn %1: %2 cached, previous prompt %3")
-                                        .arg(k).arg(r.turn.cached_tokens).arg(previous_prompt)));
-                previous_prompt = r.turn.prompt_tokens;
+                                        .arg(k)
+                                        .arg(r.turn.figures.cached_tokens)
+                                        .arg(previous_prompt)));
+                previous_prompt = r.turn.figures.prompt_tokens;
                 history = with_answer(history, r);
             }
             QCOMPARE(session.messages(id).size(), history.size());
@@ -95,8 +97,9 @@ private slots:
         QCOMPARE(r.turn.ending, TurnResult::Ending::Answered);
         QCOMPARE(r.conversation_id, id);
         QCOMPARE(r.reused_from, id);
-        QVERIFY2(r.turn.cached_tokens >= previous_prompt,
-                 qPrintable(QString("%1 cached, previous prompt %2").arg(r.turn.cached_tokens).arg(previous_prompt)));
+        QVERIFY2(r.turn.figures.cached_tokens >= previous_prompt,
+                 qPrintable(
+                     QString("%1 cached, previous prompt %2").arg(r.turn.figures.cached_tokens).arg(previous_prompt)));
         QCOMPARE(store.list_conversations().size(), size_t(1));
     }
 
@@ -136,8 +139,10 @@ private slots:
         QCOMPARE(row.branch_at, int64_t(2));
         QCOMPARE(row.origin, std::string("api"));
         // The two common messages came from the parent's cache.
-        QVERIFY2(r.turn.cached_tokens >= first.turn.prompt_tokens,
-                 qPrintable(QString("%1 cached, first prompt %2").arg(r.turn.cached_tokens).arg(first.turn.prompt_tokens)));
+        QVERIFY2(r.turn.figures.cached_tokens >= first.turn.figures.prompt_tokens,
+                 qPrintable(QString("%1 cached, first prompt %2")
+                                .arg(r.turn.figures.cached_tokens)
+                                .arg(first.turn.figures.prompt_tokens)));
         const std::vector<MessageRecord> branch = session.messages(r.conversation_id);
         QCOMPARE(branch.size(), size_t(4));
         QCOMPARE(branch[2].content, std::string("under the table"));
@@ -156,7 +161,7 @@ private slots:
             ChatSession session(store, *s.m, *s.be);
             const MessagesResult first = session.answer_messages(request(history), greedy(4));
             parent = first.conversation_id;
-            first_prompt = first.turn.prompt_tokens;
+            first_prompt = first.turn.figures.prompt_tokens;
             history = with_answer(history, first);
             history.emplace_back(Role::User, "on the mat");
             session.answer_messages(request(history), greedy(4));
@@ -168,8 +173,8 @@ private slots:
         QCOMPARE(r.turn.ending, TurnResult::Ending::Answered);
         QCOMPARE(r.reused_from, parent);
         QCOMPARE(store.find_conversation_by_id(r.conversation_id)->parent_id, std::optional<int64_t>(parent));
-        QVERIFY2(r.turn.cached_tokens >= first_prompt,
-                 qPrintable(QString("%1 cached, first prompt %2").arg(r.turn.cached_tokens).arg(first_prompt)));
+        QVERIFY2(r.turn.figures.cached_tokens >= first_prompt,
+                 qPrintable(QString("%1 cached, first prompt %2").arg(r.turn.figures.cached_tokens).arg(first_prompt)));
         QCOMPARE(session.messages(parent).size(), size_t(4));
     }
 
@@ -186,8 +191,8 @@ private slots:
         QCOMPARE(r.turn.ending, TurnResult::Ending::Answered);
         QCOMPARE(r.reused_prefix, p.id);
         QCOMPARE(r.reused_from, int64_t(0));
-        QCOMPARE(r.turn.prefix_tokens, static_cast<int64_t>(p.tokens.size()));
-        QVERIFY(r.turn.cached_tokens >= static_cast<int64_t>(p.tokens.size()));
+        QCOMPARE(r.turn.figures.prefix_tokens, static_cast<int64_t>(p.tokens.size()));
+        QVERIFY(r.turn.figures.cached_tokens >= static_cast<int64_t>(p.tokens.size()));
         QCOMPARE(store.find_conversation_by_id(r.conversation_id)->origin, std::string("api"));
     }
 
@@ -204,7 +209,7 @@ private slots:
         QCOMPARE(b.turn.ending, TurnResult::Ending::Answered);
         QVERIFY(b.conversation_id != a.conversation_id);
         QCOMPARE(b.reused_from, int64_t(0));
-        QCOMPARE(b.turn.cached_tokens, int64_t(0));
+        QCOMPARE(b.turn.figures.cached_tokens, int64_t(0));
         const auto row = *store.find_conversation_by_id(b.conversation_id);
         QCOMPARE(row.cache_spec, canonical_cache_spec("sliding_window:window=16"));
         QCOMPARE(row.title, std::string("dogs"));

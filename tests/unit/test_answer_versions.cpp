@@ -83,7 +83,7 @@ private slots:
         QCOMPARE(texts(session.messages(id)), (Texts{"the cat sat", first}));
         QCOMPARE(session.versions(id)[0].shown, int64_t(1));
         const TurnResult next = session.send(id, "on the mat", greedy(6));
-        QVERIFY(next.cached_tokens > 0);  // the common start of both versions
+        QVERIFY(next.figures.cached_tokens > 0);  // the common start of both versions
         const std::vector<MessageRecord> chosen = session.messages(id);
         QCOMPARE(next.text, fresh_answer(s, {chosen[0], chosen[1]}, "on the mat"));
         // Regenerating once more adds a third version, after the two.
@@ -133,7 +133,7 @@ private slots:
         const std::vector<MessageRecord> chosen = session.messages(id);
         QCOMPARE(texts(chosen), (Texts{"the cat sat", first}));
         const TurnResult next = session.send(id, "on the mat", greedy(6));
-        QVERIFY(next.cached_tokens > 0);  // from the snapshot saved before the reopening
+        QVERIFY(next.figures.cached_tokens > 0);  // from the snapshot saved before the reopening
         QCOMPARE(next.text, fresh_answer(s, chosen, "on the mat"));
         // A session without a model chooses too (kvchat-cli versions --select).
         ChatSession browsing(store, nullptr, nullptr);

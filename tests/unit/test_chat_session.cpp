@@ -4,7 +4,7 @@
 // id; a session without a model browses and refuses turns; one turn reads the stored transcript
 // once; take_turn's outcome says answered, stopped, cancelled or failed (and whether anything
 // changed); the saved caches' verbs (list, drop, budget) and the global settings go through the
-// session, with or without a model.
+// session, with or without a model; a turn's figures are those stored with its answer.
 #include "engine/chat/chat_session.h"
 #include "engine/compute/backend.h"
 #include "engine/error.h"
@@ -15,6 +15,8 @@
 
 #include <atomic>
 #include <filesystem>
+#include <optional>
+#include <vector>
 
 using namespace kvchat;
 
@@ -32,6 +34,21 @@ struct Setup {
 };
 
 std::string title_of(const Store& store, int64_t id) { return store.find_conversation_by_id(id)->title; }
+
+// An answer's figures as a turn returned them against those the store kept with it, field by
+// field (the caller checks QTest::currentTestFailed()).
+void compare_figures(const AnswerFigures& turn, const AnswerFigures& stored) {
+    QCOMPARE(stored.prompt_tokens, turn.prompt_tokens);
+    QCOMPARE(stored.generated_tokens, turn.generated_tokens);
+    QCOMPARE(stored.ttft_ms, turn.ttft_ms);
+    QCOMPARE(stored.tokens_per_second, turn.tokens_per_second);
+    QCOMPARE(stored.cached_tokens, turn.cached_tokens);
+    QCOMPARE(stored.prefix_tokens, turn.prefix_tokens);
+    QCOMPARE(stored.computed_tokens, turn.computed_tokens);
+    QCOMPARE(stored.prefill_saved_ms, turn.prefill_saved_ms);
+    QCOMPARE(stored.stop_reason, turn.stop_reason);
+    QCOMPARE(stored.token_ids, turn.token_ids);
+}
 
 }  // namespace
 
@@ -258,13 +275,7 @@ private slots:
     // read it six times a send).
     void transcriptReadOncePerTurn() {
         Setup s;
-        int64_t id = 0;
-        {
-            Store store(s.db);
-            ChatSession session(store, *s.m, *s.be);
-            id = session.create("");
-            session.send(id, "the cat sat", greedy(3));
-        }
+        const int64_t id = test::conversation_answered_once(s.db, *s.m, *s.be, "", "the cat sat", 3);
         Store store(s.db);
         ChatSession session(store, *s.m, *s.be);
         auto reads_of = [&](const TurnRequest& request) {
@@ -318,7 +329,7 @@ private slots:
         stopping.on_text = [&](std::string_view) { stop = true; };
         const TurnResult stopped = session.take_turn(id, TurnRequest::send("on the mat"), greedy(40), stopping);
         QCOMPARE(stopped.ending, TurnResult::Ending::Stopped);
-        QCOMPARE(stopped.stop_reason, StopReason::Stopped);
+        QCOMPARE(stopped.figures.stop_reason, StopReason::Stopped);
         QVERIFY(stopped.answer.has_value());
         QCOMPARE(session.messages(id).back().content, stopped.text);
 
@@ -342,6 +353,62 @@ private slots:
         const TurnResult blank = session.take_turn(id, TurnRequest::send(" \n"), greedy(4));
         QCOMPARE(blank.ending, TurnResult::Ending::Failed);
         QVERIFY(contains(blank.problem, "empty"));
+    }
+
+    // A turn's figures are the answer's figures: what an answered and a stopped turn return is
+    // what the store keeps with the answer (read back after reopening), and they add up against
+    // the transcript itself: the prompt is the stored transcript rendered for a reply,
+    // computed + cached tokens are the prompt, the ids are the answer's.
+    void turnFiguresAreTheStoredOnes() {
+        Setup s;
+        int64_t id = 0;
+        std::vector<TurnResult> turns;
+        {
+            Store store(s.db);
+            ChatSession session(store, *s.m, *s.be);
+            id = session.create("");
+            turns.push_back(session.take_turn(id, TurnRequest::send("the cat sat"), greedy(4)));
+            turns.push_back(session.take_turn(id, TurnRequest::send("on the mat"), greedy(5)));
+            std::atomic<bool> stop{false};
+            int pieces = 0;
+            TurnCallbacks stopping;
+            stopping.progress.cancel = &stop;
+            stopping.on_text = [&](std::string_view) {
+                if (++pieces == 2) stop = true;
+            };
+            turns.push_back(session.take_turn(id, TurnRequest::send("and the dog"), greedy(40), stopping));
+        }
+        QCOMPARE(turns[0].ending, TurnResult::Ending::Answered);
+        QCOMPARE(turns[1].ending, TurnResult::Ending::Answered);
+        QCOMPARE(turns[2].ending, TurnResult::Ending::Stopped);
+        QCOMPARE(turns[2].figures.stop_reason, std::optional<StopReason>(StopReason::Stopped));
+        QVERIFY(turns[1].figures.cached_tokens > 0);  // the second turn reused the first's cache
+
+        Store store(s.db);
+        ChatSession reopened(store, *s.m, *s.be);
+        const std::vector<MessageRecord> stored = reopened.messages(id);
+        QCOMPARE(stored.size(), size_t(6));
+        for (size_t k = 0; k < turns.size(); ++k) {
+            const AnswerFigures& f = turns[k].figures;
+            const MessageRecord& answer = stored[2 * k + 1];
+            QCOMPARE(answer.role, Role::Assistant);
+            QCOMPARE(answer.content, turns[k].text);
+            compare_figures(f, answer.stats);
+            if (QTest::currentTestFailed()) return;
+            QCOMPARE(f.computed_tokens + f.cached_tokens, f.prompt_tokens);
+            QVERIFY(f.computed_tokens > 0);
+            // The answers before it with the ids they were generated as, as the turn rendered them.
+            std::vector<ChatMessage> before;
+            for (size_t i = 0; i < 2 * k + 1; ++i) before.emplace_back(stored[i].role, stored[i].content, stored[i].stats.token_ids);
+            QCOMPARE(f.prompt_tokens, static_cast<int64_t>(reopened.chat_template().render(before, true).tokens.size()));
+            QVERIFY(!f.token_ids.empty());
+            QCOMPARE(f.generated_tokens, static_cast<int64_t>(f.token_ids.size()));
+            QVERIFY(f.ttft_ms && *f.ttft_ms > 0);
+            QVERIFY(f.stop_reason.has_value());
+        }
+        // The reuse counted is the earlier turn's prompt and answer at least.
+        QVERIFY(turns[1].figures.cached_tokens >= turns[0].figures.prompt_tokens + turns[0].figures.generated_tokens);
+        QVERIFY(turns[2].figures.cached_tokens >= turns[1].figures.prompt_tokens + turns[1].figures.generated_tokens);
     }
 };
 

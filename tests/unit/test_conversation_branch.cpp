@@ -135,8 +135,8 @@ private slots:
         const TurnResult r = answered ? session->send(b, question, greedy(6)) : session->regenerate(b, greedy(6));
         // (All of them, but for a last token that also ends the prompt: it is computed again, its
         // logits start the reply.)
-        QCOMPARE(r.cached_tokens, std::min(expected, r.prompt_tokens - 1));
-        QCOMPARE(r.prefill_tokens, r.prompt_tokens - r.cached_tokens);
+        QCOMPARE(r.figures.cached_tokens, std::min(expected, r.figures.prompt_tokens - 1));
+        QCOMPARE(r.figures.computed_tokens, r.figures.prompt_tokens - r.figures.cached_tokens);
         QCOMPARE(r.text, fresh_answer(s, *session, copied, spec, question, 6));
         // The parent is as it was.
         QCOMPARE(session->messages(parent).size(), size_t(6));
@@ -162,7 +162,7 @@ private slots:
         const std::vector<MessageRecord> copied = session.messages(b);
         const TurnResult r = session.send(b, "under the table", greedy(6));
         QCOMPARE(r.cache_spec, canonical);
-        QCOMPARE(r.cached_tokens, rendered(session, copied));
+        QCOMPARE(r.figures.cached_tokens, rendered(session, copied));
         QCOMPARE(r.text, fresh_answer(s, session, copied, canonical, "under the table", 6));
     }
 
@@ -188,7 +188,7 @@ private slots:
         store.set_conversation_snapshot(parent, "");
         const int64_t c = session.branch(parent, 1, "c");
         const TurnResult r = session.regenerate(c, greedy(4));  // (it ends with the question)
-        QCOMPARE(r.cached_tokens, int64_t(0));
+        QCOMPARE(r.figures.cached_tokens, int64_t(0));
         QCOMPARE(session.messages(c).size(), size_t(2));
         // A deleted parent leaves its branches.
         session.remove(parent);

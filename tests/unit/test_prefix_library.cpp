@@ -75,8 +75,8 @@ private slots:
         open.prefix = "cats";
         reg.open("c", open);
         const TurnResult r = reg.send("c", "on the mat", greedy(8));
-        QCOMPARE(r.cached_tokens, static_cast<int64_t>(p.tokens.size()));
-        QCOMPARE(r.prefill_tokens, r.prompt_tokens - r.cached_tokens);
+        QCOMPARE(r.figures.cached_tokens, static_cast<int64_t>(p.tokens.size()));
+        QCOMPARE(r.figures.computed_tokens, r.figures.prompt_tokens - r.figures.cached_tokens);
         QCOMPARE(r.text, reference_reply(*m, *be, {{Role::System, kSystem}, {Role::User, "on the mat"}}, 8));
         QCOMPARE(store.find_prefix("cats")->use_count, int64_t(1));
         // The system message is part of the stored transcript.
@@ -96,13 +96,13 @@ private slots:
         reg.open("d", open);
         const TurnResult r = reg.send("d", "the mat", greedy(8));
         QVERIFY2(contains(r.notices, "reused the cache of prefix 'cats'"), "no notice of reuse");
-        QCOMPARE(r.cached_tokens, static_cast<int64_t>(p.tokens.size()));
+        QCOMPARE(r.figures.cached_tokens, static_cast<int64_t>(p.tokens.size()));
         QCOMPARE(r.text, reference_reply(*m, *be, {{Role::System, kSystem}, {Role::User, "the mat"}}, 8));
         // A different system prompt reuses nothing.
         OpenOptions other;
         other.system = "a mat";
         reg.open("e", other);
-        QCOMPARE(reg.send("e", "the mat", greedy(4)).cached_tokens, int64_t(0));
+        QCOMPARE(reg.send("e", "the mat", greedy(4)).figures.cached_tokens, int64_t(0));
     }
 
     // The first messages of a conversation (system, user, assistant) as a prefix: a conversation
@@ -137,10 +137,10 @@ private slots:
         std::vector<ChatMessage> expected = opening;
         expected.push_back({Role::User, "on the mat"});
         const RenderedChat prompt = reg.chat_template().render(expected, true);
-        QCOMPARE(r.prompt_tokens, static_cast<int64_t>(prompt.tokens.size()));
-        QCOMPARE(r.cached_tokens, static_cast<int64_t>(p.tokens.size()));
+        QCOMPARE(r.figures.prompt_tokens, static_cast<int64_t>(prompt.tokens.size()));
+        QCOMPARE(r.figures.cached_tokens, static_cast<int64_t>(p.tokens.size()));
         // Only the new message's turn and the reply's opening are computed.
-        QCOMPARE(r.prefill_tokens, static_cast<int64_t>(prompt.tokens.size() - p.tokens.size()));
+        QCOMPARE(r.figures.computed_tokens, static_cast<int64_t>(prompt.tokens.size() - p.tokens.size()));
         QCOMPARE(r.text, reference_reply(*m, *be, expected, 8));
         // The transcript opens with the prefix's messages, in order, so later turns render them.
         const auto msgs = store.list_messages(reg.id_of("new"));
@@ -174,8 +174,8 @@ private slots:
             const TurnResult r = reg.send("d", "the mat", greedy(6));
             QVERIFY2(contains(r.notices, "reused the cache of prefix 'asked'"), "no notice of reuse");
             const PrefixRecord p = *store.find_prefix("asked");
-            QCOMPARE(r.cached_tokens, static_cast<int64_t>(p.tokens.size()));
-            QCOMPARE(r.prefill_tokens, r.prompt_tokens - static_cast<int64_t>(p.tokens.size()));
+            QCOMPARE(r.figures.cached_tokens, static_cast<int64_t>(p.tokens.size()));
+            QCOMPARE(r.figures.computed_tokens, r.figures.prompt_tokens - static_cast<int64_t>(p.tokens.size()));
             QCOMPARE(r.text, reference_reply(*m, *be, {{Role::System, kSystem}, {Role::User, "the mat"}}, 6));
             reg.send("d", "a cat", greedy(6));
             // The whole conversation so far, assistant turns included, saved as a prefix.
@@ -194,8 +194,8 @@ private slots:
         expected.push_back({Role::User, "on the mat"});
         const TurnResult r = reg.send("d", "on the mat", greedy(8));
         QVERIFY2(contains(r.notices, "reused the cache of prefix 'all of d'"), "no notice of reuse");
-        QCOMPARE(r.cached_tokens, static_cast<int64_t>(p.tokens.size()));
-        QCOMPARE(r.prefill_tokens, r.prompt_tokens - static_cast<int64_t>(p.tokens.size()));
+        QCOMPARE(r.figures.cached_tokens, static_cast<int64_t>(p.tokens.size()));
+        QCOMPARE(r.figures.computed_tokens, r.figures.prompt_tokens - static_cast<int64_t>(p.tokens.size()));
         QCOMPARE(r.text, reference_reply(*m, *be, expected, 8));
     }
 
@@ -312,7 +312,7 @@ private slots:
         OpenOptions sys;
         sys.system = kSystem;
         reg.open("d", sys);
-        QCOMPARE(reg.send("d", "the mat", greedy(4)).cached_tokens, int64_t(0));
+        QCOMPARE(reg.send("d", "the mat", greedy(4)).figures.cached_tokens, int64_t(0));
     }
 
     void damagedSnapshotIsRebuilt() {

@@ -181,7 +181,7 @@ private slots:
             QVERIFY(std::filesystem::exists(snapshots + legacy));  // not swept: its row names it
             ChatSession reg(store, *s.m, *s.be);
             const TurnResult r = reg.send(id, "and then?", greedy(4));
-            QVERIFY2(r.cached_tokens > 20, std::to_string(r.cached_tokens).c_str());
+            QVERIFY2(r.figures.cached_tokens > 20, std::to_string(r.figures.cached_tokens).c_str());
             QCOMPARE(store.find_conversation_by_id(id)->snapshot, store.conversation_snapshot_name(id));
             QVERIFY(!std::filesystem::exists(snapshots + legacy));
         }
@@ -202,7 +202,7 @@ private slots:
             Store store(s.db);
             ChatSession reg(store, *s.m, *s.be);
             const TurnResult r = reg.send(id, "and after that?", greedy(4));
-            QVERIFY(r.cached_tokens > 20);
+            QVERIFY(r.figures.cached_tokens > 20);
             QVERIFY(std::filesystem::exists(snapshots + legacy));
             QVERIFY(std::filesystem::exists(store.snapshot_path(store.conversation_snapshot_name(id))));
         }
@@ -311,14 +311,14 @@ private slots:
         QCOMPARE(store.find_conversation_by_id(c)->title, std::string("Chat 3"));
 
         const TurnResult r = reg.send(b, "the cat sat", greedy(6));
-        QVERIFY(!r.tokens.empty());
+        QVERIFY(!r.figures.token_ids.empty());
         // Most recent first; b answered, with its message count and tokens.
         auto list = reg.list();
         QCOMPARE(list.size(), size_t(3));
         QCOMPARE(list[0].id, b);
         QCOMPARE(list[0].title, std::string("Chat 2"));
         QCOMPARE(list[0].message_count, int64_t(2));
-        QCOMPARE(list[0].tokens, r.prompt_tokens + static_cast<int64_t>(r.tokens.size()));
+        QCOMPARE(list[0].tokens, r.figures.prompt_tokens + static_cast<int64_t>(r.figures.token_ids.size()));
         QVERIFY(list[0].cache_resident);
         QVERIFY(!list[0].last_unanswered);
         QCOMPARE(list[0].cache_spec, std::string("dynamic"));
@@ -348,8 +348,8 @@ private slots:
         // The next turn reopens it from the snapshot and reuses what the open twin reuses.
         const TurnResult again = reg.send(b, "on the mat", greedy(6));
         const TurnResult twin_again = reg.send(twin, "on the mat", greedy(6));
-        QVERIFY(again.cached_tokens > 0);
-        QCOMPARE(again.cached_tokens, twin_again.cached_tokens);
+        QVERIFY(again.figures.cached_tokens > 0);
+        QCOMPARE(again.figures.cached_tokens, twin_again.figures.cached_tokens);
         QCOMPARE(again.text, twin_again.text);
         QVERIFY(find(reg.list(), b)->cache_resident);
 
@@ -395,7 +395,7 @@ private slots:
             const TurnResult r = reg.send(id, "the cat", greedy(4));
             const auto t = reg.telemetry(id);
             QVERIFY(t.has_value());
-            QVERIFY(t->tokens >= r.prompt_tokens);
+            QVERIFY(t->tokens >= r.figures.prompt_tokens);
             QVERIFY(t->total_bytes > 0);
         }
         Store store(s.db);
@@ -427,11 +427,13 @@ private slots:
         const TurnResult r = reg.send(id, "the cat sat on", o, cb);
         // The generator computes every sampled token into the cache except the last one (the
         // answer ends there) and a stop token (never kept).
-        const bool stopped_by_token = r.stop_reason == StopReason::EndOfSequence || r.stop_reason == StopReason::EndOfTurn;
+        const bool stopped_by_token =
+            r.figures.stop_reason == StopReason::EndOfSequence || r.figures.stop_reason == StopReason::EndOfTurn;
         QCOMPARE(static_cast<int64_t>(lengths.size()),
-                 static_cast<int64_t>(r.tokens.size()) - (stopped_by_token ? 0 : 1));
+                 static_cast<int64_t>(r.figures.token_ids.size()) - (stopped_by_token ? 0 : 1));
         QVERIFY(lengths.size() >= 2);
-        for (size_t k = 0; k < lengths.size(); ++k) QCOMPARE(lengths[k], r.prompt_tokens + static_cast<int64_t>(k) + 1);
+        for (size_t k = 0; k < lengths.size(); ++k)
+            QCOMPARE(lengths[k], r.figures.prompt_tokens + static_cast<int64_t>(k) + 1);
     }
 
     // Each answer keeps its figures: reused and computed prompt tokens, those of a prefix, and
@@ -446,18 +448,19 @@ private slots:
             ChatSession reg(store, *s.m, *s.be);
             id = reg.create("figures");
             const TurnResult first = reg.send(id, long_message(), greedy(6));
-            QCOMPARE(first.cached_tokens, int64_t(0));
-            QVERIFY(first.prefill_tokens >= Conversation::kBatchTokens);
-            QVERIFY(!first.prefill_saved_ms.has_value() || *first.prefill_saved_ms == 0.0);
+            QCOMPARE(first.figures.cached_tokens, int64_t(0));
+            QVERIFY(first.figures.computed_tokens >= Conversation::kBatchTokens);
+            QVERIFY(!first.figures.prefill_saved_ms.has_value() || *first.figures.prefill_saved_ms == 0.0);
             second = reg.send(id, "a cat", greedy(6));
-            QVERIFY(second.cached_tokens > 0);
-            QVERIFY(second.prefill_tokens < Conversation::kBatchTokens);
-            QCOMPARE(second.cached_tokens + second.prefill_tokens, second.prompt_tokens);
+            QVERIFY(second.figures.cached_tokens > 0);
+            QVERIFY(second.figures.computed_tokens < Conversation::kBatchTokens);
+            QCOMPARE(second.figures.cached_tokens + second.figures.computed_tokens, second.figures.prompt_tokens);
             // The saving is priced at the first turn's batch speed, not at the few tokens' own.
-            QVERIFY(second.prefill_saved_ms.has_value());
-            QVERIFY(qFuzzyCompare(*second.prefill_saved_ms,
-                                  second.cached_tokens * first.prefill_ms / static_cast<double>(first.prefill_tokens)));
-            QCOMPARE(second.prefix_tokens, int64_t(0));
+            QVERIFY(second.figures.prefill_saved_ms.has_value());
+            QVERIFY(qFuzzyCompare(
+                *second.figures.prefill_saved_ms,
+                second.figures.cached_tokens * first.prefill_ms / static_cast<double>(first.figures.computed_tokens)));
+            QCOMPARE(second.figures.prefix_tokens, int64_t(0));
 
             std::vector<std::string> notices;
             const PrefixRecord p = reg.prefixes().save("cats", "the cat sat on the mat; a cat sat on a mat", "", notices);
@@ -466,8 +469,8 @@ private slots:
             open.prefix = "cats";
             from_prefix = reg.create("from prefix", open);
             first_of_prefix = reg.send(from_prefix, "the mat", greedy(4));
-            QCOMPARE(first_of_prefix.prefix_tokens, static_cast<int64_t>(prefix_tokens));
-            QVERIFY(first_of_prefix.cached_tokens >= first_of_prefix.prefix_tokens);
+            QCOMPARE(first_of_prefix.figures.prefix_tokens, static_cast<int64_t>(prefix_tokens));
+            QVERIFY(first_of_prefix.figures.cached_tokens >= first_of_prefix.figures.prefix_tokens);
         }
         Store store(s.db);
         ChatSession reg(store, *s.m, *s.be);
@@ -479,22 +482,22 @@ private slots:
             const AnswerFigures& big = msgs[1].stats;
             QVERIFY(big.ttft_ms.has_value());
             const TurnResult third = reg.send(id, "one more", greedy(4));
-            QVERIFY(third.prefill_tokens < Conversation::kBatchTokens);
-            QVERIFY(third.prefill_saved_ms.has_value());
-            QVERIFY(qFuzzyCompare(*third.prefill_saved_ms,
-                                  third.cached_tokens * *big.ttft_ms / static_cast<double>(big.computed_tokens)));
+            QVERIFY(third.figures.computed_tokens < Conversation::kBatchTokens);
+            QVERIFY(third.figures.prefill_saved_ms.has_value());
+            QVERIFY(qFuzzyCompare(*third.figures.prefill_saved_ms, third.figures.cached_tokens * *big.ttft_ms /
+                                                                       static_cast<double>(big.computed_tokens)));
         }
         const AnswerFigures& st = msgs[3].stats;
-        QCOMPARE(st.cached_tokens, second.cached_tokens);
-        QCOMPARE(st.computed_tokens, second.prefill_tokens);
-        QCOMPARE(st.prompt_tokens, second.prompt_tokens);
+        QCOMPARE(st.cached_tokens, second.figures.cached_tokens);
+        QCOMPARE(st.computed_tokens, second.figures.computed_tokens);
+        QCOMPARE(st.prompt_tokens, second.figures.prompt_tokens);
         QCOMPARE(st.prefix_tokens, int64_t(0));
-        QCOMPARE(st.prefill_saved_ms, second.prefill_saved_ms);
-        QCOMPARE(st.ttft_ms, std::optional<double>(second.ttft_ms));
+        QCOMPARE(st.prefill_saved_ms, second.figures.prefill_saved_ms);
+        QCOMPARE(st.ttft_ms, second.figures.ttft_ms);
         const auto pm = reg.messages(from_prefix);
         QCOMPARE(pm.back().role, Role::Assistant);
         QCOMPARE(pm.back().stats.prefix_tokens, static_cast<int64_t>(prefix_tokens));
-        QCOMPARE(pm.back().stats.cached_tokens, first_of_prefix.cached_tokens);
+        QCOMPARE(pm.back().stats.cached_tokens, first_of_prefix.figures.cached_tokens);
     }
 
     // After a restart, an answer whose text tokenizes otherwise than the model wrote it is still
@@ -511,10 +514,11 @@ private slots:
                 ChatSession reg(store, *s.m, *s.be);
                 id = reg.create(opening);
                 const TurnResult first = reg.send(id, opening, greedy(24));
-                if (first.text.empty() || s.m->tokenizer().encode(first.text, false) == first.tokens) continue;
+                if (first.text.empty() || s.m->tokenizer().encode(first.text, false) == first.figures.token_ids)
+                    continue;
                 std::vector<ChatMessage> msgs;
                 for (const MessageRecord& m : reg.messages(id)) msgs.emplace_back(m.role, m.content);
-                msgs.back().tokens = tmpl.answer_ids_from_file(first.tokens);
+                msgs.back().tokens = tmpl.answer_ids_from_file(first.figures.token_ids);
                 if (msgs.back().tokens.empty()) continue;  // the answer holds a control id: not kept across restarts
                 closed = static_cast<int64_t>(tmpl.render(msgs, false).tokens.size());
             }
@@ -522,7 +526,7 @@ private slots:
             Store store(s.db);
             ChatSession reg(store, *s.m, *s.be);
             const TurnResult second = reg.send(id, "the mat", greedy(4));
-            QCOMPARE(second.cached_tokens, closed);
+            QCOMPARE(second.figures.cached_tokens, closed);
             break;
         }
         QVERIFY2(found, "no opening gave an answer that its text tokenizes differently");
@@ -541,18 +545,19 @@ private slots:
             QVERIFY(!store.setting(key).has_value());
             const int64_t id = reg.create("small");
             const TurnResult first = reg.send(id, "a cat", greedy(4));
-            QVERIFY(first.prefill_tokens < Conversation::kBatchTokens);
-            QVERIFY(!first.prefill_saved_ms.has_value());  // nothing reused, nothing measured yet
+            QVERIFY(first.figures.computed_tokens < Conversation::kBatchTokens);
+            QVERIFY(!first.figures.prefill_saved_ms.has_value());  // nothing reused, nothing measured yet
             QVERIFY(!store.setting(key).has_value());
             const TurnResult second = reg.send(id, "a mat", greedy(4));
-            QVERIFY(second.cached_tokens > 0);
+            QVERIFY(second.figures.cached_tokens > 0);
             const auto speed = load_prefill_speed(store, key);
             QVERIFY(speed.has_value());
             QVERIFY(speed->tokens >= PrefillSpeed::kBatchTokens);
-            QVERIFY(second.prefill_saved_ms.has_value());
-            QVERIFY(qFuzzyCompare(*second.prefill_saved_ms, second.cached_tokens * speed->ms_per_token()));
+            QVERIFY(second.figures.prefill_saved_ms.has_value());
+            QVERIFY(
+                qFuzzyCompare(*second.figures.prefill_saved_ms, second.figures.cached_tokens * speed->ms_per_token()));
             // Stored with the answer as it was returned.
-            QCOMPARE(reg.messages(id).back().stats.prefill_saved_ms, second.prefill_saved_ms);
+            QCOMPARE(reg.messages(id).back().stats.prefill_saved_ms, second.figures.prefill_saved_ms);
             kept = *store.setting(key);
         }
         Store store(s.db);
@@ -562,8 +567,8 @@ private slots:
         const TurnResult again = reg.send(id, "a mat", greedy(4));
         QCOMPARE(*store.setting(prefill_speed_key(*s.m, *s.be)), kept);  // not measured again
         const auto speed = load_prefill_speed(store, prefill_speed_key(*s.m, *s.be));
-        QVERIFY(again.prefill_saved_ms.has_value());
-        QVERIFY(qFuzzyCompare(*again.prefill_saved_ms, again.cached_tokens * speed->ms_per_token()));
+        QVERIFY(again.figures.prefill_saved_ms.has_value());
+        QVERIFY(qFuzzyCompare(*again.figures.prefill_saved_ms, again.figures.cached_tokens * speed->ms_per_token()));
     }
 
     // A conversation's own settings make its turn's options (the rest stay the global ones), are
@@ -591,12 +596,12 @@ private slots:
         // An answer at its limit says so, stored with it.
         TurnOptions two = greedy(2);
         const TurnResult r = reg.send(id, "the cat sat on", two);
-        if (r.tokens.size() == 2) {
-            QCOMPARE(r.stop_reason, StopReason::MaxNewTokens);
+        if (r.figures.token_ids.size() == 2) {
+            QCOMPARE(r.figures.stop_reason, StopReason::MaxNewTokens);
             QCOMPARE(reg.messages(id).back().stats.stop_reason, std::optional<StopReason>(StopReason::MaxNewTokens));
         }
-        QCOMPARE(reg.messages(id).back().stats.stop_reason, std::optional<StopReason>(r.stop_reason));
-        QCOMPARE(r.figures.stop_reason, std::optional<StopReason>(r.stop_reason));
+        QVERIFY(r.figures.stop_reason.has_value());
+        QCOMPARE(reg.messages(id).back().stats.stop_reason, r.figures.stop_reason);
 
         // Over the model's context, or under 16 tokens: refused, nothing stored.
         ConversationSettings wide;
@@ -631,15 +636,16 @@ private slots:
         const int64_t id = reg.create("sys");
         reg.send(id, "the cat sat on", greedy(3));
         const TurnResult warm = reg.send(id, "a mat", greedy(3));
-        QVERIFY(warm.cached_tokens > 0);
+        QVERIFY(warm.figures.cached_tokens > 0);
         QVERIFY(reg.set_system_prompt(id, "You answer about cats."));
         QVERIFY(!reg.set_system_prompt(id, "You answer about cats."));
         auto msgs = reg.messages(id);
         QCOMPARE(msgs.front().role, Role::System);
         QCOMPARE(msgs.front().content, std::string("You answer about cats."));
         const TurnResult after = reg.send(id, "and the dog", greedy(3));
-        QVERIFY(after.cached_tokens < warm.cached_tokens);  // what follows the new prompt is computed again
-        QCOMPARE(after.cached_tokens + after.prefill_tokens, after.prompt_tokens);
+        // What follows the new prompt is computed again.
+        QVERIFY(after.figures.cached_tokens < warm.figures.cached_tokens);
+        QCOMPARE(after.figures.cached_tokens + after.figures.computed_tokens, after.figures.prompt_tokens);
         QVERIFY(reg.set_system_prompt(id, ""));
         msgs = reg.messages(id);
         QVERIFY(msgs.front().role != Role::System);
@@ -689,13 +695,7 @@ private slots:
     // stored; the next turn uses the snapshot as if nothing had happened.
     void snapshotLoadCancelled() {
         Setup s;
-        int64_t id = 0;
-        {
-            Store store(s.db);
-            ChatSession reg(store, *s.m, *s.be);
-            id = reg.create("c");
-            reg.send(id, "the cat sat", greedy(4));
-        }
+        const int64_t id = test::conversation_answered_once(s.db, *s.m, *s.be, "c", "the cat sat", 4);
         Store store(s.db);
         ChatSession reg(store, *s.m, *s.be);
         const auto before = stored(reg, id);
@@ -717,7 +717,7 @@ private slots:
         TurnCallbacks cb2;
         cb2.progress = watch.progress();
         const TurnResult r = reg.send(id, "on the mat", greedy(4), cb2);
-        QVERIFY(r.cached_tokens > 0);
+        QVERIFY(r.figures.cached_tokens > 0);
         QVERIFY(watch.reports.size() >= 2);
         QCOMPARE(watch.reports[0], std::make_tuple(std::string("Loading cache"), int64_t(0), int64_t(1)));
         QCOMPARE(watch.reports[1], std::make_tuple(std::string("Loading cache"), int64_t(1), int64_t(1)));
@@ -764,8 +764,8 @@ private slots:
         const TurnResult a = reg.send(id, "on the mat", greedy(6));
         const TurnResult b = reg.send(twin, "on the mat", greedy(6));
         QCOMPARE(a.text, b.text);
-        QCOMPARE(a.cached_tokens, b.cached_tokens);
-        QCOMPARE(a.prompt_tokens, b.prompt_tokens);
+        QCOMPARE(a.figures.cached_tokens, b.figures.cached_tokens);
+        QCOMPARE(a.figures.prompt_tokens, b.figures.prompt_tokens);
         // Uncancelled, the long prefill reports per chunk of at most 512 tokens up to its total.
         CancelAt watch("no such task");
         TurnCallbacks cb2;
@@ -956,14 +956,14 @@ private slots:
         ChatSession reg(store, *s.m, *s.be);
         const TurnResult r = reg.send(id, "the mat", greedy(2));
         for (const std::string& n : r.notices) QVERIFY2(!contains(n, "convert") && !contains(n, "prefilled again"), n.c_str());
-        QVERIFY(r.cached_tokens > 256);
+        QVERIFY(r.figures.cached_tokens > 256);
         QCOMPARE(reg.telemetry(id)->spec, std::string("dynamic"));
         // Switched in the reopened session, whose cache came from the snapshot (issue 25: this
         // crashed), it goes on from the converted cache.
         const std::string offloaded = "offloaded:dir=" + s.dir.path().toStdString();
         QCOMPARE(reg.switch_strategy(id, offloaded).kind, ConversionPlan::Kind::Lossless);
         const TurnResult after = reg.send(id, "the cat", greedy(2));
-        QVERIFY(after.cached_tokens > 256);
+        QVERIFY(after.figures.cached_tokens > 256);
         QCOMPARE(reg.telemetry(id)->spec, canonical_cache_spec(offloaded));
         QVERIFY(!find(reg.list(), id)->last_unanswered);
         reg.switch_strategy(id, "dynamic");

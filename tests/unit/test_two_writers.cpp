@@ -164,7 +164,8 @@ private slots:
         QCOMPARE(msgs[4].content, std::string("the mat"));
         std::vector<ChatMessage> transcript;
         for (size_t i = 0; i < 5; ++i) transcript.push_back({msgs[i].role, msgs[i].content});
-        QCOMPARE(r.prompt_tokens, static_cast<int64_t>(a.chat_template().render(transcript, true).tokens.size()));
+        QCOMPARE(r.figures.prompt_tokens,
+                 static_cast<int64_t>(a.chat_template().render(transcript, true).tokens.size()));
     }
 
     // A cache left unsaved in one process (a cancelled turn) is not written over the snapshot
@@ -210,7 +211,7 @@ private slots:
         Store store(s.db);
         ChatSession reg(store, s.model(), *s.be);
         const TurnResult r = reg.send(id, "the mat", greedy(3));
-        QVERIFY(r.cached_tokens > 0);
+        QVERIFY(r.figures.cached_tokens > 0);
         QCOMPARE(store.list_messages(id).size(), size_t(6));
     }
 

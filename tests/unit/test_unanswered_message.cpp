@@ -39,15 +39,11 @@ private slots:
         auto model = tiny_model(dir);
         auto be = make_cpu_backend(2);
         const std::string db = (dir.path() + "/kv.db").toStdString();
-        int64_t id = 0;
-        {
-            Store store(db);
-            ChatSession reg(store, *model, *be);
-            id = reg.create("notes");
-            reg.send(id, "the cat", greedy(3));
-            // What a process killed while answering leaves behind.
-            store.append_message(id, Role::User, "sat on the mat and then a very long question follows it here");
-        }
+        // What a process killed while answering leaves behind: a question with no answer.
+        const int64_t id =
+            test::conversation_answered_once(db, *model, *be, "notes", "the cat", 3, [](Store& store, int64_t c) {
+                store.append_message(c, Role::User, "sat on the mat and then a very long question follows it here");
+            });
         Store store(db);
         ChatSession reg(store, *model, *be);
         QVERIFY(find(reg.list(), id)->last_unanswered);
@@ -56,7 +52,7 @@ private slots:
         QVERIFY2(contains(err, "sat on the mat"), err.c_str());  // it quotes the waiting message
         QCOMPARE(reg.messages(id).size(), size_t(3));
         const TurnResult r = reg.regenerate(id, greedy(3));
-        QVERIFY(!r.tokens.empty());
+        QVERIFY(!r.figures.token_ids.empty());
         const auto msgs = reg.messages(id);
         QCOMPARE(msgs.size(), size_t(4));
         QCOMPARE(msgs[3].role, Role::Assistant);
