@@ -1,11 +1,15 @@
 // Times matmul on the default model's (Gemma 3 270M Q4_K_M) weight shapes: ms per call (median),
 // GB/s of weight bytes at one token, GFLOP/s at a 512-token prefill.
 // usage: bench_matmul [--threads N] [--level avx2|avx512-vnni|amx] [--tokens N] [--only NAME] [--calls N]
+//                     [--interleaved]
 //                     [--shape TYPE:ROWS:COLS]...
 // --shape: time these shapes instead of the default model's (e.g. q4_1:1536:576 for SmolLM2's
 // FFN, or a small q8_0:4096:640 that stays in cache to see a kernel's arithmetic alone).
+// --interleaved: the weights in the layout a CPU backend places Q4_1/Q5_0/Q8_0 in on an AVX-512
+// CPU (interleaved_rows.h), as the model's decode reads them.
 // --calls N: exactly N timed calls (for instruction counters such as valgrind's, which need a
 // fixed amount of work rather than a time budget).
+#include "engine/compute/interleaved_rows.h"
 #include "engine/compute/matmul.h"
 #include "engine/compute/tensor_type.h"
 #include "engine/compute/thread_pool.h"
@@ -95,6 +99,7 @@ int main(int argc, char** argv) {
     std::string only;
     int calls = 0;
     std::vector<Shape> shapes;
+    bool interleaved = false;
     for (int i = 1; i < argc; ++i) {
         const std::string a = argv[i];
         if (a == "--threads" && i + 1 < argc) threads = std::atoi(argv[++i]);
@@ -102,10 +107,11 @@ int main(int argc, char** argv) {
         else if (a == "--tokens" && i + 1 < argc) token_counts = {std::atoll(argv[++i])};
         else if (a == "--only" && i + 1 < argc) only = argv[++i];
         else if (a == "--calls" && i + 1 < argc) calls = std::max(1, std::atoi(argv[++i]));
+        else if (a == "--interleaved") interleaved = true;
         else if (a == "--shape" && i + 1 < argc && parse_shape(argv[i + 1], shapes.emplace_back())) ++i;
         else {
             std::fprintf(stderr, "usage: bench_matmul [--threads N] [--level avx2|avx512-vnni|amx] [--tokens N] [--only NAME] "
-                                 "[--calls N] [--shape TYPE:ROWS:COLS]...\n");
+                                 "[--calls N] [--shape TYPE:ROWS:COLS]... [--interleaved]\n");
             return 2;
         }
     }
@@ -115,8 +121,14 @@ int main(int argc, char** argv) {
     if (shapes.empty()) shapes = kShapes;
     for (const Shape& s : shapes) {
         if (!only.empty() && only != s.name) continue;
-        const std::vector<uint8_t> w = make_weights(s);
-        const WeightMatrix m{s.type, s.rows, s.cols, w.data()};
+        std::vector<uint8_t> w = make_weights(s);
+        WeightMatrix m{s.type, s.rows, s.cols, w.data()};
+        std::vector<uint8_t> rearranged;
+        if (interleaved && can_interleave(m)) {
+            rearranged.resize(w.size());
+            interleave_rows(m, rearranged.data(), pool);
+            m = WeightMatrix{s.type, s.rows, s.cols, rearranged.data(), RowLayout::Interleaved16};
+        }
         for (int64_t n : token_counts) {
             std::vector<float> x(static_cast<size_t>(n * s.cols));
             std::mt19937 rng(2);
