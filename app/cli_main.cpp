@@ -2,6 +2,7 @@
 #include "app/cli_chat.h"
 #include "app/cli_storage.h"
 #include "app/cli_options.h"
+#include "engine/compute/logit_select.h"
 #include "engine/compute/backend.h"
 #include "engine/compute/matmul.h"
 #include "engine/compute/read_bandwidth.h"
@@ -403,7 +404,7 @@ int cmd_bench(const Options& o) {
         const double kv_first = static_cast<double>(cache->bytes());
         const auto faults0 = page_faults();
         for (int i = 0; i < gen_tokens; ++i) {
-            const int32_t next = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+            const int32_t next = static_cast<int32_t>(kvchat::first_max_index(logits.data(), static_cast<int64_t>(logits.size())));
             m.forward(*l.backend, *cache, &next, 1, kvchat::Logits::Last, logits);
         }
         auto t2 = std::chrono::steady_clock::now();

@@ -1,3 +1,4 @@
+#include "engine/compute/logit_select.h"
 #include "engine/generate/comparison.h"
 
 #include "engine/cache/cache_factory.h"
@@ -88,7 +89,7 @@ std::vector<ComparisonRow> compare_strategies(const Model& model, Backend& backe
         std::vector<float> logits;
         const int64_t m = std::min<int64_t>(ctx, 64);
         model.forward(backend, *cache, prompt.data(), m, Logits::Last, logits);
-        const int32_t next = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+        const int32_t next = static_cast<int32_t>(first_max_index(logits.data(), static_cast<int64_t>(logits.size())));
         model.forward(backend, *cache, &next, 1, Logits::Last, logits);
         report("Warming up", 1, 1);
     }
@@ -117,7 +118,7 @@ std::vector<ComparisonRow> compare_strategies(const Model& model, Backend& backe
         // Every other step the other way round, so no strategy always steps first (or last).
         for (size_t k = 0; k < runs.size(); ++k) {
             Run& r = runs[i % 2 == 0 ? k : runs.size() - 1 - k];
-            const int32_t next = static_cast<int32_t>(std::max_element(r.logits.begin(), r.logits.end()) - r.logits.begin());
+            const int32_t next = static_cast<int32_t>(first_max_index(r.logits.data(), static_cast<int64_t>(r.logits.size())));
             r.row.tokens.push_back(next);
             if (i + 1 == opt.gen_tokens) continue;
             const auto t0 = Clock::now();

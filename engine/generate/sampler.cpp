@@ -1,5 +1,7 @@
 #include "engine/generate/sampler.h"
 
+#include "engine/compute/logit_select.h"
+
 #include "engine/error.h"
 
 #include <algorithm>
@@ -21,28 +23,31 @@ void validate(const SamplerConfig& c) {
 Sampler::Sampler(const SamplerConfig& c) : c_(c), rng_(c.seed) {}
 
 int32_t Sampler::sample(const float* logits, int64_t n_vocab, const std::vector<int32_t>& context) {
-    work_.assign(logits, logits + n_vocab);
+    const float* l = logits;
     if (c_.repetition_penalty != 1.0f) {
+        work_.assign(logits, logits + n_vocab);
+        l = work_.data();
         std::unordered_set<int32_t> seen(context.begin(), context.end());
         for (int32_t t : seen) {
             if (t < 0 || t >= n_vocab) continue;
-            float& l = work_[static_cast<size_t>(t)];
-            l = l > 0.0f ? l / c_.repetition_penalty : l * c_.repetition_penalty;
+            float& v = work_[static_cast<size_t>(t)];
+            v = v > 0.0f ? v / c_.repetition_penalty : v * c_.repetition_penalty;
         }
     }
     // Greedy (or temperature 0): the first of the largest logits.
-    if (c_.greedy || c_.temperature <= 0.0f)
-        return static_cast<int32_t>(std::max_element(work_.begin(), work_.end()) - work_.begin());
+    if (c_.greedy || c_.temperature <= 0.0f) return static_cast<int32_t>(first_max_index(l, n_vocab));
 
     const float inv_t = 1.0f / c_.temperature;
-    cand_.clear();
-    // Candidates in descending order: with top-k only the k best are ever sorted.
-    const int64_t k = c_.top_k > 0 ? std::min<int64_t>(c_.top_k, n_vocab) : n_vocab;
-    cand_.reserve(static_cast<size_t>(n_vocab));
-    for (int64_t i = 0; i < n_vocab; ++i) cand_.emplace_back(work_[static_cast<size_t>(i)] * inv_t, static_cast<int32_t>(i));
-    auto by_logit = [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); };
-    std::partial_sort(cand_.begin(), cand_.begin() + k, cand_.end(), by_logit);
-    cand_.resize(static_cast<size_t>(k));
+    // Candidates in descending order (logit, then the smaller id): with top-k only the k best.
+    if (c_.top_k > 0) {
+        top_k_scaled(l, n_vocab, inv_t, std::min<int64_t>(c_.top_k, n_vocab), cand_);
+    } else {
+        cand_.clear();
+        cand_.reserve(static_cast<size_t>(n_vocab));
+        for (int64_t i = 0; i < n_vocab; ++i) cand_.emplace_back(l[i] * inv_t, static_cast<int32_t>(i));
+        auto by_logit = [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); };
+        std::sort(cand_.begin(), cand_.end(), by_logit);
+    }
 
     // Softmax over the survivors.
     const float mx = cand_.front().first;

@@ -7,6 +7,7 @@
 // With --rounds 1 --gen-tokens 8 it is short enough for valgrind --tool=callgrind (instruction
 // counts of a decode step, undisturbed by other programs; --toggle-collect=*decode_tokens* counts
 // the decoding alone).
+#include "engine/compute/logit_select.h"
 #include "engine/compute/backend.h"
 #include "engine/compute/matmul.h"
 #include "engine/compute/thread_pool.h"
@@ -37,7 +38,7 @@ double cpu_seconds(clockid_t clock) {
 __attribute__((noinline)) void decode_tokens(const Model& model, Backend& backend, Cache& cache, int n,
                                              std::vector<float>& logits, int32_t& checksum) {
     for (int i = 0; i < n; ++i) {
-        const int32_t next = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+        const int32_t next = static_cast<int32_t>(first_max_index(logits.data(), static_cast<int64_t>(logits.size())));
         checksum = checksum * 31 + next;
         model.forward(backend, cache, &next, 1, Logits::Last, logits);
     }
