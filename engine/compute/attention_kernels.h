@@ -26,10 +26,13 @@ struct PrefillKernels {
 // further apart: left to the hardware, reading them one kv head at a time stalls on each row
 // (SmolLM2 at 640 tokens: 114 us a layer against 40 us with the rows in cache). Requested whole,
 // a few columns ahead of the scores, the other kv heads and the values then come from L2 (62 us).
+// Each work item requests its own kv head's part of the rows (offset, bytes), so that with
+// several threads every thread's L2 gets what that thread reads.
 struct DecodeAhead {
     const void* const* k;  // the column's keys of kv head 0 (null: no slot)
     const void* const* v;
-    int64_t bytes;  // of all kv heads' keys (and as many of values)
+    int64_t offset;  // bytes from there to the item's kv head
+    int64_t bytes;   // of the item's kv head's keys (and as many of values)
 };
 inline constexpr int kDecodeAhead = 16;
 
@@ -42,8 +45,10 @@ inline void request_row(const void* row, int64_t bytes) {
 }
 inline void request_ahead(const DecodeAhead* a, int c, int c1) {
     if (!a || c + kDecodeAhead >= c1) return;
-    request_row(a->k[c + kDecodeAhead], a->bytes);
-    request_row(a->v[c + kDecodeAhead], a->bytes);
+    const void* k = a->k[c + kDecodeAhead];
+    const void* v = a->v[c + kDecodeAhead];
+    if (k) request_row(static_cast<const char*>(k) + a->offset, a->bytes);
+    if (v) request_row(static_cast<const char*>(v) + a->offset, a->bytes);
 }
 
 // A decode step's (one query, ggml_vec_dot_f16's order) two dense steps.
@@ -51,8 +56,8 @@ struct DecodeKernels {
     // S[r * ldc + c] = q[r] · k[c][goff, goff + hd): four 16-lane accumulators by dimension / 16 % 4
     // over the first hd / 64 * 64 dimensions, added (0 + 2) + (1 + 3), the tree, the rest in
     // double; for r < R and c in [c0, c1) whose k[c] is set (the others left as they are).
-    // With ahead set, it also requests into L2 the keys and values of every kv head of the column
-    // kDecodeAhead columns on (ahead.k[c], ahead.v[c]: ahead.bytes each), for the later steps.
+    // With ahead set, it also requests into L2 the keys and values of the item's kv head of the
+    // column kDecodeAhead columns on (ahead.k[c], ahead.v[c], from ahead.offset, ahead.bytes each).
     void (*scores)(const float* const* q, int R, const void* const* k, KvDtype dt, int goff, int hd, int c0, int c1,
                    float* S, int64_t ldc, const struct DecodeAhead* ahead);
     // o[r][d] for d in [d0, d0 + 16): sum over c in [c0, c1) (multiples of 64) of S[r * ldc + c] *

@@ -391,8 +391,7 @@ void attend_decode(const AttentionInput& in, const AttentionShape& s, const Colu
     // On one thread a kv head's rows stay one item (one tile for up to 4 rows).
     const int pieces = parallel ? std::clamp((2 * threads + n_kv - 1) / n_kv, 1, (group + 1) / 2) : 1;
     const int n_slices = hd / 16;
-    const attention_kernels::DecodeAhead ahead{cols.k.data(), cols.v.data(),
-                                               int64_t(n_kv) * hd * int64_t(kv_dtype_bytes(cols.dt))};
+    const int64_t head_bytes = int64_t(hd) * int64_t(kv_dtype_bytes(cols.dt));
     const int64_t n_items = static_cast<int64_t>(n_kv) * pieces;
     auto item = [&](int64_t i) {
         const int g = static_cast<int>(i / pieces), piece = static_cast<int>(i % pieces);
@@ -402,12 +401,10 @@ void attend_decode(const AttentionInput& in, const AttentionShape& s, const Colu
         float* sg = S.data() + (static_cast<int64_t>(g) * group + r0) * ldc;
         for (int r = 0; r < r1 - r0; ++r) std::fill(sg + r * ldc + c0, sg + r * ldc + hi, kNegInf);
         const int b0 = std::max(c0, lo);
-        // One item per thread requests every kv head's rows: the first of all on one thread, each
-        // kv head's first part when the threads share the items (each thread's L2 its own).
-        const bool request = parallel ? piece == 0 : i == 0;
+        // The item's own kv head's rows requested ahead, by whichever thread runs it.
+        const attention_kernels::DecodeAhead ahead{cols.k.data(), cols.v.data(), g * head_bytes, head_bytes};
         if (b0 < hi)
-            dk.scores(rows.q.data() + r0, r1 - r0, cols.k.data(), cols.dt, g * hd, hd, b0, hi, sg, ldc,
-                      request ? &ahead : nullptr);
+            dk.scores(rows.q.data() + r0, r1 - r0, cols.k.data(), cols.dt, g * hd, hd, b0, hi, sg, ldc, &ahead);
         for (int r = 0; r < r1 - r0; ++r) {
             float* sr = sg + r * ldc;
             softmax_row(sr, c0, hi);
