@@ -144,19 +144,18 @@ public:
     }
 
     // The weights are read where the model holds them (the mapped file), except the Q4_1, Q5_0 and
-    // Q8_0 matrices on a CPU whose decode runs at AVX-512: those are copied once, interleaved
-    // (interleaved_rows.h), which decodes them near the memory's speed instead of the arithmetic's.
+    // Q8_0 matrices: those are copied once, interleaved (interleaved_rows.h), which decodes them
+    // near the memory's speed instead of the arithmetic's.
     std::unique_ptr<PlacedWeights> place_weights(const WeightSet& set) override {
         auto placed = std::make_unique<CpuPlacedWeights>();
-        const bool interleave = interleaved_rows_wanted();
         auto bytes_of = [](const WeightMatrix& w) { return (size_t(w.rows) * row_bytes(w.type, w.cols) + 63) / 64 * 64; };
         size_t total = 0;
         for (const WeightMatrix& w : set.matrices)
-            if (interleave && can_interleave(w)) total += bytes_of(w);
+            if (can_interleave(w)) total += bytes_of(w);
         uint8_t* copies = placed->reserve(total);
         placed->matrices.reserve(set.matrices.size());
         for (const WeightMatrix& w : set.matrices) {
-            if (!(interleave && can_interleave(w))) {
+            if (!can_interleave(w)) {
                 placed->matrices.push_back({w, w, MemoryPlace::Host});
                 continue;
             }

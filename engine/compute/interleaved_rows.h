@@ -1,8 +1,8 @@
 #pragma once
 // Weights rearranged for decoding (RowLayout::Interleaved16): a token's product then keeps one
 // row in each 32-bit lane of a 512-bit register, so sixteen rows advance together with no
-// shuffles and no horizontal sums per row. The CPU backend rearranges Q4_1, Q5_0 and Q8_0
-// matrices this way when it places a model on a CPU with AVX-512 VNNI; the values computed are
+// shuffles and no horizontal sums per row (at AVX2, eight rows per register). The CPU backend
+// rearranges Q4_1, Q5_0 and Q8_0 matrices this way when it places a model; the values computed are
 // the plain layout's, bit for bit (the same lane sums and float steps, see q4_1_product.h and
 // matmul_kernels.h), only the loads differ.
 //
@@ -55,6 +55,10 @@ void q5_0_group_avx512(const uint8_t* group, int64_t nb, const Token8& x0, const
 // Q4_1 against Q8_1 blocks (q4_1_product.h's quantization).
 void q4_1_group_avx512(const uint8_t* group, int64_t nb, const BlockQ8_1* x0, const BlockQ8_1* x1, float* y0,
                        float* y1);
+// The same at AVX2 (interleaved_rows_avx2.cpp), the same bits.
+void q8_0_group_avx2(const uint8_t* group, int64_t nb, const Token8& x0, const Token8* x1, float* y0, float* y1);
+void q5_0_group_avx2(const uint8_t* group, int64_t nb, const Token8& x0, const Token8* x1, float* y0, float* y1);
+void q4_1_group_avx2(const uint8_t* group, int64_t nb, const BlockQ8_1* x0, const BlockQ8_1* x1, float* y0, float* y1);
 
 }  // namespace interleaved
 

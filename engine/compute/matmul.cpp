@@ -371,8 +371,8 @@ void ordered_product(const KernelSet& ks, const WeightMatrix& w, const float* x,
     }
 }
 
-// One or two tokens against Q5_0 or Q8_0 rows in the interleaved layout, at AVX-512 VNNI: every
-// thread takes whole groups of 16 rows.
+// One or two tokens against Q5_0 or Q8_0 rows in the interleaved layout (AVX-512 VNNI or AVX2
+// kernels, the same bits): every thread takes whole groups of 16 rows.
 void interleaved_decode(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y, ThreadPool& pool) {
     thread_local ActivationBuffers buf;
     const QuantizedActivations xq = quantize_activations(x, n_tokens, w.cols, 32, buf, pool);
@@ -383,7 +383,9 @@ void interleaved_decode(const WeightMatrix& w, const float* x, int64_t n_tokens,
     for (size_t i = 0; i < starts.size(); ++i) starts[i] = z * xq.neg_sum4[i];
     interleaved::Token8 tok[2];
     for (int64_t t = 0; t < n_tokens; ++t) tok[t] = {xq.q_row(t), xq.d_row(t), starts.data() + t * (w.cols / 4)};
-    const auto kernel = w.type == TensorType::Q8_0 ? interleaved::q8_0_group_avx512 : interleaved::q5_0_group_avx512;
+    const bool avx512 = interleaved_decode_avx512();
+    const auto kernel = w.type == TensorType::Q8_0 ? (avx512 ? interleaved::q8_0_group_avx512 : interleaved::q8_0_group_avx2)
+                                                   : (avx512 ? interleaved::q5_0_group_avx512 : interleaved::q5_0_group_avx2);
     const size_t group_bytes = size_t(kInterleavedRows) * row_bytes(w.type, w.cols);
     const auto* base = static_cast<const uint8_t*>(w.data);
     const int64_t nb = w.cols / 32, groups = w.rows / kInterleavedRows;
@@ -509,7 +511,7 @@ void product_at(Level lv, const WeightMatrix& w, const float* x, int64_t n_token
     }
     // llama.cpp's order, its kernels at this level
     if (w.type == TensorType::Q4_1) return q4_1_product(w, x, n_tokens, y, pool, lv != Level::avx2);
-    if (w.layout == RowLayout::Interleaved16 && n_tokens <= kFusedMaxTokens && interleaved_rows_wanted())
+    if (w.layout == RowLayout::Interleaved16 && n_tokens <= kFusedMaxTokens)
         return interleaved_decode(w, x, n_tokens, y, pool);
     if (in_reference_order(w.type)) return ordered_product(ks, w, x, n_tokens, y, pool);
     const Int8Layout layout = kernels::int8_layout(w.type);
@@ -683,7 +685,7 @@ void weight_row(const WeightMatrix& w, int64_t r, float* dst) {
     dequantize_row(w.type, static_cast<const uint8_t*>(w.data) + size_t(r) * row_bytes(w.type, w.cols), dst, w.cols);
 }
 
-bool interleaved_rows_wanted() {
+bool interleaved_decode_avx512() {
     const int f = forced_level.load(std::memory_order_relaxed);
     return (f < 0 ? best_level() : Level(f)) != Level::avx2;
 }

@@ -39,9 +39,9 @@ void matmul(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y, T
 // width) x is quantized once and a decode's products share one parallel step.
 void matmuls(const WeightMatrix* const* w, float* const* y, int count, const float* x, int64_t n_tokens, ThreadPool& pool);
 
-// Whether a backend placing weights on this CPU should interleave them (interleaved_rows.h): the
-// decode of Q4_1, Q5_0 and Q8_0 runs at AVX-512 VNNI (the CPU has it and no lower level is forced).
-bool interleaved_rows_wanted();
+// Whether the decode of interleaved rows (interleaved_rows.h) runs its AVX-512 VNNI kernels (the
+// CPU has them and no lower level is forced) rather than its AVX2 ones.
+bool interleaved_decode_avx512();
 
 // Row r of W as floats (for embedding lookups): dst has cols floats.
 void weight_row(const WeightMatrix& w, int64_t r, float* dst);

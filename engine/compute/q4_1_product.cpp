@@ -215,16 +215,11 @@ void q4_1_products(const WeightMatrix* const* ws, float* const* ys, int count, c
                 const int64_t r0 = (s - first_step[i]) * kRowStep, r1 = std::min(w.rows, r0 + kRowStep);
                 const auto* base = static_cast<const uint8_t*>(w.data) + r0 * stride;  // of the step's rows
                 if (w.layout == RowLayout::Interleaved16) {
-                    if (interleaved_rows_wanted()) {
-                        // A step is one group of 16 interleaved rows.
-                        interleaved::q4_1_group_avx512(base, n_blocks, xb, n_tokens == 2 ? xb + n_blocks : nullptr,
-                                                       ys[i] + r0, n_tokens == 2 ? ys[i] + w.rows + r0 : nullptr);
-                        continue;
-                    }
-                    thread_local std::vector<uint8_t> plain;
-                    plain.resize(size_t(r1 - r0) * stride);
-                    plain_rows(w, r0, int(r1 - r0), plain.data());
-                    base = plain.data();
+                    // A step is one group of 16 interleaved rows.
+                    const auto group = interleaved_decode_avx512() ? interleaved::q4_1_group_avx512 : interleaved::q4_1_group_avx2;
+                    group(base, n_blocks, xb, n_tokens == 2 ? xb + n_blocks : nullptr, ys[i] + r0,
+                          n_tokens == 2 ? ys[i] + w.rows + r0 : nullptr);
+                    continue;
                 }
                 for (int64_t t = 0; t < n_tokens; ++t) {
                     float* yt = ys[i] + t * w.rows;

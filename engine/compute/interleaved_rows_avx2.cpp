@@ -1,0 +1,176 @@
+// Decode kernels over interleaved rows (interleaved_rows.h) at AVX2: each 64-byte vector of the
+// layout is two 256-bit halves, rows 0-7 and rows 8-15, taken one half at a time. The lane sums
+// come from maddubs + madd (exact here: at most 2 * 255 * 128 per pair), then the AVX-512
+// kernels' float steps, so every level gives the same bits.
+#include "engine/compute/interleaved_rows.h"
+
+#include "engine/compute/quant_blocks.h"
+
+#include <immintrin.h>
+
+#include <cstring>
+
+namespace kvchat::interleaved {
+
+namespace {
+
+inline int32_t load_i32(const void* p) {
+    int32_t v;
+    std::memcpy(&v, p, 4);
+    return v;
+}
+
+inline __m256i load256(const uint8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+
+inline __m256 load_scales8(const uint8_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+
+// Four products of unsigned u and signed x per 32-bit lane.
+inline __m256i lane_sums(__m256i u, __m256i x) { return _mm256_madd_epi16(_mm256_maddubs_epi16(u, x), _mm256_set1_epi16(1)); }
+
+// During the first half's pass: the group after next, a block's share per block (as the AVX-512
+// kernels; the hardware alone leaves these interleaved streams at half the memory's speed).
+inline void request_ahead(const uint8_t* group, size_t group_bytes, size_t block_share, size_t b) {
+    const char* p = reinterpret_cast<const char*>(group) + 2 * group_bytes + block_share * b;
+    for (size_t o = 0; o < block_share; o += 64) _mm_prefetch(p + o, _MM_HINT_T0);
+}
+
+// hsum_float_8's order: ((a4 + a0) + (a6 + a2)) + ((a5 + a1) + (a7 + a3)).
+inline __m256 lane_tree(const __m256* a) {
+    return _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(a[4], a[0]), _mm256_add_ps(a[6], a[2])),
+                         _mm256_add_ps(_mm256_add_ps(a[5], a[1]), _mm256_add_ps(a[7], a[3])));
+}
+
+// The 32 bits of m as 32 bytes: 0x10 where the bit is set.
+inline __m256i fifth_bits(uint32_t m) {
+    const __m256i bytes = _mm256_shuffle_epi8(_mm256_set1_epi32(int32_t(m)),
+                                              _mm256_setr_epi64x(0, 0x0101010101010101, 0x0202020202020202, 0x0303030303030303));
+    const __m256i bit = _mm256_set1_epi64x(int64_t(0x8040201008040201));
+    return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(bytes, bit), bit), _mm256_set1_epi8(0x10));
+}
+
+template <int NT>
+void q8_0_group(const uint8_t* group, int64_t nb, const Token8* const* x, float* const* y) {
+    const size_t n = size_t(nb);
+    const uint8_t* scales = group + 512 * n;
+    const __m256i flip = _mm256_set1_epi8(char(0x80));
+    for (int h = 0; h < 2; ++h) {
+        __m256 acc[NT][8];
+        for (int t = 0; t < NT; ++t)
+            for (int l = 0; l < 8; ++l) acc[t][l] = _mm256_setzero_ps();
+        for (size_t b = 0; b < n; ++b) {
+            if (h == 0) request_ahead(group, 544 * n, 544, b);
+            const __m256 dw = load_scales8(scales + 32 * b + 16 * h);
+            __m256 d[NT];
+            for (int t = 0; t < NT; ++t) d[t] = _mm256_mul_ps(dw, _mm256_set1_ps(x[t]->d[b]));
+            const uint8_t* v = group + 512 * b + 32 * h;
+            for (int l = 0; l < 8; ++l) {
+                // Signed again, then |w| against x with w's sign (ggml's mul_sum_i8_pairs).
+                const __m256i w = _mm256_xor_si256(load256(v + 64 * l), flip);
+                const __m256i aw = _mm256_sign_epi8(w, w);
+                for (int t = 0; t < NT; ++t) {
+                    const __m256i xs = _mm256_sign_epi8(_mm256_set1_epi32(load_i32(x[t]->q + 32 * b + 4 * l)), w);
+                    acc[t][l] = _mm256_fmadd_ps(d[t], _mm256_cvtepi32_ps(lane_sums(aw, xs)), acc[t][l]);
+                }
+            }
+        }
+        for (int t = 0; t < NT; ++t) _mm256_storeu_ps(y[t] + 8 * h, lane_tree(acc[t]));
+    }
+}
+
+template <int NT>
+void q5_0_group(const uint8_t* group, int64_t nb, const Token8* const* x, float* const* y) {
+    const size_t n = size_t(nb);
+    const uint8_t* masks = group + 256 * n;
+    const uint8_t* scales = group + 320 * n;
+    const __m256i low = _mm256_set1_epi8(0x0f);
+    for (int h = 0; h < 2; ++h) {
+        __m256 acc[NT][8];
+        for (int t = 0; t < NT; ++t)
+            for (int l = 0; l < 8; ++l) acc[t][l] = _mm256_setzero_ps();
+        for (size_t b = 0; b < n; ++b) {
+            if (h == 0) request_ahead(group, 352 * n, 352, b);
+            const __m256 dw = load_scales8(scales + 32 * b + 16 * h);
+            __m256 d[NT];
+            for (int t = 0; t < NT; ++t) d[t] = _mm256_mul_ps(dw, _mm256_set1_ps(x[t]->d[b]));
+            const uint8_t* v = group + 256 * b + 32 * h;
+            for (int k = 0; k < 4; ++k) {
+                const __m256i packed = load256(v + 64 * k);
+                const __m256i nib[2] = {_mm256_and_si256(packed, low), _mm256_and_si256(_mm256_srli_epi16(packed, 4), low)};
+                for (int e = 0; e < 2; ++e) {
+                    const int l = k + 4 * e;
+                    uint32_t bits;
+                    std::memcpy(&bits, masks + 64 * b + 8 * l + 4 * h, 4);
+                    const __m256i u = _mm256_or_si256(nib[e], fifth_bits(bits));
+                    for (int t = 0; t < NT; ++t) {
+                        const __m256i s = _mm256_add_epi32(lane_sums(u, _mm256_set1_epi32(load_i32(x[t]->q + 32 * b + 4 * l))),
+                                                           _mm256_set1_epi32(x[t]->start[8 * b + l]));
+                        acc[t][l] = _mm256_fmadd_ps(d[t], _mm256_cvtepi32_ps(s), acc[t][l]);
+                    }
+                }
+            }
+        }
+        for (int t = 0; t < NT; ++t) _mm256_storeu_ps(y[t] + 8 * h, lane_tree(acc[t]));
+    }
+}
+
+template <int NT>
+void q4_1_group(const uint8_t* group, int64_t nb, const BlockQ8_1* const* x, float* const* y) {
+    const size_t n = size_t(nb);
+    const uint8_t* scales = group + 256 * n;
+    const uint8_t* mins = group + 288 * n;
+    const __m256i low = _mm256_set1_epi8(0x0f);
+    for (int h = 0; h < 2; ++h) {
+        __m256 acc[NT][8], msum[NT];
+        for (int t = 0; t < NT; ++t) {
+            msum[t] = _mm256_setzero_ps();
+            for (int l = 0; l < 8; ++l) acc[t][l] = _mm256_setzero_ps();
+        }
+        for (size_t b = 0; b < n; ++b) {
+            if (h == 0) request_ahead(group, 320 * n, 320, b);
+            const __m256 dw = load_scales8(scales + 32 * b + 16 * h), mw = load_scales8(mins + 32 * b + 16 * h);
+            __m256 d[NT];
+            for (int t = 0; t < NT; ++t) {
+                d[t] = _mm256_mul_ps(dw, _mm256_set1_ps(_cvtsh_ss(x[t][b].d)));
+                msum[t] = _mm256_add_ps(msum[t], _mm256_mul_ps(mw, _mm256_set1_ps(_cvtsh_ss(x[t][b].s))));
+            }
+            const uint8_t* v = group + 256 * b + 32 * h;
+            for (int k = 0; k < 4; ++k) {
+                const __m256i packed = load256(v + 64 * k);
+                const __m256i w[2] = {_mm256_and_si256(packed, low), _mm256_and_si256(_mm256_srli_epi16(packed, 4), low)};
+                for (int e = 0; e < 2; ++e) {
+                    const int l = k + 4 * e;
+                    for (int t = 0; t < NT; ++t) {
+                        const __m256i s = lane_sums(w[e], _mm256_set1_epi32(load_i32(x[t][b].qs + 4 * l)));
+                        acc[t][l] = _mm256_fmadd_ps(d[t], _mm256_cvtepi32_ps(s), acc[t][l]);
+                    }
+                }
+            }
+        }
+        for (int t = 0; t < NT; ++t) _mm256_storeu_ps(y[t] + 8 * h, _mm256_add_ps(lane_tree(acc[t]), msum[t]));
+    }
+}
+
+}  // namespace
+
+void q8_0_group_avx2(const uint8_t* group, int64_t nb, const Token8& x0, const Token8* x1, float* y0, float* y1) {
+    const Token8* x[2] = {&x0, x1};
+    float* y[2] = {y0, y1};
+    if (x1) q8_0_group<2>(group, nb, x, y);
+    else q8_0_group<1>(group, nb, x, y);
+}
+
+void q5_0_group_avx2(const uint8_t* group, int64_t nb, const Token8& x0, const Token8* x1, float* y0, float* y1) {
+    const Token8* x[2] = {&x0, x1};
+    float* y[2] = {y0, y1};
+    if (x1) q5_0_group<2>(group, nb, x, y);
+    else q5_0_group<1>(group, nb, x, y);
+}
+
+void q4_1_group_avx2(const uint8_t* group, int64_t nb, const BlockQ8_1* x0, const BlockQ8_1* x1, float* y0, float* y1) {
+    const BlockQ8_1* x[2] = {x0, x1};
+    float* y[2] = {y0, y1};
+    if (x1) q4_1_group<2>(group, nb, x, y);
+    else q4_1_group<1>(group, nb, x, y);
+}
+
+}  // namespace kvchat::interleaved
