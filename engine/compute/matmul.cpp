@@ -362,8 +362,8 @@ void ordered_product(const KernelSet& ks, const WeightMatrix& w, const float* x,
         // A prefill chunk is heavy (16 rows against every token: about a millisecond at 512
         // tokens): one per piece, so the thread that finishes last keeps the other waiting for at
         // most one chunk, not the 8 that row_grain gives the largest matrices. Decode chunks are
-        // light, and take the usual grain.
-        const int64_t grain = n_tokens >= kFewTokens ? 1 : row_grain(n_chunks, pool);
+        // light: one contiguous piece per thread keeps each thread's stream long (as q4_1_products).
+        const int64_t grain = n_tokens >= kFewTokens ? 1 : (n_chunks + pool.size() - 1) / pool.size();
         pool.parallel_for_dynamic(n_chunks, grain, [&](int64_t c0, int64_t c1) { run(c0, c1, 0, n_tokens); });
     } else {
         // Few rows, many tokens: every thread takes all rows and a share of the tokens.
@@ -389,7 +389,8 @@ void interleaved_decode(const WeightMatrix& w, const float* x, int64_t n_tokens,
     const size_t group_bytes = size_t(kInterleavedRows) * row_bytes(w.type, w.cols);
     const auto* base = static_cast<const uint8_t*>(w.data);
     const int64_t nb = w.cols / 32, groups = w.rows / kInterleavedRows;
-    pool.parallel_for_dynamic(groups, row_grain(groups, pool), [&](int64_t g0, int64_t g1) {
+    // One contiguous piece per thread, as q4_1_products: the streams stay long.
+    pool.parallel_for_dynamic(groups, (groups + pool.size() - 1) / pool.size(), [&](int64_t g0, int64_t g1) {
         for (int64_t g = g0; g < g1; ++g) {
             const int64_t r = g * kInterleavedRows;
             kernel(base + size_t(g) * group_bytes, nb, tok[0], n_tokens == 2 ? &tok[1] : nullptr, y + r,
