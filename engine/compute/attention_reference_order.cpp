@@ -380,46 +380,72 @@ void attend_decode(const AttentionInput& in, const AttentionShape& s, const Colu
     thread_local std::vector<float> tls_S;
     std::vector<float>& S = tls_S;
     S.resize(static_cast<size_t>(n_kv) * group * ldc);
-    // One work item is a kv head's rows (query heads), or a part of them: their scores, softmax and
-    // P.V one after the other, so the threads meet once per call, not after every step (a small
-    // model decodes a layer in tens of microseconds). Every row is computed alike whichever rows
-    // share its item. Parts of at least two rows, so that each key and value loaded serves several.
     const int threads = pool.size();
-    // A short context's items cost less than waking the other threads.
+    // A short context's work costs less than waking the other threads.
     constexpr int64_t kSerialWork = int64_t(1) << 16;  // multiply-adds of the scores
     const bool parallel = threads > 1 && int64_t(hi - c0) * s.n_head * hd >= kSerialWork;
-    // On one thread a kv head's rows stay one item (one tile for up to 4 rows).
-    const int pieces = parallel ? std::clamp((2 * threads + n_kv - 1) / n_kv, 1, (group + 1) / 2) : 1;
     const int n_slices = hd / 16;
     const int64_t head_bytes = int64_t(hd) * int64_t(kv_dtype_bytes(cols.dt));
-    const int64_t n_items = static_cast<int64_t>(n_kv) * pieces;
-    auto item = [&](int64_t i) {
-        const int g = static_cast<int>(i / pieces), piece = static_cast<int>(i % pieces);
-        const int r0 = group * piece / pieces, r1 = group * (piece + 1) / pieces;
-        thread_local Rows rows;
-        make_rows(in, s, 0, 1, g, out, rows);
-        float* sg = S.data() + (static_cast<int64_t>(g) * group + r0) * ldc;
-        for (int r = 0; r < r1 - r0; ++r) std::fill(sg + r * ldc + c0, sg + r * ldc + hi, kNegInf);
-        const int b0 = std::max(c0, lo);
-        // The item's own kv head's rows requested ahead, by whichever thread runs it.
-        const attention_kernels::DecodeAhead ahead{cols.k.data(), cols.v.data(), g * head_bytes, head_bytes};
-        if (b0 < hi)
-            dk.scores(rows.q.data() + r0, r1 - r0, cols.k.data(), cols.dt, g * hd, hd, b0, hi, sg, ldc, &ahead);
-        for (int r = 0; r < r1 - r0; ++r) {
-            float* sr = sg + r * ldc;
-            softmax_row(sr, c0, hi);
-            // Columns past the softmax's last 16-column block, up to the values' 64: no slot there.
-            std::fill(sr + std::min(c1, (hi + 15) & ~15), sr + c1, 0.0f);
-        }
-        for (int sl = 0; sl < n_slices; ++sl)
-            dk.values(sg, ldc, r1 - r0, cols.v.data(), cols.dt, g * hd, c0, c1, rows.o.data() + r0, sl * 16);
-    };
     if (!parallel) {
-        for (int64_t i = 0; i < n_items; ++i) item(i);
+        // One kv head at a time: its rows' scores (one tile for up to 4 rows), softmax and P.V.
+        thread_local Rows rows;
+        for (int g = 0; g < n_kv; ++g) {
+            make_rows(in, s, 0, 1, g, out, rows);
+            float* sg = S.data() + static_cast<int64_t>(g) * group * ldc;
+            for (int r = 0; r < group; ++r) std::fill(sg + r * ldc + c0, sg + r * ldc + hi, kNegInf);
+            const int b0 = std::max(c0, lo);
+            const attention_kernels::DecodeAhead ahead{cols.k.data(), cols.v.data(), g * head_bytes, head_bytes};
+            if (b0 < hi) dk.scores(rows.q.data(), group, cols.k.data(), cols.dt, g * hd, hd, b0, hi, sg, ldc, &ahead);
+            for (int r = 0; r < group; ++r) {
+                float* sr = sg + r * ldc;
+                softmax_row(sr, c0, hi);
+                // Columns past the softmax's last 16-column block, up to the values' 64: no slot there.
+                std::fill(sr + std::min(c1, (hi + 15) & ~15), sr + c1, 0.0f);
+            }
+            for (int sl = 0; sl < n_slices; ++sl)
+                dk.values(sg, ldc, group, cols.v.data(), cols.dt, g * hd, c0, c1, rows.o.data(), sl * 16);
+        }
         return;
     }
-    pool.parallel_for_dynamic(n_items, 1, [&](int64_t b, int64_t e) {
-        for (int64_t i = b; i < e; ++i) item(i);
+    // Threads: three steps, each thread on its own contiguous share of what memory holds, so that
+    // no key or value row is read by two threads (splitting a kv head's rows between threads had
+    // each of them read all its keys and values). Every score, softmax and value chain is the
+    // one-thread path's (per column, per row, per 16-channel slice).
+    // 1. Scores: each kv head's columns [c0, hi) cut into one part per thread.
+    const int parts = threads;
+    pool.parallel_for_dynamic(int64_t(n_kv) * parts, 1, [&](int64_t b, int64_t e) {
+        thread_local Rows rows;
+        for (int64_t i = b; i < e; ++i) {
+            const int g = int(i / parts), part = int(i % parts);
+            const int cs = c0 + int(int64_t(hi - c0) * part / parts), ce = c0 + int(int64_t(hi - c0) * (part + 1) / parts);
+            make_rows(in, s, 0, 1, g, out, rows);
+            float* sg = S.data() + int64_t(g) * group * ldc;
+            for (int r = 0; r < group; ++r) std::fill(sg + r * ldc + cs, sg + r * ldc + ce, kNegInf);
+            const int bs = std::max(cs, lo);
+            const attention_kernels::DecodeAhead ahead{cols.k.data(), cols.v.data(), g * head_bytes, head_bytes};
+            if (bs < ce) dk.scores(rows.q.data(), group, cols.k.data(), cols.dt, g * hd, hd, bs, ce, sg, ldc, &ahead);
+        }
+    });
+    // 2. Each row's softmax.
+    const int64_t n_rows = int64_t(n_kv) * group;
+    pool.parallel_for_dynamic(n_rows, (n_rows + threads - 1) / threads, [&](int64_t b, int64_t e) {
+        for (int64_t r = b; r < e; ++r) {
+            float* sr = S.data() + r * ldc;
+            softmax_row(sr, c0, hi);
+            std::fill(sr + std::min(c1, (hi + 15) & ~15), sr + c1, 0.0f);
+        }
+    });
+    // 3. P.V by 16-channel slices, each thread a contiguous run of them (its share of each row).
+    const int64_t n_parts = int64_t(n_kv) * n_slices;
+    pool.parallel_for_dynamic(n_parts, (n_parts + threads - 1) / threads, [&](int64_t b, int64_t e) {
+        thread_local Rows rows;
+        int made = -1;
+        for (int64_t i = b; i < e; ++i) {
+            const int g = int(i / n_slices), sl = int(i % n_slices);
+            if (g != made) make_rows(in, s, 0, 1, g, out, rows), made = g;
+            dk.values(S.data() + int64_t(g) * group * ldc, ldc, group, cols.v.data(), cols.dt, g * hd, c0, c1,
+                      rows.o.data(), sl * 16);
+        }
     });
 }
 
