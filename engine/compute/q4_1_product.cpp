@@ -195,11 +195,14 @@ void q4_1_products(const WeightMatrix* const* ws, float* const* ys, int count, c
         // hundred KB) each thread kept jumping to where the other had streamed, and two threads
         // decoded SmolLM2 about as fast as one (255 against 291 tok/s with this, bench_decode).
         const int64_t grain = (n_steps + pool.size() - 1) / pool.size();
-        // The AVX-512 kernel's layout of the activations, made once for all threads.
+        // The plain AVX-512 kernel's layout of the activations, made once for all threads (the
+        // interleaved kernels read the Q8_1 blocks themselves).
         thread_local std::vector<int8_t> dq;
         thread_local std::vector<float> dds;
         q4_1::DecodeActivations da[2] = {};
-        if (avx512) {
+        bool any_plain = false;
+        for (int i = 0; i < count; ++i) any_plain |= ws[i]->layout == RowLayout::Plain;
+        if (avx512 && any_plain) {
             dq.resize(size_t(n_tokens * n_blocks) * 64 + 64);
             dds.resize(size_t(n_tokens * n_blocks) * 4);
             auto* aligned = reinterpret_cast<int8_t*>((reinterpret_cast<uintptr_t>(dq.data()) + 63) & ~uintptr_t(63));
