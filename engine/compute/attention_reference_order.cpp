@@ -386,54 +386,52 @@ void attend_decode(const AttentionInput& in, const AttentionShape& s, const Colu
     const bool parallel = threads > 1 && int64_t(hi - c0) * s.n_head * hd >= kSerialWork;
     const int n_slices = hd / 16;
     const int64_t head_bytes = int64_t(hd) * int64_t(kv_dtype_bytes(cols.dt));
+    // The three steps of kv head g, each of them the same whichever thread runs it or how the
+    // work is cut: scores of columns [cs, ce), one row's softmax, one 16-channel slice of P.V.
+    auto scores = [&](int g, int cs, int ce, Rows& rows) {
+        make_rows(in, s, 0, 1, g, out, rows);
+        float* sg = S.data() + int64_t(g) * group * ldc;
+        for (int r = 0; r < group; ++r) std::fill(sg + r * ldc + cs, sg + r * ldc + ce, kNegInf);
+        const int bs = std::max(cs, lo);
+        const attention_kernels::DecodeAhead ahead{cols.k.data(), cols.v.data(), g * head_bytes, head_bytes};
+        if (bs < ce) dk.scores(rows.q.data(), group, cols.k.data(), cols.dt, g * hd, hd, bs, ce, sg, ldc, &ahead);
+    };
+    auto softmax = [&](int64_t row) {
+        float* sr = S.data() + row * ldc;
+        softmax_row(sr, c0, hi);
+        // Columns past the softmax's last 16-column block, up to the values' 64: no slot there.
+        std::fill(sr + std::min(c1, (hi + 15) & ~15), sr + c1, 0.0f);
+    };
+    auto values = [&](int g, int sl, const Rows& rows) {
+        dk.values(S.data() + int64_t(g) * group * ldc, ldc, group, cols.v.data(), cols.dt, g * hd, c0, c1,
+                  rows.o.data(), sl * 16);
+    };
     if (!parallel) {
         // One kv head at a time: its rows' scores (one tile for up to 4 rows), softmax and P.V.
         thread_local Rows rows;
         for (int g = 0; g < n_kv; ++g) {
-            make_rows(in, s, 0, 1, g, out, rows);
-            float* sg = S.data() + static_cast<int64_t>(g) * group * ldc;
-            for (int r = 0; r < group; ++r) std::fill(sg + r * ldc + c0, sg + r * ldc + hi, kNegInf);
-            const int b0 = std::max(c0, lo);
-            const attention_kernels::DecodeAhead ahead{cols.k.data(), cols.v.data(), g * head_bytes, head_bytes};
-            if (b0 < hi) dk.scores(rows.q.data(), group, cols.k.data(), cols.dt, g * hd, hd, b0, hi, sg, ldc, &ahead);
-            for (int r = 0; r < group; ++r) {
-                float* sr = sg + r * ldc;
-                softmax_row(sr, c0, hi);
-                // Columns past the softmax's last 16-column block, up to the values' 64: no slot there.
-                std::fill(sr + std::min(c1, (hi + 15) & ~15), sr + c1, 0.0f);
-            }
-            for (int sl = 0; sl < n_slices; ++sl)
-                dk.values(sg, ldc, group, cols.v.data(), cols.dt, g * hd, c0, c1, rows.o.data(), sl * 16);
+            scores(g, c0, hi, rows);
+            for (int r = 0; r < group; ++r) softmax(int64_t(g) * group + r);
+            for (int sl = 0; sl < n_slices; ++sl) values(g, sl, rows);
         }
         return;
     }
-    // Threads: three steps, each thread on its own contiguous share of what memory holds, so that
-    // no key or value row is read by two threads (splitting a kv head's rows between threads had
-    // each of them read all its keys and values). Every score, softmax and value chain is the
-    // one-thread path's (per column, per row, per 16-channel slice).
+    // Threads: the three steps one after the other, each thread on its own contiguous share of
+    // what memory holds, so that no key or value row is read by two threads (splitting a kv
+    // head's rows between threads had each of them read all its keys and values).
     // 1. Scores: each kv head's columns [c0, hi) cut into one part per thread.
     const int parts = threads;
     pool.parallel_for_dynamic(int64_t(n_kv) * parts, 1, [&](int64_t b, int64_t e) {
         thread_local Rows rows;
         for (int64_t i = b; i < e; ++i) {
             const int g = int(i / parts), part = int(i % parts);
-            const int cs = c0 + int(int64_t(hi - c0) * part / parts), ce = c0 + int(int64_t(hi - c0) * (part + 1) / parts);
-            make_rows(in, s, 0, 1, g, out, rows);
-            float* sg = S.data() + int64_t(g) * group * ldc;
-            for (int r = 0; r < group; ++r) std::fill(sg + r * ldc + cs, sg + r * ldc + ce, kNegInf);
-            const int bs = std::max(cs, lo);
-            const attention_kernels::DecodeAhead ahead{cols.k.data(), cols.v.data(), g * head_bytes, head_bytes};
-            if (bs < ce) dk.scores(rows.q.data(), group, cols.k.data(), cols.dt, g * hd, hd, bs, ce, sg, ldc, &ahead);
+            scores(g, c0 + int(int64_t(hi - c0) * part / parts), c0 + int(int64_t(hi - c0) * (part + 1) / parts), rows);
         }
     });
     // 2. Each row's softmax.
     const int64_t n_rows = int64_t(n_kv) * group;
     pool.parallel_for_dynamic(n_rows, (n_rows + threads - 1) / threads, [&](int64_t b, int64_t e) {
-        for (int64_t r = b; r < e; ++r) {
-            float* sr = S.data() + r * ldc;
-            softmax_row(sr, c0, hi);
-            std::fill(sr + std::min(c1, (hi + 15) & ~15), sr + c1, 0.0f);
-        }
+        for (int64_t r = b; r < e; ++r) softmax(r);
     });
     // 3. P.V by 16-channel slices, each thread a contiguous run of them (its share of each row).
     const int64_t n_parts = int64_t(n_kv) * n_slices;
@@ -441,10 +439,9 @@ void attend_decode(const AttentionInput& in, const AttentionShape& s, const Colu
         thread_local Rows rows;
         int made = -1;
         for (int64_t i = b; i < e; ++i) {
-            const int g = int(i / n_slices), sl = int(i % n_slices);
+            const int g = int(i / n_slices);
             if (g != made) make_rows(in, s, 0, 1, g, out, rows), made = g;
-            dk.values(S.data() + int64_t(g) * group * ldc, ldc, group, cols.v.data(), cols.dt, g * hd, c0, c1,
-                      rows.o.data(), sl * 16);
+            values(g, int(i % n_slices), rows);
         }
     });
 }
