@@ -15,26 +15,18 @@ namespace {
 
 constexpr int R = kInterleavedRows;
 
-// Where block b's parts lie inside a group of nb blocks.
-struct GroupParts {
-    size_t values, masks, d, m;
-};
-
-GroupParts parts(TensorType t, int64_t nb) {
-    const size_t n = size_t(nb);
-    switch (t) {
-        case TensorType::Q4_1: return {0, 0, 256 * n, 288 * n};
-        case TensorType::Q5_0: return {0, 256 * n, 320 * n, 0};
-        case TensorType::Q8_0: return {0, 0, 512 * n, 0};
-        default: throw Error("interleave: no interleaved layout for " + std::string(traits(t).name));
-    }
+// The layout's parts for t, or an error naming a type without the layout.
+interleaved::GroupParts parts(TensorType t, int64_t nb) {
+    const interleaved::GroupParts p = interleaved::group_parts(t, nb);
+    if (p.block == 0) throw Error("interleave: no interleaved layout for " + std::string(traits(t).name));
+    return p;
 }
 
 // One group: plain rows (row_bytes apart) -> interleaved (to_plain false), or back. Only the rows
 // [first, first + n) of the group are read or written when going back.
 void convert_group(TensorType t, int64_t nb, uint8_t* plain, size_t stride, uint8_t* group, int first, int n,
                    bool to_plain) {
-    const GroupParts p = parts(t, nb);
+    const interleaved::GroupParts p = parts(t, nb);
     for (int r = first; r < first + n; ++r) {
         uint8_t* row = plain + size_t(r - first) * stride;
         for (int64_t b = 0; b < nb; ++b) {
@@ -42,7 +34,7 @@ void convert_group(TensorType t, int64_t nb, uint8_t* plain, size_t stride, uint
             auto d16 = [&](size_t part) { return group + part + 32 * bi + 2 * size_t(r); };
             if (t == TensorType::Q8_0) {
                 auto* blk = reinterpret_cast<BlockQ8_0*>(row + sizeof(BlockQ8_0) * bi);
-                uint8_t* v = group + p.values + 512 * bi + 4 * size_t(r);
+                uint8_t* v = group + 512 * bi + 4 * size_t(r);
                 if (to_plain) std::memcpy(&blk->d, d16(p.d), 2);
                 else std::memcpy(d16(p.d), &blk->d, 2);
                 for (int l = 0; l < 8; ++l)
@@ -90,7 +82,7 @@ void convert_group(TensorType t, int64_t nb, uint8_t* plain, size_t stride, uint
                     }
                 }
             }
-            uint8_t* v = group + p.values + 256 * bi + 4 * size_t(r);
+            uint8_t* v = group + 256 * bi + 4 * size_t(r);
             for (int k = 0; k < 4; ++k) {
                 if (to_plain) std::memcpy(qs + 4 * k, v + 64 * k, 4);
                 else std::memcpy(v + 64 * k, qs + 4 * k, 4);

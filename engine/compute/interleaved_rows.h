@@ -17,6 +17,8 @@
 //   then the 16 rows' fp16 scales d (32 bytes per block), and for Q4_1 their minimums m.
 #include "engine/compute/matmul.h"
 
+#include <xmmintrin.h>
+
 #include <cstddef>
 #include <cstdint>
 
@@ -37,6 +39,29 @@ void interleave_rows(const WeightMatrix& w, void* dst, ThreadPool& pool);
 void plain_rows(const WeightMatrix& w, int64_t r0, int n, uint8_t* dst);
 
 namespace interleaved {
+
+// Where a group's parts start (bytes from the group's start) for nb blocks per row, as the
+// layout above says, and `block`: the bytes of one block of the 16 rows (16 x the type's block).
+// All zero for a type without the layout.
+struct GroupParts {
+    size_t masks, d, m, block;
+};
+inline GroupParts group_parts(TensorType t, int64_t nb) {
+    const size_t n = size_t(nb);
+    switch (t) {
+        case TensorType::Q4_1: return {0, 256 * n, 288 * n, 320};
+        case TensorType::Q5_0: return {256 * n, 320 * n, 0, 352};
+        case TensorType::Q8_0: return {0, 512 * n, 0, 544};
+        default: return {};
+    }
+}
+
+// The kernels' requests ahead: block b's share of the group after next (the hardware alone left
+// these interleaved streams at about half the memory's speed).
+inline void request_ahead(const uint8_t* group, const GroupParts& p, int64_t nb, size_t b) {
+    const char* ahead = reinterpret_cast<const char*>(group) + 2 * p.block * size_t(nb) + p.block * b;
+    for (size_t o = 0; o < p.block; o += 64) _mm_prefetch(ahead + o, _MM_HINT_T0);
+}
 
 // One token's 32-column blocks as matmul quantizes them (Q8_0 activations): q (cols bytes), d
 // (the blocks' scales as floats) and start: per column group of 4, the chain start that cancels

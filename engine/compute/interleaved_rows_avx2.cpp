@@ -27,13 +27,6 @@ inline __m256 load_scales8(const uint8_t* p) { return _mm256_cvtph_ps(_mm_loadu_
 // Four products of unsigned u and signed x per 32-bit lane.
 inline __m256i lane_sums(__m256i u, __m256i x) { return _mm256_madd_epi16(_mm256_maddubs_epi16(u, x), _mm256_set1_epi16(1)); }
 
-// During the first half's pass: the group after next, a block's share per block (as the AVX-512
-// kernels; the hardware alone leaves these interleaved streams at half the memory's speed).
-inline void request_ahead(const uint8_t* group, size_t group_bytes, size_t block_share, size_t b) {
-    const char* p = reinterpret_cast<const char*>(group) + 2 * group_bytes + block_share * b;
-    for (size_t o = 0; o < block_share; o += 64) _mm_prefetch(p + o, _MM_HINT_T0);
-}
-
 // hsum_float_8's order: ((a4 + a0) + (a6 + a2)) + ((a5 + a1) + (a7 + a3)).
 inline __m256 lane_tree(const __m256* a) {
     return _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(a[4], a[0]), _mm256_add_ps(a[6], a[2])),
@@ -51,14 +44,15 @@ inline __m256i fifth_bits(uint32_t m) {
 template <int NT>
 void q8_0_group(const uint8_t* group, int64_t nb, const Token8* const* x, float* const* y) {
     const size_t n = size_t(nb);
-    const uint8_t* scales = group + 512 * n;
+    const GroupParts parts = group_parts(TensorType::Q8_0, nb);
+    const uint8_t* scales = group + parts.d;
     const __m256i flip = _mm256_set1_epi8(char(0x80));
     for (int h = 0; h < 2; ++h) {
         __m256 acc[NT][8];
         for (int t = 0; t < NT; ++t)
             for (int l = 0; l < 8; ++l) acc[t][l] = _mm256_setzero_ps();
         for (size_t b = 0; b < n; ++b) {
-            if (h == 0) request_ahead(group, 544 * n, 544, b);
+            if (h == 0) request_ahead(group, parts, nb, b);  // during the first half's pass
             const __m256 dw = load_scales8(scales + 32 * b + 16 * h);
             __m256 d[NT];
             for (int t = 0; t < NT; ++t) d[t] = _mm256_mul_ps(dw, _mm256_set1_ps(x[t]->d[b]));
@@ -80,15 +74,16 @@ void q8_0_group(const uint8_t* group, int64_t nb, const Token8* const* x, float*
 template <int NT>
 void q5_0_group(const uint8_t* group, int64_t nb, const Token8* const* x, float* const* y) {
     const size_t n = size_t(nb);
-    const uint8_t* masks = group + 256 * n;
-    const uint8_t* scales = group + 320 * n;
+    const GroupParts parts = group_parts(TensorType::Q5_0, nb);
+    const uint8_t* masks = group + parts.masks;
+    const uint8_t* scales = group + parts.d;
     const __m256i low = _mm256_set1_epi8(0x0f);
     for (int h = 0; h < 2; ++h) {
         __m256 acc[NT][8];
         for (int t = 0; t < NT; ++t)
             for (int l = 0; l < 8; ++l) acc[t][l] = _mm256_setzero_ps();
         for (size_t b = 0; b < n; ++b) {
-            if (h == 0) request_ahead(group, 352 * n, 352, b);
+            if (h == 0) request_ahead(group, parts, nb, b);
             const __m256 dw = load_scales8(scales + 32 * b + 16 * h);
             __m256 d[NT];
             for (int t = 0; t < NT; ++t) d[t] = _mm256_mul_ps(dw, _mm256_set1_ps(x[t]->d[b]));
@@ -116,8 +111,9 @@ void q5_0_group(const uint8_t* group, int64_t nb, const Token8* const* x, float*
 template <int NT>
 void q4_1_group(const uint8_t* group, int64_t nb, const BlockQ8_1* const* x, float* const* y) {
     const size_t n = size_t(nb);
-    const uint8_t* scales = group + 256 * n;
-    const uint8_t* mins = group + 288 * n;
+    const GroupParts parts = group_parts(TensorType::Q4_1, nb);
+    const uint8_t* scales = group + parts.d;
+    const uint8_t* mins = group + parts.m;
     const __m256i low = _mm256_set1_epi8(0x0f);
     for (int h = 0; h < 2; ++h) {
         __m256 acc[NT][8], msum[NT];
@@ -126,7 +122,7 @@ void q4_1_group(const uint8_t* group, int64_t nb, const BlockQ8_1* const* x, flo
             for (int l = 0; l < 8; ++l) acc[t][l] = _mm256_setzero_ps();
         }
         for (size_t b = 0; b < n; ++b) {
-            if (h == 0) request_ahead(group, 320 * n, 320, b);
+            if (h == 0) request_ahead(group, parts, nb, b);
             const __m256 dw = load_scales8(scales + 32 * b + 16 * h), mw = load_scales8(mins + 32 * b + 16 * h);
             __m256 d[NT];
             for (int t = 0; t < NT; ++t) {

@@ -36,20 +36,17 @@ inline __m512 lane_tree(const __m512* a) {
                          _mm512_add_ps(_mm512_add_ps(a[5], a[1]), _mm512_add_ps(a[7], a[3])));
 }
 
-// The prefetch distance: the group after next, a block's share per block.
-constexpr int kAhead = 2;
-
 template <int NT>
 void q8_0_group(const uint8_t* group, int64_t nb, const Token8* const* x, float* const* y) {
     const size_t n = size_t(nb);
+    const GroupParts parts = group_parts(TensorType::Q8_0, nb);
     const uint8_t* values = group;
-    const uint8_t* scales = group + 512 * n;
-    const char* ahead = reinterpret_cast<const char*>(group) + kAhead * 544 * n;
+    const uint8_t* scales = group + parts.d;
     __m512 acc[NT][8];
     for (int t = 0; t < NT; ++t)
         for (int l = 0; l < 8; ++l) acc[t][l] = _mm512_setzero_ps();
     for (size_t b = 0; b < n; ++b) {
-        for (int o = 0; o < 544; o += 64) _mm_prefetch(ahead + 544 * b + o, _MM_HINT_T0);
+        request_ahead(group, parts, nb, b);
         const __m512 dw = load_scales(scales + 32 * b);
         __m512 d[NT];
         for (int t = 0; t < NT; ++t) d[t] = _mm512_mul_ps(dw, _mm512_set1_ps(x[t]->d[b]));
@@ -69,16 +66,16 @@ void q8_0_group(const uint8_t* group, int64_t nb, const Token8* const* x, float*
 template <int NT>
 void q5_0_group(const uint8_t* group, int64_t nb, const Token8* const* x, float* const* y) {
     const size_t n = size_t(nb);
+    const GroupParts parts = group_parts(TensorType::Q5_0, nb);
     const uint8_t* values = group;
-    const uint8_t* masks = group + 256 * n;
-    const uint8_t* scales = group + 320 * n;
-    const char* ahead = reinterpret_cast<const char*>(group) + kAhead * 352 * n;
+    const uint8_t* masks = group + parts.masks;
+    const uint8_t* scales = group + parts.d;
     const __m512i low = _mm512_set1_epi8(0x0f), fifth = _mm512_set1_epi8(0x10);
     __m512 acc[NT][8];
     for (int t = 0; t < NT; ++t)
         for (int l = 0; l < 8; ++l) acc[t][l] = _mm512_setzero_ps();
     for (size_t b = 0; b < n; ++b) {
-        for (int o = 0; o < 352; o += 64) _mm_prefetch(ahead + 352 * b + o, _MM_HINT_T0);
+        request_ahead(group, parts, nb, b);
         const __m512 dw = load_scales(scales + 32 * b);
         __m512 d[NT];
         for (int t = 0; t < NT; ++t) d[t] = _mm512_mul_ps(dw, _mm512_set1_ps(x[t]->d[b]));
@@ -108,10 +105,10 @@ void q5_0_group(const uint8_t* group, int64_t nb, const Token8* const* x, float*
 template <int NT>
 void q4_1_group(const uint8_t* group, int64_t nb, const BlockQ8_1* const* x, float* const* y) {
     const size_t n = size_t(nb);
+    const GroupParts parts = group_parts(TensorType::Q4_1, nb);
     const uint8_t* values = group;
-    const uint8_t* scales = group + 256 * n;
-    const uint8_t* mins = group + 288 * n;
-    const char* ahead = reinterpret_cast<const char*>(group) + kAhead * 320 * n;
+    const uint8_t* scales = group + parts.d;
+    const uint8_t* mins = group + parts.m;
     const __m512i low = _mm512_set1_epi8(0x0f);
     __m512 acc[NT][8], msum[NT];
     for (int t = 0; t < NT; ++t) {
@@ -119,7 +116,7 @@ void q4_1_group(const uint8_t* group, int64_t nb, const BlockQ8_1* const* x, flo
         for (int l = 0; l < 8; ++l) acc[t][l] = _mm512_setzero_ps();
     }
     for (size_t b = 0; b < n; ++b) {
-        for (int o = 0; o < 320; o += 64) _mm_prefetch(ahead + 320 * b + o, _MM_HINT_T0);
+        request_ahead(group, parts, nb, b);
         const __m512 dw = load_scales(scales + 32 * b), mw = load_scales(mins + 32 * b);
         __m512 d[NT];
         for (int t = 0; t < NT; ++t) {
