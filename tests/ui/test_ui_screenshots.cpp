@@ -20,6 +20,7 @@
 #include "ui/lab/comparison_view.h"
 #include "ui/lab/strategy_panel.h"
 #include "ui/chat_panel.h"
+#include "ui/color_scheme.h"
 #include "ui/main_window.h"
 #include "ui/models/model_list_model.h"
 #include "ui/models/models_dialog.h"
@@ -28,6 +29,7 @@
 #include "ui/storage_panel.h"
 #include "ui/settings_dialog.h"
 #include "ui/transcript_view.h"
+#include "support/chat_window.h"
 #include "support/ui_testing.h"
 
 #include <QAbstractItemView>
@@ -148,15 +150,9 @@ private Q_SLOTS:
             store.create_conversation("Trip to Lisbon", "", "dynamic");
             store.create_conversation("Sourdough notes", "", "quantized:nbits=4");
         }
-        WindowOptions o;
-        o.databasePath = db;
-        o.modelPath = model_;
-        o.restoreState = false;
-        MainWindow w(o);
-        w.resize(1280, 820);
-        w.show();
-        QVERIFY(QTest::qWaitForWindowExposed(&w));
-        QTRY_VERIFY_WITH_TIMEOUT(w.modelReady() && w.currentConversation() != 0, 60000);
+        const auto window = test::openChatWindow(db, model_, QSize(1280, 820));
+        QVERIFY(window);
+        MainWindow& w = *window;
         auto* transcript = w.findChild<TranscriptView*>("transcriptView");
         // The most recent conversation opens; pick the one with the code.
         QTRY_VERIFY(transcript->messageViews().size() >= 1 || w.currentConversation() != 0);
@@ -199,19 +195,10 @@ private Q_SLOTS:
         QTest::qWait(100);
         save(&w, "storage-view.png");
 
-        // The same window under a dark palette: everything follows the system's colours.
+        // The same window under a dark palette (the app's own, View > Colours > Dark): everything
+        // follows the palette's colours.
         const QPalette light = QApplication::palette();
-        QPalette dark;
-        dark.setColor(QPalette::Window, QColor(45, 45, 48));
-        dark.setColor(QPalette::WindowText, QColor(230, 230, 230));
-        dark.setColor(QPalette::Base, QColor(30, 30, 32));
-        dark.setColor(QPalette::AlternateBase, QColor(55, 55, 60));
-        dark.setColor(QPalette::Text, QColor(230, 230, 230));
-        dark.setColor(QPalette::Button, QColor(50, 50, 54));
-        dark.setColor(QPalette::ButtonText, QColor(230, 230, 230));
-        dark.setColor(QPalette::Highlight, QColor(42, 130, 218));
-        dark.setColor(QPalette::HighlightedText, Qt::white);
-        dark.setColor(QPalette::PlaceholderText, QColor(150, 150, 150));
+        const QPalette dark = ColorScheme::darkPalette();
         QApplication::setPalette(dark);
         QTest::qWait(200);
         save(&w, "conversation-dark.png");
@@ -414,15 +401,9 @@ private Q_SLOTS:
             QVERIFY2(w->grab().save(path), qPrintable(path));
             qInfo("wrote %s", qPrintable(path));
         };
-        WindowOptions o;
-        o.databasePath = db;
-        o.modelPath = model;
-        o.restoreState = false;
-        MainWindow w(o);
-        w.resize(1600, 1000);
-        w.show();
-        QVERIFY(QTest::qWaitForWindowExposed(&w));
-        QTRY_VERIFY_WITH_TIMEOUT(w.modelReady() && w.currentConversation() != 0, 60000);
+        const auto window = test::openChatWindow(db, model, QSize(1600, 1000));
+        QVERIFY(window);
+        MainWindow& w = *window;
         QSignalSpy done(&w, &MainWindow::answerFinished);
         const char* questions[] = {"Give me three tips for a good night's sleep.",
                                    "Write a Python function that reverses a string."};
