@@ -1,10 +1,11 @@
 #pragma once
 // What the conversation suites share: the small six-layer Gemma-shaped model they chat with
-// (sliding window 8, so checkpoints and windows come into play within a few turns), greedy turn
-// options, a conversation left answered by an earlier session, and reading the message of what
-// a call throws.
+// (sliding window 8, so checkpoints and windows come into play within a few turns) and the set-up
+// around it, greedy turn options, a conversation left answered by an earlier session, and reading
+// the message of what a call throws.
 #include "engine/chat/chat_session.h"
 #include "engine/chat/conversation.h"
+#include "engine/compute/backend.h"
 #include "engine/store/store.h"
 #include "engine/model/model.h"
 #include "support/tiny_model.h"
@@ -26,6 +27,15 @@ inline std::string write_chat_model(const QTemporaryDir& dir) {
 }
 
 inline std::unique_ptr<Model> chat_model(const QTemporaryDir& dir) { return Model::load(write_chat_model(dir)); }
+
+// A temporary folder with the chat model loaded, a two-thread CPU backend and a database path
+// in the folder: what the session suites start each case from.
+struct ChatSetup {
+    QTemporaryDir dir;
+    std::unique_ptr<Model> m = chat_model(dir);
+    std::unique_ptr<Backend> be = make_cpu_backend(2);
+    std::string db = (dir.path() + "/kv.db").toStdString();
+};
 
 inline TurnOptions greedy(int n) {
     TurnOptions o;

@@ -19,12 +19,7 @@ using test::greedy;
 
 namespace {
 
-struct Setup {
-    QTemporaryDir dir;
-    std::unique_ptr<Model> m = test::chat_model(dir);
-    std::unique_ptr<Backend> be = make_cpu_backend(2);
-    std::string db = (dir.path() + "/kv.db").toStdString();
-};
+using Setup = test::ChatSetup;
 
 std::vector<std::string> texts(const std::vector<MessageRecord>& ms) {
     std::vector<std::string> out;

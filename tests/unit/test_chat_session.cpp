@@ -26,12 +26,7 @@ using test::greedy;
 
 namespace {
 
-struct Setup {
-    QTemporaryDir dir;
-    std::unique_ptr<Model> m = test::chat_model(dir);
-    std::unique_ptr<Backend> be = make_cpu_backend(2);
-    std::string db = (dir.path() + "/kv.db").toStdString();
-};
+using Setup = test::ChatSetup;
 
 std::string title_of(const Store& store, int64_t id) { return store.find_conversation_by_id(id)->title; }
 
