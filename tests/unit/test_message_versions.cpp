@@ -5,11 +5,10 @@
 // replaced; deleting a conversation deletes its versions.
 #include "engine/error.h"
 #include "engine/store/store.h"
+#include "support/raw_sqlite.h"
 
 #include <QTemporaryDir>
 #include <QtTest>
-
-#include <sqlite3.h>
 
 #include <string>
 #include <vector>
@@ -18,40 +17,8 @@ using namespace kvchat;
 
 namespace {
 
-// A second connection, not through Store: runs `sql`, returns the first column of the first row.
-std::string raw_query(const std::string& path, const std::string& sql) {
-    sqlite3* db = nullptr;
-    std::string out;
-    if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr) != SQLITE_OK) {
-        out = "<cannot open>";
-    } else {
-        sqlite3_stmt* st = nullptr;
-        if (sqlite3_prepare_v2(db, sql.c_str(), -1, &st, nullptr) != SQLITE_OK) {
-            out = std::string("<error: ") + sqlite3_errmsg(db) + ">";
-        } else if (const int rc = sqlite3_step(st); rc == SQLITE_ROW) {
-            const auto* p = reinterpret_cast<const char*>(sqlite3_column_text(st, 0));
-            out = p ? p : "";
-        } else if (rc != SQLITE_DONE) {
-            out = std::string("<error: ") + sqlite3_errmsg(db) + ">";
-        }
-        sqlite3_finalize(st);
-    }
-    sqlite3_close(db);
-    return out;
-}
-
-std::string raw_exec(const std::string& path, const std::string& sql) {
-    sqlite3* db = nullptr;
-    std::string out = "ok";
-    if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr) != SQLITE_OK)
-        out = "<cannot open>";
-    else if (char* err = nullptr; sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &err) != SQLITE_OK) {
-        out = std::string("<error: ") + (err ? err : "?") + ">";
-        sqlite3_free(err);
-    }
-    sqlite3_close(db);
-    return out;
-}
+using test::raw_exec;
+using test::raw_query;
 
 std::vector<std::string> texts(const std::vector<MessageRecord>& ms) {
     std::vector<std::string> out;

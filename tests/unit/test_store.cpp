@@ -4,6 +4,7 @@
 #include "engine/common/utf8.h"
 #include "engine/error.h"
 #include "engine/store/store.h"
+#include "support/raw_sqlite.h"
 #include "support/test_paths.h"
 
 #include <QDir>
@@ -58,43 +59,8 @@ void write_bytes(const QString& path, const QByteArray& bytes) {
     QCOMPARE(f.write(bytes), bytes.size());
 }
 
-// A second connection, not through Store, to look at or tamper with the file as another program
-// would. Runs `sql` and returns the first column of the first row as text.
-std::string raw_query(const std::string& path, const std::string& sql) {
-    sqlite3* db = nullptr;
-    if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr) != SQLITE_OK) {
-        sqlite3_close(db);
-        return "<cannot open>";
-    }
-    sqlite3_stmt* st = nullptr;
-    std::string out;
-    if (sqlite3_prepare_v2(db, sql.c_str(), -1, &st, nullptr) != SQLITE_OK) {
-        out = std::string("<error: ") + sqlite3_errmsg(db) + ">";
-    } else {
-        const int rc = sqlite3_step(st);
-        if (rc == SQLITE_ROW) {
-            const auto* p = static_cast<const char*>(sqlite3_column_blob(st, 0));
-            out.assign(p ? p : "", static_cast<size_t>(sqlite3_column_bytes(st, 0)));
-        } else if (rc != SQLITE_DONE) {
-            out = std::string("<error: ") + sqlite3_errmsg(db) + ">";
-        }
-    }
-    sqlite3_finalize(st);
-    sqlite3_close(db);
-    return out;
-}
-
-std::string raw_exec(const std::string& path, const std::string& sql) {
-    sqlite3* db = nullptr;
-    std::string out = "ok";
-    if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr) != SQLITE_OK) {
-        out = "<cannot open>";
-    } else if (sqlite3_exec(db, sql.c_str(), nullptr, nullptr, nullptr) != SQLITE_OK) {
-        out = std::string("<error: ") + sqlite3_errmsg(db) + ">";
-    }
-    sqlite3_close(db);
-    return out;
-}
+using kvchat::test::raw_exec;
+using kvchat::test::raw_query;
 
 // Bytes 1..255 once each, made valid: ASCII stays, and each of the 128 bytes 80..FF is its own
 // ill-formed subpart (a continuation byte with no lead, or a lead followed by another lead), so
