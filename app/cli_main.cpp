@@ -61,7 +61,8 @@ const char* kUsageText =
     "             cache's telemetry; --stop reads \\n, \\t, \\\\, \\xHH (as llama.cpp): --stop \"\\n\\n\"\n"
     "  bench      [--prompt-tokens 512] [--gen-tokens 128] [--runs 3] [--simd avx2|avx512-vnni|amx] [--json]\n"
     "             prefill and decode tokens per second (median, min and max of the runs), the bytes a\n"
-    "             decoded token reads and the share of the memory bandwidth that makes\n"
+    "             decoded token reads and the share of the memory bandwidth that makes (the bandwidth\n"
+    "             read just before and after each run's decode: it moves on a shared host)\n"
     "  bench      --bandwidth [--json]: the memory's streaming read bandwidth with the compute threads\n"
     "  bench      --cache SPEC[,SPEC...] [--context N[,N...]] [--gen-tokens 32] [--json]\n"
     "             one row per strategy and context: KV bytes, prefill and decode speed, the greedy\n"
@@ -392,6 +393,9 @@ int cmd_bench(const Options& o) {
                             std::to_string(m.config().n_ctx_train));
 
     std::vector<double> prefill, decode;
+    // The memory's read bandwidth just before and just after each counted run's decode.
+    std::vector<double> bandwidth_runs;
+    std::optional<kvchat::BandwidthProbe> probe(std::in_place, l.backend->pool());
     std::vector<float> logits;
     double kv_read = 0.0;  // mean bytes of keys and values a decode step reads (all layers)
     long minor_faults = 0, major_faults = 0;  // during the counted decode loops
@@ -400,6 +404,9 @@ int cmd_bench(const Options& o) {
         auto t0 = std::chrono::steady_clock::now();
         m.forward(*l.backend, *cache, ids.data(), static_cast<int64_t>(ids.size()), kvchat::Logits::Last, logits);
         auto t1 = std::chrono::steady_clock::now();
+        const double prefill_s = std::chrono::duration<double>(t1 - t0).count();
+        const double bw_before = r > 0 ? probe->measure() : 0.0;
+        t1 = std::chrono::steady_clock::now();
         // Attention reads every key and value the cache holds; it grows by one token a step.
         const double kv_first = static_cast<double>(cache->bytes());
         const auto faults0 = page_faults();
@@ -411,17 +418,23 @@ int cmd_bench(const Options& o) {
         const auto faults1 = page_faults();
         kv_read = 0.5 * (kv_first + static_cast<double>(cache->bytes()));
         if (r == 0) continue;
+        bandwidth_runs.push_back(0.5 * (bw_before + probe->measure()));
         minor_faults += faults1.first - faults0.first;
         major_faults += faults1.second - faults0.second;
-        prefill.push_back(prompt_tokens / std::chrono::duration<double>(t1 - t0).count());
+        prefill.push_back(prompt_tokens / prefill_s);
         decode.push_back(gen_tokens / std::chrono::duration<double>(t2 - t1).count());
     }
+    probe.reset();  // (its pages are not the engine's resident memory)
     const Spread p = spread(prefill), d = spread(decode);
-    // After the runs, so the model's pages were not pushed out of the caches before them.
-    const double bandwidth = kvchat::memory_read_gbs(l.backend->pool());
     const double weights = weight_bytes_per_token(m);
     const double per_token = weights + kv_read;
     const double achieved = per_token * d.median / 1e9;
+    // Each run's share against the bandwidth read beside it.
+    std::vector<double> fractions;
+    for (size_t i = 0; i < decode.size(); ++i)
+        fractions.push_back(bandwidth_runs[i] > 0 ? per_token * decode[i] / 1e9 / bandwidth_runs[i] : 0.0);
+    const Spread f = spread(fractions);
+    const double bandwidth = spread(bandwidth_runs).median;
     const double rss_end = rss_mib();
     json j;
     j["model"] = m.path();
@@ -447,8 +460,12 @@ int cmd_bench(const Options& o) {
     j["decode_weight_bytes_per_token"] = weights;
     j["decode_kv_bytes_per_token"] = kv_read;
     j["memory_read_gbs"] = bandwidth;
+    j["memory_read_gbs_runs"] = bandwidth_runs;
     j["decode_read_gbs"] = achieved;
-    j["decode_bandwidth_fraction"] = bandwidth > 0 ? achieved / bandwidth : 0.0;
+    j["decode_bandwidth_fraction"] = f.median;
+    j["decode_bandwidth_fraction_min"] = f.min;
+    j["decode_bandwidth_fraction_max"] = f.max;
+    j["decode_bandwidth_fraction_runs"] = fractions;
     j["model_file_mib"] = static_cast<double>(m.file_bytes()) / (1024.0 * 1024.0);
     j["rss_before_load_mib"] = rss0;
     j["rss_after_load_mib"] = rss_loaded;
@@ -460,12 +477,13 @@ int cmd_bench(const Options& o) {
                     "prefill    %.1f tok/s  (%d tokens; median of %d runs, min %.1f, max %.1f)\n"
                     "decode     %.1f tok/s  (%d tokens; median of %d runs, min %.1f, max %.1f)\n"
                     "bandwidth  a decoded token reads %.1f MB (weights %.1f, keys and values %.2f): %.1f GB/s at the\n"
-                    "           median, %.0f%% of the %.1f GB/s this machine streams from memory with %d threads\n"
+                    "           median; %.0f%% (runs %.0f-%.0f%%) of what this machine streamed from memory with %d\n"
+                    "           threads just before and after each run (median %.1f GB/s)\n"
                     "memory     %.0f MiB resident after load, %.0f MiB after the runs (model file %.0f MiB)\n"
                     "kernels    %s\n",
                     m.path().c_str(), l.backend->pool().size(), kvchat::simd_level(), p.median, prompt_tokens, runs, p.min,
                     p.max, d.median, gen_tokens, runs, d.min, d.max, per_token / 1e6, weights / 1e6, kv_read / 1e6, achieved,
-                    bandwidth > 0 ? 100.0 * achieved / bandwidth : 0.0, bandwidth, l.backend->pool().size(), rss_loaded,
+                    100.0 * f.median, 100.0 * f.min, 100.0 * f.max, l.backend->pool().size(), bandwidth, rss_loaded,
                     rss_end, j["model_file_mib"].get<double>(),
                     j["simd_families"].get<std::string>().empty() ? "(one level for all)" : j["simd_families"].get<std::string>().c_str());
     }

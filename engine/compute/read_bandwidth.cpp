@@ -56,9 +56,10 @@ double stream_read_gbs(const void* data, size_t bytes, ThreadPool& pool) {
     return double(bytes) / std::max(s, 1e-9) / 1e9;
 }
 
-double memory_read_gbs(ThreadPool& pool, size_t bytes, int passes) {
+BandwidthProbe::BandwidthProbe(ThreadPool& pool, size_t bytes) : pool_(pool), bytes_(bytes) {
     void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) throw Error("cannot allocate " + std::to_string(bytes >> 20) + " MiB to measure memory bandwidth");
+    data_ = p;
     // Huge pages where the kernel grants them, so page walks do not count against the memory;
     // written in parallel so the pages exist before the timed passes.
     ::madvise(p, bytes, MADV_HUGEPAGE);
@@ -67,10 +68,16 @@ double memory_read_gbs(ThreadPool& pool, size_t bytes, int passes) {
         const size_t end = bytes * size_t(index + 1) / size_t(n_threads);
         std::memset(static_cast<uint8_t*>(p) + begin, int(index + 1), end - begin);
     });
+}
+
+BandwidthProbe::~BandwidthProbe() { ::munmap(data_, bytes_); }
+
+double BandwidthProbe::measure(int passes) {
     double best = 0.0;
-    for (int i = 0; i < std::max(1, passes); ++i) best = std::max(best, stream_read_gbs(p, bytes, pool));
-    ::munmap(p, bytes);
+    for (int i = 0; i < std::max(1, passes); ++i) best = std::max(best, stream_read_gbs(data_, bytes_, pool_));
     return best;
 }
+
+double memory_read_gbs(ThreadPool& pool, size_t bytes, int passes) { return BandwidthProbe(pool, bytes).measure(passes); }
 
 }  // namespace kvchat

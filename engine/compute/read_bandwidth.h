@@ -15,4 +15,22 @@ double stream_read_gbs(const void* data, size_t bytes, ThreadPool& pool);
 // bandwidth as the pool's threads see it.
 double memory_read_gbs(ThreadPool& pool, size_t bytes = size_t(1) << 30, int passes = 3);
 
+// A buffer beyond the last-level cache, allocated once, to read the bandwidth again and again
+// beside the runs of a benchmark: on a shared host what the memory delivers moves from minute to
+// minute, so a share of the bandwidth compares a run with a reading taken next to it.
+class BandwidthProbe {
+public:
+    explicit BandwidthProbe(ThreadPool& pool, size_t bytes = size_t(256) << 20);
+    ~BandwidthProbe();
+    BandwidthProbe(const BandwidthProbe&) = delete;
+    BandwidthProbe& operator=(const BandwidthProbe&) = delete;
+    // The best of `passes` streaming reads of the buffer, GB/s.
+    double measure(int passes = 2);
+
+private:
+    ThreadPool& pool_;
+    void* data_ = nullptr;
+    size_t bytes_ = 0;
+};
+
 }  // namespace kvchat

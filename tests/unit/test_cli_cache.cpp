@@ -13,6 +13,10 @@
 #include <QtTest>
 #include <sys/resource.h>
 
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
 using Run = kvchat::test::CliRun;
 using kvchat::test::run_cli;
 
@@ -75,6 +79,38 @@ private slots:
                 lines[0].contains("agree") && lines[0].contains("conv ms"));
         QVERIFY(lines[1].startsWith("dynamic") && lines[1].endsWith(" -"));  // nothing to convert
         QVERIFY(lines[2].startsWith("static:max_len=40"));
+    }
+
+    // The plain bench's share of the bandwidth: each run against the bandwidth read beside it
+    // (not one reading taken after all runs), and the reading's buffer is not counted as the
+    // engine's memory.
+    void benchSharesEachRunAgainstItsOwnBandwidth() {
+        const Run r = cli({"bench", "--model", model_, "--prompt-tokens", "16", "--gen-tokens", "8", "--runs", "3",
+                           "--json", "--threads", "2"});
+        QVERIFY2(r.code == 0, qPrintable(r.err));
+        const QJsonObject j = QJsonDocument::fromJson(r.out.toUtf8()).object();
+        const QJsonArray decode = j["decode_runs_tok_s"].toArray(), bw = j["memory_read_gbs_runs"].toArray(),
+                         share = j["decode_bandwidth_fraction_runs"].toArray();
+        QCOMPARE(decode.size(), 3);
+        QCOMPARE(bw.size(), 3);
+        QCOMPARE(share.size(), 3);
+        const double per_token = j["decode_weight_bytes_per_token"].toDouble() + j["decode_kv_bytes_per_token"].toDouble();
+        QVERIFY(per_token > 0);
+        std::vector<double> shares;
+        for (int i = 0; i < 3; ++i) {
+            QVERIFY(bw[i].toDouble() > 0);
+            const double expected = per_token * decode[i].toDouble() / 1e9 / bw[i].toDouble();
+            QVERIFY2(std::abs(share[i].toDouble() - expected) <= 1e-9 * expected,
+                     qPrintable(QString("run %1: share %2, its decode over its bandwidth %3").arg(i).arg(share[i].toDouble()).arg(expected)));
+            shares.push_back(share[i].toDouble());
+        }
+        std::sort(shares.begin(), shares.end());
+        QCOMPARE(j["decode_bandwidth_fraction"].toDouble(), shares[1]);
+        QCOMPARE(j["decode_bandwidth_fraction_min"].toDouble(), shares[0]);
+        QCOMPARE(j["decode_bandwidth_fraction_max"].toDouble(), shares[2]);
+        // The reading's 256 MiB buffer is gone before the resident memory is read.
+        QVERIFY2(j["rss_after_bench_mib"].toDouble() < j["rss_after_load_mib"].toDouble() + 128,
+                 qPrintable(QString("%1 MiB after the runs, %2 after load").arg(j["rss_after_bench_mib"].toDouble()).arg(j["rss_after_load_mib"].toDouble())));
     }
 
     // A strategy that cannot hold the longest context and its generated tokens is refused before
