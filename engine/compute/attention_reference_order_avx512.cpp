@@ -142,11 +142,97 @@ void decode_scores_tile(const float* const* q, const T* k, int hd, float* S, int
     }
 }
 
-// Fewer than 4 rows: the same sums, but each row's lane trees are reduced four columns at a time
-// (reduce4 treats its four vectors alike), instead of one column's rows padded to four.
+// Fewer than 4 rows: the same sums, but the lane trees of 16 columns are reduced together, one
+// level of _mm512_reduce_add_ps's tree per step, so that the 16 scores of a row end in one
+// register (lane i + i + 8: pairs of columns; + 4: fours; then 0 + 2 and 1 + 3: eights; then their
+// sum: sixteen), stored at once. A level's adds take two vectors that each hold half-done trees,
+// and add the same lanes as the tree would: each column's sum is bit for bit reduce4's. The
+// columns' keys are converted once for all rows.
+template <class T, int RI>
+struct Block16 {
+    // The tree's pending vectors: level[l] holds 2^l columns' partial trees of each row.
+    __m512 level[4][RI];
+    int count = 0;  // columns pushed
+
+    // One column's 16-lane vectors X[i] = (a0 + a2) + (a1 + a3).
+    void push(const __m512* x) {
+        __m512 cur[RI];
+        for (int i = 0; i < RI; ++i) cur[i] = x[i];
+        ++count;
+        // Column `count - 1` completes levels while the count's low bits carry.
+        if (count & 1) {
+            for (int i = 0; i < RI; ++i) level[0][i] = cur[i];
+            return;
+        }
+        for (int i = 0; i < RI; ++i)  // pairs: [a: x_i + x_i+8 | b: the same]
+            cur[i] = _mm512_add_ps(_mm512_shuffle_f32x4(level[0][i], cur[i], 0x44), _mm512_shuffle_f32x4(level[0][i], cur[i], 0xee));
+        if (count & 2) {
+            for (int i = 0; i < RI; ++i) level[1][i] = cur[i];
+            return;
+        }
+        for (int i = 0; i < RI; ++i)  // fours: per quarter t_j = p_j + p_j+4
+            cur[i] = _mm512_add_ps(_mm512_shuffle_f32x4(level[1][i], cur[i], 0x88), _mm512_shuffle_f32x4(level[1][i], cur[i], 0xdd));
+        if (count & 4) {
+            for (int i = 0; i < RI; ++i) level[2][i] = cur[i];
+            return;
+        }
+        for (int i = 0; i < RI; ++i) {  // eights: per quarter t0 + t2, t1 + t3
+            const __m512d a = _mm512_castps_pd(level[2][i]), b = _mm512_castps_pd(cur[i]);
+            cur[i] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(a, b)), _mm512_castpd_ps(_mm512_unpackhi_pd(a, b)));
+        }
+        if (count & 8) {
+            for (int i = 0; i < RI; ++i) level[3][i] = cur[i];
+            return;
+        }
+        for (int i = 0; i < RI; ++i)  // sixteen: (t0 + t2) + (t1 + t3)
+            level[3][i] = _mm512_add_ps(_mm512_shuffle_ps(level[3][i], cur[i], 0x88), _mm512_shuffle_ps(level[3][i], cur[i], 0xdd));
+    }
+    // After 16 pushes: row i's score of column c of the block is lane 4 (c % 4) + c / 4 of
+    // level[3][i]; the permutation puts it in lane c.
+    __m512 scores(int i) const {
+        return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), level[3][i]);
+    }
+};
+
 template <class T, int RI>
 void decode_scores_columns(const float* const* q, const T* const* k, int goff, int hd, int c0, int c1, float* S,
                            int64_t ldc, const DecodeAhead* ahead) {
+    static_assert(RI < 4);
+    // Each row's query, 64 dimensions a block, in registers for the whole range when it is one block.
+    for (int cb = c0; cb < c1; cb += 16) {
+        Block16<T, RI> tree;
+        uint32_t present = 0;
+        for (int j = 0; j < 16; ++j) {
+            const int c = cb + j;
+            request_ahead(ahead, c, c1);
+            __m512 X[RI];
+            if (c < c1 && k[c]) {
+                present |= 1u << j;
+                const T* kc = k[c] + goff;
+                __m512 a[RI][4];
+                for (int i = 0; i < RI; ++i)
+                    for (int m = 0; m < 4; ++m) a[i][m] = _mm512_setzero_ps();
+                for (int d = 0; d < hd; d += 64) {
+                    __m512 kv[4];
+                    for (int m = 0; m < 4; ++m) kv[m] = ld16(kc + d + 16 * m);
+                    for (int i = 0; i < RI; ++i)
+                        for (int m = 0; m < 4; ++m) a[i][m] = _mm512_fmadd_ps(_mm512_loadu_ps(q[i] + d + 16 * m), kv[m], a[i][m]);
+                }
+                for (int i = 0; i < RI; ++i) X[i] = _mm512_add_ps(_mm512_add_ps(a[i][0], a[i][2]), _mm512_add_ps(a[i][1], a[i][3]));
+            } else {
+                for (int i = 0; i < RI; ++i) X[i] = _mm512_setzero_ps();
+            }
+            tree.push(X);
+        }
+        for (int i = 0; i < RI; ++i) _mm512_mask_storeu_ps(S + i * ldc + cb, __mmask16(present), tree.scores(i));
+    }
+}
+
+// Fewer than 4 rows and a head dimension that is not a multiple of 64: each row's lane trees
+// reduced four columns at a time, the dimensions past the last 64 added in double.
+template <class T, int RI>
+void decode_scores_columns_tail(const float* const* q, const T* const* k, int goff, int hd, int c0, int c1, float* S,
+                                int64_t ldc, const DecodeAhead* ahead) {
     static_assert(RI < 4);
     const int np = hd & ~63;
     __m512 X[RI][4];
@@ -187,11 +273,20 @@ void decode_scores_columns(const float* const* q, const T* const* k, int goff, i
 template <class T>
 void decode_scores_t(const float* const* q, int R, const T* const* k, int goff, int hd, int c0, int c1, float* S,
                      int64_t ldc, const DecodeAhead* ahead) {
-    switch (R) {
-        case 3: return decode_scores_columns<T, 3>(q, k, goff, hd, c0, c1, S, ldc, ahead);
-        case 2: return decode_scores_columns<T, 2>(q, k, goff, hd, c0, c1, S, ldc, ahead);
-        case 1: return decode_scores_columns<T, 1>(q, k, goff, hd, c0, c1, S, ldc, ahead);
-        default: break;
+    if (hd % 64 == 0) {
+        switch (R) {
+            case 3: return decode_scores_columns<T, 3>(q, k, goff, hd, c0, c1, S, ldc, ahead);
+            case 2: return decode_scores_columns<T, 2>(q, k, goff, hd, c0, c1, S, ldc, ahead);
+            case 1: return decode_scores_columns<T, 1>(q, k, goff, hd, c0, c1, S, ldc, ahead);
+            default: break;
+        }
+    } else {
+        switch (R) {
+            case 3: return decode_scores_columns_tail<T, 3>(q, k, goff, hd, c0, c1, S, ldc, ahead);
+            case 2: return decode_scores_columns_tail<T, 2>(q, k, goff, hd, c0, c1, S, ldc, ahead);
+            case 1: return decode_scores_columns_tail<T, 1>(q, k, goff, hd, c0, c1, S, ldc, ahead);
+            default: break;
+        }
     }
     for (int c = c0; c < c1; ++c) {
         request_ahead(ahead, c, c1);

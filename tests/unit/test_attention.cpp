@@ -381,6 +381,11 @@ private Q_SLOTS:
         // kv head cut into parts for the threads, short (one thread takes it) and long.
         QTest::newRow("smollm2 decode short") << 9 << 3 << 64 << 1 << 50 << 0 << false;
         QTest::newRow("smollm2 decode long") << 9 << 3 << 64 << 1 << 700 << 0 << false;
+        // Fewer than four rows a kv head reduce 16 columns' trees together: blocks cut short by
+        // the range's end, and columns without a slot (a ring's window) inside a block.
+        QTest::newRow("smollm2 decode sliding ring") << 9 << 3 << 64 << 1 << 1203 << 333 << true;
+        QTest::newRow("two rows a kv head decode") << 4 << 2 << 64 << 1 << 517 << 0 << false;
+        QTest::newRow("one row a kv head decode head_dim 128") << 4 << 4 << 128 << 1 << 389 << 0 << false;
     }
     void referenceOrderIsExact() {
         Case c;
