@@ -142,13 +142,29 @@ void decode_scores_tile(const float* const* q, const T* k, int hd, float* S, int
     }
 }
 
+// One column's 16-lane vectors for rows [0, RI): four accumulators by dimension / 16 % 4 over
+// dimensions [0, np) (a multiple of 64), added (0 + 2) + (1 + 3), before the lane tree.
+template <class T, int RI>
+inline void column_lanes(const float* const* q, const T* kc, int np, __m512* X) {
+    __m512 a[RI][4];
+    for (int i = 0; i < RI; ++i)
+        for (int m = 0; m < 4; ++m) a[i][m] = _mm512_setzero_ps();
+    for (int d = 0; d < np; d += 64) {
+        __m512 kv[4];
+        for (int m = 0; m < 4; ++m) kv[m] = ld16(kc + d + 16 * m);
+        for (int i = 0; i < RI; ++i)
+            for (int m = 0; m < 4; ++m) a[i][m] = _mm512_fmadd_ps(_mm512_loadu_ps(q[i] + d + 16 * m), kv[m], a[i][m]);
+    }
+    for (int i = 0; i < RI; ++i) X[i] = _mm512_add_ps(_mm512_add_ps(a[i][0], a[i][2]), _mm512_add_ps(a[i][1], a[i][3]));
+}
+
 // Fewer than 4 rows: the same sums, but the lane trees of 16 columns are reduced together, one
 // level of _mm512_reduce_add_ps's tree per step, so that the 16 scores of a row end in one
 // register (lane i + i + 8: pairs of columns; + 4: fours; then 0 + 2 and 1 + 3: eights; then their
 // sum: sixteen), stored at once. A level's adds take two vectors that each hold half-done trees,
 // and add the same lanes as the tree would: each column's sum is bit for bit reduce4's. The
 // columns' keys are converted once for all rows.
-template <class T, int RI>
+template <int RI>
 struct Block16 {
     // The tree's pending vectors: level[l] holds 2^l columns' partial trees of each row.
     __m512 level[4][RI];
@@ -198,9 +214,8 @@ template <class T, int RI>
 void decode_scores_columns(const float* const* q, const T* const* k, int goff, int hd, int c0, int c1, float* S,
                            int64_t ldc, const DecodeAhead* ahead) {
     static_assert(RI < 4);
-    // Each row's query, 64 dimensions a block, in registers for the whole range when it is one block.
     for (int cb = c0; cb < c1; cb += 16) {
-        Block16<T, RI> tree;
+        Block16<RI> tree;
         uint32_t present = 0;
         for (int j = 0; j < 16; ++j) {
             const int c = cb + j;
@@ -208,17 +223,7 @@ void decode_scores_columns(const float* const* q, const T* const* k, int goff, i
             __m512 X[RI];
             if (c < c1 && k[c]) {
                 present |= 1u << j;
-                const T* kc = k[c] + goff;
-                __m512 a[RI][4];
-                for (int i = 0; i < RI; ++i)
-                    for (int m = 0; m < 4; ++m) a[i][m] = _mm512_setzero_ps();
-                for (int d = 0; d < hd; d += 64) {
-                    __m512 kv[4];
-                    for (int m = 0; m < 4; ++m) kv[m] = ld16(kc + d + 16 * m);
-                    for (int i = 0; i < RI; ++i)
-                        for (int m = 0; m < 4; ++m) a[i][m] = _mm512_fmadd_ps(_mm512_loadu_ps(q[i] + d + 16 * m), kv[m], a[i][m]);
-                }
-                for (int i = 0; i < RI; ++i) X[i] = _mm512_add_ps(_mm512_add_ps(a[i][0], a[i][2]), _mm512_add_ps(a[i][1], a[i][3]));
+                column_lanes<T, RI>(q, k[c] + goff, hd, X);
             } else {
                 for (int i = 0; i < RI; ++i) X[i] = _mm512_setzero_ps();
             }
@@ -253,17 +258,9 @@ void decode_scores_columns_tail(const float* const* q, const T* const* k, int go
     for (int c = c0; c < c1; ++c) {
         request_ahead(ahead, c, c1);
         if (!k[c]) continue;
-        const T* kc = k[c] + goff;
-        __m512 a[RI][4];
-        for (int i = 0; i < RI; ++i)
-            for (int j = 0; j < 4; ++j) a[i][j] = _mm512_setzero_ps();
-        for (int d = 0; d < np; d += 64) {
-            __m512 kv[4];
-            for (int j = 0; j < 4; ++j) kv[j] = ld16(kc + d + 16 * j);
-            for (int i = 0; i < RI; ++i)
-                for (int j = 0; j < 4; ++j) a[i][j] = _mm512_fmadd_ps(_mm512_loadu_ps(q[i] + d + 16 * j), kv[j], a[i][j]);
-        }
-        for (int i = 0; i < RI; ++i) X[i][n] = _mm512_add_ps(_mm512_add_ps(a[i][0], a[i][2]), _mm512_add_ps(a[i][1], a[i][3]));
+        __m512 x[RI];
+        column_lanes<T, RI>(q, k[c] + goff, np, x);
+        for (int i = 0; i < RI; ++i) X[i][n] = x[i];
         col[n++] = c;
         if (n == 4) flush();
     }
