@@ -16,6 +16,7 @@
 //     row r's column 4l + j.
 //   then the 16 rows' fp16 scales d (32 bytes per block), and for Q4_1 their minimums m.
 #include "engine/compute/matmul.h"
+#include "engine/compute/weight_stream.h"
 
 #include <xmmintrin.h>
 
@@ -60,7 +61,7 @@ inline GroupParts group_parts(TensorType t, int64_t nb) {
 // these interleaved streams at about half the memory's speed).
 inline void request_ahead(const uint8_t* group, const GroupParts& p, int64_t nb, size_t b) {
     const char* ahead = reinterpret_cast<const char*>(group) + 2 * p.block * size_t(nb) + p.block * b;
-    for (size_t o = 0; o < p.block; o += 64) _mm_prefetch(ahead + o, _MM_HINT_T0);
+    for (size_t o = 0; o < p.block; o += 64) request_weights(ahead + o);
 }
 
 // One token's 32-column blocks as matmul quantizes them (Q8_0 activations): q (cols bytes), d

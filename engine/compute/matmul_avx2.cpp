@@ -1,6 +1,7 @@
 // AVX2 kernels: the baseline every x86-64 CPU kvchat supports runs.
 #include "engine/compute/matmul_kernels.h"
 #include "engine/compute/quant_blocks.h"
+#include "engine/compute/weight_stream.h"
 
 #include <immintrin.h>
 

@@ -8,6 +8,7 @@
 
 #include "engine/compute/matmul_kernels.h"
 #include "engine/compute/quant_blocks.h"
+#include "engine/compute/weight_stream.h"
 
 #include <immintrin.h>
 
@@ -408,7 +409,7 @@ void rows32_unsigned(const uint8_t* rows, size_t stride, int64_t nb, const Quant
     constexpr int kStep = R * int(sizeof(Block));
     const char* next = reinterpret_cast<const char*>(rows + R * stride);
     for (int64_t i = 0; i < nb; ++i) {
-        for (int o = 0; o < kStep; o += 64) _mm_prefetch(next + i * kStep + o, _MM_HINT_T0);
+        for (int o = 0; o < kStep; o += 64) request_weights(next + i * kStep + o);
         __m256i xv[NT], start[NT];
         for (int k = 0; k < NT; ++k) {
             xv[k] = load256(xq[k] + 32 * i);
@@ -452,7 +453,7 @@ void rows32_unsigned_512(const uint8_t* rows, size_t stride, int64_t nb, const Q
     constexpr int kStep = R * int(sizeof(Block));
     const char* next = reinterpret_cast<const char*>(rows + R * stride);
     for (int64_t i = 0; i < nb; ++i) {
-        for (int o = 0; o < kStep; o += 64) _mm_prefetch(next + i * kStep + o, _MM_HINT_T0);
+        for (int o = 0; o < kStep; o += 64) request_weights(next + i * kStep + o);
         __m512i xv[NT], start[NT];
         for (int k = 0; k < NT; ++k) {
             xv[k] = _mm512_broadcast_i64x4(load256(xq[k] + 32 * i));

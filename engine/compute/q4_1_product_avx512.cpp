@@ -11,6 +11,7 @@
 #include "engine/compute/q4_1_product.h"
 
 #include "engine/compute/quant_blocks.h"
+#include "engine/compute/weight_stream.h"
 
 #include <immintrin.h>
 
@@ -76,7 +77,7 @@ void decode_pairs(const uint8_t* const* a, const uint8_t* const* b, const Decode
         const __m512i qx = _mm512_load_si512(x.q + 64 * blk);
         const __m128 dsx = _mm_loadu_ps(x.ds + 4 * blk);
         if (next)
-            for (int o = 0; o < kStep; o += 64) _mm_prefetch(reinterpret_cast<const char*>(next) + blk * kStep + o, _MM_HINT_T0);
+            for (int o = 0; o < kStep; o += 64) request_weights(reinterpret_cast<const char*>(next) + blk * kStep + o);
         for (int p = 0; p < PAIRS; ++p) {
             const uint8_t* wa = a[p] + sizeof(BlockQ4_1) * blk;
             const uint8_t* wb = b[p] + sizeof(BlockQ4_1) * blk;

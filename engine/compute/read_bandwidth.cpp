@@ -1,6 +1,7 @@
 #include "engine/compute/read_bandwidth.h"
 
 #include "engine/compute/thread_pool.h"
+#include "engine/compute/weight_stream.h"
 #include "engine/error.h"
 
 #include <immintrin.h>
@@ -17,13 +18,13 @@ namespace kvchat {
 namespace {
 
 // Sums [p, p + n) as 32-bit lanes with four independent chains (the loads, not the adds, must be
-// the limit) and a prefetch ahead, as the decode kernels do.
+// the limit) and a request ahead, as the decode kernels make theirs.
 uint32_t read_range(const uint8_t* p, size_t n) {
     __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
     size_t i = 0;
     for (; i + 128 <= n; i += 128) {
-        _mm_prefetch(reinterpret_cast<const char*>(p + i) + 2048, _MM_HINT_T0);
-        _mm_prefetch(reinterpret_cast<const char*>(p + i) + 2048 + 64, _MM_HINT_T0);
+        request_weights(p + i + 2048);
+        request_weights(p + i + 2048 + 64);
         a0 = _mm256_add_epi32(a0, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i)));
         a1 = _mm256_add_epi32(a1, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i + 32)));
         a2 = _mm256_add_epi32(a2, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i + 64)));
