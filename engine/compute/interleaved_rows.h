@@ -64,6 +64,12 @@ inline void request_ahead(const uint8_t* group, const GroupParts& p, int64_t nb,
     for (size_t o = 0; o < p.block; o += 64) request_weights(ahead + o);
 }
 
+// All of a group, before a thread's first use of a piece of a product: the kernels request two
+// groups ahead of the one they compute, so a piece's first two would otherwise be read on demand.
+inline void request_group(const uint8_t* group, size_t bytes) {
+    for (size_t o = 0; o < bytes; o += 64) request_weights(group + o);
+}
+
 // One token's 32-column blocks as matmul quantizes them (Q8_0 activations): q (cols bytes), d
 // (the blocks' scales as floats) and start: per column group of 4, the chain start that cancels
 // the weights' unsigned offset (-z times the group's sum of q: z = 128 for Q8_0, 16 for Q5_0).

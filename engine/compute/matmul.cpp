@@ -391,6 +391,7 @@ void interleaved_decode(const WeightMatrix& w, const float* x, int64_t n_tokens,
     const int64_t nb = w.cols / 32, groups = w.rows / kInterleavedRows;
     // One contiguous piece per thread, as q4_1_products: the streams stay long.
     pool.parallel_for_dynamic(groups, (groups + pool.size() - 1) / pool.size(), [&](int64_t g0, int64_t g1) {
+        for (int64_t g = g0; g < std::min(g1, g0 + 2); ++g) interleaved::request_group(base + size_t(g) * group_bytes, group_bytes);
         for (int64_t g = g0; g < g1; ++g) {
             const int64_t r = g * kInterleavedRows;
             kernel(base + size_t(g) * group_bytes, nb, tok[0], n_tokens == 2 ? &tok[1] : nullptr, y + r,

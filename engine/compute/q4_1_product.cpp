@@ -214,6 +214,14 @@ void q4_1_products(const WeightMatrix* const* ws, float* const* ys, int count, c
         }
         pool.parallel_for_dynamic(n_steps, grain, [&](int64_t s0, int64_t s1) {
             int i = 0;
+            for (int64_t s = s0; s < std::min(s1, s0 + 2); ++s) {
+                while (s >= first_step[i + 1]) ++i;
+                const WeightMatrix& w = *ws[i];
+                if (w.layout != RowLayout::Interleaved16) continue;
+                const size_t group_bytes = size_t(kRowStep) * row_bytes(w.type, w.cols);
+                interleaved::request_group(static_cast<const uint8_t*>(w.data) + size_t(s - first_step[i]) * group_bytes, group_bytes);
+            }
+            i = 0;
             for (int64_t s = s0; s < s1; ++s) {
                 while (s >= first_step[i + 1]) ++i;
                 const WeightMatrix& w = *ws[i];
