@@ -240,7 +240,10 @@ void fused_product(const KernelSet::FusedDot dot, const WeightMatrix& w, const Q
                    ThreadPool& pool) {
     const size_t stride = row_bytes(w.type, w.cols);
     const auto* base = static_cast<const uint8_t*>(w.data);
-    pool.parallel_for_dynamic(w.rows, row_grain(w.rows, pool), [&](int64_t r0, int64_t r1) {
+    // Decode: one contiguous piece per thread, as the other decode products (pieces handed out
+    // in turn sent each thread to where the other had been streaming).
+    const int64_t grain = x.n_tokens <= 2 ? (w.rows + pool.size() - 1) / pool.size() : row_grain(w.rows, pool);
+    pool.parallel_for_dynamic(w.rows, grain, [&](int64_t r0, int64_t r1) {
         // A few rows at a time, so that with several tokens their weights come from L1.
         constexpr int64_t kRowStep = 16;
         for (int64_t r = r0; r < r1; r += kRowStep) {
