@@ -41,6 +41,19 @@ inline __m256i fifth_bits(uint32_t m) {
     return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(bytes, bit), bit), _mm256_set1_epi8(0x10));
 }
 
+// Per token, this half of block b's weight scales times the token's block scale.
+template <int NT>
+inline void token_scales(__m256 dw, const Token8* const* x, size_t b, __m256* d) {
+    for (int t = 0; t < NT; ++t) d[t] = _mm256_mul_ps(dw, _mm256_set1_ps(x[t]->d[b]));
+}
+
+// 32 bytes of packed nibbles: w[0] their low nibbles (lane chain k), w[1] their high ones (k + 4).
+inline void nibbles(__m256i packed, __m256i* w) {
+    const __m256i low = _mm256_set1_epi8(0x0f);
+    w[0] = _mm256_and_si256(packed, low);
+    w[1] = _mm256_and_si256(_mm256_srli_epi16(packed, 4), low);
+}
+
 template <int NT>
 void q8_0_group(const uint8_t* group, int64_t nb, const Token8* const* x, float* const* y) {
     const size_t n = size_t(nb);
@@ -53,9 +66,8 @@ void q8_0_group(const uint8_t* group, int64_t nb, const Token8* const* x, float*
             for (int l = 0; l < 8; ++l) acc[t][l] = _mm256_setzero_ps();
         for (size_t b = 0; b < n; ++b) {
             if (h == 0) request_ahead(group, parts, nb, b);  // during the first half's pass
-            const __m256 dw = load_scales8(scales + 32 * b + 16 * h);
             __m256 d[NT];
-            for (int t = 0; t < NT; ++t) d[t] = _mm256_mul_ps(dw, _mm256_set1_ps(x[t]->d[b]));
+            token_scales<NT>(load_scales8(scales + 32 * b + 16 * h), x, b, d);
             const uint8_t* v = group + 512 * b + 32 * h;
             for (int l = 0; l < 8; ++l) {
                 // Signed again, then |w| against x with w's sign (ggml's mul_sum_i8_pairs).
@@ -77,20 +89,18 @@ void q5_0_group(const uint8_t* group, int64_t nb, const Token8* const* x, float*
     const GroupParts parts = group_parts(TensorType::Q5_0, nb);
     const uint8_t* masks = group + parts.masks;
     const uint8_t* scales = group + parts.d;
-    const __m256i low = _mm256_set1_epi8(0x0f);
     for (int h = 0; h < 2; ++h) {
         __m256 acc[NT][8];
         for (int t = 0; t < NT; ++t)
             for (int l = 0; l < 8; ++l) acc[t][l] = _mm256_setzero_ps();
         for (size_t b = 0; b < n; ++b) {
             if (h == 0) request_ahead(group, parts, nb, b);
-            const __m256 dw = load_scales8(scales + 32 * b + 16 * h);
             __m256 d[NT];
-            for (int t = 0; t < NT; ++t) d[t] = _mm256_mul_ps(dw, _mm256_set1_ps(x[t]->d[b]));
+            token_scales<NT>(load_scales8(scales + 32 * b + 16 * h), x, b, d);
             const uint8_t* v = group + 256 * b + 32 * h;
             for (int k = 0; k < 4; ++k) {
-                const __m256i packed = load256(v + 64 * k);
-                const __m256i nib[2] = {_mm256_and_si256(packed, low), _mm256_and_si256(_mm256_srli_epi16(packed, 4), low)};
+                __m256i nib[2];
+                nibbles(load256(v + 64 * k), nib);
                 for (int e = 0; e < 2; ++e) {
                     const int l = k + 4 * e;
                     uint32_t bits;
@@ -114,7 +124,6 @@ void q4_1_group(const uint8_t* group, int64_t nb, const BlockQ8_1* const* x, flo
     const GroupParts parts = group_parts(TensorType::Q4_1, nb);
     const uint8_t* scales = group + parts.d;
     const uint8_t* mins = group + parts.m;
-    const __m256i low = _mm256_set1_epi8(0x0f);
     for (int h = 0; h < 2; ++h) {
         __m256 acc[NT][8], msum[NT];
         for (int t = 0; t < NT; ++t) {
@@ -131,8 +140,8 @@ void q4_1_group(const uint8_t* group, int64_t nb, const BlockQ8_1* const* x, flo
             }
             const uint8_t* v = group + 256 * b + 32 * h;
             for (int k = 0; k < 4; ++k) {
-                const __m256i packed = load256(v + 64 * k);
-                const __m256i w[2] = {_mm256_and_si256(packed, low), _mm256_and_si256(_mm256_srli_epi16(packed, 4), low)};
+                __m256i w[2];
+                nibbles(load256(v + 64 * k), w);
                 for (int e = 0; e < 2; ++e) {
                     const int l = k + 4 * e;
                     for (int t = 0; t < NT; ++t) {

@@ -36,6 +36,30 @@ inline __m512 lane_tree(const __m512* a) {
                          _mm512_add_ps(_mm512_add_ps(a[5], a[1]), _mm512_add_ps(a[7], a[3])));
 }
 
+// Per token, block b's weight scales times the token's block scale.
+template <int NT>
+inline void token_scales(__m512 dw, const Token8* const* x, size_t b, __m512* d) {
+    for (int t = 0; t < NT; ++t) d[t] = _mm512_mul_ps(dw, _mm512_set1_ps(x[t]->d[b]));
+}
+
+// Lane chain l of block b for every token: the unsigned weights w (4 bytes a lane) against the
+// token's 4 bytes, from the chain start that cancels the weights' offset, times d, into acc.
+template <int NT>
+inline void token_chains(__m512i w, const Token8* const* x, size_t b, int l, const __m512* d, __m512 (*acc)[8]) {
+    for (int t = 0; t < NT; ++t) {
+        const __m512i s = _mm512_dpbusd_epi32(_mm512_set1_epi32(x[t]->start[8 * b + l]), w,
+                                              _mm512_set1_epi32(load_i32(x[t]->q + 32 * b + 4 * l)));
+        acc[t][l] = _mm512_fmadd_ps(d[t], _mm512_cvtepi32_ps(s), acc[t][l]);
+    }
+}
+
+// A 64-byte vector of packed nibbles: w[0] its low nibbles (lane chain k), w[1] its high ones (k + 4).
+inline void nibbles(__m512i packed, __m512i* w) {
+    const __m512i low = _mm512_set1_epi8(0x0f);
+    w[0] = _mm512_and_si512(packed, low);
+    w[1] = _mm512_and_si512(_mm512_srli_epi16(packed, 4), low);
+}
+
 template <int NT>
 void q8_0_group(const uint8_t* group, int64_t nb, const Token8* const* x, float* const* y) {
     const size_t n = size_t(nb);
@@ -47,18 +71,10 @@ void q8_0_group(const uint8_t* group, int64_t nb, const Token8* const* x, float*
         for (int l = 0; l < 8; ++l) acc[t][l] = _mm512_setzero_ps();
     for (size_t b = 0; b < n; ++b) {
         request_ahead(group, parts, nb, b);
-        const __m512 dw = load_scales(scales + 32 * b);
         __m512 d[NT];
-        for (int t = 0; t < NT; ++t) d[t] = _mm512_mul_ps(dw, _mm512_set1_ps(x[t]->d[b]));
+        token_scales<NT>(load_scales(scales + 32 * b), x, b, d);
         const uint8_t* v = values + 512 * b;
-        for (int l = 0; l < 8; ++l) {
-            const __m512i w = _mm512_loadu_si512(v + 64 * l);
-            for (int t = 0; t < NT; ++t) {
-                const __m512i s = _mm512_dpbusd_epi32(_mm512_set1_epi32(x[t]->start[8 * b + l]), w,
-                                                      _mm512_set1_epi32(load_i32(x[t]->q + 32 * b + 4 * l)));
-                acc[t][l] = _mm512_fmadd_ps(d[t], _mm512_cvtepi32_ps(s), acc[t][l]);
-            }
-        }
+        for (int l = 0; l < 8; ++l) token_chains<NT>(_mm512_loadu_si512(v + 64 * l), x, b, l, d, acc);
     }
     for (int t = 0; t < NT; ++t) _mm512_storeu_ps(y[t], lane_tree(acc[t]));
 }
@@ -70,33 +86,25 @@ void q5_0_group(const uint8_t* group, int64_t nb, const Token8* const* x, float*
     const uint8_t* values = group;
     const uint8_t* masks = group + parts.masks;
     const uint8_t* scales = group + parts.d;
-    const __m512i low = _mm512_set1_epi8(0x0f), fifth = _mm512_set1_epi8(0x10);
+    const __m512i fifth = _mm512_set1_epi8(0x10);
     __m512 acc[NT][8];
     for (int t = 0; t < NT; ++t)
         for (int l = 0; l < 8; ++l) acc[t][l] = _mm512_setzero_ps();
     for (size_t b = 0; b < n; ++b) {
         request_ahead(group, parts, nb, b);
-        const __m512 dw = load_scales(scales + 32 * b);
         __m512 d[NT];
-        for (int t = 0; t < NT; ++t) d[t] = _mm512_mul_ps(dw, _mm512_set1_ps(x[t]->d[b]));
+        token_scales<NT>(load_scales(scales + 32 * b), x, b, d);
         const uint8_t* v = values + 256 * b;
         const uint8_t* m = masks + 64 * b;
         for (int k = 0; k < 4; ++k) {
-            const __m512i packed = _mm512_loadu_si512(v + 64 * k);
-            __m512i w[2] = {_mm512_and_si512(packed, low), _mm512_and_si512(_mm512_srli_epi16(packed, 4), low)};
+            __m512i w[2];
+            nibbles(_mm512_loadu_si512(v + 64 * k), w);
             for (int h = 0; h < 2; ++h) {
                 uint64_t bits;
                 std::memcpy(&bits, m + 8 * (k + 4 * h), 8);
                 w[h] = _mm512_mask_add_epi8(w[h], _cvtu64_mask64(bits), w[h], fifth);  // nibble + 16: the fifth bit
             }
-            for (int h = 0; h < 2; ++h) {
-                const int l = k + 4 * h;
-                for (int t = 0; t < NT; ++t) {
-                    const __m512i s = _mm512_dpbusd_epi32(_mm512_set1_epi32(x[t]->start[8 * b + l]), w[h],
-                                                          _mm512_set1_epi32(load_i32(x[t]->q + 32 * b + 4 * l)));
-                    acc[t][l] = _mm512_fmadd_ps(d[t], _mm512_cvtepi32_ps(s), acc[t][l]);
-                }
-            }
+            for (int h = 0; h < 2; ++h) token_chains<NT>(w[h], x, b, k + 4 * h, d, acc);
         }
     }
     for (int t = 0; t < NT; ++t) _mm512_storeu_ps(y[t], lane_tree(acc[t]));
@@ -109,7 +117,6 @@ void q4_1_group(const uint8_t* group, int64_t nb, const BlockQ8_1* const* x, flo
     const uint8_t* values = group;
     const uint8_t* scales = group + parts.d;
     const uint8_t* mins = group + parts.m;
-    const __m512i low = _mm512_set1_epi8(0x0f);
     __m512 acc[NT][8], msum[NT];
     for (int t = 0; t < NT; ++t) {
         msum[t] = _mm512_setzero_ps();
@@ -126,8 +133,8 @@ void q4_1_group(const uint8_t* group, int64_t nb, const BlockQ8_1* const* x, flo
         }
         const uint8_t* v = values + 256 * b;
         for (int k = 0; k < 4; ++k) {
-            const __m512i packed = _mm512_loadu_si512(v + 64 * k);
-            const __m512i w[2] = {_mm512_and_si512(packed, low), _mm512_and_si512(_mm512_srli_epi16(packed, 4), low)};
+            __m512i w[2];
+            nibbles(_mm512_loadu_si512(v + 64 * k), w);
             for (int h = 0; h < 2; ++h) {
                 const int l = k + 4 * h;
                 for (int t = 0; t < NT; ++t) {
