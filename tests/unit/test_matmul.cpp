@@ -261,6 +261,18 @@ float dot_like_llama(TensorType t, const uint8_t* row, int64_t cols, const Quant
     return tiled ? acc : hsum8_like_llama(lanes);
 }
 
+// A data-driven case's rows: (type, level) for every SIMD level and each of `types`, named
+// "TYPE/LEVEL".
+template <class Types>
+void add_type_level_rows(const Types& types) {
+    QTest::addColumn<TensorType>("type");
+    QTest::addColumn<QString>("level");
+    for (const char* level : {"avx2", "avx512-vnni", "amx"})
+        for (TensorType t : types)
+            QTest::newRow(qPrintable(QString("%1/%2").arg(QString::fromLatin1(traits(t).name.data(), int(traits(t).name.size())), level)))
+                << t << QString(level);
+}
+
 }  // namespace
 
 class TestMatmul : public QObject {
@@ -274,16 +286,7 @@ private slots:
         qInfo("this machine's SIMD level: %s (each level it can run is checked below)", simd_level());
     }
 
-    void matchesReference_data() {
-        QTest::addColumn<TensorType>("type");
-        QTest::addColumn<QString>("level");
-        for (const char* level : {"avx2", "avx512-vnni", "amx"}) {
-            for (TensorType t : kAllTypes) {
-                QTest::newRow(qPrintable(QString("%1/%2").arg(QString::fromLatin1(traits(t).name.data(), int(traits(t).name.size())), level)))
-                    << t << QString(level);
-            }
-        }
-    }
+    void matchesReference_data() { add_type_level_rows(kAllTypes); }
 
     // Every type, both SIMD levels, odd row counts (not a multiple of the 16-row panels or the
     // 4-row float tiles), token counts around the tile sizes, 1-3 threads.
@@ -322,11 +325,7 @@ private slots:
     // put back in the plain layout), 1-3 threads, one and two tokens and batches; the rearranging
     // loses no byte, and matrices it cannot hold are refused.
     void interleavedRowsEqualPlain_data() {
-        QTest::addColumn<TensorType>("type");
-        QTest::addColumn<QString>("level");
-        for (const char* level : {"avx2", "avx512-vnni", "amx"})
-            for (TensorType t : {TensorType::Q4_1, TensorType::Q5_0, TensorType::Q8_0})
-                QTest::newRow(qPrintable(QString("%1/%2").arg(traits(t).name.data()).arg(level))) << t << QString(level);
+        add_type_level_rows(std::initializer_list<TensorType>{TensorType::Q4_1, TensorType::Q5_0, TensorType::Q8_0});
     }
     void interleavedRowsEqualPlain() {
         QFETCH(TensorType, type);
@@ -391,11 +390,7 @@ private slots:
     // at every level, for token counts on both sides of its kernels' thresholds (4, 8) and of
     // ours, rows not a multiple of the 16-row panels, 1-3 threads.
     void referenceOrderIsExact_data() {
-        QTest::addColumn<TensorType>("type");
-        QTest::addColumn<QString>("level");
-        for (const char* level : {"avx2", "avx512-vnni", "amx"})
-            for (TensorType t : {TensorType::Q5_0, TensorType::Q8_0, TensorType::Q4_K, TensorType::Q6_K})
-                QTest::newRow(qPrintable(QString("%1/%2").arg(traits(t).name.data()).arg(level))) << t << QString(level);
+        add_type_level_rows(std::initializer_list<TensorType>{TensorType::Q5_0, TensorType::Q8_0, TensorType::Q4_K, TensorType::Q6_K});
     }
     void referenceOrderIsExact() {
         QFETCH(TensorType, type);
