@@ -212,22 +212,27 @@ void q4_1_products(const WeightMatrix* const* ws, float* const* ys, int count, c
                                             dds.data() + t * n_blocks * 4);
             }
         }
+        // Step s: matrix i (advanced from where the last lookup left it; steps go in order) and
+        // the first byte of its rows.
+        auto step_rows = [&](int64_t s, int& i) {
+            while (s >= first_step[i + 1]) ++i;
+            const WeightMatrix& w = *ws[i];
+            return static_cast<const uint8_t*>(w.data) + (s - first_step[i]) * kRowStep * int64_t(row_bytes(w.type, w.cols));
+        };
         pool.parallel_for_dynamic(n_steps, grain, [&](int64_t s0, int64_t s1) {
-            int i = 0;
+            // The piece's first two groups whole: the kernels request two groups ahead of theirs.
+            int j = 0;
             for (int64_t s = s0; s < std::min(s1, s0 + 2); ++s) {
-                while (s >= first_step[i + 1]) ++i;
-                const WeightMatrix& w = *ws[i];
-                if (w.layout != RowLayout::Interleaved16) continue;
-                const size_t group_bytes = size_t(kRowStep) * row_bytes(w.type, w.cols);
-                interleaved::request_group(static_cast<const uint8_t*>(w.data) + size_t(s - first_step[i]) * group_bytes, group_bytes);
+                const uint8_t* rows = step_rows(s, j);
+                if (ws[j]->layout == RowLayout::Interleaved16)
+                    interleaved::request_group(rows, size_t(kRowStep) * row_bytes(ws[j]->type, ws[j]->cols));
             }
-            i = 0;
+            int i = 0;
             for (int64_t s = s0; s < s1; ++s) {
-                while (s >= first_step[i + 1]) ++i;
+                const uint8_t* base = step_rows(s, i);  // of the step's rows
                 const WeightMatrix& w = *ws[i];
                 const size_t stride = row_bytes(w.type, w.cols);
                 const int64_t r0 = (s - first_step[i]) * kRowStep, r1 = std::min(w.rows, r0 + kRowStep);
-                const auto* base = static_cast<const uint8_t*>(w.data) + r0 * stride;  // of the step's rows
                 if (w.layout == RowLayout::Interleaved16) {
                     // A step is one group of 16 interleaved rows.
                     const auto group = interleaved_decode_avx512() ? interleaved::q4_1_group_avx512 : interleaved::q4_1_group_avx2;
