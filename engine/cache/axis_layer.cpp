@@ -87,17 +87,18 @@ private:
 
 }  // namespace
 
-AxisLayer::AxisLayer(const LayerSpec& spec, const LayerConfig& cfg, Backend& backend, OffloadTier* tier, int tier_index)
-    : AxisLayer(spec, cfg, backend, tier, tier_index, kivi_format(spec, cfg)) {}
+AxisLayer::AxisLayer(const LayerSpec& spec, const LayerConfig& cfg, Backend& backend, OffloadTier* tier, int tier_index,
+                     std::shared_ptr<StagingMemory> staging)
+    : AxisLayer(spec, cfg, backend, tier, tier_index, std::move(staging), kivi_format(spec, cfg)) {}
 
 AxisLayer::AxisLayer(const LayerSpec& spec, const LayerConfig& cfg, Backend& backend, OffloadTier* tier, int tier_index,
-                     const std::optional<KiviFormat>& kivi)
+                     std::shared_ptr<StagingMemory> staging, const std::optional<KiviFormat>& kivi)
     : spec_(spec), cfg_(cfg), backend_(backend), kv_dim_(static_cast<int64_t>(spec.shape.n_head_kv) * spec.shape.head_dim),
       retention_(cfg.retention, cfg.window, cfg.sinks, spec.model_window),
       memory_(layer_memory(cfg, backend, tier, tier_index)),
       contents_(make_arena(*memory_, spec, cfg, retention_, kivi), retention_.slot_positions(kivi.has_value()),
                 kivi ? std::optional<QuantizedTokens>(std::in_place, *kivi, cfg.residual, cfg.dtype) : std::nullopt),
-      staged_(backend.alloc_kv()) {}
+      staged_(staging ? std::move(staging) : std::make_shared<StagingMemory>(backend)) {}
 
 size_t AxisLayer::reserved_bytes(const LayerSpec& spec, const LayerConfig& cfg) {
     const Regions r = regions(cfg, Retention(cfg.retention, cfg.window, cfg.sinks, spec.model_window), kivi_format(spec, cfg));
@@ -178,11 +179,7 @@ void AxisLayer::attend(Buffer& q, const Buffer& k, const Buffer& v, const int32_
     // The new keys and values in the layer's dtype: attention reads them beside the stored ones,
     // and they are stored as they are.
     const size_t rows = static_cast<size_t>(n) * row_bytes();
-    if (staged_bytes_ < 2 * rows) {
-        staged_->resize(2 * rows);
-        staged_bytes_ = 2 * rows;
-    }
-    uint8_t* kst = staged_->data();
+    uint8_t* kst = staged_->fit(2 * rows);
     uint8_t* vst = kst + rows;
     backend_.kv_store(cfg_.dtype, knew, n, kst);
     backend_.kv_store(cfg_.dtype, *vsrc, n, vst);

@@ -27,6 +27,23 @@ namespace kvchat {
 
 class OffloadTier;
 
+// The new tokens' keys and values in a layer's dtype (keys of all of them, then values), read by
+// attention beside the stored ones before they are stored. One per cache, shared by its layers:
+// they attend one after another, so a cache holds one chunk's worth, not one per layer (on a GPU
+// that fills up, an offloaded cache's memory is then its two layer buffers and this).
+struct StagingMemory {
+    explicit StagingMemory(Backend& backend) : mem(backend.alloc_kv()) {}
+    uint8_t* fit(size_t n) {
+        if (bytes < n) {
+            mem->resize(n);
+            bytes = n;
+        }
+        return mem->data();
+    }
+    std::unique_ptr<KvMemory> mem;
+    size_t bytes = 0;
+};
+
 // One layer's resolved axes.
 struct LayerConfig {
     RetentionKind retention = RetentionKind::All;
@@ -43,8 +60,10 @@ struct LayerConfig {
 class AxisLayer : public CacheLayer {
 public:
     // tier: the cache's slow tier when cfg.offloaded (tier_index: this layer's place in it).
-    // The layer's memory comes from `backend`, which also runs every operation on it.
-    AxisLayer(const LayerSpec& spec, const LayerConfig& cfg, Backend& backend, OffloadTier* tier, int tier_index);
+    // The layer's memory comes from `backend`, which also runs every operation on it. staging:
+    // the cache's, shared with its other layers (none: the layer's own).
+    AxisLayer(const LayerSpec& spec, const LayerConfig& cfg, Backend& backend, OffloadTier* tier, int tier_index,
+              std::shared_ptr<StagingMemory> staging = nullptr);
 
     void attend(Buffer& q, const Buffer& k, const Buffer& v, const int32_t* pos, int64_t n, Buffer& out,
                 const std::atomic<bool>* cancel = nullptr) override;
@@ -72,7 +91,7 @@ public:
 
 private:
     AxisLayer(const LayerSpec& spec, const LayerConfig& cfg, Backend& backend, OffloadTier* tier, int tier_index,
-              const std::optional<KiviFormat>& kivi);
+              std::shared_ptr<StagingMemory> staging, const std::optional<KiviFormat>& kivi);
 
     bool full() const { return contents_.full(); }
     // A record: the key row, then the value row, kv_dim values each in cfg_.dtype.
@@ -93,10 +112,7 @@ private:
     // Mutable for the const save_state and export_tokens, which open the arena (an offloaded
     // layer's bytes come in from the slow tier) but change no token.
     mutable LayerContents contents_;
-    // The new tokens' keys and values in cfg_.dtype (keys of all of them, then values), read by
-    // attention beside the stored ones before they are stored.
-    std::unique_ptr<KvMemory> staged_;
-    size_t staged_bytes_ = 0;
+    std::shared_ptr<StagingMemory> staged_;
 };
 
 }  // namespace kvchat

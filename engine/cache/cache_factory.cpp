@@ -66,8 +66,10 @@ std::unique_ptr<Cache> make_cache(const std::vector<LayerSpec>& layers, const Ca
     if (s.offloaded) tier = std::make_shared<OffloadTier>(s.offload_dir, static_cast<int>(layers.size()), backend);
     std::vector<std::unique_ptr<CacheLayer>> out;
     try {
+        auto staging = std::make_shared<StagingMemory>(backend);
         for (size_t i = 0; i < layers.size(); ++i)
-            out.push_back(std::make_unique<AxisLayer>(layers[i], layer_config(layers[i], s), backend, tier.get(), static_cast<int>(i)));
+            out.push_back(std::make_unique<AxisLayer>(layers[i], layer_config(layers[i], s), backend, tier.get(),
+                                                      static_cast<int>(i), staging));
     } catch (const std::bad_alloc&) {
         out.clear();  // what was allocated goes back first
         refuse_allocation(layers, s);

@@ -11,6 +11,53 @@
 
 namespace kvchat {
 
+namespace {
+
+// Every layer the same in another place (offloaded or not): each layer's state moves verbatim, so
+// quantized blocks are not dequantized and quantized again. The states go through host memory and
+// the old layers are freed before the new ones fill, so the backend's memory holds one copy of the
+// cache, not two: a GPU too full for the cache to grow can still move it to `offloaded`. When
+// filling fails, the old cache is built again from the states and the error goes on.
+void move_states(Cache& cache, std::unique_ptr<Cache> fresh) {
+    const size_t n = cache.n_layers();
+    std::vector<std::string> states(n);
+    auto save = [&](size_t i) { cache.layer(i).save_state(states[i]); };
+    if (!cache.spill_path().empty()) {
+        for (size_t i = 0; i < n; ++i) save(i);
+    } else {
+        std::atomic<size_t> next{0};
+        cache.pool()->run([&](int, int) {
+            for (size_t i; (i = next.fetch_add(1)) < n;) save(i);
+        });
+    }
+    const CacheSpec old_spec = cache.spec();
+    const std::vector<int32_t> tokens = cache.tokens();
+    Backend& backend = *cache.backend();
+    auto fill = [&](Cache& c) {
+        for (size_t i = 0; i < n; ++i) {
+            ByteReader r(states[i], "conversion");
+            c.layer(i).load_state(r);
+        }
+        c.append_tokens(tokens.data(), static_cast<int64_t>(tokens.size()));
+    };
+    cache.replace_with(*fresh);  // the old layers' memory goes back here
+    fresh.reset();
+    try {
+        fill(cache);
+    } catch (...) {
+        try {
+            auto back = make_cache(cache.layer_specs(), old_spec, backend);
+            fill(*back);
+            cache.replace_with(*back);
+        } catch (...) {
+            cache.reset();  // empty and consistent: the next turn computes the tokens again
+        }
+        throw;
+    }
+}
+
+}  // namespace
+
 ConvertResult convert(Cache& cache, const std::string& target, const ConvertOptions& opt) {
     return convert(cache, parse_cache_spec(target), opt);
 }
@@ -23,10 +70,17 @@ ConvertResult convert(Cache& cache, const CacheSpec& spec, const ConvertOptions&
     const int64_t length = cache.seq_length();
     fresh->check_room(length);
     ConvertResult result;
+    const size_t n = cache.n_layers();
+    bool same = true;
+    for (size_t i = 0; i < n; ++i) same = same && cache.layer(i).layout() == fresh->layer(i).layout();
+    if (same) {
+        move_states(cache, std::move(fresh));
+        result.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+        return result;
+    }
 
     // Carry tokens over layer by layer when every layer can be rebuilt from what the old one
     // holds. Layers are independent, so they convert in parallel unless a spill file is shared.
-    const size_t n = cache.n_layers();
     std::vector<char> ok(n, 1);
     const bool serial = !cache.spill_path().empty() || !fresh->spill_path().empty();
     // One TokenRows per thread, kept from layer to layer: largest layers come first, so later
@@ -38,8 +92,6 @@ ConvertResult convert(Cache& cache, const CacheSpec& spec, const ConvertOptions&
             CacheLayer& from = cache.layer(static_cast<size_t>(i));
             CacheLayer& to = fresh->layer(static_cast<size_t>(i));
             if (from.layout() == to.layout()) {
-                // The same layer in another place (offloaded or not): its state moves verbatim, so
-                // quantized blocks are not dequantized and quantized again.
                 state.clear();
                 from.save_state(state);
                 ByteReader r(state, "conversion");

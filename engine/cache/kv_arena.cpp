@@ -33,25 +33,36 @@ void KvArena::close(size_t used) const {
     memory_.close(used, lo, hi);
 }
 
+// The regions take their new sizes only once the memory holds them: a growth that fails (out of
+// memory: std::bad_alloc, or a spill file's error) leaves the arena as it was, so the layer never
+// writes past what it has.
+void KvArena::grow_to(int64_t slots, int64_t blocks) {
+    const int64_t old_slots = slot_cap_, old_blocks = blk_cap_;
+    place(slots);
+    blk_cap_ = blocks;
+    try {
+        base_ = memory_.grow(capacity_bytes());
+    } catch (...) {
+        place(old_slots);
+        blk_cap_ = old_blocks;
+        throw;
+    }
+}
+
 void KvArena::grow_slots(int64_t need) {
     if (need > slot_limit_)
         throw Error("cache layer " + std::to_string(layer_index_) + ": no room for slot " + std::to_string(need - 1));
-    place(std::min<int64_t>(slot_limit_, std::max<int64_t>({need, 2 * slot_cap_, 16})));
-    base_ = memory_.grow(capacity_bytes());
+    grow_to(std::min<int64_t>(slot_limit_, std::max<int64_t>({need, 2 * slot_cap_, 16})), blk_cap_);
 }
 
 int32_t KvArena::add_block() {
-    if (blk_used_ == blk_cap_) {
-        blk_cap_ = std::max<int64_t>(4, 2 * blk_cap_);
-        base_ = memory_.grow(capacity_bytes());
-    }
+    if (blk_used_ == blk_cap_) grow_to(slot_cap_, std::max<int64_t>(4, 2 * blk_cap_));
     return static_cast<int32_t>(blk_used_++);
 }
 
 void KvArena::reserve_blocks(int64_t n) {
     if (blk_cap_ >= n) return;
-    blk_cap_ = n;
-    base_ = memory_.grow(capacity_bytes());
+    grow_to(slot_cap_, n);
 }
 
 bool KvArena::adopt_slots(int fd, uint64_t offset, int64_t n_slots, int64_t capacity) {

@@ -100,6 +100,7 @@ public:
 private:
     bool quantized() const { return res_cap_ > 0; }
     void place(int64_t slots);
+    void grow_to(int64_t slots, int64_t blocks);
 
     LayerMemory& memory_;
     int layer_index_;

@@ -10,6 +10,8 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
+#include <new>
 #include <utility>
 
 namespace kvchat {
@@ -108,17 +110,20 @@ void OffloadTier::prefetch_loop() {
         FastBuffer& buf = buf_[1 - cur_];
         lock.unlock();
         std::string error;
+        bool out_of_memory = false;
         try {
             read_into(layer, size, buf);
-        } catch (const Error& e) {
+        } catch (const std::bad_alloc&) {
+            out_of_memory = true;  // acquire() reads the layer itself, and meets it there if it persists
+        } catch (const std::exception& e) {
             error = e.what();
         }
         lock.lock();
         busy_ = false;
-        if (error.empty())
-            ready_ = layer;
-        else
+        if (!error.empty())
             prefetch_error_ = error;
+        else if (!out_of_memory)
+            ready_ = layer;
         cv_.notify_all();
     }
 }

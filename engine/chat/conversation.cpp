@@ -315,6 +315,9 @@ TurnResult Conversation::answer(const RenderedChat& rendered, const TurnOptions&
         } catch (const Error& e) {
             out.notices.push_back(why + "; the fallback to " + spec + " failed (" + e.what() + ")");
             return false;
+        } catch (const std::bad_alloc&) {
+            out.notices.push_back(why + "; the fallback to " + spec + " failed (out of memory too)");
+            return false;
         }
         return true;
     };
@@ -334,10 +337,14 @@ TurnResult Conversation::answer(const RenderedChat& rendered, const TurnOptions&
             r = gen.generate(cache(), input, g, stream, budgeted ? &pause : cancel);
             break;
         } catch (const std::bad_alloc&) {
-            if (attempt > 0 || !fall_back("the cache could not grow (out of memory)")) {
-                cache().roll_back();
-                throw;
-            }
+            // Out of memory where the cache lives (a full GPU): once, the cache moves to the
+            // fallback strategy and the turn goes on; else the turn fails with what happened.
+            const std::string why = "the cache could not grow (out of memory)";
+            if (attempt == 0 && fall_back(why)) continue;
+            if (cache_) cache_->roll_back();
+            if (attempt == 0) throw Error(out.notices.back());
+            throw Error(why + ", also after it moved to " + cache_spec_ +
+                        "; close other conversations or programs using that memory, or choose a smaller cache");
         } catch (const Cancelled&) {
             throw;  // prefill() put the cache back already
         } catch (...) {

@@ -1,18 +1,29 @@
 // The cache's side of the backend boundary: a layer computes and moves its keys and values only
 // through the backend it was made with (the append, attention, quantization, and the offload
 // tier's file copies), so a backend that does something else with them (a GPU) sees every step.
-// A backend that forwards to the CPU one and counts its calls stands in for such a backend.
+// A backend that forwards to the CPU one and counts its calls stands in for such a backend; with
+// a cap on its KV memory it stands for a GPU that is full, so the chat's fallback to an offloaded
+// cache is checked everywhere (support/counting_backend.h).
 #include "engine/cache/cache.h"
 #include "engine/cache/convert.h"
+#include "engine/cache/offload_tier.h"
 #include "engine/cache/snapshot.h"
+#include "engine/chat/chat_template.h"
+#include "engine/chat/conversation.h"
 #include "engine/compute/backend.h"
 #include "engine/compute/thread_pool.h"
 #include "engine/model/model.h"
+#include "engine/error.h"
+#include "support/chat_turns.h"
+#include "support/counting_backend.h"
 #include "support/tiny_model.h"
 
 #include <QTemporaryDir>
 #include <QtTest>
 
+#include <algorithm>
+#include <atomic>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -20,105 +31,7 @@
 
 namespace {
 
-class CountingBackend final : public kvchat::Backend {
-public:
-    explicit CountingBackend(int threads) : cpu_(kvchat::make_cpu_backend(threads)) {}
-    std::map<std::string, int> calls;
-
-    std::string name() const override { return "counting"; }
-    kvchat::ThreadPool& pool() override { return cpu_->pool(); }
-    kvchat::Buffer alloc(int64_t rows, int64_t cols) override { return cpu_->alloc(rows, cols); }
-    void free(kvchat::Buffer& b) override { cpu_->free(b); }
-    void read(const kvchat::Buffer& b, int64_t n_rows, float* host) const override { cpu_->read(b, n_rows, host); }
-    void write(kvchat::Buffer& b, int64_t n_rows, const float* host) override { cpu_->write(b, n_rows, host); }
-    std::unique_ptr<kvchat::PlacedWeights> place_weights(const kvchat::WeightSet& set) override {
-        ++calls["place_weights"];
-        return cpu_->place_weights(set);
-    }
-    void embed(const kvchat::PlacedMatrix& t, const int32_t* ids, int64_t n, float scale, kvchat::Buffer& out) override {
-        cpu_->embed(t, ids, n, scale, out);
-    }
-    void rms_norm(const kvchat::Buffer& x, int64_t n, const kvchat::PlacedVector& w, float eps, kvchat::Buffer& out) override {
-        cpu_->rms_norm(x, n, w, eps, out);
-    }
-    void matmul(const kvchat::PlacedMatrix& w, const kvchat::Buffer& x, int64_t n, kvchat::Buffer& y) override {
-        cpu_->matmul(w, x, n, y);
-    }
-    void matmuls(const kvchat::Buffer& x, int64_t n, const kvchat::MatmulOutput* outs, int count) override {
-        cpu_->matmuls(x, n, outs, count);
-    }
-    void add(kvchat::Buffer& x, const kvchat::Buffer& y, int64_t n) override { cpu_->add(x, y, n); }
-    void add_bias(kvchat::Buffer& x, int64_t n, const kvchat::PlacedVector& b) override { cpu_->add_bias(x, n, b); }
-    void gated(kvchat::GatedActivation a, kvchat::Buffer& g, const kvchat::Buffer& u, int64_t n) override {
-        cpu_->gated(a, g, u, n);
-    }
-    void softcap(kvchat::Buffer& x, int64_t n, float cap) override { cpu_->softcap(x, n, cap); }
-    void gather_rows(const kvchat::Buffer& src, const std::vector<int64_t>& rows, kvchat::Buffer& dst) override {
-        cpu_->gather_rows(src, rows, dst);
-    }
-
-    std::unique_ptr<kvchat::KvMemory> alloc_kv() override {
-        ++calls["alloc_kv"];
-        return cpu_->alloc_kv();
-    }
-    void copy(const kvchat::Buffer& src, int64_t n, kvchat::Buffer& dst) override {
-        ++calls["copy"];
-        cpu_->copy(src, n, dst);
-    }
-    void rope(const kvchat::RopeSpec& s, kvchat::Buffer& x, const int32_t* pos, int64_t n, int heads, int hd) override {
-        ++calls["rope"];
-        cpu_->rope(s, x, pos, n, heads, hd);
-    }
-    void round_f16(kvchat::Buffer& x, int64_t n, float scale) override {
-        ++calls["round_f16"];
-        cpu_->round_f16(x, n, scale);
-    }
-    void kv_store(kvchat::KvDtype t, const kvchat::Buffer& src, int64_t n, void* dst) override {
-        ++calls["kv_store"];
-        cpu_->kv_store(t, src, n, dst);
-    }
-    void kv_quantize(const kvchat::KiviFormat& f, kvchat::KvDtype t, const void* rec, int count, uint8_t* block) override {
-        ++calls["kv_quantize"];
-        cpu_->kv_quantize(f, t, rec, count, block);
-    }
-    void attend(const kvchat::AttentionInput& in, const kvchat::AttentionShape& shape, kvchat::Buffer& out) override {
-        ++calls["attend"];
-        cpu_->attend(in, shape, out);
-    }
-    void kv_copy(void* dst, const void* src, size_t n) override {
-        ++calls["kv_copy"];
-        cpu_->kv_copy(dst, src, n);
-    }
-    void kv_upload(void* dst, const void* host, size_t n) override {
-        ++calls["kv_upload"];
-        cpu_->kv_upload(dst, host, n);
-    }
-    void kv_download(void* host, const void* src, size_t n) override {
-        ++calls["kv_download"];
-        cpu_->kv_download(host, src, n);
-    }
-    // Called from the tier's prefetch thread too: counted apart, under a lock.
-    int kv_read_file(int fd, int64_t offset, void* dst, size_t n) override {
-        {
-            std::lock_guard lock(mu_);
-            ++file_reads_;
-        }
-        return cpu_->kv_read_file(fd, offset, dst, n);
-    }
-    int kv_write_file(int fd, int64_t offset, const void* src, size_t n, size_t* written) override {
-        ++calls["kv_write_file"];
-        return cpu_->kv_write_file(fd, offset, src, n, written);
-    }
-    int file_reads() {
-        std::lock_guard lock(mu_);
-        return file_reads_;
-    }
-
-private:
-    std::unique_ptr<kvchat::Backend> cpu_;
-    std::mutex mu_;
-    int file_reads_ = 0;
-};
+using kvchat::test::CountingBackend;
 
 std::vector<int32_t> tokens(int n) {
     std::mt19937 rng(11);
@@ -133,6 +46,24 @@ class TestCacheBackend : public QObject {
     Q_OBJECT
 
     static constexpr int kLayers = 6;
+    static constexpr const char* kQuestion = "the cat sat on the mat";
+
+    // A chat-sized llama (every layer global, so a dynamic cache grows in all of them).
+    struct Chat {
+        std::unique_ptr<QTemporaryDir> dir = std::make_unique<QTemporaryDir>();
+        std::unique_ptr<kvchat::Model> model;
+        int layers = 6;
+    };
+    static Chat chat_model() {
+        Chat c;
+        kvchat::test::TinyModelSpec s = kvchat::test::chat_sized_spec(c.layers);
+        s.arch = "llama";
+        s.sliding_window = 0;
+        const std::string path = (c.dir->path() + "/chat.gguf").toStdString();
+        kvchat::test::write_tiny_gguf(s, path);
+        c.model = kvchat::Model::load(path);
+        return c;
+    }
     QTemporaryDir dir_;
     std::unique_ptr<kvchat::Model> model_;
 
@@ -165,11 +96,11 @@ private slots:
     void layersComputeThroughTheirBackend_data() {
         QTest::addColumn<QString>("spec");
         QTest::addColumn<QStringList>("ops");
-        QTest::newRow("dynamic") << "dynamic" << QStringList{"alloc_kv", "copy", "rope", "kv_store", "kv_copy", "attend"};
+        QTest::newRow("dynamic") << "dynamic" << QStringList{"copy", "rope", "kv_store", "kv_copy", "attend"};
         QTest::newRow("sink") << "sink:window=8,sinks=2" << QStringList{"rope", "kv_store", "kv_copy", "attend"};
         QTest::newRow("quantized") << "quantized:nbits=4,residual=8,group=8"
                                    << QStringList{"kv_store", "kv_copy", "kv_quantize", "attend"};
-        QTest::newRow("offloaded") << "offloaded" << QStringList{"alloc_kv", "kv_store", "kv_copy", "attend", "kv_write_file"};
+        QTest::newRow("offloaded") << "offloaded" << QStringList{"kv_store", "kv_copy", "attend", "kv_write_file"};
     }
     void layersComputeThroughTheirBackend() {
         QFETCH(QString, spec);
@@ -183,6 +114,7 @@ private slots:
         QVERIFY(got == want);
         for (const QString& op : ops)
             QVERIFY2(counting.calls[op.toStdString()] > 0, qPrintable(op + " was never called"));
+        QVERIFY(counting.kv_allocs > 0);
     }
 
     // A model's weights become the backend's handles once, the first time the model runs there,
@@ -217,13 +149,14 @@ private slots:
         int before = 0;
         {
             auto cache = model_->make_cache(counting, "offloaded");
-            before = counting.calls["alloc_kv"];
+            before = counting.kv_allocs;
             std::vector<float> part;
             for (size_t off = 0; off < toks.size(); ++off)
                 model_->forward(counting, *cache, toks.data() + off, 1, kvchat::Logits::Last, part);
         }
-        // Two fast buffers for the tier, and a staging area per layer for the new tokens.
-        QVERIFY2(before >= 2 + kLayers, qPrintable(QString::number(before)));
+        // Two fast buffers for the tier, and one staging area for the new tokens, which the
+        // layers share (they attend one after another): not one per layer.
+        QCOMPARE(before, 3);
         QVERIFY2(counting.file_reads() >= static_cast<int>(toks.size()) * kLayers, qPrintable(QString::number(counting.file_reads())));
         QVERIFY(counting.calls["kv_write_file"] >= static_cast<int>(toks.size()) * kLayers);
     }
@@ -268,7 +201,9 @@ private slots:
         CountingBackend counting(2);  // outlives the cache loaded onto it
         kvchat::LoadedSnapshot loaded = kvchat::load_snapshot(path, model_->layer_specs(), model_->fingerprint(), counting);
         QVERIFY(loaded.cache->backend() == &counting);
-        QVERIFY2(counting.calls["alloc_kv"] >= kLayers, qPrintable(QString::number(counting.calls["alloc_kv"])));
+        // A layer's memory each and the staging area; offloaded: the tier's two buffers and it.
+        const int allocs = spec.startsWith("offloaded") ? 3 : kLayers + 1;
+        QVERIFY2(counting.kv_allocs >= allocs, qPrintable(QString::number(counting.kv_allocs.load())));
         kvchat::convert(*loaded.cache, target.toStdString(), through(counting));
         QVERIFY(loaded.cache->backend() == &counting);
         const int attends = counting.calls["attend"];
@@ -276,6 +211,89 @@ private slots:
         model_->forward(counting, *loaded.cache, &next, 1, kvchat::Logits::Last, got);
         QCOMPARE(counting.calls["attend"], attends + kLayers);
         QVERIFY(got == want);
+    }
+
+    // The tier's prefetch thread out of memory (room for one layer's fast buffer at its size,
+    // not two): the layer is read when it is used instead, with its bytes. Before, std::bad_alloc
+    // left the prefetch thread and ended the process. Three layers, so the layers change buffers.
+    void prefetchOutOfMemoryReadsTheLayerOnUse() {
+        QTemporaryDir spill;
+        CountingBackend be(1);
+        kvchat::OffloadTier tier(spill.path().toStdString(), 3, be);
+        const size_t n = 4096;
+        std::vector<std::vector<uint8_t>> want(3);
+        const size_t sizes[3] = {n, n, 4 * n};
+        for (int l = 0; l < 3; ++l) {
+            want[l].resize(sizes[l]);
+            for (size_t i = 0; i < sizes[l]; ++i) want[l][i] = static_cast<uint8_t>(i * 13 + l * 7 + 1);
+            std::memcpy(tier.acquire(l, 0, sizes[l]), want[l].data(), sizes[l]);
+            tier.release(l, sizes[l], 0, sizes[l]);
+        }
+        // Buffers now: 4n (layer 2's) and n (layer 0's, prefetched).
+        for (int l = 0; l < 2; ++l) {
+            if (l == 1) {  // before layer 1's use starts layer 2's prefetch, which needs 8n
+                be.kv_use->cap = static_cast<int64_t>(6 * n);
+                be.kv_use->peak = be.kv_use->bytes.load();
+            }
+            const uint8_t* b = tier.acquire(l, sizes[l], sizes[l]);
+            QVERIFY(std::equal(want[l].begin(), want[l].end(), b));
+            tier.release(l, sizes[l], 0, 0);
+        }
+        const uint8_t* b = tier.acquire(2, sizes[2], sizes[2]);
+        QVERIFY(std::equal(want[2].begin(), want[2].end(), b));
+        QCOMPARE(tier.traffic(2).in_step, static_cast<int64_t>(sizes[2]));
+        tier.release(2, sizes[2], 0, 0);
+        QVERIFY(be.kv_use->peak <= be.kv_use->cap);
+    }
+
+    // A full GPU: KV memory capped at half of what a dynamic cache takes for the turn. The cache
+    // cannot grow, so the turn moves it to `offloaded` (two layers' buffers in that memory), says
+    // so, answers as an uncapped backend does, and the next turn goes on there. The move holds one
+    // copy of the cache in that memory, not two: with the dynamic cache and the offloaded one's
+    // buffers at once it did not fit, and std::bad_alloc ended the turn (seen on an H100).
+    void fullMemoryFallsBackToOffloaded() {
+        const Chat chat = chat_model();
+        CountingBackend free(2);
+        kvchat::Conversation want(*chat.model, free, kvchat::ChatTemplate::for_model(*chat.model), "dynamic");
+        const std::string first = want.send(kQuestion, kvchat::test::greedy(8)).text;
+        const std::string second = want.send("and the dog", kvchat::test::greedy(8)).text;
+        const int64_t need = free.kv_use->peak;
+
+        CountingBackend full(2);
+        full.kv_use->cap = need / 2;
+        kvchat::Conversation c(*chat.model, full, kvchat::ChatTemplate::for_model(*chat.model), "dynamic");
+        kvchat::TurnOptions o = kvchat::test::greedy(8);
+        o.fallback_spec = "offloaded:dir=" + chat.dir->path().toStdString();
+        const kvchat::TurnResult r = c.send(kQuestion, o);
+        QVERIFY(!r.notices.empty());
+        QVERIFY2(r.notices.front().find("the cache could not grow (out of memory); the cache moved to offloaded") == 0,
+                 r.notices.front().c_str());
+        QCOMPARE(r.text, first);
+        QVERIFY2(c.cache_spec().rfind("offloaded", 0) == 0, c.cache_spec().c_str());
+        QCOMPARE(c.send("and the dog", o).text, second);
+        QVERIFY(full.kv_use->peak <= full.kv_use->cap);
+    }
+
+    // Memory too small even for the offloaded cache's buffers (a quarter of a layer's): the turn
+    // fails with an error that says so (not std::bad_alloc, and no prefetch thread ending the
+    // process with it), the conversation is as it was, and it answers once memory is free again.
+    void tooLittleMemoryFailsTheTurnCleanly() {
+        const Chat chat = chat_model();
+        CountingBackend free(2);
+        kvchat::Conversation want(*chat.model, free, kvchat::ChatTemplate::for_model(*chat.model), "dynamic");
+        const std::string first = want.send(kQuestion, kvchat::test::greedy(8)).text;
+        const int64_t need = free.kv_use->peak;
+
+        CountingBackend full(2);
+        full.kv_use->cap = need / chat.layers / 4;
+        kvchat::Conversation c(*chat.model, full, kvchat::ChatTemplate::for_model(*chat.model), "dynamic");
+        kvchat::TurnOptions o = kvchat::test::greedy(8);
+        o.fallback_spec = "offloaded:dir=" + chat.dir->path().toStdString();
+        const std::string why = kvchat::test::error_of([&] { c.send(kQuestion, o); });
+        QVERIFY2(why.find("out of memory") != std::string::npos && why.find("offloaded") != std::string::npos, why.c_str());
+        QCOMPARE(c.messages().size(), size_t{0});
+        full.kv_use->cap = 0;
+        QCOMPARE(c.send(kQuestion, o).text, first);
     }
 };
 
