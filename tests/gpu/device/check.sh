@@ -1,0 +1,87 @@
+#!/bin/bash
+# test_cuda_backend on a borrowed GPU machine that has the CUDA driver, CMake and ctest but
+# neither Qt nor the models, and takes at most 64 MiB of files.
+#
+#   tests/gpu/device/check.sh pack [BUILD]   here: bundles BUILD (default build-cuda, configured
+#       with -DKVCHAT_CUDA=ON): test_cuda_backend, kvchat-cli and libkvchat_cuda.so stripped, the
+#       shared libraries they need beside the C library, a CTest file for the suite, and a
+#       6-layer cut of the installed SmolLM2 (token embeddings re-quantized to Q4_1: ~33 MB)
+#       into .dev/pack.tar.xz (.dev/ is listed in .git/info/exclude).
+#   tests/gpu/device/check.sh run            there, from the repository root: unpacks the bundle
+#       where the suite's compiled-in paths expect it and runs `ctest -R test_cuda_backend`, the
+#       suite verbose, kvchat-cli on both devices and compute-sanitizer on the kernel cases;
+#       logs into $OUT.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/../../.." && pwd)
+cd "$root"
+case "${1:-}" in
+pack)
+    build=${2:-build-cuda}
+    [ -f "$build/lib/libkvchat_cuda.so" ] || { echo "no $build/lib/libkvchat_cuda.so: configure with -DKVCHAT_CUDA=ON and build" >&2; exit 2; }
+    python=${KVCHAT_REF_PYTHON:-/work/ref/venv/bin/python}
+    "$python" -c 'import gguf' 2>/dev/null || { echo "$python has no gguf module (pip install gguf numpy)" >&2; exit 2; }
+    model=${KVCHAT_CHAT_MODEL:-$HOME/.local/share/kvchat/models/smollm2-135m-instruct-q4_1.gguf}
+    [ -f "$model" ] || { echo "no $model: run packaging/kvchat.sh model" >&2; exit 2; }
+    grep -qx '/.dev/' .git/info/exclude 2>/dev/null || echo '/.dev/' >> .git/info/exclude
+    stage=$(mktemp -d)
+    trap 'rm -rf "$stage"' EXIT
+    mkdir -p "$stage/b/tests" "$stage/b/bin" "$stage/b/lib" "$stage/libs"
+    cp "$build/tests/test_cuda_backend" "$stage/b/tests/"
+    cp "$build/bin/kvchat-cli" "$stage/b/bin/"
+    cp "$build/lib/libkvchat_cuda.so" "$stage/b/lib/"
+    strip "$stage"/b/*/*
+    for lib in $(ldd "$build/tests/test_cuda_backend" "$build/bin/kvchat-cli" | awk '/=>/ {print $3}' | sort -u); do
+        case "$lib" in */libc.so*|*/libm.so*|*/libgcc_s*|*/libstdc++*|*/ld-linux*) ;; *) cp -L "$lib" "$stage/libs/" ;; esac
+    done
+    # The suite's CTest entry as this build wrote it (its paths are this checkout's: `run` links them).
+    "$python" - "$build" "$stage/b" <<'PY'
+import sys
+t = open(sys.argv[1] + "/tests/CTestTestfile.cmake").read()
+i = t.index("add_test([=[test_cuda_backend]=]")
+j = t.find("add_test(", i + 10)
+open(sys.argv[2] + "/tests/CTestTestfile.cmake", "w").write(t[i:j if j > 0 else len(t)])
+open(sys.argv[2] + "/CTestTestfile.cmake", "w").write('subdirs("tests")\n')
+PY
+    "$python" tests/gpu/device/truncate_gguf.py "$model" "$stage/model.gguf" 6
+    echo "$root" > "$stage/b/source_dir"
+    mkdir -p .dev
+    tar cf - -C "$stage" libs b model.gguf | xz -T0 -6 > .dev/pack.tar.xz
+    ls -l .dev/pack.tar.xz
+    echo "then: run(command='bash tests/gpu/device/check.sh run', carry=['.dev'])"
+    ;;
+run)
+    (cd .dev && tar xJf pack.tar.xz)
+    # The suite was built in $(cat source_dir): make that path lead here.
+    src=$(cat .dev/b/source_dir)
+    [ -e "$src" ] || { mkdir -p "$(dirname "$src")" && ln -s "$root" "$src"; }
+    build_dir=$(sed -n 's/^add_test(\[=\[test_cuda_backend\]=\] "\(.*\)\/tests\/test_cuda_backend").*/\1/p' .dev/b/tests/CTestTestfile.cmake)
+    [ -e "$build_dir" ] || ln -s "$root/.dev/b" "$build_dir"
+    cublas=$(find /usr/local /opt /usr/lib -name 'libcublas.so.13*' 2>/dev/null | head -1 || true)
+    export LD_LIBRARY_PATH=$root/.dev/libs:${cublas%/*}:/usr/local/cuda/lib64
+    export KVCHAT_MODEL=$root/.dev/model.gguf HOME=/tmp/kvchat-device-home
+    mkdir -p "$HOME"
+    OUT=${OUT:-/tmp/kvchat-device-out}
+    mkdir -p "$OUT"
+    nvidia-smi -L || true
+    grep -m1 'model name' /proc/cpuinfo || true
+    cd "$build_dir"
+    set +e
+    timeout 300 ./tests/test_cuda_backend -v1 > "$OUT/verbose.log" 2>&1
+    echo "test_cuda_backend exit $?"
+    grep -E '^(FAIL|SKIP|Totals)|^   (Actual|Expected|Loc)|terminate|what\(\)' "$OUT/verbose.log" | head -60
+    timeout 300 ctest -R test_cuda_backend 2>&1 | tee "$OUT/ctest.log" | tail -4
+    for d in cpu cuda; do
+        timeout 60 ./bin/kvchat-cli generate --model "$KVCHAT_MODEL" --greedy -n 64 --device $d --prompt "The capital of France is" 2>&1 | tail -2
+    done
+    if command -v compute-sanitizer > /dev/null; then
+        timeout 200 compute-sanitizer --tool memcheck ./tests/test_cuda_backend elementwiseKernelsMatch matmulMatches \
+            ropeAndConversionsAreExact attentionMatches placedWeightsBelongToTheirBackend > "$OUT/memcheck.log" 2>&1
+        echo "memcheck exit $?"
+        grep -E 'ERROR SUMMARY|Totals' "$OUT/memcheck.log"
+    fi
+    ;;
+*)
+    echo "usage: tests/gpu/device/check.sh pack [BUILD] | run" >&2
+    exit 2
+    ;;
+esac
