@@ -362,19 +362,22 @@ struct Tile {
             for (int a = a0; a < a1; ++a) S[r * ldc + act[a]] = finish(S[r * ldc + act[a]]);
     }
 
-    // llama.cpp's non-flash softmax over its f16 cache: the exponentials summed in double, and the
-    // probabilities rounded to fp16 (its P·V is an f16 matmul).
+    // llama.cpp's non-flash softmax over its f16 cache: the exponentials summed in double, eight
+    // at a time (a lane tree each, as its AVX2 soft_max reduces a vector before the double add:
+    // one dependent add per eight columns, not per column), and the probabilities rounded to fp16
+    // (its P·V is an f16 matmul).
     void softmax_f16(float* sr, float m, int n) const {
         const __m256 vm = _mm256_set1_ps(m);
         double sum = 0.0;
         for (int c = 0; c < n; c += 8) {
-            const __m256 e = exp_nonpos(_mm256_sub_ps(load8(sr, c, n), vm));
-            alignas(32) float lanes[8];
-            _mm256_store_ps(lanes, e);
-            for (int i = 0; i < std::min(8, n - c); ++i) {
-                sr[c + i] = lanes[i];
-                sum += lanes[i];
+            __m256 e = exp_nonpos(_mm256_sub_ps(load8(sr, c, n), vm));
+            if (c + 8 <= n) {
+                _mm256_storeu_ps(sr + c, e);
+            } else {
+                e = _mm256_and_ps(e, _mm256_castsi256_ps(tail_mask(n - c)));
+                _mm256_maskstore_ps(sr + c, tail_mask(n - c), e);
             }
+            sum += static_cast<double>(hsum_tree(e));
         }
         const __m256 inv = _mm256_set1_ps(static_cast<float>(1.0 / sum));
         for (int c = 0; c < n; c += 8) {
