@@ -64,6 +64,22 @@ class TestCacheBackend : public QObject {
         c.model = kvchat::Model::load(path);
         return c;
     }
+    // The greedy answers to `questions` in a dynamic conversation on a backend without a cap;
+    // need: the most KV memory they took.
+    static std::vector<std::string> uncapped_answers(const Chat& chat, const std::vector<std::string>& questions, int64_t& need) {
+        CountingBackend free(2);
+        kvchat::Conversation c(*chat.model, free, kvchat::ChatTemplate::for_model(*chat.model), "dynamic");
+        std::vector<std::string> answers;
+        for (const std::string& q : questions) answers.push_back(c.send(q, kvchat::test::greedy(8)).text);
+        need = free.kv_use->peak;
+        return answers;
+    }
+    // Greedy turns of 8 tokens whose fallback to offloaded spills into the chat's folder.
+    static kvchat::TurnOptions spilling_turn(const Chat& chat) {
+        kvchat::TurnOptions o = kvchat::test::greedy(8);
+        o.fallback_spec = "offloaded:dir=" + chat.dir->path().toStdString();
+        return o;
+    }
     QTemporaryDir dir_;
     std::unique_ptr<kvchat::Model> model_;
 
@@ -253,24 +269,19 @@ private slots:
     // buffers at once it did not fit, and std::bad_alloc ended the turn (seen on an H100).
     void fullMemoryFallsBackToOffloaded() {
         const Chat chat = chat_model();
-        CountingBackend free(2);
-        kvchat::Conversation want(*chat.model, free, kvchat::ChatTemplate::for_model(*chat.model), "dynamic");
-        const std::string first = want.send(kQuestion, kvchat::test::greedy(8)).text;
-        const std::string second = want.send("and the dog", kvchat::test::greedy(8)).text;
-        const int64_t need = free.kv_use->peak;
-
+        int64_t need = 0;
+        const std::vector<std::string> want = uncapped_answers(chat, {kQuestion, "and the dog"}, need);
         CountingBackend full(2);
         full.kv_use->cap = need / 2;
         kvchat::Conversation c(*chat.model, full, kvchat::ChatTemplate::for_model(*chat.model), "dynamic");
-        kvchat::TurnOptions o = kvchat::test::greedy(8);
-        o.fallback_spec = "offloaded:dir=" + chat.dir->path().toStdString();
+        const kvchat::TurnOptions o = spilling_turn(chat);
         const kvchat::TurnResult r = c.send(kQuestion, o);
         QVERIFY(!r.notices.empty());
         QVERIFY2(r.notices.front().find("the cache could not grow (out of memory); the cache moved to offloaded") == 0,
                  r.notices.front().c_str());
-        QCOMPARE(r.text, first);
+        QCOMPARE(r.text, want[0]);
         QVERIFY2(c.cache_spec().rfind("offloaded", 0) == 0, c.cache_spec().c_str());
-        QCOMPARE(c.send("and the dog", o).text, second);
+        QCOMPARE(c.send("and the dog", o).text, want[1]);
         QVERIFY(full.kv_use->peak <= full.kv_use->cap);
     }
 
@@ -279,21 +290,17 @@ private slots:
     // process with it), the conversation is as it was, and it answers once memory is free again.
     void tooLittleMemoryFailsTheTurnCleanly() {
         const Chat chat = chat_model();
-        CountingBackend free(2);
-        kvchat::Conversation want(*chat.model, free, kvchat::ChatTemplate::for_model(*chat.model), "dynamic");
-        const std::string first = want.send(kQuestion, kvchat::test::greedy(8)).text;
-        const int64_t need = free.kv_use->peak;
-
+        int64_t need = 0;
+        const std::vector<std::string> want = uncapped_answers(chat, {kQuestion}, need);
         CountingBackend full(2);
         full.kv_use->cap = need / chat.layers / 4;
         kvchat::Conversation c(*chat.model, full, kvchat::ChatTemplate::for_model(*chat.model), "dynamic");
-        kvchat::TurnOptions o = kvchat::test::greedy(8);
-        o.fallback_spec = "offloaded:dir=" + chat.dir->path().toStdString();
+        const kvchat::TurnOptions o = spilling_turn(chat);
         const std::string why = kvchat::test::error_of([&] { c.send(kQuestion, o); });
         QVERIFY2(why.find("out of memory") != std::string::npos && why.find("offloaded") != std::string::npos, why.c_str());
         QCOMPARE(c.messages().size(), size_t{0});
         full.kv_use->cap = 0;
-        QCOMPARE(c.send(kQuestion, o).text, first);
+        QCOMPARE(c.send(kQuestion, o).text, want[0]);
     }
 };
 
