@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <exception>
 
 namespace kvchat {
 
@@ -45,14 +46,27 @@ void move_states(Cache& cache, std::unique_ptr<Cache> fresh) {
     try {
         fill(cache);
     } catch (...) {
+        const std::exception_ptr error = std::current_exception();
+        const CacheSpec target = cache.spec();
+        const std::vector<LayerSpec> specs = cache.layer_specs();
+        // The new layers' memory goes back before the old ones are built again (the old cache
+        // fitted without them): a cache of no layers holds it meanwhile.
+        Cache hollow(target, {});
+        hollow.set_origin(specs, backend);
+        cache.replace_with(hollow);
         try {
-            auto back = make_cache(cache.layer_specs(), old_spec, backend);
+            auto back = make_cache(specs, old_spec, backend);
             fill(*back);
             cache.replace_with(*back);
         } catch (...) {
-            cache.reset();  // empty and consistent: the next turn computes the tokens again
+            // Empty and consistent: the next turn computes the tokens again.
+            try {
+                cache.replace_with(*make_cache(specs, target, backend));
+            } catch (...) {
+                cache.replace_with(*make_cache(specs, old_spec, backend));
+            }
         }
-        throw;
+        std::rethrow_exception(error);
     }
 }
 

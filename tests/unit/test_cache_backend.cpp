@@ -262,6 +262,41 @@ private slots:
         QVERIFY(be.kv_use->peak <= be.kv_use->cap);
     }
 
+    // A move that does not fit (offloaded -> dynamic, with room for the offloaded cache's buffers
+    // and one layer more, not for every layer): std::bad_alloc, and the cache is the offloaded
+    // one it was, with its tokens and the same next logits. The move frees the old layers before
+    // it fills the new ones, so going back must give the new ones' memory back first: without
+    // that, the cache came back empty.
+    void aMoveThatDoesNotFitKeepsTheCache() {
+        const Chat chat = chat_model();
+        const std::string spec = "offloaded:dir=" + chat.dir->path().toStdString();
+        const std::vector<int32_t> toks = tokens(40);
+        std::vector<float> none, want, got;
+        CountingBackend be(2);
+        auto cache = chat.model->make_cache(be, spec);
+        chat.model->forward(be, *cache, toks.data(), static_cast<int64_t>(toks.size()), kvchat::Logits::None, none);
+        CountingBackend free(2);  // the same cache, never moved
+        auto twin = chat.model->make_cache(free, spec);
+        chat.model->forward(free, *twin, toks.data(), static_cast<int64_t>(toks.size()), kvchat::Logits::None, none);
+        const int64_t layer = static_cast<int64_t>(toks.size()) * 2 * 2 * chat.model->layer_specs()[0].shape.n_head_kv *
+                              chat.model->layer_specs()[0].shape.head_dim;  // 40 records of f16 keys and values
+        be.kv_use->cap = be.kv_use->bytes + 2 * layer;
+        bool threw = false;
+        try {
+            kvchat::convert(*cache, "dynamic");
+        } catch (const std::bad_alloc&) {
+            threw = true;
+        }
+        QVERIFY(threw);
+        QCOMPARE(QString::fromStdString(cache->spec_text()), QString::fromStdString(twin->spec_text()));
+        QVERIFY(cache->tokens() == toks);
+        be.kv_use->cap = 0;
+        const int32_t next = 9;
+        chat.model->forward(be, *cache, &next, 1, kvchat::Logits::Last, got);
+        chat.model->forward(free, *twin, &next, 1, kvchat::Logits::Last, want);
+        QVERIFY(got == want);
+    }
+
     // A full GPU: KV memory capped at half of what a dynamic cache takes for the turn. The cache
     // cannot grow, so the turn moves it to `offloaded` (two layers' buffers in that memory), says
     // so, answers as an uncapped backend does, and the next turn goes on there. The move holds one
