@@ -362,13 +362,13 @@ struct Tile {
             for (int a = a0; a < a1; ++a) S[r * ldc + act[a]] = finish(S[r * ldc + act[a]]);
     }
 
-    // llama.cpp's non-flash softmax over its f16 cache: the exponentials summed in double, eight
-    // at a time (a lane tree each, as its AVX2 soft_max reduces a vector before the double add:
-    // one dependent add per eight columns, not per column), and the probabilities rounded to fp16
-    // (its P·V is an f16 matmul).
+    // llama.cpp's non-flash softmax over its f16 cache: the exponentials summed in double (here
+    // in eight double lanes, column c in lane c % 8, the lanes added in a fixed tree at the end:
+    // no dependent add per column or per vector), and the probabilities rounded to fp16 (its P·V
+    // is an f16 matmul).
     void softmax_f16(float* sr, float m, int n) const {
         const __m256 vm = _mm256_set1_ps(m);
-        double sum = 0.0;
+        __m256d lo = _mm256_setzero_pd(), hi = _mm256_setzero_pd();
         for (int c = 0; c < n; c += 8) {
             __m256 e = exp_nonpos(_mm256_sub_ps(load8(sr, c, n), vm));
             if (c + 8 <= n) {
@@ -377,8 +377,13 @@ struct Tile {
                 e = _mm256_and_ps(e, _mm256_castsi256_ps(tail_mask(n - c)));
                 _mm256_maskstore_ps(sr + c, tail_mask(n - c), e);
             }
-            sum += static_cast<double>(hsum_tree(e));
+            lo = _mm256_add_pd(lo, _mm256_cvtps_pd(_mm256_castps256_ps128(e)));
+            hi = _mm256_add_pd(hi, _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)));
         }
+        alignas(32) double l[8];
+        _mm256_store_pd(l, lo);
+        _mm256_store_pd(l + 4, hi);
+        const double sum = ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
         const __m256 inv = _mm256_set1_ps(static_cast<float>(1.0 / sum));
         for (int c = 0; c < n; c += 8) {
             const __m256 pr = _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_mul_ps(load8(sr, c, n), inv), _MM_FROUND_TO_NEAREST_INT));
@@ -395,19 +400,30 @@ struct Tile {
         const int32_t p = rpos[r];
         float m = kNegInf;
         int c0 = 0, last = -1;  // the last visible column
-        if (in.window <= 0) {
-            // No window: a column is hidden when it comes after the query. Eight at a time, the
+        {
+            // A column is hidden when it comes after the query, or (with a window, unless it is an
+            // exempt sink) when it is `window` or more positions before it. Eight at a time, the
             // positions gathered from the columns; the maximum is the same whatever the order
             // (a NaN score is skipped as std::max skips it; the sign of a zero maximum does not
             // change x - m below).
             const __m256i vp = _mm256_set1_epi32(p);
             const __m256i idx = _mm256_setr_epi32(0, 8, 16, 24, 32, 40, 48, 56);
-            static_assert(sizeof(Col) == 32 && offsetof(Col, pos) % 4 == 0);
+            static_assert(sizeof(Col) == 32 && offsetof(Col, pos) % 4 == 0 && offsetof(Col, exempt) % 4 == 0);
+            const bool windowed = in.window > 0;
+            // p - pos >= window, as pos <= p - window (no overflow: positions and windows are
+            // below 2^31 and p - window is at least -2^31 + 1).
+            const __m256i vfar = _mm256_set1_epi32(windowed ? p - in.window : 0);
             const __m256 neg_inf = _mm256_set1_ps(kNegInf);
             __m256 vmax = neg_inf;
             for (; c0 + 8 <= C; c0 += 8) {
                 const __m256i pos = _mm256_i32gather_epi32(reinterpret_cast<const int*>(&cols[c0].pos), idx, 4);
-                const __m256 hidden = _mm256_castsi256_ps(_mm256_cmpgt_epi32(pos, vp));
+                __m256i hide = _mm256_cmpgt_epi32(pos, vp);
+                if (windowed) {
+                    const __m256i exempt = _mm256_i32gather_epi32(reinterpret_cast<const int*>(&cols[c0].exempt), idx, 4);
+                    const __m256i far = _mm256_cmpgt_epi32(_mm256_add_epi32(vfar, _mm256_set1_epi32(1)), pos);
+                    hide = _mm256_or_si256(hide, _mm256_and_si256(_mm256_cmpeq_epi32(exempt, _mm256_setzero_si256()), far));
+                }
+                const __m256 hidden = _mm256_castsi256_ps(hide);
                 const __m256 x = _mm256_blendv_ps(_mm256_loadu_ps(sr + c0), neg_inf, hidden);
                 _mm256_storeu_ps(sr + c0, x);
                 vmax = _mm256_max_ps(x, vmax);  // vmax where x is NaN
