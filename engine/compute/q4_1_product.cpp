@@ -43,8 +43,9 @@ void quantize_q8_1(const float* x, int64_t cols, BlockQ8_1* out) {
         __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(sum), _mm256_extracti128_si256(sum, 1));
         s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4e));
         s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xb1));
-        out[b].d = fp32_to_fp16(d);
-        out[b].s = fp32_to_fp16(d * static_cast<float>(_mm_cvtsi128_si32(s4)));
+        // F16C's round-to-nearest-even conversion: the bits of fp32_to_fp16, without its branches.
+        out[b].d = _cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT);
+        out[b].s = _cvtss_sh(d * static_cast<float>(_mm_cvtsi128_si32(s4)), _MM_FROUND_TO_NEAREST_INT);
         const __m256i packed = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
         _mm256_storeu_si256(reinterpret_cast<__m256i*>(out[b].qs), _mm256_permutevar8x32_epi32(packed, order));
     }
@@ -166,7 +167,9 @@ void q4_1_products(const WeightMatrix* const* ws, float* const* ys, int count, c
     const int64_t cols = ws[0]->cols;
     const int64_t n_blocks = cols / QK4_1;
     thread_local std::vector<BlockQ8_1> xq;
-    xq.resize(static_cast<size_t>(n_tokens * n_blocks));
+    // Only ever grown: a decode step's products alternate between inputs of 18 and 48 blocks
+    // (SmolLM2), and a prefill's are thousands; each resize upwards value-initialised the difference.
+    if (xq.size() < static_cast<size_t>(n_tokens * n_blocks)) xq.resize(static_cast<size_t>(n_tokens * n_blocks));
     BlockQ8_1* const xb = xq.data();  // the calling thread's: the lambdas run on the pool's threads too
     auto quantize = [&](int64_t t0, int64_t t1) {
         for (int64_t t = t0; t < t1; ++t) quantize_q8_1(x + t * cols, cols, xb + t * n_blocks);
