@@ -468,14 +468,30 @@ void attend_reference_order(const AttentionInput& in, const AttentionShape& s, f
     cols.k.assign(static_cast<size_t>(cols.n), nullptr);
     cols.v.assign(static_cast<size_t>(cols.n), nullptr);
     const int64_t es = static_cast<int64_t>(kv_dtype_bytes(in.dtype));
-    for (const SlotView& sv : in.slots)
+    for (const SlotView& sv : in.slots) {
+        if (sv.n <= 0) continue;
+        const auto* k = static_cast<const char*>(sv.k);
+        const auto* v = static_cast<const char*>(sv.v);
+        const int64_t step = sv.stride * es;
+        // A view of consecutive positions inside the columns (a layer that keeps every token, a
+        // ring's runs, the new tokens): its pointers in one pass without a test per slot.
+        const int64_t first = int64_t(sv.pos[0]) - cols.base;
+        int64_t apart = 0;
+        for (int64_t j = 0; j < sv.n; ++j) apart += int64_t(sv.pos[j]) != int64_t(sv.pos[0]) + j;
+        if (apart == 0 && first >= 0 && first + sv.n <= cols.n) {
+            const void** kd = cols.k.data() + first;
+            const void** vd = cols.v.data() + first;
+            for (int64_t j = 0; j < sv.n; ++j) kd[j] = k + j * step, vd[j] = v + j * step;
+            continue;
+        }
         for (int64_t j = 0; j < sv.n; ++j) {
             const int32_t p = sv.pos[j];
             if (p >= cols.base && p - cols.base < cols.n) {
-                cols.k[static_cast<size_t>(p - cols.base)] = static_cast<const char*>(sv.k) + j * sv.stride * es;
-                cols.v[static_cast<size_t>(p - cols.base)] = static_cast<const char*>(sv.v) + j * sv.stride * es;
+                cols.k[static_cast<size_t>(p - cols.base)] = k + j * step;
+                cols.v[static_cast<size_t>(p - cols.base)] = v + j * step;
             }
         }
+    }
     if (n_q == 1) return attend_decode(in, s, cols, out, pool);
 
     // V transposed per kv head, shared by every work item.
