@@ -410,9 +410,9 @@ struct Tile {
             const __m256i idx = _mm256_setr_epi32(0, 8, 16, 24, 32, 40, 48, 56);
             static_assert(sizeof(Col) == 32 && offsetof(Col, pos) % 4 == 0 && offsetof(Col, exempt) % 4 == 0);
             const bool windowed = in.window > 0;
-            // p - pos >= window, as pos <= p - window (no overflow: positions and windows are
-            // below 2^31 and p - window is at least -2^31 + 1).
-            const __m256i vfar = _mm256_set1_epi32(windowed ? p - in.window : 0);
+            // p - pos >= window, as pos < p - window + 1 (no overflow: positions and windows are
+            // below 2^31, so p - window + 1 is at least -2^31 + 2).
+            const __m256i vseen = _mm256_set1_epi32(windowed ? p - in.window + 1 : 0);
             const __m256 neg_inf = _mm256_set1_ps(kNegInf);
             __m256 vmax = neg_inf;
             for (; c0 + 8 <= C; c0 += 8) {
@@ -420,7 +420,7 @@ struct Tile {
                 __m256i hide = _mm256_cmpgt_epi32(pos, vp);
                 if (windowed) {
                     const __m256i exempt = _mm256_i32gather_epi32(reinterpret_cast<const int*>(&cols[c0].exempt), idx, 4);
-                    const __m256i far = _mm256_cmpgt_epi32(_mm256_add_epi32(vfar, _mm256_set1_epi32(1)), pos);
+                    const __m256i far = _mm256_cmpgt_epi32(vseen, pos);
                     hide = _mm256_or_si256(hide, _mm256_and_si256(_mm256_cmpeq_epi32(exempt, _mm256_setzero_si256()), far));
                 }
                 const __m256 hidden = _mm256_castsi256_ps(hide);
