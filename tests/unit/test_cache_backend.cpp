@@ -22,10 +22,7 @@
 #include <QtTest>
 
 #include <algorithm>
-#include <atomic>
 #include <cstring>
-#include <map>
-#include <mutex>
 #include <optional>
 #include <random>
 
