@@ -13,6 +13,7 @@
 #       logs into $OUT.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../../.." && pwd)
+source "$root/tests/gpu/device/bundle_libs.sh"
 cd "$root"
 case "${1:-}" in
 pack)
@@ -30,9 +31,7 @@ pack)
     cp "$build/bin/kvchat-cli" "$stage/b/bin/"
     cp "$build/lib/libkvchat_cuda.so" "$stage/b/lib/"
     strip "$stage"/b/*/*
-    for lib in $(ldd "$build/tests/test_cuda_backend" "$build/bin/kvchat-cli" | awk '/=>/ {print $3}' | sort -u); do
-        case "$lib" in */libc.so*|*/libm.so*|*/libgcc_s*|*/libstdc++*|*/ld-linux*) ;; *) cp -L "$lib" "$stage/libs/" ;; esac
-    done
+    bundle_libs "$stage/libs" "$build/tests/test_cuda_backend" "$build/bin/kvchat-cli"
     # The suite's CTest entry as this build wrote it (its paths are this checkout's: `run` links them).
     "$python" - "$build" "$stage/b" <<'PY'
 import sys

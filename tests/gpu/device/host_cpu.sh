@@ -17,6 +17,7 @@
 #   line per turn in $OUT/rounds.jsonl, a summary line each on the output.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../../.." && pwd)
+source "$root/tests/gpu/device/bundle_libs.sh"
 cd "$root"
 stage=/tmp/kvchat-stage
 model_name=smollm2-135m-instruct-q4_1.gguf
@@ -33,9 +34,7 @@ pack)
     bins="bin/kvchat-cli tests/test_matmul tests/test_attention tests/test_q4_1_product tests/test_smollm2_golden"
     for f in $bins; do cp "$build/$f" "$tmp/b/"; done
     strip "$tmp"/b/*
-    for lib in $(cd "$build" && ldd $bins | awk '/=>/ {print $3}' | sort -u); do
-        case "$lib" in */libc.so*|*/libm.so*|*/libgcc_s*|*/libstdc++*|*/ld-linux*) ;; *) cp -L "$lib" "$tmp/libs/" ;; esac
-    done
+    (cd "$build" && bundle_libs "$tmp/libs" $bins)
     cp -r "$site/llama_cpp" "$site/diskcache" "$tmp/py/"
     find "$tmp/py" -name __pycache__ -prune -exec rm -rf {} +
     tar cf - -C "$tmp" libs b py | xz -T0 -6 > .dev/base.tar.xz
