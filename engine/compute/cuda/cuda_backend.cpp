@@ -8,8 +8,12 @@
 //     PlacedWeights the model holds, not to a table here looked up by host address.
 //   - what an operation takes as a host pointer (token ids, positions, RoPE's angles) is copied
 //     to device scratch for the call.
-// Every operation finishes (the stream is synchronized) before it returns, so host memory a call
-// was given, and scratch it allocated, can go as soon as it returns.
+// Operations are queued in order on the backend's one stream and return without waiting for it:
+// host data a call was given is consumed before it returns (copies from pageable host memory are
+// staged before cudaMemcpyAsync returns) and scratch is freed in stream order. The host waits only
+// where it needs the device's results (read, kv_download, the spill file's writes) and where memory
+// changes outside the stream (a cache layer's growth). A kernel's failure is therefore reported by
+// the next call that waits (CUDA_LAUNCH_BLOCKING=1 pins it to its operation).
 //
 // Products run in cuBLAS (fp16 inputs, fp32 accumulation and output) as llama.cpp's CUDA build
 // does for batches. fp16 rather than f32 halves the device memory (a 7B model fits in 16 GB);
@@ -91,7 +95,11 @@ class DeviceKvMemory final : public KvMemory {
 public:
     explicit DeviceKvMemory(std::shared_ptr<CacheMemoryUse> use) : use_(std::move(use)) {}
     ~DeviceKvMemory() override {
-        if (data_) cudaFree(data_);
+        // The backend's stream may still be reading it (operations do not wait).
+        if (data_) {
+            cudaDeviceSynchronize();
+            cudaFree(data_);
+        }
         use_->bytes -= static_cast<int64_t>(size_);
     }
     uint8_t* data() const override { return data_; }
@@ -109,9 +117,12 @@ public:
             check(e, "allocating cache memory");
         }
         if (data_ && fresh) {
-            // A device-to-device cudaMemcpy may return before it is done: wait for the legacy
-            // stream it ran on before the old memory is freed and the new one used.
-            cudaError_t e = cudaMemcpy(fresh, data_, std::min(n, size_), cudaMemcpyDeviceToDevice);
+            // The backend's stream may still be writing the old memory (operations do not wait), and
+            // the copy below runs on the legacy stream, which that stream does not wait for: wait for
+            // the device first. A device-to-device cudaMemcpy may return before it is done: wait for
+            // it too before the old memory is freed and the new one used.
+            cudaError_t e = cudaDeviceSynchronize();
+            if (e == cudaSuccess) e = cudaMemcpy(fresh, data_, std::min(n, size_), cudaMemcpyDeviceToDevice);
             if (e == cudaSuccess) e = cudaStreamSynchronize(cudaStreamLegacy);
             if (e != cudaSuccess) {
                 cudaFree(fresh);
@@ -142,6 +153,7 @@ public:
         int current = -1;
         const bool restore = cudaGetDevice(&current) == cudaSuccess && current != device_;
         cudaSetDevice(device_);
+        cudaDeviceSynchronize();  // the stream may still be reading them (operations do not wait)
         for (void* p : allocs_) cudaFree(p);
         if (restore) cudaSetDevice(current);
         cudaGetLastError();  // at process exit the runtime may already be gone: nothing to report
@@ -168,7 +180,7 @@ private:
 class CudaBackend;
 
 // Device scratch for one operation, and device copies of the host data it was given (positions,
-// angles, segment tables). Freed in stream order when it goes; finish() waits for the stream.
+// angles, segment tables). Freed in stream order when it goes.
 class Staging {
 public:
     explicit Staging(cudaStream_t s) : stream_(s) {}
@@ -202,14 +214,13 @@ public:
         allocs_.push_back(d);
         return d;
     }
-    // A device copy of v (host memory), which must live until finish().
+    // A device copy of v (host memory; consumed before this returns).
     template <class T>
     T* upload(const std::vector<T>& v) {
         T* d = static_cast<T*>(scratch(sizeof(T) * v.size()));
         if (!v.empty()) check(cudaMemcpyAsync(d, v.data(), sizeof(T) * v.size(), cudaMemcpyHostToDevice, stream_), "upload");
         return d;
     }
-    void finish() { check(cudaStreamSynchronize(stream_), "synchronize"); }
 
 private:
     cudaStream_t stream_;
@@ -277,7 +288,7 @@ public:
         if (n_rows <= 0) return;
         std::lock_guard lock(mu_);
         select();
-        copy_and_wait(b.data, host, sizeof(float) * static_cast<size_t>(n_rows * b.cols), "writing a buffer", "write");
+        copy_async(b.data, host, sizeof(float) * static_cast<size_t>(n_rows * b.cols), "writing a buffer", "write");
     }
 
     // Each matrix dequantized on the host from the mapped file (exactly as the CPU backend reads
@@ -337,7 +348,7 @@ public:
             if (scale != 1.0f)
                 for (int64_t j = 0; j < out.cols; ++j) row[j] *= scale;
         }
-        copy_and_wait(out.data, rows.data(), sizeof(float) * rows.size(), "uploading embeddings", "embed");
+        copy_async(out.data, rows.data(), sizeof(float) * rows.size(), "uploading embeddings", "embed");
     }
 
     void rms_norm(const Buffer& x, int64_t n_rows, const PlacedVector& w, float eps, Buffer& out) override {
@@ -369,7 +380,6 @@ public:
                            static_cast<int>(w.cols), &beta, y.data, CUDA_R_32F, static_cast<int>(w.rows),
                            CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
               "matrix product");
-        st.finish();
         check(cudaGetLastError(), "matmul");
     }
 
@@ -444,7 +454,6 @@ public:
         Staging st(stream_);
         cuda::rope(x.data, x.cols, st.upload(cs), n, n_heads, head_dim, static_cast<int>(half),
                    spec.style == RopeStyle::HalfSplit, stream_);
-        st.finish();
         check(cudaGetLastError(), "rope");
     }
 
@@ -479,7 +488,6 @@ public:
             rows = f32;
         }
         cuda::kivi_quantize(layout(f), rows, rows + f.kv_dim, 2 * static_cast<int64_t>(f.kv_dim), count, block, stream_);
-        st.finish();
         check(cudaGetLastError(), "kv_quantize");
     }
 
@@ -496,16 +504,15 @@ public:
             void* tmp = st.scratch(bytes);
             check(cudaMemcpyAsync(tmp, src, bytes, cudaMemcpyDefault, stream_), "copying cache memory");
             check(cudaMemcpyAsync(dst, tmp, bytes, cudaMemcpyDefault, stream_), "copying cache memory");
-            st.finish();
         } else {
-            copy_and_wait(dst, src, bytes, "copying cache memory", "kv_copy");
+            copy_async(dst, src, bytes, "copying cache memory", "kv_copy");
         }
     }
     void kv_upload(void* dst, const void* host, size_t bytes) override {
         if (bytes == 0) return;
         std::lock_guard lock(mu_);
         select();
-        copy_and_wait(dst, host, bytes, "copying into cache memory", "kv_upload");
+        copy_async(dst, host, bytes, "copying into cache memory", "kv_upload");
     }
     void kv_download(void* host, const void* src, size_t bytes) override {
         if (bytes == 0) return;
@@ -588,24 +595,26 @@ public:
         p.n_segments = static_cast<int>(segs.size());
         p.segments = segs.empty() ? nullptr : st.upload(segs);
         cuda::attend(p, stream_);
-        st.finish();
         check(cudaGetLastError(), "attention");
     }
 
 private:
     void select() const { check(cudaSetDevice(device_), "selecting the device"); }
 
-    // Waits for the stream: once an operation returns, nothing of it is still running.
-    void done(const char* what) {
-        check(cudaGetLastError(), what);
-        check(cudaStreamSynchronize(stream_), what);
-    }
+    // A launch's own errors (bad configuration); what it does on the device is reported by the next
+    // call that waits for the stream.
+    void done(const char* what) { check(cudaGetLastError(), what); }
 
-    // A copy between host and device memory or within device memory, finished before it returns.
-    // what: the failure's words; op: the operation's name. The caller holds the lock.
-    void copy_and_wait(void* dst, const void* src, size_t bytes, const char* what, const char* op) {
+    // A copy queued on the stream. what: the failure's words; op: the operation's name. The
+    // caller holds the lock.
+    void copy_async(void* dst, const void* src, size_t bytes, const char* what, const char* op) {
         check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream_), what);
         done(op);
+    }
+    // The same, finished before it returns: for copies into host memory.
+    void copy_and_wait(void* dst, const void* src, size_t bytes, const char* what, const char* op) {
+        copy_async(dst, src, bytes, what, op);
+        check(cudaStreamSynchronize(stream_), op);
     }
 
     // The spill file's copies, on the backend's stream and finished before it returns (a plain

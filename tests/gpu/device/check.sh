@@ -6,11 +6,13 @@
 #       with -DKVCHAT_CUDA=ON): test_cuda_backend, kvchat-cli and libkvchat_cuda.so stripped, the
 #       shared libraries they need beside the C library, a CTest file for the suite, and a
 #       6-layer cut of the installed SmolLM2 (token embeddings re-quantized to Q4_1: ~33 MB)
-#       into .dev/pack.tar.xz (.dev/ is listed in .git/info/exclude).
+#       into .dev/pack.tar.xz (.dev/ is listed in .git/info/exclude). With
+#       KVCHAT_COMPARE_CUDA_LIBRARY=PATH, another build's libkvchat_cuda.so goes along too and
+#       `run` benchmarks the two in turns (a change's speed on the GPU, side by side).
 #   tests/gpu/device/check.sh run            there, from the repository root: unpacks the bundle
 #       where the suite's compiled-in paths expect it and runs `ctest -R test_cuda_backend`, the
-#       suite verbose, kvchat-cli on both devices and compute-sanitizer on the kernel cases;
-#       logs into $OUT.
+#       suite verbose, kvchat-cli on both devices, `kvchat-cli bench` on both (and the compared
+#       library's, in turns) and compute-sanitizer on the kernel cases; logs into $OUT.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../../.." && pwd)
 source "$root/tests/gpu/device/bundle_libs.sh"
@@ -30,6 +32,10 @@ pack)
     cp "$build/tests/test_cuda_backend" "$stage/b/tests/"
     cp "$build/bin/kvchat-cli" "$stage/b/bin/"
     cp "$build/lib/libkvchat_cuda.so" "$stage/b/lib/"
+    if [ -n "${KVCHAT_COMPARE_CUDA_LIBRARY:-}" ]; then
+        mkdir -p "$stage/b/compare"
+        cp "$KVCHAT_COMPARE_CUDA_LIBRARY" "$stage/b/compare/libkvchat_cuda.so"
+    fi
     strip "$stage"/b/*/*
     bundle_libs "$stage/libs" "$build/tests/test_cuda_backend" "$build/bin/kvchat-cli"
     # The suite's CTest entry as this build wrote it (its paths are this checkout's: `run` links them).
@@ -71,6 +77,16 @@ run)
     timeout 300 ctest -R test_cuda_backend 2>&1 | tee "$OUT/ctest.log" | tail -4
     for d in cpu cuda; do
         timeout 60 ./bin/kvchat-cli generate --model "$KVCHAT_MODEL" --greedy -n 64 --device $d --prompt "The capital of France is" 2>&1 | tail -2
+    done
+    bench() {  # label, device, the CUDA library ("": the build's own)
+        echo "bench $1:"
+        KVCHAT_CUDA_LIBRARY=$3 timeout 120 ./bin/kvchat-cli bench --model "$KVCHAT_MODEL" --device "$2" --runs 3 \
+            --prompt-tokens 256 --gen-tokens 128 2>&1 | grep -E '^(prefill|decode)|not usable'
+    }
+    bench cpu cpu ""
+    for round in 1 2; do
+        bench "cuda, this build (round $round)" cuda ""
+        [ -f compare/libkvchat_cuda.so ] && bench "cuda, compared library (round $round)" cuda "$PWD/compare/libkvchat_cuda.so"
     done
     if command -v compute-sanitizer > /dev/null; then
         timeout 200 compute-sanitizer --tool memcheck ./tests/test_cuda_backend elementwiseKernelsMatch matmulMatches \
