@@ -42,6 +42,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <cstdio>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -244,6 +246,8 @@ public:
         gpu_name_ = prop.name;
         cache_use_ = std::make_shared<CacheMemoryUse>();
         if (const char* cap = std::getenv("KVCHAT_CUDA_CACHE_LIMIT")) cache_use_->limit = std::atoll(cap);
+        if (const char* prof = std::getenv("KVCHAT_CUDA_PROFILE")) profile_ = std::string(prof) == "1";
+        profile_last_ = profile_start_ = std::chrono::steady_clock::now();
         check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "creating a stream");
         try {
             check(blas_.create(&cublas_), "creating the cuBLAS handle");
@@ -255,6 +259,7 @@ public:
         }
     }
     ~CudaBackend() override {
+        print_profile();
         destroy();
         if (release_pool_) release_pool_(pool_);
     }
@@ -283,6 +288,7 @@ public:
                               stream_),
               "reading a result");
         check(cudaStreamSynchronize(stream_), "reading a result");
+        if (profile_) profile("read");
     }
     void write(Buffer& b, int64_t n_rows, const float* host) override {
         if (n_rows <= 0) return;
@@ -369,6 +375,12 @@ public:
         std::lock_guard lock(mu_);
         select();
         if (n_rows <= 0) return;
+        // A few tokens (decode): one launch, no scratch; cuBLAS's product costs more on the host
+        // than on the GPU there.
+        if (cuda::gemv_f16(static_cast<const uint16_t*>(w.data), x.data, y.data, n_rows, w.rows, w.cols, stream_)) {
+            done("matrix-vector product");
+            return;
+        }
         Staging st(stream_);
         auto* x16 = static_cast<uint16_t*>(st.scratch(sizeof(uint16_t) * static_cast<size_t>(n_rows * w.cols)));
         cuda::to_f16(x.data, x16, n_rows * w.cols, stream_);
@@ -380,7 +392,7 @@ public:
                            static_cast<int>(w.cols), &beta, y.data, CUDA_R_32F, static_cast<int>(w.rows),
                            CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
               "matrix product");
-        check(cudaGetLastError(), "matmul");
+        done("matmul");
     }
 
     void add(Buffer& x, const Buffer& y, int64_t n_rows) override {
@@ -454,7 +466,7 @@ public:
         Staging st(stream_);
         cuda::rope(x.data, x.cols, st.upload(cs), n, n_heads, head_dim, static_cast<int>(half),
                    spec.style == RopeStyle::HalfSplit, stream_);
-        check(cudaGetLastError(), "rope");
+        done("rope");
     }
 
     void round_f16(Buffer& x, int64_t n_rows, float scale) override {
@@ -488,7 +500,7 @@ public:
             rows = f32;
         }
         cuda::kivi_quantize(layout(f), rows, rows + f.kv_dim, 2 * static_cast<int64_t>(f.kv_dim), count, block, stream_);
-        check(cudaGetLastError(), "kv_quantize");
+        done("kv_quantize");
     }
 
     // Byte moves of cache memory. cudaMemcpy leaves overlapping regions undefined, so an
@@ -594,16 +606,59 @@ public:
         }
         p.n_segments = static_cast<int>(segs.size());
         p.segments = segs.empty() ? nullptr : st.upload(segs);
-        cuda::attend(p, stream_);
-        check(cudaGetLastError(), "attention");
+        int64_t n_cols = 0;
+        for (const cuda::AttendSegment& sg : segs) n_cols += sg.n;
+        if (p.n_q <= 4 && in.blocks.empty() && n_cols > 0) {
+            // A decode step: its columns spread over the GPU (attend_split).
+            auto* scratch = static_cast<float*>(st.scratch(sizeof(float) * size_t(cuda::attend_split_scratch(p, n_cols))));
+            cuda::attend_split(p, n_cols, scratch, stream_);
+        } else {
+            cuda::attend(p, stream_);
+        }
+        done("attention");
     }
 
 private:
-    void select() const { check(cudaSetDevice(device_), "selecting the device"); }
+    // Every operation starts with it (under the lock).
+    void select() const {
+        check(cudaSetDevice(device_), "selecting the device");
+        if (profile_) profile_start_ = std::chrono::steady_clock::now();
+    }
 
     // A launch's own errors (bad configuration); what it does on the device is reported by the next
     // call that waits for the stream.
-    void done(const char* what) { check(cudaGetLastError(), what); }
+    void done(const char* what) {
+        check(cudaGetLastError(), what);
+        if (profile_) profile(what);
+    }
+
+    // KVCHAT_CUDA_PROFILE=1: every operation waits for the stream and counts from its start to then
+    // (the host's part and the device's); the time between one operation's end and the next one's
+    // start is the callers' (model, cache and sampling code on the host). A table on stderr when the
+    // backend goes. Slower, but says where a step's time goes without a profiler on the machine.
+    void profile(const char* what) const {
+        cudaStreamSynchronize(stream_);
+        const auto now = std::chrono::steady_clock::now();
+        ProfileRow& row = profile_rows_[what];
+        row.calls += 1;
+        row.seconds += std::chrono::duration<double>(now - profile_start_).count();
+        ProfileRow& between = profile_rows_["(host, between operations)"];
+        between.calls += 1;
+        between.seconds += std::chrono::duration<double>(profile_start_ - profile_last_).count();
+        profile_last_ = now;
+    }
+    void print_profile() const {
+        if (!profile_ || profile_rows_.empty()) return;
+        double total = 0;
+        for (const auto& [op, row] : profile_rows_) total += row.seconds;
+        std::fprintf(stderr, "CUDA operations (KVCHAT_CUDA_PROFILE): %.1f ms in all\n", total * 1e3);
+        std::vector<std::pair<std::string, ProfileRow>> rows(profile_rows_.begin(), profile_rows_.end());
+        std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.seconds > b.second.seconds; });
+        for (const auto& [op, row] : rows)
+            std::fprintf(stderr, "  %-24s %8lld calls %10.1f ms %8.1f us a call %5.1f%%\n", op.c_str(),
+                         static_cast<long long>(row.calls), row.seconds * 1e3, row.seconds * 1e6 / double(row.calls),
+                         100.0 * row.seconds / total);
+    }
 
     // A copy queued on the stream. what: the failure's words; op: the operation's name. The
     // caller holds the lock.
@@ -613,8 +668,9 @@ private:
     }
     // The same, finished before it returns: for copies into host memory.
     void copy_and_wait(void* dst, const void* src, size_t bytes, const char* what, const char* op) {
-        copy_async(dst, src, bytes, what, op);
+        check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream_), what);
         check(cudaStreamSynchronize(stream_), op);
+        if (profile_) profile(op);
     }
 
     // The spill file's copies, on the backend's stream and finished before it returns (a plain
@@ -673,6 +729,14 @@ private:
     // Operations may come from the pool's threads (cache conversions); one at a time.
     mutable std::mutex mu_;
     SpareBlocks blocks_;
+    struct ProfileRow {
+        int64_t calls = 0;
+        double seconds = 0;
+    };
+    bool profile_ = false;
+    mutable std::chrono::steady_clock::time_point profile_last_;  // read() is const and counts too
+    mutable std::chrono::steady_clock::time_point profile_start_;
+    mutable std::map<std::string, ProfileRow> profile_rows_;
 };
 
 void write_error(char* error, size_t size, const std::string& msg) {

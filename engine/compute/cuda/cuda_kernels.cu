@@ -50,6 +50,44 @@ __global__ void to_f16_kernel(const float* x, __half* y, int64_t n) {
     GRID_STRIDE(i, n) y[i] = __float2half_rn(x[i]);
 }
 
+// y[t * ldy + r] = W[r] . x[t * ldx] for t < kTok: a warp per row, the inputs rounded to fp16 as
+// the batch path's cuBLAS product takes them, products and sums in fp32.
+constexpr int kGemvRows = 8;  // warps (rows) a block
+template <int kTok>
+__global__ void gemv_f16_kernel(const __half* W, const float* x, float* y, int64_t rows, int64_t cols) {
+    const int64_t r = static_cast<int64_t>(blockIdx.x) * kGemvRows + threadIdx.y;
+    if (r >= rows) return;
+    const __half* w = W + r * cols;
+    float acc[kTok];
+    for (int t = 0; t < kTok; ++t) acc[t] = 0.0f;
+    const int lane = threadIdx.x;
+    if (cols % 8 == 0) {
+        // 16-byte loads: eight weights a lane a step (rows start 16-byte aligned when cols % 8 == 0).
+        for (int64_t c = int64_t(lane) * 8; c < cols; c += 32 * 8) {
+            const uint4 raw = *reinterpret_cast<const uint4*>(w + c);
+            const __half2* h = reinterpret_cast<const __half2*>(&raw);
+            for (int k = 0; k < 4; ++k) {
+                const float2 wf = __half22float2(h[k]);
+                for (int t = 0; t < kTok; ++t) {
+                    const float* xt = x + t * cols + c + 2 * k;
+                    acc[t] = fmaf(wf.x, f16_round(xt[0]), acc[t]);
+                    acc[t] = fmaf(wf.y, f16_round(xt[1]), acc[t]);
+                }
+            }
+        }
+    } else {
+        for (int64_t c = lane; c < cols; c += 32) {
+            const float wf = __half2float(w[c]);
+            for (int t = 0; t < kTok; ++t) acc[t] = fmaf(wf, f16_round(x[t * cols + c]), acc[t]);
+        }
+    }
+    for (int t = 0; t < kTok; ++t) {
+        float v = acc[t];
+        for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
+        if (lane == 0) y[t * rows + r] = v;
+    }
+}
+
 __global__ void round_f16_kernel(float* x, int64_t n, float scale) {
     GRID_STRIDE(i, n) x[i] = f16_round(__fmul_rn(x[i], scale));
 }
@@ -215,6 +253,9 @@ __device__ float column_score(const AttendParams& p, const AttendSegment& s, con
     if (!s.is_block) {
         const float* qr = col.exempt && qs ? qs : q;
         const char* k = static_cast<const char*>(s.k) + col.j * s.stride * (p.dtype == 2 ? 4 : 2);
+        // Unrolled so that a thread has several keys' loads in flight (few warps run this kernel
+        // in a decode step, too few to hide a load's latency); the sum's order is unchanged.
+#pragma unroll 16
         for (int d = 0; d < hd; ++d) raw = fmaf(qr[d], load_stored(p.dtype, k, goff + d), raw);
     } else {
         const KiviLayout& f = p.kivi;
@@ -326,23 +367,38 @@ __global__ void attend_kernel(AttendParams p) {
                 const int d = threadIdx.x + u * blockDim.x;
                 if (d >= hd) break;
                 float a = acc[u];
+                if (!s.is_block) {
+                    // Eight columns' values loaded before they are summed (in the same order as one
+                    // at a time): the loads overlap instead of each waiting for the last.
+                    const int64_t vstep = s.stride * (p.dtype == 2 ? 4 : 2);
+                    for (int c0 = 0; c0 < tile; c0 += 8) {
+                        float w[8], x[8];
+#pragma unroll
+                        for (int k = 0; k < 8; ++k) {
+                            w[k] = c0 + k < tile ? prob[c0 + k] : 0.0f;
+                            x[k] = w[k] != 0.0f
+                                       ? load_stored(p.dtype, static_cast<const char*>(s.v) + cj[c0 + k] * vstep, goff + d)
+                                       : 0.0f;
+                        }
+#pragma unroll
+                        for (int k = 0; k < 8; ++k)
+                            if (w[k] != 0.0f) a = fmaf(w[k], x[k], a);
+                    }
+                    acc[u] = a;
+                    continue;
+                }
                 for (int c = 0; c < tile; ++c) {
                     const float w = prob[c];
                     if (w == 0.0f) continue;
-                    if (!s.is_block) {
-                        const char* v = static_cast<const char*>(s.v) + cj[c] * s.stride * (p.dtype == 2 ? 4 : 2);
-                        a = fmaf(w, load_stored(p.dtype, v, goff + d), a);
-                    } else {
-                        const KiviLayout& f = p.kivi;
-                        const uint8_t* blk = static_cast<const uint8_t*>(s.k);
-                        const int64_t rb = static_cast<int64_t>(f.kv_dim) * f.nbits / 8;
-                        const int ng = f.kv_dim / f.value_group;
-                        const int gi = (goff + d) / f.value_group;
-                        const float sc = reinterpret_cast<const float*>(blk + f.v_scale)[cj[c] * ng + gi];
-                        const float zr = reinterpret_cast<const float*>(blk + f.v_zero)[cj[c] * ng + gi];
-                        a = fmaf(w * sc, kivi_code(blk + f.v_codes + cj[c] * rb, goff + d, f.nbits), a);
-                        a = fmaf(w, zr, a);
-                    }
+                    const KiviLayout& f = p.kivi;
+                    const uint8_t* blk = static_cast<const uint8_t*>(s.k);
+                    const int64_t rb = static_cast<int64_t>(f.kv_dim) * f.nbits / 8;
+                    const int ng = f.kv_dim / f.value_group;
+                    const int gi = (goff + d) / f.value_group;
+                    const float sc = reinterpret_cast<const float*>(blk + f.v_scale)[cj[c] * ng + gi];
+                    const float zr = reinterpret_cast<const float*>(blk + f.v_zero)[cj[c] * ng + gi];
+                    a = fmaf(w * sc, kivi_code(blk + f.v_codes + cj[c] * rb, goff + d, f.nbits), a);
+                    a = fmaf(w, zr, a);
                 }
                 acc[u] = a;
             }
@@ -355,10 +411,172 @@ __global__ void attend_kernel(AttendParams p) {
     }
 }
 
+
+// ---- attention, a few queries over full-precision slots: the columns split between blocks ----
+// The kernel above gives each (query, head) one block that walks every column, three times: a
+// decode step is then a handful of blocks on a GPU of a hundred processors, each waiting on its
+// loads (SmolLM2, 512 tokens: 390 us a layer on an H100). Here the columns are cut into chunks of
+// kSplitCols, one block each, in four launches: scores (a warp per column, its lanes across the
+// head's dimensions), the row's maximum and sum of exponentials, each chunk's share of P·V, and the
+// chunks' shares added. The arithmetic is the kernel above's (scale, softcap, sums of exponentials
+// in double, fp16 probabilities where asked); only the order of the sums differs.
+constexpr int kSplitCols = 64;
+constexpr int kSplitThreads = 128;
+
+// Segment and index of column g of the concatenated slot views.
+__device__ __forceinline__ const AttendSegment* split_column(const AttendParams& p, int64_t g, int64_t& j) {
+    for (int si = 0; si < p.n_segments; ++si) {
+        const AttendSegment& s = p.segments[si];
+        if (g < s.n) {
+            j = g;
+            return &s;
+        }
+        g -= s.n;
+    }
+    j = 0;
+    return nullptr;
+}
+
+__global__ void split_scores_kernel(AttendParams p, int64_t n_cols, float* S, float* chunk_max) {
+    __shared__ float q[512], qs[512];
+    __shared__ float wmax[kSplitThreads / 32];
+    const int64_t r = blockIdx.x;  // query t, head h
+    const int64_t t = r / p.n_head;
+    const int h = static_cast<int>(r % p.n_head);
+    const int hd = p.head_dim;
+    const int group = p.n_head / p.n_head_kv;
+    const int goff = (h / group) * hd;
+    const int64_t at = t * static_cast<int64_t>(p.n_head) * hd + static_cast<int64_t>(h) * hd;
+    const int32_t qp = p.qpos[t];
+    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+        q[d] = p.q[at + d];
+        qs[d] = p.q_sink ? p.q_sink[at + d] : 0.0f;
+    }
+    __syncthreads();
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int64_t c0 = static_cast<int64_t>(blockIdx.y) * kSplitCols;
+    const int estep = p.dtype == 2 ? 4 : 2;
+    float m = -INFINITY;
+    for (int64_t g = c0 + warp; g < c0 + kSplitCols && g < n_cols; g += kSplitThreads / 32) {
+        int64_t j;
+        const AttendSegment* sp = split_column(p, g, j);
+        float x = -INFINITY;
+        if (sp) {
+            const Column col = column_at(p, *sp, j, qp);
+            if (col.visible) {
+                const float* qr = col.exempt && p.q_sink ? qs : q;
+                const char* k = static_cast<const char*>(sp->k) + j * sp->stride * estep;
+                float acc = 0.0f;
+                for (int d = lane; d < hd; d += 32) acc = fmaf(qr[d], load_stored(p.dtype, k, goff + d), acc);
+                for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+                x = acc * p.scale;
+                if (p.softcap > 0.0f) x = p.softcap * tanhf(x / p.softcap);
+            }
+        }
+        if (lane == 0) S[r * n_cols + g] = x;
+        m = fmaxf(m, x);
+    }
+    if (lane == 0) wmax[warp] = m;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        float b = -INFINITY;
+        for (int w = 0; w < kSplitThreads / 32; ++w) b = fmaxf(b, wmax[w]);
+        chunk_max[r * gridDim.y + blockIdx.y] = b;
+    }
+}
+
+// stats[2r] = the row's maximum (-inf: nothing visible), stats[2r + 1] = 1 / its sum of exponentials.
+__global__ void split_stats_kernel(AttendParams p, int64_t n_cols, int n_chunks, const float* S, const float* chunk_max,
+                                   float* stats) {
+    __shared__ float red_f[256];
+    __shared__ double red_d[256];
+    const int64_t r = blockIdx.x;
+    float m = -INFINITY;
+    for (int c = threadIdx.x; c < n_chunks; c += blockDim.x) m = fmaxf(m, chunk_max[r * n_chunks + c]);
+    m = block_reduce(m, true, red_f);
+    if (m == -INFINITY) {
+        if (threadIdx.x == 0) stats[2 * r] = m, stats[2 * r + 1] = 0.0f;
+        return;
+    }
+    double sum = 0.0;
+    for (int64_t g = threadIdx.x; g < n_cols; g += blockDim.x) {
+        const float x = S[r * n_cols + g];
+        if (x != -INFINITY) sum += static_cast<double>(expf(x - m));
+    }
+    sum = block_reduce(sum, false, red_d);
+    if (threadIdx.x == 0) {
+        stats[2 * r] = m;
+        stats[2 * r + 1] = p.f16_probs ? static_cast<float>(1.0 / sum) : 1.0f / static_cast<float>(sum);
+    }
+}
+
+__global__ void split_values_kernel(AttendParams p, int64_t n_cols, const float* S, const float* stats, float* partial) {
+    __shared__ float prob[kSplitCols];
+    __shared__ const char* vrow[kSplitCols];
+    const int64_t r = blockIdx.x;
+    const int h = static_cast<int>(r % p.n_head);
+    const int hd = p.head_dim;
+    const int goff = (h / (p.n_head / p.n_head_kv)) * hd;
+    const int64_t c0 = static_cast<int64_t>(blockIdx.y) * kSplitCols;
+    const float m = stats[2 * r], inv = stats[2 * r + 1];
+    const int estep = p.dtype == 2 ? 4 : 2;
+    for (int c = threadIdx.x; c < kSplitCols; c += blockDim.x) {
+        const int64_t g = c0 + c;
+        float pr = 0.0f;
+        const char* v = nullptr;
+        if (g < n_cols && m != -INFINITY) {
+            const float x = S[r * n_cols + g];
+            if (x != -INFINITY) {
+                pr = expf(x - m) * inv;
+                if (p.f16_probs) pr = f16_round(pr);
+                int64_t j;
+                const AttendSegment* sp = split_column(p, g, j);
+                v = static_cast<const char*>(sp->v) + j * sp->stride * estep;
+            }
+        }
+        prob[c] = pr;
+        vrow[c] = v;
+    }
+    __syncthreads();
+    float* out = partial + (r * gridDim.y + blockIdx.y) * hd;
+    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+        float a = 0.0f;
+#pragma unroll 8
+        for (int c = 0; c < kSplitCols; ++c)
+            if (prob[c] != 0.0f) a = fmaf(prob[c], load_stored(p.dtype, vrow[c], goff + d), a);
+        out[d] = a;
+    }
+}
+
+__global__ void split_sum_kernel(AttendParams p, int n_chunks, const float* partial) {
+    const int64_t r = blockIdx.x;
+    const int64_t t = r / p.n_head;
+    const int h = static_cast<int>(r % p.n_head);
+    const int hd = p.head_dim;
+    float* out = p.out + t * static_cast<int64_t>(p.n_head) * hd + static_cast<int64_t>(h) * hd;
+    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+        float a = 0.0f;
+        for (int c = 0; c < n_chunks; ++c) a += partial[(r * n_chunks + c) * hd + d];
+        out[d] = a;
+    }
+}
+
 }  // namespace
 
 void to_f16(const float* x, f16* y, int64_t n, cudaStream_t stream) {
     to_f16_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, reinterpret_cast<__half*>(y), n);
+}
+bool gemv_f16(const f16* w, const float* x, float* y, int64_t n_tok, int64_t rows, int64_t cols, cudaStream_t stream) {
+    const dim3 block(32, kGemvRows);
+    const unsigned grid = static_cast<unsigned>((rows + kGemvRows - 1) / kGemvRows);
+    const auto* W = reinterpret_cast<const __half*>(w);
+    switch (n_tok) {
+        case 1: gemv_f16_kernel<1><<<grid, block, 0, stream>>>(W, x, y, rows, cols); return true;
+        case 2: gemv_f16_kernel<2><<<grid, block, 0, stream>>>(W, x, y, rows, cols); return true;
+        case 3: gemv_f16_kernel<3><<<grid, block, 0, stream>>>(W, x, y, rows, cols); return true;
+        case 4: gemv_f16_kernel<4><<<grid, block, 0, stream>>>(W, x, y, rows, cols); return true;
+        default: return false;
+    }
 }
 void round_f16(float* x, int64_t n, float scale, cudaStream_t stream) {
     round_f16_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, n, scale);
@@ -397,6 +615,24 @@ void kivi_quantize(const KiviLayout& f, const float* k, const float* v, int64_t 
                    cudaStream_t stream) {
     cudaMemsetAsync(block, 0, static_cast<size_t>(f.block_bytes), stream);
     kivi_quantize_kernel<<<1, kThreads, 0, stream>>>(f, k, v, stride, count, block);
+}
+int64_t attend_split_scratch(const AttendParams& p, int64_t n_cols) {
+    const int64_t rows = p.n_q * p.n_head, chunks = (n_cols + kSplitCols - 1) / kSplitCols;
+    return rows * n_cols + rows * chunks + 2 * rows + rows * chunks * p.head_dim;
+}
+void attend_split(const AttendParams& p, int64_t n_cols, float* scratch, cudaStream_t stream) {
+    if (p.n_q <= 0 || n_cols <= 0) return;
+    const int64_t rows = p.n_q * p.n_head;
+    const int chunks = static_cast<int>((n_cols + kSplitCols - 1) / kSplitCols);
+    float* S = scratch;
+    float* chunk_max = S + rows * n_cols;
+    float* stats = chunk_max + rows * chunks;
+    float* partial = stats + 2 * rows;
+    const dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>(chunks));
+    split_scores_kernel<<<grid, kSplitThreads, 0, stream>>>(p, n_cols, S, chunk_max);
+    split_stats_kernel<<<static_cast<unsigned>(rows), 256, 0, stream>>>(p, n_cols, chunks, S, chunk_max, stats);
+    split_values_kernel<<<grid, kSplitThreads, 0, stream>>>(p, n_cols, S, stats, partial);
+    split_sum_kernel<<<static_cast<unsigned>(rows), kSplitThreads, 0, stream>>>(p, chunks, partial);
 }
 void attend(const AttendParams& p, cudaStream_t stream) {
     if (p.n_q <= 0) return;

@@ -12,6 +12,9 @@ namespace kvchat::cuda {
 using f16 = uint16_t;
 
 void to_f16(const float* x, f16* y, int64_t n, cudaStream_t stream);
+// y (n_tok x rows) = x (n_tok x cols) W^T for fp16 W (rows x cols), x rounded to fp16 as to_f16 does:
+// a decode step's products in one launch. False (nothing launched) for more than 4 tokens.
+bool gemv_f16(const f16* w, const float* x, float* y, int64_t n_tok, int64_t rows, int64_t cols, cudaStream_t stream);
 void round_f16(float* x, int64_t n, float scale, cudaStream_t stream);
 // Groups of `width` values: out = x / rms(x) * w, the squares summed in double as the CPU does.
 void rms_norm(const float* x, float* out, int64_t groups, int64_t width, const float* w, float eps, cudaStream_t stream);
@@ -67,5 +70,9 @@ struct AttendParams {
     int n_segments;
 };
 void attend(const AttendParams& p, cudaStream_t stream);
+// The same for a few queries over slot views only (no blocks): the columns (n_cols, the views'
+// together) split between blocks. scratch: attend_split_scratch(p, n_cols) floats of device memory.
+int64_t attend_split_scratch(const AttendParams& p, int64_t n_cols);
+void attend_split(const AttendParams& p, int64_t n_cols, float* scratch, cudaStream_t stream);
 
 }  // namespace kvchat::cuda
