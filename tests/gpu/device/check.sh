@@ -8,11 +8,16 @@
 #       6-layer cut of the installed SmolLM2 (token embeddings re-quantized to Q4_1: ~33 MB)
 #       into .dev/pack.tar.xz (.dev/ is listed in .git/info/exclude). With
 #       KVCHAT_COMPARE_CUDA_LIBRARY=PATH, another build's libkvchat_cuda.so goes along too and
-#       `run` benchmarks the two in turns (a change's speed on the GPU, side by side).
+#       `run` benchmarks the two in turns (a change's speed on the GPU, side by side). With
+#       KVCHAT_FULL_MODEL=1, the whole SmolLM2 instead of the cut: its first 57 MB in
+#       .dev2/model.part, the rest beside the bundle in .dev/ (two calls, below).
+#   tests/gpu/device/check.sh stage .dev2    there, the full model's first call: copies the carried
+#       part to /tmp/kvchat-stage (kept while the machine is warm: 30 s between calls).
 #   tests/gpu/device/check.sh run            there, from the repository root: unpacks the bundle
 #       where the suite's compiled-in paths expect it and runs `ctest -R test_cuda_backend`, the
 #       suite verbose, kvchat-cli on both devices, `kvchat-cli bench` on both (and the compared
-#       library's, in turns) and compute-sanitizer on the kernel cases; logs into $OUT.
+#       library's, in turns), the GPU's operations timed (KVCHAT_CUDA_PROFILE) and
+#       compute-sanitizer on the kernel cases; logs into $OUT.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../../.." && pwd)
 source "$root/tests/gpu/device/bundle_libs.sh"
@@ -47,15 +52,37 @@ j = t.find("add_test(", i + 10)
 open(sys.argv[2] + "/tests/CTestTestfile.cmake", "w").write(t[i:j if j > 0 else len(t)])
 open(sys.argv[2] + "/CTestTestfile.cmake", "w").write('subdirs("tests")\n')
 PY
-    "$python" tests/gpu/device/truncate_gguf.py "$model" "$stage/model.gguf" 6
     echo "$root" > "$stage/b/source_dir"
+    rm -rf .dev .dev2
     mkdir -p .dev
-    tar cf - -C "$stage" libs b model.gguf | xz -T0 -6 > .dev/pack.tar.xz
-    ls -l .dev/pack.tar.xz
-    echo "then: run(command='bash tests/gpu/device/check.sh run', carry=['.dev'])"
+    if [ -n "${KVCHAT_FULL_MODEL:-}" ]; then
+        grep -qx '/.dev2/' .git/info/exclude 2>/dev/null || echo '/.dev2/' >> .git/info/exclude
+        mkdir -p .dev2
+        dd if="$model" of=.dev2/model.part bs=1M iflag=count_bytes count=57000000 status=none
+        dd if="$model" of=.dev/model.rest bs=1M iflag=skip_bytes skip=57000000 status=none
+        sha256sum "$model" | cut -c1-64 > .dev/model.sha256
+        tar cf - -C "$stage" libs b | xz -T0 -6 > .dev/pack.tar.xz
+        du -sh .dev .dev2
+        echo "then, one right after the other: run(command='bash tests/gpu/device/check.sh stage .dev2', carry=['.dev2'])"
+        echo "                                 run(command='bash tests/gpu/device/check.sh run', carry=['.dev'])"
+    else
+        "$python" tests/gpu/device/truncate_gguf.py "$model" "$stage/model.gguf" 6
+        tar cf - -C "$stage" libs b model.gguf | xz -T0 -6 > .dev/pack.tar.xz
+        ls -l .dev/pack.tar.xz
+        echo "then: run(command='bash tests/gpu/device/check.sh run', carry=['.dev'])"
+    fi
+    ;;
+stage)
+    mkdir -p /tmp/kvchat-stage && cp -r "$2" /tmp/kvchat-stage/ && ls -la "/tmp/kvchat-stage/$2"
     ;;
 run)
     (cd .dev && tar xJf pack.tar.xz)
+    if [ -f .dev/model.rest ]; then
+        cat /tmp/kvchat-stage/.dev2/model.part .dev/model.rest > .dev/model.gguf
+        [ "$(sha256sum .dev/model.gguf | cut -c1-64)" = "$(cat .dev/model.sha256)" ] ||
+            { echo "the model's parts do not add up (was .dev2 staged first?)" >&2; exit 1; }
+        rm -f .dev/model.rest
+    fi
     # The suite was built in $(cat source_dir): make that path lead here.
     src=$(cat .dev/b/source_dir)
     [ -e "$src" ] || { mkdir -p "$(dirname "$src")" && ln -s "$root" "$src"; }
@@ -87,6 +114,12 @@ run)
     for round in 1 2; do
         bench "cuda, this build (round $round)" cuda ""
         [ -f compare/libkvchat_cuda.so ] && bench "cuda, compared library (round $round)" cuda "$PWD/compare/libkvchat_cuda.so"
+    done
+    # Where a decode step's time goes on the GPU, at a short and a longer context.
+    for p in 16 512; do
+        echo "profile, $p-token prompt, 64 decoded:"
+        KVCHAT_CUDA_PROFILE=1 timeout 120 ./bin/kvchat-cli bench --model "$KVCHAT_MODEL" --device cuda --runs 1 \
+            --prompt-tokens $p --gen-tokens 64 2>&1 | grep -E '^(decode|CUDA|  [a-z(])' | head -24
     done
     if command -v compute-sanitizer > /dev/null; then
         timeout 200 compute-sanitizer --tool memcheck ./tests/test_cuda_backend elementwiseKernelsMatch matmulMatches \
