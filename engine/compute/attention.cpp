@@ -173,7 +173,8 @@ inline bool maybe_seen(const Col& c, int32_t pmin, int32_t pmax, int window) {
 
 // The columns some query at positions [pmin, pmax] may see, in view order then block order
 // (empty slots hold INT32_MAX and drop out). Each row is masked exactly later.
-void collect(const AttentionInput& in, int32_t pmin, int32_t pmax, std::vector<Col>& cols) {
+void collect(const AttentionInput& in, int32_t pmin, int32_t pmax, std::vector<Col>& cols, std::vector<int32_t>& cpos,
+             std::vector<int32_t>& cexempt) {
     cols.clear();
     const int64_t es = static_cast<int64_t>(kv_dtype_bytes(in.dtype));
     for (const SlotView& sv : in.slots)
@@ -189,6 +190,9 @@ void collect(const AttentionInput& in, int32_t pmin, int32_t pmax, std::vector<C
         if (in.window > 0) lo = std::max<int32_t>(lo, pmin - in.window + 1);
         for (int32_t p = lo; p <= hi; ++p) cols.push_back({nullptr, nullptr, p, static_cast<int32_t>(b), p - bv.first_pos, 0});
     }
+    cpos.resize(cols.size());
+    cexempt.resize(cols.size());
+    for (size_t c = 0; c < cols.size(); ++c) cpos[c] = cols[c].pos, cexempt[c] = cols[c].exempt;
 }
 
 // One tile for one kv head: R rows (row r is query r / group, head r % group of the kv head's
@@ -211,6 +215,8 @@ struct Tile {
     const int32_t* rpos;     // position of each row's query
     float* qk;               // R x hd scratch (quantized blocks)
     float* zsum;             // R x (hd / value_group) scratch
+    const int32_t* cpos;     // cols[c].pos and cols[c].exempt side by side: the mask reads eight
+    const int32_t* cexempt;  // at a time without gathers
 
     float finish(float raw) const {
         float x = raw * s.scale;
@@ -402,13 +408,11 @@ struct Tile {
         int c0 = 0, last = -1;  // the last visible column
         {
             // A column is hidden when it comes after the query, or (with a window, unless it is an
-            // exempt sink) when it is `window` or more positions before it. Eight at a time, the
-            // positions gathered from the columns; the maximum is the same whatever the order
+            // exempt sink) when it is `window` or more positions before it. Eight at a time; the
+            // maximum is the same whatever the order
             // (a NaN score is skipped as std::max skips it; the sign of a zero maximum does not
             // change x - m below).
             const __m256i vp = _mm256_set1_epi32(p);
-            const __m256i idx = _mm256_setr_epi32(0, 8, 16, 24, 32, 40, 48, 56);
-            static_assert(sizeof(Col) == 32 && offsetof(Col, pos) % 4 == 0 && offsetof(Col, exempt) % 4 == 0);
             const bool windowed = in.window > 0;
             // p - pos >= window, as pos < p - window + 1 (no overflow: positions and windows are
             // below 2^31, so p - window + 1 is at least -2^31 + 2).
@@ -416,10 +420,10 @@ struct Tile {
             const __m256 neg_inf = _mm256_set1_ps(kNegInf);
             __m256 vmax = neg_inf;
             for (; c0 + 8 <= C; c0 += 8) {
-                const __m256i pos = _mm256_i32gather_epi32(reinterpret_cast<const int*>(&cols[c0].pos), idx, 4);
+                const __m256i pos = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(cpos + c0));
                 __m256i hide = _mm256_cmpgt_epi32(pos, vp);
                 if (windowed) {
-                    const __m256i exempt = _mm256_i32gather_epi32(reinterpret_cast<const int*>(&cols[c0].exempt), idx, 4);
+                    const __m256i exempt = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(cexempt + c0));
                     const __m256i far = _mm256_cmpgt_epi32(vseen, pos);
                     hide = _mm256_or_si256(hide, _mm256_and_si256(_mm256_cmpeq_epi32(exempt, _mm256_setzero_si256()), far));
                 }
@@ -628,19 +632,42 @@ struct Tile {
         if (k512) {
             // All rows at once: the AVX-512 kernel unpacks each value once for every row.
             ps.resize(static_cast<size_t>(a1 - a0) * R * nk + static_cast<size_t>(a1 - a0) * 32);
-            for (int a = a0; a < a1; ++a) {
-                const int c = act[a];
-                const float* vs = f.value_scale(data, cols[c].j) + goff / vg + k0;
-                float* pa = ps.data() + static_cast<size_t>(a - a0) * R * nk;
-                if (four) {
-                    const __m128 s4 = _mm_loadu_ps(vs), z4 = _mm_loadu_ps(f.value_zero(data, cols[c].j) + goff / vg + k0);
-                    for (int r = 0; r < R; ++r) {
-                        const __m128 pr = _mm_set1_ps(S[r * ldc + c]);
-                        _mm_storeu_ps(pa + r * 4, _mm_mul_ps(pr, s4));
-                        _mm_storeu_ps(zsum + r * 4, _mm_fmadd_ps(pr, z4, _mm_loadu_ps(zsum + r * 4)));
+            if (four) {
+                // A few rows at a time: their zero sums stay in registers across the columns (column
+                // by column, every row's sum was a chain through memory). The same fma(p, zero, sum)
+                // in column order.
+                thread_local std::vector<const float*> scale_zero;
+                scale_zero.resize(2 * static_cast<size_t>(a1 - a0));
+                for (int a = a0; a < a1; ++a) {
+                    const int j = cols[act[a]].j;
+                    scale_zero[2 * size_t(a - a0)] = f.value_scale(data, j) + goff / vg + k0;
+                    scale_zero[2 * size_t(a - a0) + 1] = f.value_zero(data, j) + goff / vg + k0;
+                }
+                // Four rows at a time: four independent chains.
+                auto rows_pass = [&]<int RB>(int r) {
+                    __m128 zs[RB];
+                    for (int i = 0; i < RB; ++i) zs[i] = _mm_loadu_ps(zsum + (r + i) * 4);
+                    float* pa = ps.data() + r * 4;
+                    for (int a = a0; a < a1; ++a, pa += R * 4) {
+                        const int c = act[a];
+                        const __m128 s4 = _mm_loadu_ps(scale_zero[2 * size_t(a - a0)]);
+                        const __m128 z4 = _mm_loadu_ps(scale_zero[2 * size_t(a - a0) + 1]);
+                        for (int i = 0; i < RB; ++i) {
+                            const __m128 pr = _mm_set1_ps(S[(r + i) * ldc + c]);
+                            _mm_storeu_ps(pa + i * 4, _mm_mul_ps(pr, s4));
+                            zs[i] = _mm_fmadd_ps(pr, z4, zs[i]);
+                        }
                     }
-                } else {
-                    scale_probabilities(c, 0, R, vs, nk, pa);
+                    for (int i = 0; i < RB; ++i) _mm_storeu_ps(zsum + (r + i) * 4, zs[i]);
+                };
+                int r = 0;
+                for (; r + 4 <= R; r += 4) rows_pass.template operator()<4>(r);
+                for (; r < R; ++r) rows_pass.template operator()<1>(r);
+            } else {
+                for (int a = a0; a < a1; ++a) {
+                    const int c = act[a];
+                    const float* vs = f.value_scale(data, cols[c].j) + goff / vg + k0;
+                    scale_probabilities(c, 0, R, vs, nk, ps.data() + static_cast<size_t>(a - a0) * R * nk);
                 }
             }
             k512->values(ps.data(), R, nk, k0, vg, rows.data(), a1 - a0, NB, goff, d0, d1, o,
@@ -726,11 +753,11 @@ void tile_rows(const AttentionInput& in, const AttentionShape& s, int64_t t0, in
     }
 }
 
-Tile make_tile(const AttentionInput& in, const AttentionShape& s, int g, const std::vector<Col>& cols, float* S,
-               int64_t ldc, Scratch& w) {
+Tile make_tile(const AttentionInput& in, const AttentionShape& s, int g, const std::vector<Col>& cols,
+               const std::vector<int32_t>& cpos, const std::vector<int32_t>& cexempt, float* S, int64_t ldc, Scratch& w) {
     return Tile{in, s, s.head_dim, static_cast<int>(w.q.size()), g * s.head_dim, cols.data(), static_cast<int>(cols.size()),
                 w.act.data(), static_cast<int>(w.act.size()), ldc, S, w.q.data(), in.q_sink ? w.qs.data() : nullptr,
-                w.o.data(), w.pos.data(), w.qk.data(), w.zsum.data()};
+                w.o.data(), w.pos.data(), w.qk.data(), w.zsum.data(), cpos.data(), cexempt.data()};
 }
 
 inline int64_t padded(int64_t n) { return (n + 7) / 8 * 8; }
@@ -748,11 +775,14 @@ void attend(const AttentionInput& in, const AttentionShape& shape, float* out, T
     // (Workers must see the caller's buffers, hence references: a lambda names a thread_local
     // of its own thread.)
     thread_local std::vector<Col> tls_cols;
+    thread_local std::vector<int32_t> tls_cpos, tls_cexempt;
     thread_local std::vector<float> tls_scores;
     std::vector<Col>& cols = tls_cols;
+    std::vector<int32_t>& cpos = tls_cpos;
+    std::vector<int32_t>& cexempt = tls_cexempt;
     int32_t pmin = std::numeric_limits<int32_t>::max(), pmax = std::numeric_limits<int32_t>::min();
     for (int64_t t = 0; t < n_q; ++t) pmin = std::min(pmin, in.qpos[t]), pmax = std::max(pmax, in.qpos[t]);
-    collect(in, pmin, pmax, cols);
+    collect(in, pmin, pmax, cols, cpos, cexempt);
     const int64_t C = static_cast<int64_t>(cols.size()), ldc = padded(C);
 
     const QueryTiles tiles(n_q, group, n_kv, threads, kTileRows);
@@ -770,7 +800,7 @@ void attend(const AttentionInput& in, const AttentionShape& shape, float* out, T
                 const int g = static_cast<int>(i / n_chunks);
                 const int64_t ch = i % n_chunks;
                 tile_rows(in, shape, 0, n_q, g, out, cols, w);
-                make_tile(in, shape, g, cols, S.data() + g * R * ldc, ldc, w)
+                make_tile(in, shape, g, cols, cpos, cexempt, S.data() + g * R * ldc, ldc, w)
                     .scores(static_cast<int>(ch * kSplitCols), static_cast<int>(std::min(C, (ch + 1) * kSplitCols)));
             }
         });
@@ -779,7 +809,7 @@ void attend(const AttentionInput& in, const AttentionShape& shape, float* out, T
             for (int64_t i = b; i < e; ++i) {
                 const int g = static_cast<int>(i / R);
                 tile_rows(in, shape, 0, n_q, g, out, cols, w);
-                make_tile(in, shape, g, cols, S.data() + g * R * ldc, ldc, w).softmax(static_cast<int>(i % R));
+                make_tile(in, shape, g, cols, cpos, cexempt, S.data() + g * R * ldc, ldc, w).softmax(static_cast<int>(i % R));
             }
         });
         // Channel slices of whole value groups, so quantized blocks add their zero sums once.
@@ -792,7 +822,7 @@ void attend(const AttentionInput& in, const AttentionShape& shape, float* out, T
                 const int g = static_cast<int>(i / n_slices);
                 const int d0 = static_cast<int>(i % n_slices) * slice;
                 tile_rows(in, shape, 0, n_q, g, out, cols, w);
-                make_tile(in, shape, g, cols, S.data() + g * R * ldc, ldc, w).pv(d0, std::min(hd, d0 + slice));
+                make_tile(in, shape, g, cols, cpos, cexempt, S.data() + g * R * ldc, ldc, w).pv(d0, std::min(hd, d0 + slice));
             }
         });
         return;
@@ -806,7 +836,7 @@ void attend(const AttentionInput& in, const AttentionShape& shape, float* out, T
             const QueryTiles::Item it = tiles.item(i);
             tile_rows(in, shape, it.t0, it.t1, it.g, out, cols, w);
             S.resize(static_cast<size_t>(static_cast<int64_t>(w.q.size()) * ldc));
-            const Tile tl = make_tile(in, shape, it.g, cols, S.data(), ldc, w);
+            const Tile tl = make_tile(in, shape, it.g, cols, cpos, cexempt, S.data(), ldc, w);
             tl.scores(0, tl.n_act);
             for (int r = 0; r < tl.R; ++r) tl.softmax(r);
             tl.pv(0, hd);
