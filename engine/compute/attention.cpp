@@ -760,7 +760,14 @@ Tile make_tile(const AttentionInput& in, const AttentionShape& s, int g, const s
                 w.o.data(), w.pos.data(), w.qk.data(), w.zsum.data(), cpos.data(), cexempt.data()};
 }
 
-inline int64_t padded(int64_t n) { return (n + 7) / 8 * 8; }
+// The score matrix's row stride for C columns: a multiple of 8, and with more rows than an L1
+// set has ways (prefill's tiles) and long rows, one cache line past a multiple of 4 KB. Rows a
+// multiple of 4 KB apart fall into one set of the L1 cache, and the kernels read a column of
+// several rows at once (a tile of 32 rows over 4,096 columns missed L1 on nearly every such read).
+inline int64_t padded(int64_t n, int64_t rows) {
+    const int64_t p = (n + 7) / 8 * 8;
+    return p < 512 || rows <= 8 ? p : (p + 1023) / 1024 * 1024 + 16;
+}
 
 }  // namespace
 
@@ -783,7 +790,7 @@ void attend(const AttentionInput& in, const AttentionShape& shape, float* out, T
     int32_t pmin = std::numeric_limits<int32_t>::max(), pmax = std::numeric_limits<int32_t>::min();
     for (int64_t t = 0; t < n_q; ++t) pmin = std::min(pmin, in.qpos[t]), pmax = std::max(pmax, in.qpos[t]);
     collect(in, pmin, pmax, cols, cpos, cexempt);
-    const int64_t C = static_cast<int64_t>(cols.size()), ldc = padded(C);
+    const int64_t C = static_cast<int64_t>(cols.size()), ldc = padded(C, n_q * group);
 
     const QueryTiles tiles(n_q, group, n_kv, threads, kTileRows);
 
