@@ -359,22 +359,31 @@ private Q_SLOTS:
 
     void ropeAndConversionsAreExact() {
         if (!have_gpu()) QSKIP(qPrintable("no CUDA device: " + QString::fromStdString(why_not_)));
-        const int n = 6, heads = 4, hd = 64;
-        const std::vector<int32_t> pos{0, 1, 7, 100, 1000, 30000};
+        const int heads = 4, hd = 64;
+        // The GPU keeps a table of angles per RoPE, grown as positions come: a few positions (given
+        // with the launch), more than 8 (uploaded), one past the table's rows (it grows), and one
+        // past its limit (angles computed for the call).
+        const std::vector<std::vector<int32_t>> calls{{0, 1, 7, 100, 1000, 30000},
+                                                      {5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16},
+                                                      {70000},
+                                                      {3, (1 << 20) + 5}};
         for (RopeStyle style : {RopeStyle::HalfSplit, RopeStyle::Interleaved}) {
             RopeSpec spec;
             spec.style = style;
             spec.dims = hd;
             spec.base = 1000000.0;
-            const auto x = random_floats(n * heads * hd, 11);
-            auto rotated = [&](Backend& be) {
-                Buffer b = filled(be, x, n, heads * hd);
-                be.rope(spec, b, pos.data(), n, heads, hd);
-                auto v = contents(be, b);
-                be.free(b);
-                return v;
-            };
-            QVERIFY(rotated(*gpu_) == rotated(*cpu_));
+            for (const std::vector<int32_t>& pos : calls) {
+                const int64_t n = static_cast<int64_t>(pos.size());
+                const auto x = random_floats(n * heads * hd, 11);
+                auto rotated = [&](Backend& be) {
+                    Buffer b = filled(be, x, n, heads * hd);
+                    be.rope(spec, b, pos.data(), n, heads, hd);
+                    auto v = contents(be, b);
+                    be.free(b);
+                    return v;
+                };
+                QVERIFY2(rotated(*gpu_) == rotated(*cpu_), qPrintable(QString("%1 positions from %2").arg(n).arg(pos[0])));
+            }
         }
         // The append's conversion into each dtype, read back through the backend's own download.
         const auto x = random_floats(1000, 12, 100.0f);

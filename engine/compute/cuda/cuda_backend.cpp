@@ -456,6 +456,25 @@ public:
         std::lock_guard lock(mu_);
         select();
         const size_t half = static_cast<size_t>(spec.dims / 2);
+        const bool half_split = spec.style == RopeStyle::HalfSplit;
+        Staging st(stream_);
+        int32_t pmin = pos[0], pmax = pos[0];
+        for (int64_t t = 1; t < n; ++t) pmin = std::min(pmin, pos[t]), pmax = std::max(pmax, pos[t]);
+        if (pmin >= 0 && pmax < kRopeTableLimit) {
+            // The angles of positions [0, rows) kept on the device per RoPE (a step then uploads at
+            // most its positions, and a decode step's go with the launch).
+            const float* table = rope_table(spec, pmax);
+            cuda::RopeRows rows;
+            if (n <= 8) {
+                for (int64_t t = 0; t < n; ++t) rows.inline_rows[t] = pos[t];
+                rows.n_inline = static_cast<int>(n);
+            } else {
+                rows.device = st.upload(std::vector<int32_t>(pos, pos + n));
+            }
+            cuda::rope(x.data, x.cols, table, rows, n, n_heads, head_dim, static_cast<int>(half), half_split, stream_);
+            done("rope");
+            return;
+        }
         // The angles on the host, from the CPU's code (rope_cos_sin): the kernel then rotates bit
         // for bit as rope.cpp. Row t: `half` cosines, then `half` sines.
         std::vector<float> cs(static_cast<size_t>(n) * 2 * half);
@@ -463,9 +482,8 @@ public:
             float* c = cs.data() + static_cast<size_t>(t) * 2 * half;
             rope_cos_sin(spec, pos[t], c, c + half);
         }
-        Staging st(stream_);
-        cuda::rope(x.data, x.cols, st.upload(cs), n, n_heads, head_dim, static_cast<int>(half),
-                   spec.style == RopeStyle::HalfSplit, stream_);
+        cuda::rope(x.data, x.cols, st.upload(cs), cuda::RopeRows{}, n, n_heads, head_dim, static_cast<int>(half), half_split,
+                   stream_);
         done("rope");
     }
 
@@ -698,6 +716,40 @@ private:
                 static_cast<int64_t>(f.block_bytes)};
     }
 
+    // Positions past this take their angles per call (a table row is dims floats).
+    static constexpr int32_t kRopeTableLimit = int32_t{1} << 20;
+
+    // The device table of spec's angles, rows [0, rows) from rope_cos_sin (the CPU's code, so the
+    // rotation is rope.cpp's bit for bit), grown to hold position pmax. The caller holds the lock.
+    const float* rope_table(const RopeSpec& spec, int32_t pmax) {
+        const size_t half = static_cast<size_t>(spec.dims / 2);
+        RopeTable* tab = nullptr;
+        for (RopeTable& t : rope_tables_)
+            if (t.spec.style == spec.style && t.spec.dims == spec.dims && t.spec.base == spec.base &&
+                t.spec.linear_scale == spec.linear_scale && t.spec.freq_factors == spec.freq_factors)
+                tab = &t;
+        if (!tab) {
+            rope_tables_.push_back(RopeTable{spec, nullptr, 0});
+            tab = &rope_tables_.back();
+        }
+        if (pmax < tab->rows) return tab->data;
+        const int64_t rows = std::min<int64_t>(kRopeTableLimit, std::max<int64_t>({int64_t(pmax) + 1, 2 * tab->rows, 1024}));
+        std::vector<float> cs(static_cast<size_t>(rows) * 2 * half);
+        for (int64_t p = 0; p < rows; ++p) {
+            float* c = cs.data() + static_cast<size_t>(p) * 2 * half;
+            rope_cos_sin(spec, p, c, c + half);
+        }
+        auto* fresh = static_cast<float*>(device_alloc(sizeof(float) * cs.size(), "RoPE's angles"));
+        check(cudaMemcpy(fresh, cs.data(), sizeof(float) * cs.size(), cudaMemcpyHostToDevice), "uploading RoPE's angles");
+        if (tab->data) {
+            check(cudaStreamSynchronize(stream_), "replacing RoPE's angles");  // queued rotations may read it
+            cudaFree(tab->data);
+        }
+        tab->data = fresh;
+        tab->rows = rows;
+        return fresh;
+    }
+
     // The CPU's GELU table itself (gelu_table.h), uploaded once.
     void upload_gelu_table() {
         const std::span<const float, kGeluTableSize> table = gelu_fp16_table();
@@ -711,6 +763,8 @@ private:
         blocks_.release_all([](float* p) { cudaFree(p); });
         if (gelu_table_) cudaFree(gelu_table_);
         gelu_table_ = nullptr;
+        for (RopeTable& t : rope_tables_) cudaFree(t.data);
+        rope_tables_.clear();
         if (cublas_) blas_.destroy(cublas_);
         cublas_ = nullptr;
         if (stream_) cudaStreamDestroy(stream_);
@@ -725,6 +779,12 @@ private:
     cudaStream_t stream_ = nullptr;
     cublasHandle_t cublas_ = nullptr;
     float* gelu_table_ = nullptr;
+    struct RopeTable {
+        RopeSpec spec;
+        float* data;
+        int64_t rows;
+    };
+    std::vector<RopeTable> rope_tables_;  // one per RoPE the models used (Gemma 3 has two)
     std::shared_ptr<CacheMemoryUse> cache_use_;
     // Operations may come from the pool's threads (cache conversions); one at a time.
     mutable std::mutex mu_;

@@ -137,15 +137,16 @@ __global__ void softcap_kernel(float* x, int64_t n, float cap) {
     GRID_STRIDE(i, n) x[i] = cap * tanhf(x[i] / cap);
 }
 
-__global__ void rope_kernel(float* x, int64_t row_stride, const float* cs, int64_t n, int n_heads, int head_dim,
-                            int half, bool half_split) {
+__global__ void rope_kernel(float* x, int64_t row_stride, const float* cs, RopeRows rows, int64_t n, int n_heads,
+                            int head_dim, int half, bool half_split) {
     const int64_t total = n * n_heads * half;
     GRID_STRIDE(e, total) {
         const int i = static_cast<int>(e % half);
         const int h = static_cast<int>((e / half) % n_heads);
         const int64_t t = e / (static_cast<int64_t>(half) * n_heads);
         float* v = x + t * row_stride + static_cast<int64_t>(h) * head_dim;
-        const float c = cs[t * 2 * half + i], s = cs[t * 2 * half + half + i];
+        const int64_t row = rows.device ? rows.device[t] : rows.n_inline > 0 ? rows.inline_rows[t] : t;
+        const float c = cs[row * 2 * half + i], s = cs[row * 2 * half + half + i];
         const int ia = half_split ? i : 2 * i, ib = half_split ? i + half : 2 * i + 1;
         const float a = v[ia], b = v[ib];
         // One product rounded, the other fused, as rope.cpp.
@@ -599,11 +600,11 @@ void silu_gated(float* gate, const float* up, int64_t n, cudaStream_t stream) {
 void softcap(float* x, int64_t n, float cap, cudaStream_t stream) {
     softcap_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, n, cap);
 }
-void rope(float* x, int64_t row_stride, const float* cs, int64_t n, int n_heads, int head_dim, int half, bool half_split,
-          cudaStream_t stream) {
+void rope(float* x, int64_t row_stride, const float* cs, const RopeRows& rows, int64_t n, int n_heads, int head_dim,
+          int half, bool half_split, cudaStream_t stream) {
     if (half > 0)
-        rope_kernel<<<blocks_for(n * n_heads * half), kThreads, 0, stream>>>(x, row_stride, cs, n, n_heads, head_dim, half,
-                                                                            half_split);
+        rope_kernel<<<blocks_for(n * n_heads * half), kThreads, 0, stream>>>(x, row_stride, cs, rows, n, n_heads, head_dim,
+                                                                            half, half_split);
 }
 void kv_store(int dtype, const float* src, void* dst, int64_t n, cudaStream_t stream) {
     kv_store_kernel<<<blocks_for(n), kThreads, 0, stream>>>(dtype, src, dst, n);

@@ -26,11 +26,18 @@ void add_bias(float* x, const float* b, int64_t rows, int64_t width, cudaStream_
 void gelu_gated(float* gate, const float* up, int64_t n, const float* table, cudaStream_t stream);
 void silu_gated(float* gate, const float* up, int64_t n, cudaStream_t stream);
 void softcap(float* x, int64_t n, float cap, cudaStream_t stream);
+// Which row of the cos/sin table each of n tokens takes: device[t] (device memory), else
+// inline_rows[t] for the first n_inline tokens (passed with the launch), else t.
+struct RopeRows {
+    const int32_t* device = nullptr;
+    int32_t inline_rows[8] = {};
+    int n_inline = 0;
+};
 // Rotates n rows (row t at x + t*row_stride, n_heads heads of head_dim) with the cos/sin table
-// cs: row t's `half` cosines then `half` sines at cs + t*2*half. half_split: pairs (i, i+half),
-// else (2i, 2i+1).
-void rope(float* x, int64_t row_stride, const float* cs, int64_t n, int n_heads, int head_dim, int half,
-          bool half_split, cudaStream_t stream);
+// cs: table row r's `half` cosines then `half` sines at cs + r*2*half, row rows(t) for token t.
+// half_split: pairs (i, i+half), else (2i, 2i+1).
+void rope(float* x, int64_t row_stride, const float* cs, const RopeRows& rows, int64_t n, int n_heads, int head_dim,
+          int half, bool half_split, cudaStream_t stream);
 // dtype: 0 f16, 1 bf16, 2 f32 (KvDtype's values).
 void kv_store(int dtype, const float* src, void* dst, int64_t n, cudaStream_t stream);
 void kv_load(int dtype, const void* src, float* dst, int64_t n, cudaStream_t stream);
