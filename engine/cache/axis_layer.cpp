@@ -230,12 +230,16 @@ void AxisLayer::attend(Buffer& q, const Buffer& k, const Buffer& v, const int32_
 
     // Keep the new tokens. A full-precision ring skips the ones this chunk would overwrite anyway.
     const bool ring = full() && !retention_.keeps_all();
-    for (int64_t t = 0; t < n; ++t) {
+    for (int64_t t = 0; t < n;) {
         if (ring && retention_.skips(pos[t], pos[n - 1])) {
             ++c.evicted;
+            ++t;
             continue;
         }
-        c.store(pos[t], kst + t * row_bytes(), vst + t * row_bytes(), retention_, backend_);
+        int64_t e = t + 1;
+        while (e < n && !(ring && retention_.skips(pos[e], pos[n - 1]))) ++e;
+        c.store_rows(pos + t, e - t, kst + t * row_bytes(), vst + t * row_bytes(), row_bytes(), retention_, backend_);
+        t = e;
     }
     c.next_pos = pos[n - 1] + 1;
     use.finish();

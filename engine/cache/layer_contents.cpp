@@ -40,6 +40,36 @@ void LayerContents::store(int32_t p, const void* k, const void* v, const Retenti
     next_pos = p + 1;
 }
 
+void LayerContents::store_rows(const int32_t* pos, int64_t n, const uint8_t* k, const uint8_t* v, size_t stride,
+                               const Retention& retention, Backend& backend) {
+    int64_t t = 0;
+    while (t < n) {
+        if (!(full() || pos[t] < retention.sink_end())) {
+            store(pos[t], k + size_t(t) * stride, v + size_t(t) * stride, retention, backend);
+            ++t;
+            continue;
+        }
+        // The run of tokens from t that go to slots first, first + 1, ... (a layer keeping every
+        // token: all of them; a ring: up to its end).
+        const int64_t first = slots.slot_for(pos[t]);
+        int64_t e = t + 1;
+        while (e < n && (full() || pos[e] < retention.sink_end()) &&
+               (slots.ordered() || slots.slot_for(pos[e]) == first + (e - t)))
+            ++e;
+        const int64_t count = e - t;
+        make_room(first + count - 1);
+        const size_t half = record_bytes() / 2;
+        uint8_t* dst = arena.slot(first);
+        backend.kv_copy_rows(dst, record_bytes(), k + size_t(t) * stride, stride, half, count);
+        backend.kv_copy_rows(dst + half, record_bytes(), v + size_t(t) * stride, stride, half, count);
+        arena.mark(arena.slot_offset(first), arena.slot_offset(first + count));
+        for (int64_t i = 0; i < count; ++i)
+            if (slots.put(first + i, pos[t + i])) ++evicted;
+        next_pos = pos[e - 1] + 1;
+        t = e;
+    }
+}
+
 void LayerContents::clear() {
     slots.clear();
     if (quant) quant->clear(arena);

@@ -30,6 +30,11 @@ public:
     // v: into its slot (full precision, or a quantized layer's sinks) or the quantized tokens'
     // residual, evicting what the retention no longer keeps. The caller has the arena open.
     void store(int32_t p, const void* k, const void* v, const Retention& retention, Backend& backend);
+    // store() for n positions whose rows are `stride` bytes apart at k and v; tokens that go to
+    // consecutive full-precision slots are copied as one block of rows (one copy on a GPU instead
+    // of one a token).
+    void store_rows(const int32_t* pos, int64_t n, const uint8_t* k, const uint8_t* v, size_t stride,
+                    const Retention& retention, Backend& backend);
     // Room for slot i (growing the arena and the slot positions alike).
     void make_room(int64_t slot);
     // Forgets every token and counter, and gives back the memory.

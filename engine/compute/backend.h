@@ -182,6 +182,13 @@ public:
     // Byte moves of KV memory: within it (regions may overlap), and to and from host memory
     // (snapshots, conversions).
     virtual void kv_copy(void* dst, const void* src, size_t bytes) = 0;
+    // `rows` rows of `width` bytes from src (rows src_pitch bytes apart) to dst (dst_pitch apart),
+    // within KV memory, source and destination apart: a chunk's keys into their slots at once.
+    virtual void kv_copy_rows(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t width, int64_t rows) {
+        for (int64_t r = 0; r < rows; ++r)
+            kv_copy(static_cast<uint8_t*>(dst) + size_t(r) * dst_pitch, static_cast<const uint8_t*>(src) + size_t(r) * src_pitch,
+                    width);
+    }
     virtual void kv_upload(void* dst, const void* host, size_t bytes) = 0;
     virtual void kv_download(void* host, const void* src, size_t bytes) = 0;
     // An offload tier's moves between its spill file and KV memory: n bytes of the open file fd at

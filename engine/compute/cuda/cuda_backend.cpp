@@ -538,6 +538,16 @@ public:
             copy_async(dst, src, bytes, "copying cache memory", "kv_copy");
         }
     }
+    // One 2D copy (a chunk's keys into their slots) instead of a copy a row.
+    void kv_copy_rows(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t width, int64_t rows) override {
+        if (rows <= 0 || width == 0) return;
+        if (width > dst_pitch || width > src_pitch) return Backend::kv_copy_rows(dst, dst_pitch, src, src_pitch, width, rows);
+        std::lock_guard lock(mu_);
+        select();
+        check(cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, width, static_cast<size_t>(rows), cudaMemcpyDefault, stream_),
+              "copying rows of cache memory");
+        done("kv_copy_rows");
+    }
     void kv_upload(void* dst, const void* host, size_t bytes) override {
         if (bytes == 0) return;
         std::lock_guard lock(mu_);

@@ -10,7 +10,7 @@ class ThreadPool;
 
 // Bumped whenever Backend's virtual functions change: a library built against another version of
 // backend.h is refused by name instead of being called through a mismatched vtable.
-#define KVCHAT_CUDA_ABI 5
+#define KVCHAT_CUDA_ABI 6
 #define KVCHAT_CUDA_FACTORY_NAME "kvchat_cuda_backend_create"
 
 // Creates the CUDA backend on device `device`; `pool` (host threads for what stays on the CPU) is
