@@ -326,15 +326,30 @@ TurnResult Conversation::answer(const RenderedChat& rendered, const TurnOptions&
     GenerationResult r;
     auto gen_start = clock::now();
     double checkpointed_prefill_ms = 0.0;
+    size_t streamed = 0;  // bytes of the answer passed on, over the attempts
     for (int attempt = 0;; ++attempt) {
         try {
             const auto prefill_start = clock::now();
             prefill(rendered, match.prefill_until, callbacks.progress);
             gen_start = clock::now();
             checkpointed_prefill_ms = ms_between(prefill_start, gen_start);
+            // After a fallback in the middle of the answer the cache holds the prompt and part of
+            // the answer: the answer starts again after the prompt (whose last token the generator
+            // takes as its input), and the text already passed on is not passed on again (the
+            // moved cache computes the same tokens).
+            if (cache().seq_length() >= total) cache().crop(total - 1);
             const std::vector<int32_t> input(rendered.tokens.begin() + cache().seq_length(), rendered.tokens.end());
+            size_t replay = streamed;
+            const std::function<void(std::string_view)> pass_on = [&](std::string_view piece) {
+                const size_t skip = std::min(replay, piece.size());
+                replay -= skip;
+                piece.remove_prefix(skip);
+                if (piece.empty()) return;
+                streamed += piece.size();
+                if (stream) stream(piece);
+            };
             Generator gen(model_, backend_);
-            r = gen.generate(cache(), input, g, stream, budgeted ? &pause : cancel);
+            r = gen.generate(cache(), input, g, pass_on, budgeted ? &pause : cancel);
             break;
         } catch (const std::bad_alloc&) {
             // Out of memory where the cache lives (a full GPU): once, the cache moves to the
@@ -437,6 +452,9 @@ void Conversation::close_reply() {
                        Logits::None, none);
     } catch (const Error&) {
         c.roll_back();  // only an acceleration: the next turn prefills these tokens itself
+        return;
+    } catch (const std::bad_alloc&) {
+        c.roll_back();  // the cache's memory is full: the next turn's prefill moves it (answer())
         return;
     }
     keep_checkpoint();

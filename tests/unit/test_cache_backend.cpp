@@ -317,6 +317,43 @@ private slots:
         QVERIFY(full.kv_use->peak <= full.kv_use->cap);
     }
 
+    // Memory that holds the prompt's keys and values but not the answer's: the cache fails to grow
+    // in the middle of the answer, moves to offloaded, and the answer is the uncapped one, its text
+    // passed on once (the streamed pieces add up to it, nothing repeated from before the move).
+    // (Before, the retry took the prompt's tokens after the cache's length as its input: none, and
+    // the turn failed with "the prompt is empty".)
+    void outOfMemoryDuringTheAnswerFallsBack() {
+        const Chat chat = chat_model();
+        kvchat::TurnOptions o = spilling_turn(chat);
+        o.generation.max_new_tokens = 40;
+        // Uncapped: the answer, and the KV memory when its first and last pieces came (the prompt's,
+        // and after the cache grew during the answer).
+        CountingBackend free(2);
+        kvchat::Conversation uncapped(*chat.model, free, kvchat::ChatTemplate::for_model(*chat.model), "dynamic");
+        int64_t at_first = -1, at_last = -1;
+        const std::string want = uncapped.send(kQuestion, o, [&](std::string_view) {
+            if (at_first < 0) at_first = free.kv_use->bytes.load();
+            at_last = free.kv_use->bytes.load();
+        }).text;
+        QVERIFY2(at_last > at_first, "the answer is too short to make the cache grow");
+        // One byte short of what the answer grew the cache to: the growth in the answer fails, and
+        // the offloaded cache's two layer buffers fit.
+        CountingBackend full(2);
+        full.kv_use->cap = at_last - 1;
+        kvchat::Conversation c(*chat.model, full, kvchat::ChatTemplate::for_model(*chat.model), "dynamic");
+        std::string streamed;
+        const kvchat::TurnResult r = c.send(kQuestion, o, [&](std::string_view piece) { streamed += piece; });
+        QVERIFY(!r.notices.empty());
+        QVERIFY2(r.notices.front().find("the cache could not grow (out of memory); the cache moved to offloaded") == 0,
+                 r.notices.front().c_str());
+        QCOMPARE(r.text, want);
+        QCOMPARE(streamed, want);
+        QCOMPARE(c.messages().size(), size_t{2});
+        QVERIFY(full.kv_use->peak <= full.kv_use->cap);
+        // The conversation goes on.
+        QVERIFY(!c.send("and the dog", kvchat::test::greedy(8)).text.empty());
+    }
+
     // Memory too small even for the offloaded cache's buffers (a quarter of a layer's): the turn
     // fails with an error that says so (not std::bad_alloc, and no prefetch thread ending the
     // process with it), the conversation is as it was, and it answers once memory is free again.
