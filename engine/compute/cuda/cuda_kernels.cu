@@ -277,6 +277,19 @@ __device__ float column_score(const AttendParams& p, const AttendSegment& s, con
     return x;
 }
 
+// Query t's head h (and its sink query, or zeros) into shared memory for the whole block; the
+// offset of its kv head's channels in a slot.
+__device__ int load_query(const AttendParams& p, int64_t t, int h, float* q, float* qs) {
+    const int hd = p.head_dim;
+    const int64_t at = t * static_cast<int64_t>(p.n_head) * hd + static_cast<int64_t>(h) * hd;
+    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+        q[d] = p.q[at + d];
+        qs[d] = p.q_sink ? p.q_sink[at + d] : 0.0f;
+    }
+    __syncthreads();
+    return (h / (p.n_head / p.n_head_kv)) * hd;
+}
+
 template <class T>
 __device__ T block_reduce(T v, bool is_max, T* shared) {
     shared[threadIdx.x] = v;
@@ -305,15 +318,9 @@ __global__ void attend_kernel(AttendParams p) {
 
     const int h = blockIdx.y;
     const int64_t t = blockIdx.x;
-    const int group = p.n_head / p.n_head_kv;
-    const int goff = (h / group) * hd;
+    const int goff = load_query(p, t, h, q, qs);
     const int64_t at = t * static_cast<int64_t>(p.n_head) * hd + static_cast<int64_t>(h) * hd;
     const int32_t qp = p.qpos[t];
-    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
-        q[d] = p.q[at + d];
-        qs[d] = p.q_sink ? p.q_sink[at + d] : 0.0f;
-    }
-    __syncthreads();
     const float* qsp = p.q_sink ? qs : nullptr;
 
     // Pass 1: the row's maximum over visible columns.
@@ -445,15 +452,8 @@ __global__ void split_scores_kernel(AttendParams p, int64_t n_cols, float* S, fl
     const int64_t t = r / p.n_head;
     const int h = static_cast<int>(r % p.n_head);
     const int hd = p.head_dim;
-    const int group = p.n_head / p.n_head_kv;
-    const int goff = (h / group) * hd;
-    const int64_t at = t * static_cast<int64_t>(p.n_head) * hd + static_cast<int64_t>(h) * hd;
+    const int goff = load_query(p, t, h, q, qs);
     const int32_t qp = p.qpos[t];
-    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
-        q[d] = p.q[at + d];
-        qs[d] = p.q_sink ? p.q_sink[at + d] : 0.0f;
-    }
-    __syncthreads();
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int64_t c0 = static_cast<int64_t>(blockIdx.y) * kSplitCols;
     const int estep = p.dtype == 2 ? 4 : 2;
