@@ -334,6 +334,9 @@ public:
             check(cudaMemcpy(d, v.data, bytes, cudaMemcpyHostToDevice), "uploading norm weights");
             placed->vectors.push_back({d, v.size, MemoryPlace::Device});
         }
+        // cudaMemcpy from pageable memory may return before its last copy lands, on the legacy
+        // stream, which the backend's stream does not wait for.
+        check(cudaDeviceSynchronize(), "uploading the weights");
         return placed;
     }
 
@@ -750,7 +753,10 @@ private:
             rope_cos_sin(spec, p, c, c + half);
         }
         auto* fresh = static_cast<float*>(device_alloc(sizeof(float) * cs.size(), "RoPE's angles"));
-        check(cudaMemcpy(fresh, cs.data(), sizeof(float) * cs.size(), cudaMemcpyHostToDevice), "uploading RoPE's angles");
+        // On the stream, ahead of the rotations that read it (a plain cudaMemcpy from pageable
+        // memory may return before its copy lands, on the legacy stream this stream does not wait for).
+        check(cudaMemcpyAsync(fresh, cs.data(), sizeof(float) * cs.size(), cudaMemcpyHostToDevice, stream_),
+              "uploading RoPE's angles");
         if (tab->data) {
             check(cudaStreamSynchronize(stream_), "replacing RoPE's angles");  // queued rotations may read it
             cudaFree(tab->data);
@@ -765,6 +771,7 @@ private:
         const std::span<const float, kGeluTableSize> table = gelu_fp16_table();
         check(cudaMalloc(&gelu_table_, table.size_bytes()), "allocating the GELU table");
         check(cudaMemcpy(gelu_table_, table.data(), table.size_bytes(), cudaMemcpyHostToDevice), "uploading the GELU table");
+        check(cudaDeviceSynchronize(), "uploading the GELU table");  // landed before the stream's kernels read it
     }
 
     void destroy() {
