@@ -24,19 +24,12 @@ void LayerContents::make_room(int64_t slot) {
 
 void LayerContents::store(int32_t p, const void* k, const void* v, const Retention& retention, Backend& backend) {
     if (full() || p < retention.sink_end()) {
-        const int64_t i = slots.slot_for(p);
-        make_room(i);
-        const size_t half = record_bytes() / 2;
-        uint8_t* dst = arena.slot(i);
-        backend.kv_copy(dst, k, half);
-        backend.kv_copy(dst + half, v, half);
-        arena.mark(arena.slot_offset(i), arena.slot_offset(i + 1));
-        if (slots.put(i, p)) ++evicted;
-    } else {
-        const int32_t keep_from = retention.recent() > 0 && !retention.keeps_all() ? p + 1 - retention.recent()
-                                                                                    : std::numeric_limits<int32_t>::min();
-        evicted += quant->append(p, k, v, keep_from, arena, backend);
+        into_slots(&p, 1, static_cast<const uint8_t*>(k), static_cast<const uint8_t*>(v), 0, backend);  // one row: no pitch
+        return;
     }
+    const int32_t keep_from = retention.recent() > 0 && !retention.keeps_all() ? p + 1 - retention.recent()
+                                                                                : std::numeric_limits<int32_t>::min();
+    evicted += quant->append(p, k, v, keep_from, arena, backend);
     next_pos = p + 1;
 }
 
@@ -56,18 +49,23 @@ void LayerContents::store_rows(const int32_t* pos, int64_t n, const uint8_t* k, 
         while (e < n && (full() || pos[e] < retention.sink_end()) &&
                (slots.ordered() || slots.slot_for(pos[e]) == first + (e - t)))
             ++e;
-        const int64_t count = e - t;
-        make_room(first + count - 1);
-        const size_t half = record_bytes() / 2;
-        uint8_t* dst = arena.slot(first);
-        backend.kv_copy_rows(dst, record_bytes(), k + size_t(t) * stride, stride, half, count);
-        backend.kv_copy_rows(dst + half, record_bytes(), v + size_t(t) * stride, stride, half, count);
-        arena.mark(arena.slot_offset(first), arena.slot_offset(first + count));
-        for (int64_t i = 0; i < count; ++i)
-            if (slots.put(first + i, pos[t + i])) ++evicted;
-        next_pos = pos[e - 1] + 1;
+        into_slots(pos + t, e - t, k + size_t(t) * stride, v + size_t(t) * stride, stride, backend);
         t = e;
     }
+}
+
+void LayerContents::into_slots(const int32_t* pos, int64_t count, const uint8_t* k, const uint8_t* v, size_t stride,
+                               Backend& backend) {
+    const int64_t first = slots.slot_for(pos[0]);
+    make_room(first + count - 1);
+    const size_t half = record_bytes() / 2;
+    uint8_t* dst = arena.slot(first);
+    backend.kv_copy_rows(dst, record_bytes(), k, stride, half, count);
+    backend.kv_copy_rows(dst + half, record_bytes(), v, stride, half, count);
+    arena.mark(arena.slot_offset(first), arena.slot_offset(first + count));
+    for (int64_t i = 0; i < count; ++i)
+        if (slots.put(first + i, pos[i])) ++evicted;
+    next_pos = pos[count - 1] + 1;
 }
 
 void LayerContents::clear() {

@@ -45,6 +45,11 @@ public:
     std::optional<QuantizedTokens> quant;
     int32_t next_pos = 0;
     int64_t evicted = 0;
+
+private:
+    // Positions pos[0, count), whose rows are `stride` bytes apart at k and v, into the
+    // full-precision slots slot_for(pos[0]) onwards, one after another.
+    void into_slots(const int32_t* pos, int64_t count, const uint8_t* k, const uint8_t* v, size_t stride, Backend& backend);
 };
 
 }  // namespace kvchat
