@@ -32,6 +32,9 @@ __device__ __forceinline__ uint16_t to_bf16_bits(float f) {
     return static_cast<uint16_t>((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
 }
 
+// Bytes of one stored value (dtype as load_stored's).
+__device__ __forceinline__ int stored_bytes(int dtype) { return dtype == 2 ? 4 : 2; }
+
 __device__ __forceinline__ float load_stored(int dtype, const void* p, int64_t i) {
     switch (dtype) {
         case 0: return __half2float(__ushort_as_half(static_cast<const uint16_t*>(p)[i]));
@@ -50,8 +53,8 @@ __global__ void to_f16_kernel(const float* x, __half* y, int64_t n) {
     GRID_STRIDE(i, n) y[i] = __float2half_rn(x[i]);
 }
 
-// y[t * ldy + r] = W[r] . x[t * ldx] for t < kTok: a warp per row, the inputs rounded to fp16 as
-// the batch path's cuBLAS product takes them, products and sums in fp32.
+// y[t * rows + r] = W[r] . x[t * cols, (t + 1) * cols) for t < kTok: a warp per row, the inputs
+// rounded to fp16 as the batch path's cuBLAS product takes them, products and sums in fp32.
 constexpr int kGemvRows = 8;  // warps (rows) a block
 template <int kTok>
 __global__ void gemv_f16_kernel(const __half* W, const float* x, float* y, int64_t rows, int64_t cols) {
@@ -247,13 +250,19 @@ __device__ __forceinline__ Column column_at(const AttendParams& p, const AttendS
     return c;
 }
 
+// A raw q·k scaled, and capped where the model caps its scores.
+__device__ __forceinline__ float finish_score(const AttendParams& p, float raw) {
+    const float x = raw * p.scale;
+    return p.softcap > 0.0f ? p.softcap * tanhf(x / p.softcap) : x;
+}
+
 __device__ float column_score(const AttendParams& p, const AttendSegment& s, const Column& col, const float* q,
                               const float* qs, int goff) {
     const int hd = p.head_dim;
     float raw = 0.0f;
     if (!s.is_block) {
         const float* qr = col.exempt && qs ? qs : q;
-        const char* k = static_cast<const char*>(s.k) + col.j * s.stride * (p.dtype == 2 ? 4 : 2);
+        const char* k = static_cast<const char*>(s.k) + col.j * s.stride * stored_bytes(p.dtype);
         // Unrolled so that a thread has several keys' loads in flight (few warps run this kernel
         // in a decode step, too few to hide a load's latency); the sum's order is unchanged.
 #pragma unroll 16
@@ -272,9 +281,7 @@ __device__ float column_score(const AttendParams& p, const AttendSegment& s, con
         }
         raw += bias;
     }
-    float x = raw * p.scale;
-    if (p.softcap > 0.0f) x = p.softcap * tanhf(x / p.softcap);
-    return x;
+    return finish_score(p, raw);
 }
 
 // Query t's head h (and its sink query, or zeros) into shared memory for the whole block; the
@@ -378,7 +385,7 @@ __global__ void attend_kernel(AttendParams p) {
                 if (!s.is_block) {
                     // Eight columns' values loaded before they are summed (in the same order as one
                     // at a time): the loads overlap instead of each waiting for the last.
-                    const int64_t vstep = s.stride * (p.dtype == 2 ? 4 : 2);
+                    const int64_t vstep = s.stride * stored_bytes(p.dtype);
                     for (int c0 = 0; c0 < tile; c0 += 8) {
                         float w[8], x[8];
 #pragma unroll
@@ -456,7 +463,7 @@ __global__ void split_scores_kernel(AttendParams p, int64_t n_cols, float* S, fl
     const int32_t qp = p.qpos[t];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int64_t c0 = static_cast<int64_t>(blockIdx.y) * kSplitCols;
-    const int estep = p.dtype == 2 ? 4 : 2;
+    const int estep = stored_bytes(p.dtype);
     float m = -INFINITY;
     for (int64_t g = c0 + warp; g < c0 + kSplitCols && g < n_cols; g += kSplitThreads / 32) {
         int64_t j;
@@ -470,8 +477,7 @@ __global__ void split_scores_kernel(AttendParams p, int64_t n_cols, float* S, fl
                 float acc = 0.0f;
                 for (int d = lane; d < hd; d += 32) acc = fmaf(qr[d], load_stored(p.dtype, k, goff + d), acc);
                 for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
-                x = acc * p.scale;
-                if (p.softcap > 0.0f) x = p.softcap * tanhf(x / p.softcap);
+                x = finish_score(p, acc);
             }
         }
         if (lane == 0) S[r * n_cols + g] = x;
@@ -520,7 +526,7 @@ __global__ void split_values_kernel(AttendParams p, int64_t n_cols, const float*
     const int goff = (h / (p.n_head / p.n_head_kv)) * hd;
     const int64_t c0 = static_cast<int64_t>(blockIdx.y) * kSplitCols;
     const float m = stats[2 * r], inv = stats[2 * r + 1];
-    const int estep = p.dtype == 2 ? 4 : 2;
+    const int estep = stored_bytes(p.dtype);
     for (int c = threadIdx.x; c < kSplitCols; c += blockDim.x) {
         const int64_t g = c0 + c;
         float pr = 0.0f;
