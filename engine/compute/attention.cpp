@@ -633,9 +633,9 @@ struct Tile {
             // All rows at once: the AVX-512 kernel unpacks each value once for every row.
             ps.resize(static_cast<size_t>(a1 - a0) * R * nk + static_cast<size_t>(a1 - a0) * 32);
             if (four) {
-                // A few rows at a time: their zero sums stay in registers across the columns (column
-                // by column, every row's sum was a chain through memory). The same fma(p, zero, sum)
-                // in column order.
+                // Four rows at a time (four independent chains): their zero sums stay in registers
+                // across the columns (column by column, every row's sum was a chain through memory).
+                // The same fma(p, zero, sum) in column order.
                 thread_local std::vector<const float*> scale_zero;
                 scale_zero.resize(2 * static_cast<size_t>(a1 - a0));
                 for (int a = a0; a < a1; ++a) {
@@ -643,7 +643,6 @@ struct Tile {
                     scale_zero[2 * size_t(a - a0)] = f.value_scale(data, j) + goff / vg + k0;
                     scale_zero[2 * size_t(a - a0) + 1] = f.value_zero(data, j) + goff / vg + k0;
                 }
-                // Four rows at a time: four independent chains.
                 auto rows_pass = [&]<int RB>(int r) {
                     __m128 zs[RB];
                     for (int i = 0; i < RB; ++i) zs[i] = _mm_loadu_ps(zsum + (r + i) * 4);
