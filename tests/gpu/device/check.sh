@@ -73,14 +73,13 @@ PY
     fi
     ;;
 stage)
-    mkdir -p /tmp/kvchat-stage && cp -r "$2" /tmp/kvchat-stage/ && ls -la "/tmp/kvchat-stage/$2"
+    stage_carried "$2"
     ;;
 run)
     (cd .dev && tar xJf pack.tar.xz)
     if [ -f .dev/model.rest ]; then
-        cat /tmp/kvchat-stage/.dev2/model.part .dev/model.rest > .dev/model.gguf
-        [ "$(sha256sum .dev/model.gguf | cut -c1-64)" = "$(cat .dev/model.sha256)" ] ||
-            { echo "the model's parts do not add up (was .dev2 staged first?)" >&2; exit 1; }
+        join_parts .dev/model.gguf .dev/model.sha256 "$kvchat_stage/.dev2/model.part" .dev/model.rest ||
+            { echo "(was .dev2 staged first?)" >&2; exit 1; }
         rm -f .dev/model.rest
     fi
     # The suite was built in $(cat source_dir): make that path lead here.

@@ -19,7 +19,6 @@ set -uo pipefail
 root=$(cd "$(dirname "$0")/../../.." && pwd)
 source "$root/tests/gpu/device/bundle_libs.sh"
 cd "$root"
-stage=/tmp/kvchat-stage
 model_name=smollm2-135m-instruct-q4_1.gguf
 case "${1:-}" in
 pack)
@@ -45,16 +44,15 @@ pack)
     du -sh .dev .dev2 .dev3
     ;;
 stage)
-    mkdir -p "$stage" && cp -r "$2" "$stage/" && ls -la "$stage/$2"
+    stage_carried "$2"
     ;;
 run)
     OUT=${OUT:-/tmp/kvchat-host-out}; mkdir -p "$OUT"
-    mkdir -p /tmp/kvchat-host && tar xJf "$stage/.dev/base.tar.xz" -C /tmp/kvchat-host || exit 1
+    mkdir -p /tmp/kvchat-host && tar xJf "$kvchat_stage/.dev/base.tar.xz" -C /tmp/kvchat-host || exit 1
     export HOME=/tmp/kvchat-host/home QT_QPA_PLATFORM=offscreen LD_LIBRARY_PATH=/tmp/kvchat-host/libs
     M=$HOME/.local/share/kvchat/models/$model_name
     mkdir -p "$(dirname "$M")"
-    cat "$stage/.dev/model.part" "$stage/.dev2/model.part" .dev3/model.part > "$M"
-    [ "$(sha256sum "$M" | cut -c1-64)" = "$(cat .dev3/model.sha256)" ] || { echo "the model's parts do not add up" >&2; exit 1; }
+    join_parts "$M" .dev3/model.sha256 "$kvchat_stage/.dev/model.part" "$kvchat_stage/.dev2/model.part" .dev3/model.part || exit 1
     # The tests run kvchat-cli from the build folder they were compiled in.
     [ -e "$root/build/bin/kvchat-cli" ] || { mkdir -p "$root/build/bin" && ln -s /tmp/kvchat-host/b/kvchat-cli "$root/build/bin/kvchat-cli"; }
     B=/tmp/kvchat-host/b
