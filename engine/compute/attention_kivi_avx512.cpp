@@ -76,51 +76,70 @@ inline __m512 hadd512(__m512 a, __m512 b) {
 }
 
 // Scores of rows 2p, 2p + 1 for p in [p0, p0 + P) (pairs past the last are computed from the
-// last and dropped) x columns i, i + 1 (i + 1 repeats i when alone): one register per row pair
-// and column, lanes 0-7 the first row's chain, 8-15 the second's; the column's 8 channels are
-// broadcast to both halves.
-template <int P>
-void scores_tile(const float* qp, int pairs, int p0, int hd, const float* ka, const float* kb, int R, const float* bias,
-                 float* sa, float* sb, int64_t ldc) {
+// last and dropped) x C columns k[0..C) (a column past the last repeats it, its s[j] null): one
+// register per row pair and column, lanes 0-7 the first row's chain, 8-15 the second's; the
+// column's 8 channels are broadcast to both halves. P x C is at least 8 where it can be, so that
+// enough chains run side by side to keep both FMA units busy.
+template <int P, int C>
+void scores_tile(const float* qp, int pairs, int p0, int hd, const float* const* k, int R, const float* bias,
+                 float* const* s, int64_t ldc) {
+    static_assert(C == 2 || C % 4 == 0);
     const float* q[P];
     for (int p = 0; p < P; ++p) q[p] = qp + static_cast<int64_t>(p0 + p < pairs ? p0 + p : pairs - 1) * 2 * hd;
-    __m512 acc[P][2];
-    for (int p = 0; p < P; ++p) acc[p][0] = acc[p][1] = _mm512_setzero_ps();
+    __m512 acc[P][C];
+    for (int p = 0; p < P; ++p)
+        for (int j = 0; j < C; ++j) acc[p][j] = _mm512_setzero_ps();
     for (int d = 0; d < hd; d += 8) {
-        const __m512 xa = _mm512_broadcast_f32x8(_mm256_loadu_ps(ka + d)), xb = _mm512_broadcast_f32x8(_mm256_loadu_ps(kb + d));
+        __m512 x[C];
+        for (int j = 0; j < C; ++j) x[j] = _mm512_broadcast_f32x8(_mm256_loadu_ps(k[j] + d));
         for (int p = 0; p < P; ++p) {
             const __m512 qv = _mm512_loadu_ps(q[p] + 2 * d);
-            acc[p][0] = _mm512_fmadd_ps(qv, xa, acc[p][0]);
-            acc[p][1] = _mm512_fmadd_ps(qv, xb, acc[p][1]);
+            for (int j = 0; j < C; ++j) acc[p][j] = _mm512_fmadd_ps(qv, x[j], acc[p][j]);
         }
     }
-    // hsum_tree of eight chains at once (two pairs' registers): the same additions of the same
+    // hsum_tree of eight chains at once (four registers): the same additions of the same
     // operands, three levels of 128-bit-lane hadds and a last add of neighbouring quarters.
     alignas(64) float red[16];
-    for (int p = 0; p < P && p0 + p < pairs; p += 2) {
-        const int q = p + 1 < P ? p + 1 : p;
-        const __m512 h2 = hadd512(hadd512(acc[p][0], acc[p][1]), hadd512(acc[q][0], acc[q][1]));
-        _mm512_store_ps(red, _mm512_add_ps(h2, _mm512_shuffle_f32x4(h2, h2, _MM_SHUFFLE(2, 3, 0, 1))));
-        // red[2k], red[2k + 1]: row 2(p + k) against columns a and b; red[8 + ...]: its next row.
-        for (int k = 0; k < 2 && p + k < P && p0 + p + k < pairs; ++k) {
-            const int r = 2 * (p0 + p + k);
-            sa[r * ldc] = with_bias(red[2 * k], bias, r);
-            if (sb) sb[r * ldc] = with_bias(red[2 * k + 1], bias, r);
-            if (r + 1 < R) {
-                sa[(r + 1) * ldc] = with_bias(red[8 + 2 * k], bias, r + 1);
-                if (sb) sb[(r + 1) * ldc] = with_bias(red[8 + 2 * k + 1], bias, r + 1);
+    auto put = [&](int r, int j, float v) {
+        if (s[j] && r < R) s[j][r * ldc] = with_bias(v, bias, r);
+    };
+    if constexpr (C == 2) {
+        // Two pairs' registers: red[2m], red[2m + 1] row 2(p + m) against columns 0 and 1; red[8 + ...]
+        // its next row.
+        for (int p = 0; p < P && p0 + p < pairs; p += 2) {
+            const int q2 = p + 1 < P ? p + 1 : p;
+            const __m512 h2 = hadd512(hadd512(acc[p][0], acc[p][1]), hadd512(acc[q2][0], acc[q2][1]));
+            _mm512_store_ps(red, _mm512_add_ps(h2, _mm512_shuffle_f32x4(h2, h2, _MM_SHUFFLE(2, 3, 0, 1))));
+            for (int m = 0; m < 2 && p + m < P && p0 + p + m < pairs; ++m) {
+                const int r = 2 * (p0 + p + m);
+                for (int j = 0; j < 2; ++j) put(r, j, red[2 * m + j]), put(r + 1, j, red[8 + 2 * m + j]);
             }
         }
+    } else {
+        // One pair's four columns: red[j] row 2p against column c + j, red[8 + j] its next row.
+        for (int p = 0; p < P && p0 + p < pairs; ++p)
+            for (int c = 0; c < C; c += 4) {
+                const __m512 h2 = hadd512(hadd512(acc[p][c], acc[p][c + 1]), hadd512(acc[p][c + 2], acc[p][c + 3]));
+                _mm512_store_ps(red, _mm512_add_ps(h2, _mm512_shuffle_f32x4(h2, h2, _MM_SHUFFLE(2, 3, 0, 1))));
+                const int r = 2 * (p0 + p);
+                for (int j = 0; j < 4; ++j) put(r, c + j, red[j]), put(r + 1, c + j, red[8 + j]);
+            }
     }
 }
 
 template <int P>
 void scores_columns(const float* qp, int pairs, int p0, int hd, const float* keys, const int* cols, int n, int R,
                     const float* bias, float* S, int64_t ldc) {
-    for (int i = 0; i < n; i += 2) {
-        const bool two = i + 1 < n;
-        const float* ka = keys + static_cast<int64_t>(i) * hd;
-        scores_tile<P>(qp, pairs, p0, hd, ka, two ? ka + hd : ka, R, bias, S + cols[i], two ? S + cols[i + 1] : nullptr, ldc);
+    constexpr int C = P >= 4 ? 2 : 8 / P;
+    for (int i = 0; i < n; i += C) {
+        const float* k[C];
+        float* s[C];
+        for (int j = 0; j < C; ++j) {
+            const bool here = i + j < n;
+            k[j] = keys + static_cast<int64_t>(here ? i + j : i) * hd;
+            s[j] = here ? S + cols[i + j] : nullptr;
+        }
+        scores_tile<P, C>(qp, pairs, p0, hd, k, R, bias, s, ldc);
     }
 }
 
@@ -198,7 +217,14 @@ void values_rows(const float* ps, int R, int nk, const int* g, const float* x, i
     int r = 0;
     for (; r + 8 <= R; r += 8) values_tile<8, NV>(ps, R, nk, r, g, x, n, d, o);
     for (; r + 4 <= R; r += 4) values_tile<4, NV>(ps, R, nk, r, g, x, n, d, o);
-    for (; r < R; ++r) values_tile<1, NV>(ps, R, nk, r, g, x, n, d, o);
+    // The last rows in one tile (a decode step's three rows a kv head): their chains side by side
+    // instead of one row's two at a time, which waited on the FMA's latency.
+    switch (R - r) {
+        case 3: values_tile<3, NV>(ps, R, nk, r, g, x, n, d, o); break;
+        case 2: values_tile<2, NV>(ps, R, nk, r, g, x, n, d, o); break;
+        case 1: values_tile<1, NV>(ps, R, nk, r, g, x, n, d, o); break;
+        default: break;
+    }
 }
 
 void dense_values(const float* ps, int R, int nk, const int* g, const float* x, int n, int d, int nv, float* const* o) {
