@@ -52,6 +52,25 @@ inline float hsum_tree(__m256 v) {
     return _mm_cvtss_f32(h) + _mm_cvtss_f32(_mm_movehdup_ps(h));
 }
 
+// The first NK (1 to 4) floats at p into a register's low lanes (the others 0), and back; no
+// byte past them is touched (AMD runs the masked moves as microcode).
+template <int NK>
+inline __m128 load_lanes(const float* p) {
+    if constexpr (NK == 4) return _mm_loadu_ps(p);
+    else if constexpr (NK == 1) return _mm_load_ss(p);
+    else if constexpr (NK == 2) return _mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(p)));
+    else return _mm_movelh_ps(_mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(p))), _mm_load_ss(p + 2));
+}
+template <int NK>
+inline void store_lanes(float* p, __m128 v) {
+    if constexpr (NK == 4) _mm_storeu_ps(p, v);
+    else if constexpr (NK == 1) _mm_store_ss(p, v);
+    else {
+        _mm_store_sd(reinterpret_cast<double*>(p), _mm_castps_pd(v));
+        if constexpr (NK == 3) _mm_store_ss(p + 2, _mm_movehl_ps(v, v));
+    }
+}
+
 // The same tree for four accumulators at once: lane i is hsum_tree(ai).
 inline __m128 reduce4(__m256 a0, __m256 a1, __m256 a2, __m256 a3) {
     const __m256 t = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));
@@ -611,11 +630,11 @@ struct Tile {
         const int nk = k1 - k0;
         std::fill(zsum, zsum + static_cast<size_t>(R) * nk, 0.0f);
         const auto* k512 = vg % 16 == 0 && d0 % 16 == 0 && d1 % 16 == 0 ? kivi_kernels_512() : nullptr;
-        // Four value groups (head_dim 256 in groups of 64) with the AVX-512 kernel: the zero sums
-        // and the scaled probabilities in one pass over the columns, 128-bit (the zero sums are
-        // the same fma(p, zero, sum) in column order as the loop below compiles to).
-        const bool four = k512 && nk == 4;
-        if (!four) {
+        // Up to four value groups (head_dim 256 or 64 in groups of 64) with the AVX-512 kernel: the
+        // zero sums and the scaled probabilities in one pass over the columns, 128-bit (the zero
+        // sums are the same fma(p, zero, sum) in column order as the loop below compiles to).
+        const bool few = k512 && nk <= 4;
+        if (!few) {
             for (int a = a0; a < a1; ++a) {
                 const int c = act[a];
                 const float* vz = f.value_zero(data, cols[c].j) + goff / vg;
@@ -632,10 +651,10 @@ struct Tile {
         if (k512) {
             // All rows at once: the AVX-512 kernel unpacks each value once for every row.
             ps.resize(static_cast<size_t>(a1 - a0) * R * nk + static_cast<size_t>(a1 - a0) * 32);
-            if (four) {
+            if (few) {
                 // Four rows at a time (four independent chains): their zero sums stay in registers
                 // across the columns (column by column, every row's sum was a chain through memory).
-                // The same fma(p, zero, sum) in column order.
+                // The same fma(p, zero, sum) in column order, nk lanes of a 128-bit register.
                 thread_local std::vector<const float*> scale_zero;
                 scale_zero.resize(2 * static_cast<size_t>(a1 - a0));
                 for (int a = a0; a < a1; ++a) {
@@ -643,25 +662,40 @@ struct Tile {
                     scale_zero[2 * size_t(a - a0)] = f.value_scale(data, j) + goff / vg + k0;
                     scale_zero[2 * size_t(a - a0) + 1] = f.value_zero(data, j) + goff / vg + k0;
                 }
-                auto rows_pass = [&]<int RB>(int r) {
+                auto rows_pass = [&]<int RB, int NK>(int r) {
                     __m128 zs[RB];
-                    for (int i = 0; i < RB; ++i) zs[i] = _mm_loadu_ps(zsum + (r + i) * 4);
-                    float* pa = ps.data() + r * 4;
-                    for (int a = a0; a < a1; ++a, pa += R * 4) {
+                    for (int i = 0; i < RB; ++i) zs[i] = load_lanes<NK>(zsum + (r + i) * NK);
+                    float* pa = ps.data() + r * NK;
+                    for (int a = a0; a < a1; ++a, pa += R * NK) {
                         const int c = act[a];
-                        const __m128 s4 = _mm_loadu_ps(scale_zero[2 * size_t(a - a0)]);
-                        const __m128 z4 = _mm_loadu_ps(scale_zero[2 * size_t(a - a0) + 1]);
+                        const __m128 s4 = load_lanes<NK>(scale_zero[2 * size_t(a - a0)]);
+                        const __m128 z4 = load_lanes<NK>(scale_zero[2 * size_t(a - a0) + 1]);
                         for (int i = 0; i < RB; ++i) {
                             const __m128 pr = _mm_set1_ps(S[(r + i) * ldc + c]);
-                            _mm_storeu_ps(pa + i * 4, _mm_mul_ps(pr, s4));
+                            store_lanes<NK>(pa + i * NK, _mm_mul_ps(pr, s4));
                             zs[i] = _mm_fmadd_ps(pr, z4, zs[i]);
                         }
                     }
-                    for (int i = 0; i < RB; ++i) _mm_storeu_ps(zsum + (r + i) * 4, zs[i]);
+                    for (int i = 0; i < RB; ++i) store_lanes<NK>(zsum + (r + i) * NK, zs[i]);
                 };
-                int r = 0;
-                for (; r + 4 <= R; r += 4) rows_pass.template operator()<4>(r);
-                for (; r < R; ++r) rows_pass.template operator()<1>(r);
+                auto all_rows = [&]<int NK>() {
+                    int r = 0;
+                    for (; r + 4 <= R; r += 4) rows_pass.template operator()<4, NK>(r);
+                    // The last rows in one pass too (a decode step's three rows a kv head: three
+                    // chains side by side instead of one at a time).
+                    switch (R - r) {
+                        case 3: rows_pass.template operator()<3, NK>(r); break;
+                        case 2: rows_pass.template operator()<2, NK>(r); break;
+                        case 1: rows_pass.template operator()<1, NK>(r); break;
+                        default: break;
+                    }
+                };
+                switch (nk) {
+                    case 4: all_rows.template operator()<4>(); break;
+                    case 3: all_rows.template operator()<3>(); break;
+                    case 2: all_rows.template operator()<2>(); break;
+                    default: all_rows.template operator()<1>(); break;
+                }
             } else {
                 for (int a = a0; a < a1; ++a) {
                     const int c = act[a];

@@ -37,6 +37,7 @@ struct Case {
     bool ring = false;    // slots stored out of position order, with empty slots in between
     int quant_bits = 0;   // > 0: the oldest held tokens live in KIVI blocks of 16
     int quant_tokens = 0;
+    int value_group = 16;
 };
 
 struct Data {
@@ -73,7 +74,7 @@ Data make(const Case& c, uint32_t seed) {
     for (int i = 0; i < total; ++i) d.pos.push_back(i);
     for (int t = 0; t < c.n_q; ++t) d.qpos.push_back(c.held + t);
     if (c.quant_bits > 0) {
-        d.kivi = KiviFormat(c.quant_bits, 16, 16, kv_dim);
+        d.kivi = KiviFormat(c.quant_bits, 16, c.value_group, kv_dim);
         for (int first = 0; first < c.quant_tokens; first += 16) {
             const int count = std::min(16, c.quant_tokens - first);
             std::vector<uint8_t> b(d.kivi.block_bytes);
@@ -291,6 +292,8 @@ Case fetchedCase() {
     QFETCH(bool, ring);
     QFETCH(int, quant_bits);
     QFETCH(int, quant_tokens);
+    QFETCH(int, value_group);
+    c.value_group = value_group;
     c.n_head = n_head, c.n_kv = n_kv, c.hd = hd, c.n_q = n_q, c.held = held, c.window = window, c.sinks = sinks;
     c.sink_q = sink_q, c.softcap = softcap, c.views = views, c.ring = ring, c.quant_bits = quant_bits;
     c.quant_tokens = quant_tokens;
@@ -316,24 +319,31 @@ private Q_SLOTS:
         QTest::addColumn<bool>("ring");
         QTest::addColumn<int>("quant_bits");
         QTest::addColumn<int>("quant_tokens");
-        // name, heads, kv heads, head_dim, queries, held, window, sinks, q_sink, softcap, views, ring, bits, quantized
-        QTest::newRow("gemma decode short") << 4 << 1 << 256 << 1 << 40 << 0 << 0 << false << 0.0f << 1 << false << 0 << 0;
-        QTest::newRow("gemma decode long (split)") << 4 << 1 << 256 << 1 << 900 << 0 << 0 << false << 0.0f << 2 << false << 0 << 0;
-        QTest::newRow("gemma decode long sliding") << 4 << 1 << 256 << 1 << 1200 << 512 << 0 << false << 0.0f << 3 << true << 0 << 0;
-        QTest::newRow("gemma turn") << 4 << 1 << 256 << 26 << 470 << 0 << 0 << false << 0.0f << 1 << false << 0 << 0;
-        QTest::newRow("gemma turn sliding ring") << 4 << 1 << 256 << 26 << 700 << 512 << 0 << false << 0.0f << 2 << true << 0 << 0;
-        QTest::newRow("gemma prefill chunk") << 4 << 1 << 256 << 70 << 130 << 64 << 0 << false << 0.0f << 1 << false << 0 << 0;
-        QTest::newRow("odd rows and columns") << 3 << 1 << 64 << 7 << 33 << 0 << 0 << false << 0.0f << 3 << false << 0 << 0;
-        QTest::newRow("head_dim 12") << 2 << 2 << 12 << 5 << 19 << 0 << 0 << false << 0.0f << 2 << true << 0 << 0;
-        QTest::newRow("head_dim 20 decode split") << 2 << 1 << 20 << 1 << 600 << 0 << 0 << false << 0.0f << 1 << false << 0 << 0;
-        QTest::newRow("mha 8 kv heads") << 8 << 8 << 32 << 9 << 50 << 0 << 0 << false << 0.0f << 1 << false << 0 << 0;
-        QTest::newRow("gqa 8/2 window 7") << 8 << 2 << 32 << 13 << 60 << 7 << 0 << false << 0.0f << 2 << false << 0 << 0;
-        QTest::newRow("sinks with q_sink") << 4 << 2 << 64 << 6 << 40 << 8 << 3 << true << 0.0f << 2 << true << 0 << 0;
-        QTest::newRow("sinks decode split") << 4 << 1 << 64 << 1 << 800 << 100 << 4 << true << 0.0f << 2 << true << 0 << 0;
-        QTest::newRow("softcap") << 4 << 1 << 64 << 11 << 30 << 0 << 0 << false << 5.0f << 1 << false << 0 << 0;
-        QTest::newRow("kivi 4-bit") << 4 << 1 << 64 << 9 << 70 << 0 << 0 << false << 0.0f << 1 << false << 4 << 40;
-        QTest::newRow("kivi 2-bit window") << 4 << 2 << 32 << 5 << 90 << 33 << 0 << false << 0.0f << 2 << false << 2 << 70;
-        QTest::newRow("kivi 8-bit decode split") << 2 << 1 << 64 << 1 << 700 << 0 << 0 << false << 0.0f << 1 << false << 8 << 650;
+        QTest::addColumn<int>("value_group");  // channels sharing a quantized value's scale
+        // name, heads, kv heads, head_dim, queries, held, window, sinks, q_sink, softcap, views, ring, bits, quantized, value group
+        QTest::newRow("gemma decode short") << 4 << 1 << 256 << 1 << 40 << 0 << 0 << false << 0.0f << 1 << false << 0 << 0 << 16;
+        QTest::newRow("gemma decode long (split)") << 4 << 1 << 256 << 1 << 900 << 0 << 0 << false << 0.0f << 2 << false << 0 << 0 << 16;
+        QTest::newRow("gemma decode long sliding") << 4 << 1 << 256 << 1 << 1200 << 512 << 0 << false << 0.0f << 3 << true << 0 << 0 << 16;
+        QTest::newRow("gemma turn") << 4 << 1 << 256 << 26 << 470 << 0 << 0 << false << 0.0f << 1 << false << 0 << 0 << 16;
+        QTest::newRow("gemma turn sliding ring") << 4 << 1 << 256 << 26 << 700 << 512 << 0 << false << 0.0f << 2 << true << 0 << 0 << 16;
+        QTest::newRow("gemma prefill chunk") << 4 << 1 << 256 << 70 << 130 << 64 << 0 << false << 0.0f << 1 << false << 0 << 0 << 16;
+        QTest::newRow("odd rows and columns") << 3 << 1 << 64 << 7 << 33 << 0 << 0 << false << 0.0f << 3 << false << 0 << 0 << 16;
+        QTest::newRow("head_dim 12") << 2 << 2 << 12 << 5 << 19 << 0 << 0 << false << 0.0f << 2 << true << 0 << 0 << 16;
+        QTest::newRow("head_dim 20 decode split") << 2 << 1 << 20 << 1 << 600 << 0 << 0 << false << 0.0f << 1 << false << 0 << 0 << 16;
+        QTest::newRow("mha 8 kv heads") << 8 << 8 << 32 << 9 << 50 << 0 << 0 << false << 0.0f << 1 << false << 0 << 0 << 16;
+        QTest::newRow("gqa 8/2 window 7") << 8 << 2 << 32 << 13 << 60 << 7 << 0 << false << 0.0f << 2 << false << 0 << 0 << 16;
+        QTest::newRow("sinks with q_sink") << 4 << 2 << 64 << 6 << 40 << 8 << 3 << true << 0.0f << 2 << true << 0 << 0 << 16;
+        QTest::newRow("sinks decode split") << 4 << 1 << 64 << 1 << 800 << 100 << 4 << true << 0.0f << 2 << true << 0 << 0 << 16;
+        QTest::newRow("softcap") << 4 << 1 << 64 << 11 << 30 << 0 << 0 << false << 5.0f << 1 << false << 0 << 0 << 16;
+        QTest::newRow("kivi 4-bit") << 4 << 1 << 64 << 9 << 70 << 0 << 0 << false << 0.0f << 1 << false << 4 << 40 << 16;
+        QTest::newRow("kivi 2-bit window") << 4 << 2 << 32 << 5 << 90 << 33 << 0 << false << 0.0f << 2 << false << 2 << 70 << 16;
+        QTest::newRow("kivi 8-bit decode split") << 2 << 1 << 64 << 1 << 700 << 0 << 0 << false << 0.0f << 1 << false << 8 << 650 << 16;
+        // The cache's own value groups of 64 channels: one, two or three a head (the zero sums'
+        // lanes), and a decode step's three or six rows a kv head (SmolLM2's 9/3; tiles of rows
+        // cut 4 + 2).
+        QTest::newRow("kivi decode three rows a kv head") << 9 << 3 << 64 << 1 << 600 << 0 << 0 << false << 0.0f << 1 << false << 4 << 560 << 64;
+        QTest::newRow("kivi decode six rows, two groups") << 6 << 1 << 128 << 1 << 300 << 0 << 0 << false << 0.0f << 2 << false << 2 << 256 << 64;
+        QTest::newRow("kivi turn three groups") << 6 << 2 << 192 << 5 << 200 << 0 << 0 << false << 0.0f << 1 << false << 8 << 160 << 64;
     }
 
     void matchesDoubleReference() {
