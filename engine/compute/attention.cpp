@@ -344,20 +344,60 @@ struct Tile {
             k512->scores(qk, R, hd, bias, rows.data(), act + a0, a1 - a0, NB, goff, S, ldc, scratch.data());
             return;
         }
+        const int full = R / 8 * 8;
         for (int a = a0; a < a1; ++a) {
             const int c = act[a];
             const uint8_t* row = data + f.k_codes + static_cast<size_t>(cols[c].j) * rb;
-            for (int r = 0; r < R; r += 8) {
-                const int nr = std::min(8, R - r);
+            for (int r = 0; r < full; r += 8) {
                 __m256 acc[8];
                 for (int i = 0; i < 8; ++i) acc[i] = _mm256_setzero_ps();
                 for (int d = 0; d < hd; d += 8) {
                     const __m256 x = unpack8<NB>(row, goff + d);
-                    for (int i = 0; i < 8; ++i)
-                        acc[i] = _mm256_fmadd_ps(_mm256_loadu_ps(qk + (r + std::min(i, nr - 1)) * hd + d), x, acc[i]);
+                    for (int i = 0; i < 8; ++i) acc[i] = _mm256_fmadd_ps(_mm256_loadu_ps(qk + (r + i) * hd + d), x, acc[i]);
                 }
-                for (int i = 0; i < nr; ++i) S[(r + i) * ldc + c] = hsum_tree(acc[i]) + bias[r + i];
+                for (int i = 0; i < 8; ++i) S[(r + i) * ldc + c] = hsum_tree(acc[i]) + bias[r + i];
             }
+        }
+        // The last rows (a decode step's 1-4 a kv head): three columns at a time, so that enough
+        // chains run side by side (one row's chain alone waits on the FMA's latency).
+        int r = full;
+        if (R - r > 4) qk_block_cols<NB, 4>(r, a0, a1, data), r += 4;
+        switch (R - r) {
+            case 4: qk_block_cols<NB, 4>(r, a0, a1, data); break;
+            case 3: qk_block_cols<NB, 3>(r, a0, a1, data); break;
+            case 2: qk_block_cols<NB, 2>(r, a0, a1, data); break;
+            case 1: qk_block_cols<NB, 1>(r, a0, a1, data); break;
+            default: break;
+        }
+    }
+
+    // Rows [r, r + RB) of qk_block, columns three at a time (a last column repeated and dropped).
+    template <int NB, int RB>
+    void qk_block_cols(int r, int a0, int a1, const uint8_t* data) const {
+        const KiviFormat& f = *in.kivi;
+        const size_t rb = f.row_code_bytes();
+        const float* bias = qk + static_cast<size_t>(R) * hd;
+        for (int a = a0; a < a1; a += 3) {
+            const int nc = std::min(3, a1 - a);
+            int cc[3];
+            const uint8_t* row[3];
+            for (int j = 0; j < 3; ++j) {
+                cc[j] = act[a + std::min(j, nc - 1)];
+                row[j] = data + f.k_codes + static_cast<size_t>(cols[cc[j]].j) * rb;
+            }
+            __m256 acc[RB][3];
+            for (int i = 0; i < RB; ++i)
+                for (int j = 0; j < 3; ++j) acc[i][j] = _mm256_setzero_ps();
+            for (int d = 0; d < hd; d += 8) {
+                __m256 x[3];
+                for (int j = 0; j < 3; ++j) x[j] = unpack8<NB>(row[j], goff + d);
+                for (int i = 0; i < RB; ++i) {
+                    const __m256 y = _mm256_loadu_ps(qk + (r + i) * hd + d);
+                    for (int j = 0; j < 3; ++j) acc[i][j] = _mm256_fmadd_ps(y, x[j], acc[i][j]);
+                }
+            }
+            for (int i = 0; i < RB; ++i)
+                for (int j = 0; j < nc; ++j) S[(r + i) * ldc + cc[j]] = hsum_tree(acc[i][j]) + bias[r + i];
         }
     }
 
@@ -630,11 +670,63 @@ struct Tile {
         const int nk = k1 - k0;
         std::fill(zsum, zsum + static_cast<size_t>(R) * nk, 0.0f);
         const auto* k512 = vg % 16 == 0 && d0 % 16 == 0 && d1 % 16 == 0 ? kivi_kernels_512() : nullptr;
-        // Up to four value groups (head_dim 256 or 64 in groups of 64) with the AVX-512 kernel: the
-        // zero sums and the scaled probabilities in one pass over the columns, 128-bit (the zero
-        // sums are the same fma(p, zero, sum) in column order as the loop below compiles to).
-        const bool few = k512 && nk <= 4;
-        if (!few) {
+        // Up to four value groups a head (head_dim 256 or 64 in groups of 64): the zero sums in
+        // registers, four rows at a time (independent chains), across the columns; with the
+        // AVX-512 kernel the scaled probabilities in the same pass. Column by column, every row's
+        // sum was a chain through memory; the same fma(p, zero, sum) in column order as that loop.
+        const bool few = nk <= 4;
+        thread_local std::vector<float> ps;
+        if (k512) ps.resize(static_cast<size_t>(a1 - a0) * R * nk + static_cast<size_t>(a1 - a0) * 32);
+        if (few) {
+            thread_local std::vector<const float*> scale_zero;
+            scale_zero.resize(2 * static_cast<size_t>(a1 - a0));
+            for (int a = a0; a < a1; ++a) {
+                const int j = cols[act[a]].j;
+                scale_zero[2 * size_t(a - a0)] = f.value_scale(data, j) + goff / vg + k0;
+                scale_zero[2 * size_t(a - a0) + 1] = f.value_zero(data, j) + goff / vg + k0;
+            }
+            // PS: also the probabilities times the scales, [column][row][group] (the AVX-512 kernel's).
+            auto rows_pass = [&]<int RB, int NK, bool PS>(int r) {
+                __m128 zs[RB];
+                for (int i = 0; i < RB; ++i) zs[i] = load_lanes<NK>(zsum + (r + i) * NK);
+                float* pa = PS ? ps.data() + r * NK : nullptr;
+                for (int a = a0; a < a1; ++a) {
+                    const int c = act[a];
+                    const __m128 z4 = load_lanes<NK>(scale_zero[2 * size_t(a - a0) + 1]);
+                    [[maybe_unused]] __m128 s4;
+                    if constexpr (PS) s4 = load_lanes<NK>(scale_zero[2 * size_t(a - a0)]);
+                    for (int i = 0; i < RB; ++i) {
+                        const __m128 pr = _mm_set1_ps(S[(r + i) * ldc + c]);
+                        if constexpr (PS) store_lanes<NK>(pa + i * NK, _mm_mul_ps(pr, s4));
+                        zs[i] = _mm_fmadd_ps(pr, z4, zs[i]);
+                    }
+                    if constexpr (PS) pa += R * NK;
+                }
+                for (int i = 0; i < RB; ++i) store_lanes<NK>(zsum + (r + i) * NK, zs[i]);
+            };
+            auto all_rows = [&]<int NK, bool PS>() {
+                int r = 0;
+                for (; r + 4 <= R; r += 4) rows_pass.template operator()<4, NK, PS>(r);
+                // The last rows in one pass too (a decode step's three rows a kv head: three
+                // chains side by side instead of one at a time).
+                switch (R - r) {
+                    case 3: rows_pass.template operator()<3, NK, PS>(r); break;
+                    case 2: rows_pass.template operator()<2, NK, PS>(r); break;
+                    case 1: rows_pass.template operator()<1, NK, PS>(r); break;
+                    default: break;
+                }
+            };
+            auto with_ps = [&]<bool PS>() {
+                switch (nk) {
+                    case 4: all_rows.template operator()<4, PS>(); break;
+                    case 3: all_rows.template operator()<3, PS>(); break;
+                    case 2: all_rows.template operator()<2, PS>(); break;
+                    default: all_rows.template operator()<1, PS>(); break;
+                }
+            };
+            if (k512) with_ps.template operator()<true>();
+            else with_ps.template operator()<false>();
+        } else {
             for (int a = a0; a < a1; ++a) {
                 const int c = act[a];
                 const float* vz = f.value_zero(data, cols[c].j) + goff / vg;
@@ -647,56 +739,9 @@ struct Tile {
         thread_local std::vector<const uint8_t*> rows;
         rows.clear();
         for (int a = a0; a < a1; ++a) rows.push_back(data + f.v_codes + static_cast<size_t>(cols[act[a]].j) * f.row_code_bytes());
-        thread_local std::vector<float> ps;
         if (k512) {
             // All rows at once: the AVX-512 kernel unpacks each value once for every row.
-            ps.resize(static_cast<size_t>(a1 - a0) * R * nk + static_cast<size_t>(a1 - a0) * 32);
-            if (few) {
-                // Four rows at a time (four independent chains): their zero sums stay in registers
-                // across the columns (column by column, every row's sum was a chain through memory).
-                // The same fma(p, zero, sum) in column order, nk lanes of a 128-bit register.
-                thread_local std::vector<const float*> scale_zero;
-                scale_zero.resize(2 * static_cast<size_t>(a1 - a0));
-                for (int a = a0; a < a1; ++a) {
-                    const int j = cols[act[a]].j;
-                    scale_zero[2 * size_t(a - a0)] = f.value_scale(data, j) + goff / vg + k0;
-                    scale_zero[2 * size_t(a - a0) + 1] = f.value_zero(data, j) + goff / vg + k0;
-                }
-                auto rows_pass = [&]<int RB, int NK>(int r) {
-                    __m128 zs[RB];
-                    for (int i = 0; i < RB; ++i) zs[i] = load_lanes<NK>(zsum + (r + i) * NK);
-                    float* pa = ps.data() + r * NK;
-                    for (int a = a0; a < a1; ++a, pa += R * NK) {
-                        const int c = act[a];
-                        const __m128 s4 = load_lanes<NK>(scale_zero[2 * size_t(a - a0)]);
-                        const __m128 z4 = load_lanes<NK>(scale_zero[2 * size_t(a - a0) + 1]);
-                        for (int i = 0; i < RB; ++i) {
-                            const __m128 pr = _mm_set1_ps(S[(r + i) * ldc + c]);
-                            store_lanes<NK>(pa + i * NK, _mm_mul_ps(pr, s4));
-                            zs[i] = _mm_fmadd_ps(pr, z4, zs[i]);
-                        }
-                    }
-                    for (int i = 0; i < RB; ++i) store_lanes<NK>(zsum + (r + i) * NK, zs[i]);
-                };
-                auto all_rows = [&]<int NK>() {
-                    int r = 0;
-                    for (; r + 4 <= R; r += 4) rows_pass.template operator()<4, NK>(r);
-                    // The last rows in one pass too (a decode step's three rows a kv head: three
-                    // chains side by side instead of one at a time).
-                    switch (R - r) {
-                        case 3: rows_pass.template operator()<3, NK>(r); break;
-                        case 2: rows_pass.template operator()<2, NK>(r); break;
-                        case 1: rows_pass.template operator()<1, NK>(r); break;
-                        default: break;
-                    }
-                };
-                switch (nk) {
-                    case 4: all_rows.template operator()<4>(); break;
-                    case 3: all_rows.template operator()<3>(); break;
-                    case 2: all_rows.template operator()<2>(); break;
-                    default: all_rows.template operator()<1>(); break;
-                }
-            } else {
+            if (!few) {
                 for (int a = a0; a < a1; ++a) {
                     const int c = act[a];
                     const float* vs = f.value_scale(data, cols[c].j) + goff / vg + k0;
