@@ -58,15 +58,16 @@ template <int NK>
 inline __m128 load_lanes(const float* p) {
     if constexpr (NK == 4) return _mm_loadu_ps(p);
     else if constexpr (NK == 1) return _mm_load_ss(p);
-    else if constexpr (NK == 2) return _mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(p)));
-    else return _mm_movelh_ps(_mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(p))), _mm_load_ss(p + 2));
+    // (_mm_loadl_epi64 / _mm_storel_epi64: 8 bytes at any alignment.)
+    else if constexpr (NK == 2) return _mm_castsi128_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+    else return _mm_movelh_ps(_mm_castsi128_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))), _mm_load_ss(p + 2));
 }
 template <int NK>
 inline void store_lanes(float* p, __m128 v) {
     if constexpr (NK == 4) _mm_storeu_ps(p, v);
     else if constexpr (NK == 1) _mm_store_ss(p, v);
     else {
-        _mm_store_sd(reinterpret_cast<double*>(p), _mm_castps_pd(v));
+        _mm_storel_epi64(reinterpret_cast<__m128i*>(p), _mm_castps_si128(v));
         if constexpr (NK == 3) _mm_store_ss(p + 2, _mm_movehl_ps(v, v));
     }
 }
