@@ -674,7 +674,11 @@ struct Tile {
         const int k0 = d0 / vg, k1 = (d1 + vg - 1) / vg;  // value groups touched
         const int nk = k1 - k0;
         std::fill(zsum, zsum + static_cast<size_t>(R) * nk, 0.0f);
-        const auto* k512 = vg % 16 == 0 && d0 % 16 == 0 && d1 % 16 == 0 ? kivi_kernels_512() : nullptr;
+        // A decode step's 1-4 rows over more than 64 channels (Gemma 3's 256 a head): the 256-bit
+        // loops below unpack each value in registers per 16 channels and measured faster than the
+        // AVX-512 kernel's unpacking into scratch (which its R <= 4, <= 64-channel tiles avoid).
+        const bool wide_few = R <= 4 && d1 - d0 > 64;
+        const auto* k512 = vg % 16 == 0 && d0 % 16 == 0 && d1 % 16 == 0 && !wide_few ? kivi_kernels_512() : nullptr;
         // Up to four value groups a head (head_dim 256 or 64 in groups of 64): the zero sums in
         // registers, four rows at a time (independent chains), across the columns; with the
         // AVX-512 kernel the scaled probabilities in the same pass. Column by column, every row's
