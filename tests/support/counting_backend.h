@@ -22,6 +22,8 @@ namespace kvchat::test {
 struct KvUse {
     std::atomic<int64_t> bytes{0}, peak{0};
     std::atomic<int64_t> cap{0};
+    // Growths allowed before every further one fails (-1: no such limit); `grows` counts them all.
+    std::atomic<int64_t> grows_left{-1}, grows{0};
 };
 
 // KV memory of the CPU backend counted against KvUse: growing past the cap is std::bad_alloc with
@@ -34,19 +36,26 @@ public:
     uint8_t* data() const override { return inner_->data(); }
     void resize(size_t n) override {
         const int64_t grow = static_cast<int64_t>(n) - static_cast<int64_t>(size_);
-        if (grow > 0 && use_->cap > 0 && use_->bytes + grow > use_->cap) throw std::bad_alloc();
+        if (grow > 0 && !may_grow(grow)) throw std::bad_alloc();
         inner_->resize(n);
         account(n);
     }
     bool adopt_file(int fd, uint64_t offset, size_t len, size_t capacity) override {
         const int64_t grow = static_cast<int64_t>(capacity) - static_cast<int64_t>(size_);
-        if (grow > 0 && use_->cap > 0 && use_->bytes + grow > use_->cap) return false;
+        if (grow > 0 && !may_grow(grow)) return false;
         if (!inner_->adopt_file(fd, offset, len, capacity)) return false;
         account(capacity);
         return true;
     }
 
 private:
+    bool may_grow(int64_t grow) {
+        ++use_->grows;
+        if (use_->cap > 0 && use_->bytes + grow > use_->cap) return false;
+        for (int64_t left = use_->grows_left; left >= 0;)
+            if (left == 0 || use_->grows_left.compare_exchange_weak(left, left - 1)) return left > 0;
+        return true;
+    }
     void account(size_t n) {
         use_->bytes += static_cast<int64_t>(n) - static_cast<int64_t>(size_);
         size_ = n;

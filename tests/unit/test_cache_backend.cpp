@@ -294,6 +294,42 @@ private slots:
         QVERIFY(got == want);
     }
 
+    // A move whose memory runs out at every step: filling the new cache fails, and so does building
+    // the old one again. The cache is then an empty one of the new strategy (making it takes no
+    // memory), the error goes on, and the next forward computes the tokens again as a fresh
+    // offloaded cache does. (move_states' second fallback, reached by no test before.)
+    void aMoveThatCannotRebuildLeavesAnEmptyCache() {
+        const Chat chat = chat_model();
+        const std::string spec = "offloaded:dir=" + chat.dir->path().toStdString();
+        const std::vector<int32_t> toks = tokens(40);
+        std::vector<float> none, want, got;
+        CountingBackend be(2);
+        auto cache = chat.model->make_cache(be, "dynamic");
+        chat.model->forward(be, *cache, toks.data(), static_cast<int64_t>(toks.size()), kvchat::Logits::None, none);
+        be.kv_use->grows_left = 0;
+        const int64_t grows = be.kv_use->grows;
+        bool threw = false;
+        try {
+            kvchat::convert(*cache, spec);
+        } catch (const std::bad_alloc&) {
+            threw = true;
+        }
+        QVERIFY(threw);
+        QVERIFY(be.kv_use->grows >= grows + 2);  // the new cache's fill and the old one's both asked
+        QVERIFY2(cache->spec_text().rfind("offloaded", 0) == 0, cache->spec_text().c_str());
+        QCOMPARE(cache->seq_length(), int64_t(0));
+        QVERIFY(cache->tokens().empty());
+        be.kv_use->grows_left = -1;
+        const std::vector<int32_t> more = tokens(41);
+        chat.model->forward(be, *cache, more.data(), static_cast<int64_t>(more.size()), kvchat::Logits::Last, got);
+        CountingBackend free(2);
+        QTemporaryDir other;
+        auto fresh = chat.model->make_cache(free, "offloaded:dir=" + other.path().toStdString());
+        chat.model->forward(free, *fresh, more.data(), static_cast<int64_t>(more.size()), kvchat::Logits::Last, want);
+        QVERIFY(!want.empty());
+        QVERIFY(got == want);
+    }
+
     // A full GPU: KV memory capped at half of what a dynamic cache takes for the turn. The cache
     // cannot grow, so the turn moves it to `offloaded` (two layers' buffers in that memory), says
     // so, answers as an uncapped backend does, and the next turn goes on there. The move holds one
