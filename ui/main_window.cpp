@@ -338,9 +338,18 @@ QWidget* MainWindow::createChatPane() {
     for (const char* s : kStrategies) strategy_->addItem(QString::fromLatin1(s));
     strategy_->setMinimumContentsLength(18);
     strategyLabel->setBuddy(strategy_);
-    connect(strategy_, &QComboBox::activated, this, [this] {
-        if (currentId_ != 0 && !answering_) Q_EMIT requestSwitchStrategy(currentId_, strategy_->currentText().trimmed());
-    });
+    // A strategy chosen from the list, or any spec typed into the box and entered. (QComboBox acts
+    // on entered text only when it names a list entry other than its current one: a spec of one's
+    // own did nothing, nor did "dynamic" typed while the list still pointed at it.) One request
+    // until the worker answers: Return also makes the box activate a matching entry.
+    auto applyStrategy = [this] {
+        const QString spec = strategy_->currentText().trimmed();
+        if (currentId_ == 0 || answering_ || spec.isEmpty() || spec == requestedSpec_) return;
+        requestedSpec_ = spec;
+        Q_EMIT requestSwitchStrategy(currentId_, spec);
+    };
+    connect(strategy_, &QComboBox::activated, this, applyStrategy);
+    connect(strategy_->lineEdit(), &QLineEdit::returnPressed, this, applyStrategy);
     stop_ = new QPushButton(tr("Stop"));
     stop_->setObjectName(QStringLiteral("stopButton"));
     stop_->setAccessibleName(tr("Stop the answer"));
@@ -553,6 +562,7 @@ void MainWindow::connectWorker() {
         // Another conversation's switch is not news about this one; one applied from the strategy
         // panel is told there (the panel is still busy with it now), so it is not repeated here.
         if (id != currentId_) return;
+        requestedSpec_.clear();
         strategyLabel_->setText(spec);
         strategy_->setCurrentText(spec);
         readTranscript(id);  // the switch is marked in the transcript
@@ -729,6 +739,7 @@ void MainWindow::onConversations(const QList<ConversationItem>& conversations) {
 void MainWindow::selectConversation(qint64 id) {
     if (id != currentId_) {
         currentId_ = id;
+        requestedSpec_.clear();
         answerHasText_ = false;
         transcript_->open(id);
         // Every figure belongs to the conversation on screen: the last one's go, and so does a

@@ -19,6 +19,8 @@
 
 #include <QLabel>
 #include <QPlainTextEdit>
+#include <QComboBox>
+#include <QLineEdit>
 #include <QSignalSpy>
 #include <QTemporaryDir>
 #include <QToolButton>
@@ -154,6 +156,36 @@ private Q_SLOTS:
         QVERIFY(before()->text().startsWith("Strategy: dynamic → quantized"));
         QVERIFY(!after()->isVisibleTo(messageViewAt(*w, 1)));
         QVERIFY(!messageViewAt(*w, 0)->findChild<QLabel*>("strategyDivider")->isVisibleTo(messageViewAt(*w, 0)));
+    }
+
+    // The strategy box takes any spec typed into it, not only the list's entries: a spec of one's
+    // own, entered, switches the cache (it did nothing), and so does "dynamic" typed back while the
+    // list still points at its "dynamic" entry (it did nothing either); one request each.
+    void typedStrategyApplies() {
+        const QString db = freshDb();
+        auto w = openWindow(db);
+        QVERIFY(w);
+        QVERIFY(typeAndSend(*w, "first question"));
+        auto* box = w->findChild<QComboBox*>("cacheStrategy");
+        QVERIFY(box && box->lineEdit());
+        QCOMPARE(box->currentText(), QString("dynamic"));
+        QSignalSpy asked(w.get(), &MainWindow::requestSwitchStrategy);
+        auto enter = [&](const QString& spec) {
+            box->lineEdit()->selectAll();
+            QTest::keyClicks(box->lineEdit(), spec);
+            QTest::keyClick(box->lineEdit(), Qt::Key_Return);
+        };
+        auto after = [&] { return messageViewAt(*w, 1)->findChild<QLabel*>("strategyDividerAfter"); };
+        enter("sliding_window:window=64");
+        QCOMPARE(asked.count(), 1);
+        QCOMPARE(asked.at(0).at(1).toString(), QString("sliding_window:window=64"));
+        QTRY_VERIFY_WITH_TIMEOUT(after()->isVisibleTo(messageViewAt(*w, 1)), 30000);
+        QVERIFY2(after()->text().startsWith("Strategy: dynamic → sliding_window"), qPrintable(after()->text()));
+        QTRY_VERIFY_WITH_TIMEOUT(box->currentText().startsWith("sliding_window"), 10000);
+        enter("dynamic");
+        QCOMPARE(asked.count(), 2);
+        QCOMPARE(asked.at(1).at(1).toString(), QString("dynamic"));
+        QTRY_VERIFY_WITH_TIMEOUT(box->currentText() == "dynamic", 30000);
     }
 };
 
