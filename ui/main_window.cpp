@@ -340,12 +340,13 @@ QWidget* MainWindow::createChatPane() {
     strategyLabel->setBuddy(strategy_);
     // A strategy chosen from the list, or any spec typed into the box and entered. (QComboBox acts
     // on entered text only when it names a list entry other than its current one: a spec of one's
-    // own did nothing, nor did "dynamic" typed while the list still pointed at it.) One request
-    // until the worker answers: Return also makes the box activate a matching entry.
+    // own did nothing, nor did "dynamic" typed while the list still pointed at it.) Return also
+    // makes the box activate a matching entry in the same key press: one request for both.
     auto applyStrategy = [this] {
         const QString spec = strategy_->currentText().trimmed();
         if (currentId_ == 0 || answering_ || spec.isEmpty() || spec == requestedSpec_) return;
         requestedSpec_ = spec;
+        QTimer::singleShot(0, this, [this] { requestedSpec_.clear(); });
         Q_EMIT requestSwitchStrategy(currentId_, spec);
     };
     connect(strategy_, &QComboBox::activated, this, applyStrategy);
@@ -562,7 +563,6 @@ void MainWindow::connectWorker() {
         // Another conversation's switch is not news about this one; one applied from the strategy
         // panel is told there (the panel is still busy with it now), so it is not repeated here.
         if (id != currentId_) return;
-        requestedSpec_.clear();
         strategyLabel_->setText(spec);
         strategy_->setCurrentText(spec);
         readTranscript(id);  // the switch is marked in the transcript
@@ -739,7 +739,6 @@ void MainWindow::onConversations(const QList<ConversationItem>& conversations) {
 void MainWindow::selectConversation(qint64 id) {
     if (id != currentId_) {
         currentId_ = id;
-        requestedSpec_.clear();
         answerHasText_ = false;
         transcript_->open(id);
         // Every figure belongs to the conversation on screen: the last one's go, and so does a

@@ -165,7 +165,7 @@ private:
     QPushButton* send_ = nullptr;
     QPushButton* stop_ = nullptr;
     QComboBox* strategy_ = nullptr;
-    QString requestedSpec_;  // the strategy asked of the worker for the open conversation, until it answers
+    QString requestedSpec_;  // the strategy the key press being handled asked for (see createChatPane)
     QLabel* notice_ = nullptr;
     QTimer searchDelay_;
 

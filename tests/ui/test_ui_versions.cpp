@@ -160,7 +160,8 @@ private Q_SLOTS:
 
     // The strategy box takes any spec typed into it, not only the list's entries: a spec of one's
     // own, entered, switches the cache (it did nothing), and so does "dynamic" typed back while the
-    // list still points at its "dynamic" entry (it did nothing either); one request each.
+    // list still points at its "dynamic" entry (it did nothing either); one request each, also
+    // when the box activates the entry typed.
     void typedStrategyApplies() {
         const QString db = freshDb();
         auto w = openWindow(db);
@@ -186,6 +187,12 @@ private Q_SLOTS:
         QCOMPARE(asked.count(), 2);
         QCOMPARE(asked.at(1).at(1).toString(), QString("dynamic"));
         QTRY_VERIFY_WITH_TIMEOUT(box->currentText() == "dynamic", 30000);
+        // A list entry other than the current one, typed: the box also activates it on that
+        // Return; still one request.
+        enter("quantized:nbits=4");
+        QCOMPARE(asked.count(), 3);
+        QTRY_VERIFY_WITH_TIMEOUT(box->currentText().startsWith("quantized:nbits=4"), 30000);
+        QCOMPARE(asked.count(), 3);
     }
 };
 
