@@ -70,6 +70,7 @@ private:
 class CountingBackend final : public Backend {
 public:
     explicit CountingBackend(int threads) : cpu_(make_cpu_backend(threads)) {}
+    // Read once the work is done: a conversion runs layers' operations on several threads.
     std::map<std::string, int> calls;
 
     std::string name() const override { return "counting"; }
@@ -79,7 +80,7 @@ public:
     void read(const Buffer& b, int64_t n_rows, float* host) const override { cpu_->read(b, n_rows, host); }
     void write(Buffer& b, int64_t n_rows, const float* host) override { cpu_->write(b, n_rows, host); }
     std::unique_ptr<PlacedWeights> place_weights(const WeightSet& set) override {
-        ++calls["place_weights"];
+        tally("place_weights");
         return cpu_->place_weights(set);
     }
     void embed(const PlacedMatrix& t, const int32_t* ids, int64_t n, float scale, Buffer& out) override {
@@ -112,39 +113,39 @@ public:
         return std::make_unique<CappedKvMemory>(cpu_->alloc_kv(), kv_use);
     }
     void copy(const Buffer& src, int64_t n, Buffer& dst) override {
-        ++calls["copy"];
+        tally("copy");
         cpu_->copy(src, n, dst);
     }
     void rope(const RopeSpec& s, Buffer& x, const int32_t* pos, int64_t n, int heads, int hd) override {
-        ++calls["rope"];
+        tally("rope");
         cpu_->rope(s, x, pos, n, heads, hd);
     }
     void round_f16(Buffer& x, int64_t n, float scale) override {
-        ++calls["round_f16"];
+        tally("round_f16");
         cpu_->round_f16(x, n, scale);
     }
     void kv_store(KvDtype t, const Buffer& src, int64_t n, void* dst) override {
-        ++calls["kv_store"];
+        tally("kv_store");
         cpu_->kv_store(t, src, n, dst);
     }
     void kv_quantize(const KiviFormat& f, KvDtype t, const void* rec, int count, uint8_t* block) override {
-        ++calls["kv_quantize"];
+        tally("kv_quantize");
         cpu_->kv_quantize(f, t, rec, count, block);
     }
     void attend(const AttentionInput& in, const AttentionShape& shape, Buffer& out) override {
-        ++calls["attend"];
+        tally("attend");
         cpu_->attend(in, shape, out);
     }
     void kv_copy(void* dst, const void* src, size_t n) override {
-        ++calls["kv_copy"];
+        tally("kv_copy");
         cpu_->kv_copy(dst, src, n);
     }
     void kv_upload(void* dst, const void* host, size_t n) override {
-        ++calls["kv_upload"];
+        tally("kv_upload");
         cpu_->kv_upload(dst, host, n);
     }
     void kv_download(void* host, const void* src, size_t n) override {
-        ++calls["kv_download"];
+        tally("kv_download");
         cpu_->kv_download(host, src, n);
     }
     // Called from the tier's prefetch thread too: counted apart, under a lock.
@@ -156,7 +157,7 @@ public:
         return cpu_->kv_read_file(fd, offset, dst, n);
     }
     int kv_write_file(int fd, int64_t offset, const void* src, size_t n, size_t* written) override {
-        ++calls["kv_write_file"];
+        tally("kv_write_file");
         return cpu_->kv_write_file(fd, offset, src, n, written);
     }
     int file_reads() {
@@ -165,6 +166,12 @@ public:
     }
 
 private:
+    void tally(const char* op) {
+        std::lock_guard<std::mutex> lock(calls_mu_);
+        ++calls[op];
+    }
+    std::mutex calls_mu_;
+
     std::unique_ptr<Backend> cpu_;
     std::mutex mu_;
     int file_reads_ = 0;
