@@ -71,6 +71,14 @@ class TestCacheBackend : public QObject {
         need = free.kv_use->peak;
         return answers;
     }
+    // A cache of `spec` on `be` that holds `toks`.
+    static std::unique_ptr<kvchat::Cache> filled(const Chat& chat, kvchat::Backend& be, const std::string& spec,
+                                                 const std::vector<int32_t>& toks) {
+        auto cache = chat.model->make_cache(be, spec);
+        std::vector<float> none;
+        chat.model->forward(be, *cache, toks.data(), static_cast<int64_t>(toks.size()), kvchat::Logits::None, none);
+        return cache;
+    }
     // Greedy turns of 8 tokens whose fallback to offloaded spills into the chat's folder.
     static kvchat::TurnOptions spilling_turn(const Chat& chat) {
         kvchat::TurnOptions o = kvchat::test::greedy(8);
@@ -268,13 +276,11 @@ private slots:
         const Chat chat = chat_model();
         const std::string spec = "offloaded:dir=" + chat.dir->path().toStdString();
         const std::vector<int32_t> toks = tokens(40);
-        std::vector<float> none, want, got;
+        std::vector<float> want, got;
         CountingBackend be(2);
-        auto cache = chat.model->make_cache(be, spec);
-        chat.model->forward(be, *cache, toks.data(), static_cast<int64_t>(toks.size()), kvchat::Logits::None, none);
+        auto cache = filled(chat, be, spec, toks);
         CountingBackend free(2);  // the same cache, never moved
-        auto twin = chat.model->make_cache(free, spec);
-        chat.model->forward(free, *twin, toks.data(), static_cast<int64_t>(toks.size()), kvchat::Logits::None, none);
+        auto twin = filled(chat, free, spec, toks);
         const int64_t layer = static_cast<int64_t>(toks.size()) * 2 * 2 * chat.model->layer_specs()[0].shape.n_head_kv *
                               chat.model->layer_specs()[0].shape.head_dim;  // 40 records of f16 keys and values
         be.kv_use->cap = be.kv_use->bytes + 2 * layer;
@@ -301,11 +307,9 @@ private slots:
     void aMoveThatCannotRebuildLeavesAnEmptyCache() {
         const Chat chat = chat_model();
         const std::string spec = "offloaded:dir=" + chat.dir->path().toStdString();
-        const std::vector<int32_t> toks = tokens(40);
-        std::vector<float> none, want, got;
+        std::vector<float> want, got;
         CountingBackend be(2);
-        auto cache = chat.model->make_cache(be, "dynamic");
-        chat.model->forward(be, *cache, toks.data(), static_cast<int64_t>(toks.size()), kvchat::Logits::None, none);
+        auto cache = filled(chat, be, "dynamic", tokens(40));
         be.kv_use->grows_left = 0;
         const int64_t grows = be.kv_use->grows;
         bool threw = false;
