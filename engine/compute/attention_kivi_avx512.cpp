@@ -194,16 +194,16 @@ void kivi_scores(const float* qk, int R, int hd, const float* bias, const uint8_
     }
 }
 
-// Rows [r, r + RB) over the columns for channels [d, d + 16 * NV) of the unpacked values x
-// (per column 16 * NV floats).
-template <int RB, int NV>
-void values_tile(const float* ps, int R, int nk, int r, const int* g, const float* x, int n, int d, float* const* o) {
+// Rows [r, r + RB) over the columns for channels [d, d + 16 * NV); x(a, v): column a's channels
+// [d + 16 v, d + 16 v + 16) as floats.
+template <int RB, int NV, class X>
+void values_tile(const float* ps, int R, int nk, int r, const int* g, const X& x, int n, int d, float* const* o) {
     __m512 acc[RB][NV];
     for (int i = 0; i < RB; ++i)
         for (int v = 0; v < NV; ++v) acc[i][v] = _mm512_loadu_ps(o[r + i] + d + 16 * v);
     for (int a = 0; a < n; ++a) {
         __m512 xv[NV];
-        for (int v = 0; v < NV; ++v) xv[v] = _mm512_loadu_ps(x + (a * NV + v) * 16);
+        for (int v = 0; v < NV; ++v) xv[v] = x(a, v);
         const float* p = ps + (static_cast<int64_t>(a) * R + r) * nk;
         for (int i = 0; i < RB; ++i)
             for (int v = 0; v < NV; ++v) acc[i][v] = _mm512_fmadd_ps(_mm512_set1_ps(p[i * nk + g[v]]), xv[v], acc[i][v]);
@@ -212,8 +212,8 @@ void values_tile(const float* ps, int R, int nk, int r, const int* g, const floa
         for (int v = 0; v < NV; ++v) _mm512_storeu_ps(o[r + i] + d + 16 * v, acc[i][v]);
 }
 
-template <int NV>
-void values_rows(const float* ps, int R, int nk, const int* g, const float* x, int n, int d, float* const* o) {
+template <int NV, class X>
+void values_rows(const float* ps, int R, int nk, const int* g, const X& x, int n, int d, float* const* o) {
     int r = 0;
     for (; r + 8 <= R; r += 8) values_tile<8, NV>(ps, R, nk, r, g, x, n, d, o);
     for (; r + 4 <= R; r += 4) values_tile<4, NV>(ps, R, nk, r, g, x, n, d, o);
@@ -227,76 +227,43 @@ void values_rows(const float* ps, int R, int nk, const int* g, const float* x, i
     }
 }
 
+// Values already floats, per column 16 * NV of them.
+template <int NV>
+void float_values(const float* ps, int R, int nk, const int* g, const float* x, int n, int d, float* const* o) {
+    values_rows<NV>(ps, R, nk, g, [x](int a, int v) { return _mm512_loadu_ps(x + (a * NV + v) * 16); }, n, d, o);
+}
+
 void dense_values(const float* ps, int R, int nk, const int* g, const float* x, int n, int d, int nv, float* const* o) {
-    if (nv == 2) values_rows<2>(ps, R, nk, g, x, n, d, o);
-    else values_rows<1>(ps, R, nk, g, x, n, d, o);
-}
-
-// values_tile over the codes themselves, each column's 16 NV channels unpacked in registers:
-// for rows that fit one tile, where unpacking into scratch first would be a store and a load more.
-template <int NB, int RB, int NV>
-void values_tile_codes(const float* ps, int R, int nk, int r, const int* g, const uint8_t* const* rows, int n, int off,
-                       float* const* o, int d) {
-    const CodeLanes<NB>& L = lanes<NB>();
-    __m512 acc[RB][NV];
-    for (int i = 0; i < RB; ++i)
-        for (int v = 0; v < NV; ++v) acc[i][v] = _mm512_loadu_ps(o[r + i] + d + 16 * v);
-    for (int a = 0; a < n; ++a) {
-        __m512 xv[NV];
-        for (int v = 0; v < NV; ++v) xv[v] = L.run(rows[a], off + 16 * v);
-        const float* p = ps + (static_cast<int64_t>(a) * R + r) * nk;
-        for (int i = 0; i < RB; ++i)
-            for (int v = 0; v < NV; ++v) acc[i][v] = _mm512_fmadd_ps(_mm512_set1_ps(p[i * nk + g[v]]), xv[v], acc[i][v]);
-    }
-    for (int i = 0; i < RB; ++i)
-        for (int v = 0; v < NV; ++v) _mm512_storeu_ps(o[r + i] + d + 16 * v, acc[i][v]);
-}
-
-template <int NB, int NV>
-void values_rows_codes(const float* ps, int R, int nk, const int* g, const uint8_t* const* rows, int n, int off,
-                       float* const* o, int d) {
-    switch (R) {
-        case 4: return values_tile_codes<NB, 4, NV>(ps, R, nk, 0, g, rows, n, off, o, d);
-        case 3: return values_tile_codes<NB, 3, NV>(ps, R, nk, 0, g, rows, n, off, o, d);
-        case 2: return values_tile_codes<NB, 2, NV>(ps, R, nk, 0, g, rows, n, off, o, d);
-        default: return values_tile_codes<NB, 1, NV>(ps, R, nk, 0, g, rows, n, off, o, d);
-    }
+    if (nv == 2) float_values<2>(ps, R, nk, g, x, n, d, o);
+    else float_values<1>(ps, R, nk, g, x, n, d, o);
 }
 
 // Per 32 channels, the block's values are unpacked once (n x 32 floats in scratch) for all rows.
-// Up to 4 rows (a decode step's) over up to 64 channels read the codes directly (bench_attention
-// quantized:4, 9:3:64, 2,048 tokens from memory, Zen 5: 213 -> 200 us with 1 thread, 111 -> 96
-// with 2); over more channels the passes re-read each row from memory (4:1:256: 232 -> 245 us).
+// Up to 4 rows (a decode step's, one tile) over up to 64 channels read the codes directly instead,
+// unpacked in registers: the scratch's store and load cost more than the one tile shares
+// (bench_attention quantized:4, 9:3:64, 2,048 tokens from memory, Zen 5: 213 -> 200 us with 1
+// thread, 111 -> 96 with 2); over more channels those passes re-read each row from memory
+// (4:1:256: 232 -> 245 us).
 template <int NB>
 void kivi_values_t(const float* ps, int R, int nk, int k0, int vg, const uint8_t* const* rows, int n, int goff, int d0,
                    int d1, float* const* o, float* scratch) {
     const CodeLanes<NB>& L = lanes<NB>();
-    if (R <= 4 && d1 - d0 <= 64) {
-        int d = d0;
-        for (; d + 32 <= d1; d += 32) {
-            const int g[2] = {d / vg - k0, (d + 16) / vg - k0};
-            values_rows_codes<NB, 2>(ps, R, nk, g, rows, n, goff + d, o, d);
+    const bool direct = R <= 4 && d1 - d0 <= 64;
+    // Channels [d, d + 16 NV) of every row against the block's columns.
+    auto pass = [&]<int NV>(int d) {
+        int g[NV];
+        for (int v = 0; v < NV; ++v) g[v] = (d + 16 * v) / vg - k0;
+        if (direct) {
+            values_rows<NV>(ps, R, nk, g, [&](int a, int v) { return L.run(rows[a], goff + d + 16 * v); }, n, d, o);
+            return;
         }
-        for (; d < d1; d += 16) {
-            const int g[1] = {d / vg - k0};
-            values_rows_codes<NB, 1>(ps, R, nk, g, rows, n, goff + d, o, d);
-        }
-        return;
-    }
+        for (int a = 0; a < n; ++a)
+            for (int v = 0; v < NV; ++v) _mm512_storeu_ps(scratch + (a * NV + v) * 16, L.run(rows[a], goff + d + 16 * v));
+        float_values<NV>(ps, R, nk, g, scratch, n, d, o);
+    };
     int d = d0;
-    for (; d + 32 <= d1; d += 32) {
-        for (int a = 0; a < n; ++a) {
-            _mm512_storeu_ps(scratch + a * 32, L.run(rows[a], goff + d));
-            _mm512_storeu_ps(scratch + a * 32 + 16, L.run(rows[a], goff + d + 16));
-        }
-        const int g[2] = {d / vg - k0, (d + 16) / vg - k0};
-        values_rows<2>(ps, R, nk, g, scratch, n, d, o);
-    }
-    for (; d < d1; d += 16) {
-        for (int a = 0; a < n; ++a) _mm512_storeu_ps(scratch + a * 16, L.run(rows[a], goff + d));
-        const int g[1] = {d / vg - k0};
-        values_rows<1>(ps, R, nk, g, scratch, n, d, o);
-    }
+    for (; d + 32 <= d1; d += 32) pass.template operator()<2>(d);
+    for (; d < d1; d += 16) pass.template operator()<1>(d);
 }
 
 void kivi_values(const float* ps, int R, int nk, int k0, int vg, const uint8_t* const* rows, int n, int nbits, int goff,
