@@ -335,7 +335,6 @@ struct Tile {
             for (int d = 0; d < hd; ++d) qk[r * hd + d] = q[r][d] * ks[d];
             bias[r] = dot_tree(q[r], kz, hd);
         }
-        const size_t rb = f.row_code_bytes();
         // The AVX-512 kernel unpacks the block's keys into floats once for all rows: worth it for
         // many rows. For a decode step's 1-4 rows a kv head, unpacking in registers as the loops
         // below do is faster (bench_attention quantized:4, 9:3:64, 2,048 tokens, Zen 5: 231 -> 214
@@ -344,7 +343,7 @@ struct Tile {
             thread_local std::vector<const uint8_t*> rows;
             thread_local std::vector<float> scratch;
             rows.clear();
-            for (int a = a0; a < a1; ++a) rows.push_back(data + f.k_codes + static_cast<size_t>(cols[act[a]].j) * rb);
+            for (int a = a0; a < a1; ++a) rows.push_back(f.key_row(data, cols[act[a]].j));
             scratch.resize(static_cast<size_t>(a1 - a0 + 65) * hd);
             k512->scores(qk, R, hd, bias, rows.data(), act + a0, a1 - a0, NB, goff, S, ldc, scratch.data());
             return;
@@ -352,7 +351,7 @@ struct Tile {
         const int full = R / 8 * 8;
         for (int a = a0; a < a1; ++a) {
             const int c = act[a];
-            const uint8_t* row = data + f.k_codes + static_cast<size_t>(cols[c].j) * rb;
+            const uint8_t* row = f.key_row(data, cols[c].j);
             for (int r = 0; r < full; r += 8) {
                 __m256 acc[8];
                 for (int i = 0; i < 8; ++i) acc[i] = _mm256_setzero_ps();
@@ -380,7 +379,6 @@ struct Tile {
     template <int NB, int RB>
     void qk_block_cols(int r, int a0, int a1, const uint8_t* data) const {
         const KiviFormat& f = *in.kivi;
-        const size_t rb = f.row_code_bytes();
         const float* bias = qk + static_cast<size_t>(R) * hd;
         for (int a = a0; a < a1; a += 3) {
             const int nc = std::min(3, a1 - a);
@@ -388,7 +386,7 @@ struct Tile {
             const uint8_t* row[3];
             for (int j = 0; j < 3; ++j) {
                 cc[j] = act[a + std::min(j, nc - 1)];
-                row[j] = data + f.k_codes + static_cast<size_t>(cols[cc[j]].j) * rb;
+                row[j] = f.key_row(data, cols[cc[j]].j);
             }
             __m256 acc[RB][3];
             for (int i = 0; i < RB; ++i)
@@ -747,7 +745,7 @@ struct Tile {
         }
         thread_local std::vector<const uint8_t*> rows;
         rows.clear();
-        for (int a = a0; a < a1; ++a) rows.push_back(data + f.v_codes + static_cast<size_t>(cols[act[a]].j) * f.row_code_bytes());
+        for (int a = a0; a < a1; ++a) rows.push_back(f.value_row(data, cols[act[a]].j));
         if (k512) {
             // All rows at once: the AVX-512 kernel unpacks each value once for every row.
             if (!few) {
