@@ -29,6 +29,8 @@ namespace kvchat {
 
 namespace {
 
+using attention_kernels::request_row;
+
 constexpr int kTileRows = 64;     // query heads x queries per tile: Q (64 KB at head_dim 256) stays in L2
 constexpr int kSplitCols = 256;   // columns per task when one tile's scores are split across threads
 constexpr int kSplitMinCols = 512;  // fewer columns than this: not worth three parallel phases
@@ -334,17 +336,12 @@ struct Tile {
     void find_next_block(int e, int a1) const {
         next_block = e < a1 && cols[act[e]].block >= 0 ? in.blocks[static_cast<size_t>(cols[act[e]].block)].data : nullptr;
     }
-    static void request_bytes(const uint8_t* p, size_t n) {
-        const uintptr_t end = reinterpret_cast<uintptr_t>(p) + n;
-        for (uintptr_t line = reinterpret_cast<uintptr_t>(p) & ~uintptr_t{63}; line < end; line += 64)
-            _mm_prefetch(reinterpret_cast<const char*>(line), _MM_HINT_T0);
-    }
     // All of next_block's keys (its codes, scales and zeros) or values.
     void request_next_block(bool values) const {
         if (!next_block) return;
         const KiviFormat& f = *in.kivi;
-        if (values) request_bytes(next_block + f.v_codes, f.block_bytes - f.v_codes);
-        else request_bytes(next_block, f.v_codes);
+        if (values) request_row(next_block + f.v_codes, f.block_bytes - f.v_codes);
+        else request_row(next_block, f.v_codes);
     }
 
     // Raw scores of columns act[a0, a1), rows of one quantized block, read from their codes:
@@ -358,8 +355,8 @@ struct Tile {
         if (R > 4) {
             request_next_block(false);
         } else if (next_block) {  // qk_block_cols requests the rows
-            request_bytes(reinterpret_cast<const uint8_t*>(f.key_scale(next_block) + goff), sizeof(float) * hd);
-            request_bytes(reinterpret_cast<const uint8_t*>(f.key_zero(next_block) + goff), sizeof(float) * hd);
+            request_row(f.key_scale(next_block) + goff, sizeof(float) * hd);
+            request_row(f.key_zero(next_block) + goff, sizeof(float) * hd);
         }
         float* bias = qk + static_cast<size_t>(R) * hd;
         for (int r = 0; r < R; ++r) {
@@ -418,7 +415,7 @@ struct Tile {
             for (int j = 0; j < 3; ++j) {
                 cc[j] = act[a + std::min(j, nc - 1)];
                 row[j] = f.key_row(data, cols[cc[j]].j);
-                if (next_block) request_bytes(f.key_row(next_block, cols[cc[j]].j) + goff * NB / 8, static_cast<size_t>(hd) * NB / 8);
+                if (R <= 4 && next_block) request_row(f.key_row(next_block, cols[cc[j]].j) + goff * NB / 8, hd * NB / 8);
             }
             __m256 acc[RB][3];
             for (int i = 0; i < RB; ++i)
@@ -735,10 +732,10 @@ struct Tile {
                 for (int i = 0; i < RB; ++i) zs[i] = load_lanes<NK>(zsum + (r + i) * NK);
                 float* pa = PS ? ps.data() + r * NK : nullptr;
                 const uint8_t* next = r == 0 ? next_block : nullptr;
-                if (next) request_bytes(next + f.v_scale, f.block_bytes - f.v_scale);  // every token's scales and zeros
+                if (next) request_row(next + f.v_scale, f.block_bytes - f.v_scale);  // every token's scales and zeros
                 for (int a = a0; a < a1; ++a) {
                     const int c = act[a];
-                    if (next) request_bytes(f.value_row(next, cols[c].j) + (goff + d0) * NB / 8, static_cast<size_t>(d1 - d0) * NB / 8);
+                    if (next) request_row(f.value_row(next, cols[c].j) + (goff + d0) * NB / 8, (d1 - d0) * NB / 8);
                     const __m128 z4 = load_lanes<NK>(scale_zero[2 * size_t(a - a0) + 1]);
                     [[maybe_unused]] __m128 s4;
                     if constexpr (PS) s4 = load_lanes<NK>(scale_zero[2 * size_t(a - a0)]);

@@ -36,13 +36,17 @@ struct DecodeAhead {
 };
 inline constexpr int kDecodeAhead = 16;
 
-// Requests the keys and values of column c + kDecodeAhead into L2 (when the column exists and is held).
+// Requests into L2 every cache line of bytes [row, row + bytes) (none when row is null).
 inline void request_row(const void* row, int64_t bytes) {
-    if (!row) return;
+    if (!row || bytes <= 0) return;
+    // From the line row starts in, so that a slice that does not start on a line gets its last one.
+    const char* line = reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(row) & ~uintptr_t{63});
+    const char* end = static_cast<const char*>(row) + bytes;
     // (prefetcht1 as a volatile asm: GCC 12 deletes a loop of _mm_prefetch with a run-time bound
     // as a loop without effects.)
-    for (int64_t o = 0; o < bytes; o += 64) asm volatile("prefetcht1 %0" : : "m"(static_cast<const char*>(row)[o]));
+    for (; line < end; line += 64) asm volatile("prefetcht1 %0" : : "m"(*line));
 }
+// Requests the keys and values of column c + kDecodeAhead into L2 (when the column exists and is held).
 inline void request_ahead(const DecodeAhead* a, int c, int c1) {
     if (!a || c + kDecodeAhead >= c1) return;
     const void* k = a->k[c + kDecodeAhead];
