@@ -9,6 +9,9 @@
 // CPU (interleaved_rows.h), as the model's decode reads them.
 // --calls N: exactly N timed calls (for instruction counters such as valgrind's, which need a
 // fixed amount of work rather than a time budget).
+// --copies N: N copies of each matrix in distinct memory, the calls going through them in turn:
+// with N times the matrix larger than the last-level cache, each call reads its weights from
+// memory, as a decode step reads a layer's small products.
 #include "engine/compute/interleaved_rows.h"
 #include "engine/compute/matmul.h"
 #include "engine/compute/tensor_type.h"
@@ -100,6 +103,7 @@ int main(int argc, char** argv) {
     int calls = 0;
     std::vector<Shape> shapes;
     bool interleaved = false;
+    int copies = 1;
     for (int i = 1; i < argc; ++i) {
         const std::string a = argv[i];
         if (a == "--threads" && i + 1 < argc) threads = std::atoi(argv[++i]);
@@ -108,10 +112,11 @@ int main(int argc, char** argv) {
         else if (a == "--only" && i + 1 < argc) only = argv[++i];
         else if (a == "--calls" && i + 1 < argc) calls = std::max(1, std::atoi(argv[++i]));
         else if (a == "--interleaved") interleaved = true;
+        else if (a == "--copies" && i + 1 < argc) copies = std::max(1, std::atoi(argv[++i]));
         else if (a == "--shape" && i + 1 < argc && parse_shape(argv[i + 1], shapes.emplace_back())) ++i;
         else {
             std::fprintf(stderr, "usage: bench_matmul [--threads N] [--level avx2|avx512-vnni|amx] [--tokens N] [--only NAME] "
-                                 "[--calls N] [--shape TYPE:ROWS:COLS]... [--interleaved]\n");
+                                 "[--calls N] [--shape TYPE:ROWS:COLS]... [--interleaved] [--copies N]\n");
             return 2;
         }
     }
@@ -121,28 +126,36 @@ int main(int argc, char** argv) {
     if (shapes.empty()) shapes = kShapes;
     for (const Shape& s : shapes) {
         if (!only.empty() && only != s.name) continue;
-        std::vector<uint8_t> w = make_weights(s);
-        WeightMatrix m{s.type, s.rows, s.cols, w.data()};
-        std::vector<uint8_t> rearranged;
-        if (interleaved && can_interleave(m)) {
-            rearranged.resize(w.size());
-            interleave_rows(m, rearranged.data(), pool);
-            m = WeightMatrix{s.type, s.rows, s.cols, rearranged.data(), RowLayout::Interleaved16};
+        const std::vector<uint8_t> w = make_weights(s);
+        std::vector<std::vector<uint8_t>> placed(static_cast<size_t>(copies));
+        std::vector<WeightMatrix> ms_of(static_cast<size_t>(copies));
+        for (int c = 0; c < copies; ++c) {
+            placed[size_t(c)] = w;
+            WeightMatrix m{s.type, s.rows, s.cols, placed[size_t(c)].data()};
+            if (interleaved && can_interleave(m)) {
+                std::vector<uint8_t> rearranged(w.size());
+                interleave_rows(m, rearranged.data(), pool);
+                placed[size_t(c)] = std::move(rearranged);
+                m = WeightMatrix{s.type, s.rows, s.cols, placed[size_t(c)].data(), RowLayout::Interleaved16};
+            }
+            ms_of[size_t(c)] = m;
         }
+        size_t next_copy = 0;
+        auto next = [&]() -> const WeightMatrix& { return ms_of[next_copy++ % ms_of.size()]; };
         for (int64_t n : token_counts) {
             std::vector<float> x(static_cast<size_t>(n * s.cols));
             std::mt19937 rng(2);
             std::normal_distribution<float> normal(0.0f, 1.0f);
             for (auto& v : x) v = normal(rng);
             std::vector<float> y(static_cast<size_t>(n * s.rows));
-            matmul(m, x.data(), n, y.data(), pool);  // warm-up: page faults, buffers
+            for (const WeightMatrix& m : ms_of) matmul(m, x.data(), n, y.data(), pool);  // warm-up: page faults, buffers
             std::vector<double> ms;
             const double cpu0 = process_cpu_ms();
             const auto start = std::chrono::steady_clock::now();
             while (calls > 0 ? int(ms.size()) < calls
                              : (ms.size() < 5 || (ms.size() < 200 && std::chrono::steady_clock::now() - start < std::chrono::milliseconds(700)))) {
                 const auto t0 = std::chrono::steady_clock::now();
-                matmul(m, x.data(), n, y.data(), pool);
+                matmul(next(), x.data(), n, y.data(), pool);
                 ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
             }
             // CPU time per call and thread: what the wall time would be on an idle machine (the
