@@ -169,6 +169,17 @@ SamplingRequest parse_sampling(const json& j, bool& stream, bool& include_usage)
         throw bad_field("logprobs", "'logprobs' is not supported");
     if (const json* b = field(j, "logit_bias"); b && !(b->is_object() && b->empty()))
         throw bad_field("logit_bias", "'logit_bias' is not supported");
+    // Refused rather than ignored: a client that asked for JSON would parse free text as JSON.
+    if (const json* rf = field(j, "response_format")) {
+        if (!rf->is_object()) throw wrong_type("response_format", "an object", *rf);
+        const json* type = field(*rf, "type");
+        if (!type || !type->is_string())
+            throw bad_field("response_format.type", "'response_format.type' must be a string ('text')");
+        if (const std::string t = type->get<std::string>(); t != "text")
+            throw bad_field("response_format", "'response_format' of type '" + t +
+                                                   "' is not supported: answers are free text (type 'text'), "
+                                                   "not constrained to JSON");
+    }
     return s;
 }
 

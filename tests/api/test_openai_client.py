@@ -115,8 +115,9 @@ def test_greedy_equals_cli(server, cli, tmp):
     questions = ["What is the capital of France?", "Give me three tips for writing clean code."]
     for i, q in enumerate(questions):
         expected = cli_chat(cli, os.path.join(tmp, "cli.sqlite"), f"q{i}", q, 48)
+        # response_format "text" is what every answer is: accepted, and it changes nothing.
         r = client.chat.completions.create(model=MODEL_ID, messages=[{"role": "user", "content": q}],
-                                           temperature=0, max_tokens=48)
+                                           temperature=0, max_tokens=48, response_format={"type": "text"})
         check(r.choices[0].message.content == expected,
               f"non-streaming answer to {q!r} equals kvchat-cli chat --greedy "
               f"({r.choices[0].message.content!r} vs {expected!r})")
@@ -134,6 +135,18 @@ def test_greedy_equals_cli(server, cli, tmp):
         check("".join(pieces) == expected, f"streamed answer to {q!r} equals kvchat-cli chat --greedy")
         check(usage is not None and usage.completion_tokens == r.usage.completion_tokens,
               "the stream ends with a usage chunk (include_usage)")
+
+
+def test_json_mode_refused(server):
+    import openai
+    client = server.client()
+    try:
+        client.chat.completions.create(model=MODEL_ID, messages=[{"role": "user", "content": "A JSON object, please"}],
+                                       max_tokens=8, response_format={"type": "json_object"})
+    except openai.BadRequestError as e:
+        check("json_object" in str(e), f"JSON mode is refused by name ({e})")
+        return
+    check(False, "JSON mode is refused, not answered with free text")
 
 
 QUESTIONS = ["Hello! Who are you?", "What is a cat?", "And a dog?", "Which one is bigger?",
@@ -177,6 +190,7 @@ def main():
         server = Server(args.cli, os.path.join(tmp, "api.sqlite")).start()
         try:
             test_greedy_equals_cli(server, args.cli, tmp)
+            test_json_mode_refused(server)
             test_ten_turns_and_restart(server)
         finally:
             server.stop()

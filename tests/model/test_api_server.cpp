@@ -270,6 +270,14 @@ private slots:
         QTest::newRow("n = 2") << QString(chat) << "{" + hi + R"(,"n":2})" << 400 << "n" << "must be 1";
         QTest::newRow("presence penalty") << QString(chat) << "{" + hi + R"(,"presence_penalty":0.5})" << 400
                                           << "presence_penalty" << "repetition_penalty";
+        // A client asking for JSON must not get free text it takes for JSON.
+        QTest::newRow("json response format") << QString(chat) << "{" + hi + R"(,"response_format":{"type":"json_object"}})"
+                                              << 400 << "response_format" << "json_object";
+        QTest::newRow("json schema response format")
+            << QString(chat) << "{" + hi + R"(,"response_format":{"type":"json_schema","json_schema":{"name":"x","schema":{}}}})"
+            << 400 << "response_format" << "not constrained to JSON";
+        QTest::newRow("response format without a type") << QString(chat) << "{" + hi + R"(,"response_format":{}})" << 400
+                                                        << "response_format.type" << "must be a string";
         QTest::newRow("stop a number") << QString(chat) << "{" + hi + R"(,"stop":3})" << 400 << "stop" << "string";
         QTest::newRow("bad cache spec") << QString(chat) << "{" + hi + R"(,"cache":"wobbly"})" << 400 << "cache"
                                         << "cache strategy";
