@@ -26,10 +26,12 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 namespace kvchat {
@@ -416,32 +418,52 @@ void attend_decode(const AttentionInput& in, const AttentionShape& s, const Colu
         }
         return;
     }
-    // Threads: the three steps one after the other, each thread on its own contiguous share of
-    // what memory holds, so that no key or value row is read by two threads (splitting a kv
-    // head's rows between threads had each of them read all its keys and values).
-    // 1. Scores: each kv head's columns [c0, hi) cut into one part per thread.
+    // Threads: one parallel step (a hand-over costs about as much as a kv head's scores at a few
+    // hundred tokens, and more where the two cores sit far apart). The kv heads that divide evenly
+    // among the threads go whole: scores, softmax and P.V on one thread, reading the keys and
+    // values it requested itself. The rest (fewer than the threads: SmolLM2's third kv head of
+    // three on two threads, Gemma 3's only one) are cut: their scores by columns, the thread that
+    // completes a head's last part doing its softmax; their P.V by runs of 16-channel slices,
+    // which wait for that softmax. Items are taken in order, so every scores part has been taken
+    // by a running thread before any P.V run waits on it.
+    const int n_whole = n_kv / threads * threads, n_split = n_kv - n_whole;
     const int parts = threads;
-    pool.parallel_for_dynamic(int64_t(n_kv) * parts, 1, [&](int64_t b, int64_t e) {
+    const int runs = std::min(threads, n_slices);
+    struct SplitHead {
+        std::atomic<int> parts_left;
+        std::atomic<bool> ready{false};
+    };
+    std::vector<SplitHead> split(static_cast<size_t>(n_split));
+    for (SplitHead& h : split) h.parts_left.store(parts, std::memory_order_relaxed);
+    const int64_t score_items = int64_t(n_split) * parts, whole_end = score_items + n_whole;
+    const int64_t n_items = whole_end + int64_t(n_split) * runs;
+    pool.parallel_for_dynamic(n_items, 1, [&](int64_t b, int64_t e) {
         thread_local Rows rows;
         for (int64_t i = b; i < e; ++i) {
-            const int g = int(i / parts), part = int(i % parts);
-            scores(g, c0 + int(int64_t(hi - c0) * part / parts), c0 + int(int64_t(hi - c0) * (part + 1) / parts), rows);
-        }
-    });
-    // 2. Each row's softmax.
-    const int64_t n_rows = int64_t(n_kv) * group;
-    pool.parallel_for_dynamic(n_rows, (n_rows + threads - 1) / threads, [&](int64_t b, int64_t e) {
-        for (int64_t r = b; r < e; ++r) softmax(r);
-    });
-    // 3. P.V by 16-channel slices, each thread a contiguous run of them (its share of each row).
-    const int64_t n_parts = int64_t(n_kv) * n_slices;
-    pool.parallel_for_dynamic(n_parts, (n_parts + threads - 1) / threads, [&](int64_t b, int64_t e) {
-        thread_local Rows rows;
-        int made = -1;
-        for (int64_t i = b; i < e; ++i) {
-            const int g = int(i / n_slices);
-            if (g != made) make_rows(in, s, 0, 1, g, out, rows), made = g;
-            values(g, int(i % n_slices), rows);
+            if (i < score_items) {
+                const int h = int(i / parts), part = int(i % parts), g = n_whole + h;
+                scores(g, c0 + int(int64_t(hi - c0) * part / parts), c0 + int(int64_t(hi - c0) * (part + 1) / parts), rows);
+                SplitHead& sh = split[static_cast<size_t>(h)];
+                // The last part's thread sees every other part's scores (acq_rel on the count).
+                if (sh.parts_left.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+                    for (int r = 0; r < group; ++r) softmax(int64_t(g) * group + r);
+                    sh.ready.store(true, std::memory_order_release);
+                }
+            } else if (i < whole_end) {
+                const int g = int(i - score_items);
+                scores(g, c0, hi, rows);
+                for (int r = 0; r < group; ++r) softmax(int64_t(g) * group + r);
+                for (int sl = 0; sl < n_slices; ++sl) values(g, sl, rows);
+            } else {
+                const int h = int((i - whole_end) / runs), run = int((i - whole_end) % runs), g = n_whole + h;
+                const std::atomic<bool>& ready = split[static_cast<size_t>(h)].ready;
+                for (int spins = 0; !ready.load(std::memory_order_acquire); ++spins) {
+                    _mm_pause();
+                    if (spins > 1024) std::this_thread::yield();  // its thread may share this core
+                }
+                make_rows(in, s, 0, 1, g, out, rows);
+                for (int sl = n_slices * run / runs; sl < n_slices * (run + 1) / runs; ++sl) values(g, sl, rows);
+            }
         }
     });
 }
