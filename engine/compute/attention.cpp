@@ -8,11 +8,14 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstddef>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <numeric>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 // Attention as three small dense steps per (query tile, kv head): the group's query heads times
@@ -197,24 +200,38 @@ inline bool maybe_seen(const Col& c, int32_t pmin, int32_t pmax, int window) {
 // (empty slots hold INT32_MAX and drop out). Each row is masked exactly later.
 void collect(const AttentionInput& in, int32_t pmin, int32_t pmax, std::vector<Col>& cols, std::vector<int32_t>& cpos,
              std::vector<int32_t>& cexempt) {
-    cols.clear();
+    // Written by index into room for every candidate, then cut: a decode step over a long
+    // context collects thousands of columns per layer, and it runs on one thread.
+    size_t room = 0;
+    for (const SlotView& sv : in.slots) room += static_cast<size_t>(std::max<int64_t>(0, sv.n));
+    for (const QuantBlockView& bv : in.blocks) room += static_cast<size_t>(std::max<int32_t>(0, bv.count));
+    cols.resize(room);
+    cpos.resize(room);
+    cexempt.resize(room);
+    size_t n = 0;
+    auto put = [&](const Col& c) {
+        cols[n] = c;
+        cpos[n] = c.pos;
+        cexempt[n] = c.exempt;
+        ++n;
+    };
     const int64_t es = static_cast<int64_t>(kv_dtype_bytes(in.dtype));
     for (const SlotView& sv : in.slots)
         for (int64_t j = 0; j < sv.n; ++j) {
             const Col c{static_cast<const char*>(sv.k) + j * sv.stride * es, static_cast<const char*>(sv.v) + j * sv.stride * es,
                         sv.pos[j], -1, 0, sv.pos[j] < in.sink_end};
-            if (maybe_seen(c, pmin, pmax, in.window)) cols.push_back(c);
+            if (maybe_seen(c, pmin, pmax, in.window)) put(c);
         }
     for (size_t b = 0; b < in.blocks.size(); ++b) {
         const QuantBlockView& bv = in.blocks[b];
         int32_t lo = bv.first_pos;
         const int32_t hi = std::min<int32_t>(bv.first_pos + bv.count - 1, pmax);
         if (in.window > 0) lo = std::max<int32_t>(lo, pmin - in.window + 1);
-        for (int32_t p = lo; p <= hi; ++p) cols.push_back({nullptr, nullptr, p, static_cast<int32_t>(b), p - bv.first_pos, 0});
+        for (int32_t p = lo; p <= hi; ++p) put({nullptr, nullptr, p, static_cast<int32_t>(b), p - bv.first_pos, 0});
     }
-    cpos.resize(cols.size());
-    cexempt.resize(cols.size());
-    for (size_t c = 0; c < cols.size(); ++c) cpos[c] = cols[c].pos, cexempt[c] = cols[c].exempt;
+    cols.resize(n);
+    cpos.resize(n);
+    cexempt.resize(n);
 }
 
 // One tile for one kv head: R rows (row r is query r / group, head r % group of the kv head's
@@ -851,9 +868,17 @@ struct Tile {
     }
 };
 
-// Row pointers of the tile of queries [t0, t1) for kv head g, and the columns its rows may see.
+// The columns (indexes into cols) some query at positions [pmin, pmax] may see.
+void active_columns(const AttentionInput& in, const std::vector<Col>& cols, int32_t pmin, int32_t pmax, std::vector<int>& act) {
+    act.clear();
+    for (size_t c = 0; c < cols.size(); ++c)
+        if (maybe_seen(cols[c], pmin, pmax, in.window)) act.push_back(static_cast<int>(c));
+}
+
+// Row pointers of the tile of queries [t0, t1) for kv head g; with `columns`, also the columns
+// its rows may see (w.act), else the caller's list of them is used.
 void tile_rows(const AttentionInput& in, const AttentionShape& s, int64_t t0, int64_t t1, int g, float* out,
-               const std::vector<Col>& cols, Scratch& w) {
+               const std::vector<Col>& cols, Scratch& w, bool columns = true) {
     const int group = s.n_head / s.n_head_kv, hd = s.head_dim;
     const int64_t q_stride = static_cast<int64_t>(s.n_head) * hd;
     const size_t R = static_cast<size_t>((t1 - t0) * group);
@@ -870,9 +895,7 @@ void tile_rows(const AttentionInput& in, const AttentionShape& s, int64_t t0, in
             w.pos[r] = in.qpos[t];
         }
     }
-    w.act.clear();
-    for (size_t c = 0; c < cols.size(); ++c)
-        if (maybe_seen(cols[c], pmin, pmax, in.window)) w.act.push_back(static_cast<int>(c));
+    if (columns) active_columns(in, cols, pmin, pmax, w.act);
     if (in.kivi) {
         w.qk.resize(R * static_cast<size_t>(hd + 1));
         w.zsum.resize(R * static_cast<size_t>(hd / std::max(1, in.kivi->value_group) + 2));
@@ -880,9 +903,10 @@ void tile_rows(const AttentionInput& in, const AttentionShape& s, int64_t t0, in
 }
 
 Tile make_tile(const AttentionInput& in, const AttentionShape& s, int g, const std::vector<Col>& cols,
-               const std::vector<int32_t>& cpos, const std::vector<int32_t>& cexempt, float* S, int64_t ldc, Scratch& w) {
+               const std::vector<int32_t>& cpos, const std::vector<int32_t>& cexempt, float* S, int64_t ldc, Scratch& w,
+               const std::vector<int>& act) {
     return Tile{in, s, s.head_dim, static_cast<int>(w.q.size()), g * s.head_dim, cols.data(), static_cast<int>(cols.size()),
-                w.act.data(), static_cast<int>(w.act.size()), ldc, S, w.q.data(), in.q_sink ? w.qs.data() : nullptr,
+                act.data(), static_cast<int>(act.size()), ldc, S, w.q.data(), in.q_sink ? w.qs.data() : nullptr,
                 w.o.data(), w.pos.data(), w.qk.data(), w.zsum.data(), cpos.data(), cexempt.data()};
 }
 
@@ -920,42 +944,78 @@ void attend(const AttentionInput& in, const AttentionShape& shape, float* out, T
 
     const QueryTiles tiles(n_q, group, n_kv, threads, kTileRows);
 
-    if (tiles.items() < threads && C >= kSplitMinCols) {
-        // Few rows over a long context (decode): one tile, its scores split across threads by
-        // columns, the softmax by rows, P·V by channels; each value is computed as on one thread.
+    if (tiles.n_tiles == 1 && C >= kSplitMinCols && n_kv % threads != 0) {
+        // Few rows over a long context (decode), in one parallel step. The kv heads that divide
+        // evenly among the threads go whole to one thread each (one tile: scores, softmax, P·V);
+        // the rest (fewer than the threads: SmolLM2's third kv head of three on two threads,
+        // Gemma 3's only one) are cut: scores by column chunks, the thread that completes a
+        // head's last chunk doing its softmax, P·V by channel slices that wait for it. (A whole
+        // tile per item left one of two threads a head and the other two.) Items are taken in
+        // order, so every chunk has been taken by a running thread before a slice waits on it.
+        // Each value is computed as on one thread.
         const int64_t R = n_q * group;
+        const int n_whole = n_kv / threads * threads, n_split = n_kv - n_whole;
         std::vector<float>& S = tls_scores;
-        S.resize(static_cast<size_t>(n_kv * R * ldc));
+        S.resize(static_cast<size_t>(n_split * R * ldc));
         const int64_t n_chunks = (C + kSplitCols - 1) / kSplitCols;
-        pool.parallel_for(n_kv * n_chunks, [&](int64_t b, int64_t e) {
-            thread_local Scratch w;
-            for (int64_t i = b; i < e; ++i) {
-                const int g = static_cast<int>(i / n_chunks);
-                const int64_t ch = i % n_chunks;
-                tile_rows(in, shape, 0, n_q, g, out, cols, w);
-                make_tile(in, shape, g, cols, cpos, cexempt, S.data() + g * R * ldc, ldc, w)
-                    .scores(static_cast<int>(ch * kSplitCols), static_cast<int>(std::min(C, (ch + 1) * kSplitCols)));
-            }
-        });
-        pool.parallel_for(n_kv * R, [&](int64_t b, int64_t e) {
-            thread_local Scratch w;
-            for (int64_t i = b; i < e; ++i) {
-                const int g = static_cast<int>(i / R);
-                tile_rows(in, shape, 0, n_q, g, out, cols, w);
-                make_tile(in, shape, g, cols, cpos, cexempt, S.data() + g * R * ldc, ldc, w).softmax(static_cast<int>(i % R));
-            }
-        });
         // Channel slices of whole value groups, so quantized blocks add their zero sums once.
         int slice = std::max(8, (hd / std::max(1, threads) + 7) / 8 * 8);
         if (in.kivi && !in.blocks.empty()) slice = (slice + in.kivi->value_group - 1) / in.kivi->value_group * in.kivi->value_group;
         const int64_t n_slices = (hd + slice - 1) / slice;
-        pool.parallel_for(n_kv * n_slices, [&](int64_t b, int64_t e) {
+        struct SplitHead {
+            std::atomic<int64_t> chunks_left;
+            std::atomic<bool> ready{false};
+        };
+        // Every head's rows are all the queries, whose positions collect() kept columns for:
+        // each row may see any of them.
+        thread_local std::vector<int> tls_act;
+        std::vector<int>& act = tls_act;
+        act.resize(cols.size());
+        std::iota(act.begin(), act.end(), 0);
+        std::vector<SplitHead> split(static_cast<size_t>(n_split));
+        for (SplitHead& h : split) h.chunks_left.store(n_chunks, std::memory_order_relaxed);
+        const int64_t chunk_items = n_split * n_chunks, whole_end = chunk_items + n_whole;
+        pool.parallel_for_dynamic(whole_end + n_split * n_slices, 1, [&](int64_t b, int64_t e) {
             thread_local Scratch w;
+            thread_local std::vector<float> whole_S;
             for (int64_t i = b; i < e; ++i) {
-                const int g = static_cast<int>(i / n_slices);
-                const int d0 = static_cast<int>(i % n_slices) * slice;
-                tile_rows(in, shape, 0, n_q, g, out, cols, w);
-                make_tile(in, shape, g, cols, cpos, cexempt, S.data() + g * R * ldc, ldc, w).pv(d0, std::min(hd, d0 + slice));
+                if (i < chunk_items) {
+                    const int h = static_cast<int>(i / n_chunks), g = n_whole + h;
+                    const int64_t ch = i % n_chunks;
+                    SplitHead& sh = split[static_cast<size_t>(h)];
+                    try {
+                        tile_rows(in, shape, 0, n_q, g, out, cols, w, false);
+                        const Tile tl = make_tile(in, shape, g, cols, cpos, cexempt, S.data() + h * R * ldc, ldc, w, act);
+                        tl.scores(static_cast<int>(ch * kSplitCols), static_cast<int>(std::min(C, (ch + 1) * kSplitCols)));
+                        // The last chunk's thread sees every other chunk's scores (acq_rel).
+                        if (sh.chunks_left.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+                            for (int r = 0; r < tl.R; ++r) tl.softmax(r);
+                            sh.ready.store(true, std::memory_order_release);
+                        }
+                    } catch (...) {
+                        sh.ready.store(true, std::memory_order_release);  // the slices must not wait forever
+                        throw;
+                    }
+                } else if (i < whole_end) {
+                    if (in.cancelled()) continue;
+                    const int g = static_cast<int>(i - chunk_items);
+                    tile_rows(in, shape, 0, n_q, g, out, cols, w, false);
+                    whole_S.resize(static_cast<size_t>(R * ldc));
+                    const Tile tl = make_tile(in, shape, g, cols, cpos, cexempt, whole_S.data(), ldc, w, act);
+                    tl.scores(0, tl.n_act);
+                    for (int r = 0; r < tl.R; ++r) tl.softmax(r);
+                    tl.pv(0, hd);
+                } else {
+                    const int h = static_cast<int>((i - whole_end) / n_slices), g = n_whole + h;
+                    const int d0 = static_cast<int>((i - whole_end) % n_slices) * slice;
+                    const std::atomic<bool>& ready = split[static_cast<size_t>(h)].ready;
+                    for (int spins = 0; !ready.load(std::memory_order_acquire); ++spins) {
+                        _mm_pause();
+                        if (spins > 1024) std::this_thread::yield();  // its thread may share this core
+                    }
+                    tile_rows(in, shape, 0, n_q, g, out, cols, w, false);
+                    make_tile(in, shape, g, cols, cpos, cexempt, S.data() + h * R * ldc, ldc, w, act).pv(d0, std::min(hd, d0 + slice));
+                }
             }
         });
         return;
@@ -969,7 +1029,7 @@ void attend(const AttentionInput& in, const AttentionShape& shape, float* out, T
             const QueryTiles::Item it = tiles.item(i);
             tile_rows(in, shape, it.t0, it.t1, it.g, out, cols, w);
             S.resize(static_cast<size_t>(static_cast<int64_t>(w.q.size()) * ldc));
-            const Tile tl = make_tile(in, shape, it.g, cols, cpos, cexempt, S.data(), ldc, w);
+            const Tile tl = make_tile(in, shape, it.g, cols, cpos, cexempt, S.data(), ldc, w, w.act);
             tl.scores(0, tl.n_act);
             for (int r = 0; r < tl.R; ++r) tl.softmax(r);
             tl.pv(0, hd);
