@@ -36,7 +36,7 @@ using attention_kernels::request_row;
 
 constexpr int kTileRows = 64;     // query heads x queries per tile: Q (64 KB at head_dim 256) stays in L2
 constexpr int kSplitCols = 256;   // columns per task when one tile's scores are split across threads
-constexpr int kSplitMinCols = 512;  // fewer columns than this: not worth three parallel phases
+constexpr int kSplitMinCols = 512;  // fewer columns than this: one tile per kv head, not cut across threads
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 // One column: a full-precision slot (k, v point at kv head 0 of the slot) or row j of quantized
