@@ -64,11 +64,11 @@ struct DecodeKernels {
     // column kDecodeAhead columns on (ahead.k[c], ahead.v[c], from ahead.offset, ahead.bytes each).
     void (*scores)(const float* const* q, int R, const void* const* k, KvDtype dt, int goff, int hd, int c0, int c1,
                    float* S, int64_t ldc, const struct DecodeAhead* ahead);
-    // o[r][d] for d in [d0, d0 + 16): sum over c in [c0, c1) (multiples of 64) of S[r * ldc + c] *
-    // v[c][goff + d], one chain per column class c % 64, then per lane j = c % 16
+    // o[r][d] for d in [d0, d1) (multiples of 16): sum over c in [c0, c1) (multiples of 64) of
+    // S[r * ldc + c] * v[c][goff + d], one chain per column class c % 64, then per lane j = c % 16
     // (j + 32 + j) + (16 + j + 48 + j) and the tree; columns whose v[c] is null are skipped.
     void (*values)(const float* S, int64_t ldc, int R, const void* const* v, KvDtype dt, int goff, int c0, int c1,
-                   float* const* o, int d0);
+                   float* const* o, int d0, int d1);
 };
 
 const PrefillKernels& avx512_prefill_kernels();

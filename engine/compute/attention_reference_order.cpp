@@ -355,15 +355,10 @@ void decode_scores_avx2(const float* const* q, int R, const void* const* k, KvDt
 }
 
 void decode_values_avx2(const float* S, int64_t ldc, int R, const void* const* v, KvDtype dt, int goff, int c0, int c1,
-                        float* const* o, int d0) {
-    if (dt == KvDtype::F16) {
-        const auto* vv = reinterpret_cast<const uint16_t* const*>(v);
-        pv_decode8(S, ldc, vv, goff, R, c0, c1, o, d0);
-        pv_decode8(S, ldc, vv, goff, R, c0, c1, o, d0 + 8);
-    } else {
-        const auto* vv = reinterpret_cast<const float* const*>(v);
-        pv_decode8(S, ldc, vv, goff, R, c0, c1, o, d0);
-        pv_decode8(S, ldc, vv, goff, R, c0, c1, o, d0 + 8);
+                        float* const* o, int d0, int d1) {
+    for (int d = d0; d < d1; d += 8) {
+        if (dt == KvDtype::F16) pv_decode8(S, ldc, reinterpret_cast<const uint16_t* const*>(v), goff, R, c0, c1, o, d);
+        else pv_decode8(S, ldc, reinterpret_cast<const float* const*>(v), goff, R, c0, c1, o, d);
     }
 }
 
@@ -404,9 +399,9 @@ void attend_decode(const AttentionInput& in, const AttentionShape& s, const Colu
         // Columns past the softmax's last 16-column block, up to the values' 64: no slot there.
         std::fill(sr + std::min(c1, (hi + 15) & ~15), sr + c1, 0.0f);
     };
-    auto values = [&](int g, int sl, const Rows& rows) {
+    auto values = [&](int g, int sl0, int sl1, const Rows& rows) {
         dk.values(S.data() + int64_t(g) * group * ldc, ldc, group, cols.v.data(), cols.dt, g * hd, c0, c1,
-                  rows.o.data(), sl * 16);
+                  rows.o.data(), sl0 * 16, sl1 * 16);
     };
     if (!parallel) {
         // One kv head at a time: its rows' scores (one tile for up to 4 rows), softmax and P.V.
@@ -414,7 +409,7 @@ void attend_decode(const AttentionInput& in, const AttentionShape& s, const Colu
         for (int g = 0; g < n_kv; ++g) {
             scores(g, c0, hi, rows);
             for (int r = 0; r < group; ++r) softmax(int64_t(g) * group + r);
-            for (int sl = 0; sl < n_slices; ++sl) values(g, sl, rows);
+            values(g, 0, n_slices, rows);
         }
         return;
     }
@@ -453,7 +448,7 @@ void attend_decode(const AttentionInput& in, const AttentionShape& s, const Colu
                 const int g = int(i - score_items);
                 scores(g, c0, hi, rows);
                 for (int r = 0; r < group; ++r) softmax(int64_t(g) * group + r);
-                for (int sl = 0; sl < n_slices; ++sl) values(g, sl, rows);
+                values(g, 0, n_slices, rows);
             } else {
                 const int h = int((i - whole_end) / runs), run = int((i - whole_end) % runs), g = n_whole + h;
                 const std::atomic<bool>& ready = split[static_cast<size_t>(h)].ready;
@@ -462,7 +457,7 @@ void attend_decode(const AttentionInput& in, const AttentionShape& s, const Colu
                     if (spins > 1024) std::this_thread::yield();  // its thread may share this core
                 }
                 make_rows(in, s, 0, 1, g, out, rows);
-                for (int sl = n_slices * run / runs; sl < n_slices * (run + 1) / runs; ++sl) values(g, sl, rows);
+                values(g, n_slices * run / runs, n_slices * (run + 1) / runs, rows);
             }
         }
     });

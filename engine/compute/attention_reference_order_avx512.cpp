@@ -309,58 +309,87 @@ void decode_scores(const float* const* q, int R, const void* const* k, KvDtype d
         decode_scores_t(q, R, reinterpret_cast<const float* const*>(k), goff, hd, c0, c1, S, ldc, ahead);
 }
 
-// Rows [r, r + 4) (RI of them), channels [d0, d0 + 16): chains for the column classes
-// [k0, k0 + 4), each over c = c0 + class + 64 i; the value loads are shared by the rows.
-template <class T, int RI>
+// Rows [r, r + RI), NS slices of 16 channels from off: chains for the column classes
+// [k0, k0 + KC), each over c = c0 + class + 64 i, into A[slice][row][class]. A column's value
+// row is loaded once for every row and slice (two slices are one cache line of f16 values).
+template <class T, int RI, int KC, int NS>
 void decode_values_pass(const float* S, int64_t ldc, const T* const* v, int off, int c0, int c1, int k0,
-                        float (*A)[64][16]) {
-    __m512 acc[RI][4];
-    for (int i = 0; i < RI; ++i)
-        for (int j = 0; j < 4; ++j) acc[i][j] = _mm512_setzero_ps();
+                        float (*A)[4][64][16]) {
+    __m512 acc[NS][RI][KC];
+    for (int sl = 0; sl < NS; ++sl)
+        for (int i = 0; i < RI; ++i)
+            for (int j = 0; j < KC; ++j) acc[sl][i][j] = _mm512_setzero_ps();
     for (int c = c0 + k0; c < c1; c += 64)
-        for (int j = 0; j < 4; ++j) {
+        for (int j = 0; j < KC; ++j) {
             const T* vc = v[c + j];
             if (!vc) continue;
-            const __m512 x = ld16(vc + off);
-            for (int i = 0; i < RI; ++i) acc[i][j] = _mm512_fmadd_ps(x, _mm512_set1_ps(S[i * ldc + c + j]), acc[i][j]);
+            __m512 x[NS];
+            for (int sl = 0; sl < NS; ++sl) x[sl] = ld16(vc + off + 16 * sl);
+            for (int i = 0; i < RI; ++i) {
+                const __m512 p = _mm512_set1_ps(S[i * ldc + c + j]);
+                for (int sl = 0; sl < NS; ++sl) acc[sl][i][j] = _mm512_fmadd_ps(x[sl], p, acc[sl][i][j]);
+            }
         }
-    for (int i = 0; i < RI; ++i)
-        for (int j = 0; j < 4; ++j) _mm512_store_ps(A[i][k0 + j], acc[i][j]);
+    for (int sl = 0; sl < NS; ++sl)
+        for (int i = 0; i < RI; ++i)
+            for (int j = 0; j < KC; ++j) _mm512_store_ps(A[sl][i][k0 + j], acc[sl][i][j]);
+}
+
+// All 64 classes of rows [r, r + RI) for NS slices: passes of as many classes as the registers
+// hold (at most 24 chains).
+template <class T, int RI, int NS>
+void decode_values_passes(const float* S, int64_t ldc, const T* const* v, int off, int c0, int c1, float (*A)[4][64][16]) {
+    constexpr int KC = RI * 4 * NS <= 24 ? 4 : 2;
+    for (int k0 = 0; k0 < 64; k0 += KC) decode_values_pass<T, RI, KC, NS>(S, ldc, v, off, c0, c1, k0, A);
 }
 
 template <class T>
 void decode_values_t(const float* S, int64_t ldc, int R, const T* const* v, int goff, int c0, int c1, float* const* o,
-                     int d0) {
-    alignas(64) float A[4][64][16];
-    for (int r = 0; r < R; r += 4) {
-        const int nr = R - r < 4 ? R - r : 4;
-        for (int k0 = 0; k0 < 64; k0 += 4) {
-            switch (nr) {
-                case 4: decode_values_pass<T, 4>(S + r * ldc, ldc, v, goff + d0, c0, c1, k0, A); break;
-                case 3: decode_values_pass<T, 3>(S + r * ldc, ldc, v, goff + d0, c0, c1, k0, A); break;
-                case 2: decode_values_pass<T, 2>(S + r * ldc, ldc, v, goff + d0, c0, c1, k0, A); break;
-                default: decode_values_pass<T, 1>(S + r * ldc, ldc, v, goff + d0, c0, c1, k0, A); break;
+                     int d0, int d1) {
+    alignas(64) float A[2][4][64][16];
+    for (int d = d0; d < d1;) {
+        const int ns = d1 - d >= 32 ? 2 : 1;
+        for (int r = 0; r < R; r += 4) {
+            const int nr = R - r < 4 ? R - r : 4;
+            const float* Sr = S + r * ldc;
+            const int off = goff + d;
+            if (ns == 2) {
+                switch (nr) {
+                    case 4: decode_values_passes<T, 4, 2>(Sr, ldc, v, off, c0, c1, A); break;
+                    case 3: decode_values_passes<T, 3, 2>(Sr, ldc, v, off, c0, c1, A); break;
+                    case 2: decode_values_passes<T, 2, 2>(Sr, ldc, v, off, c0, c1, A); break;
+                    default: decode_values_passes<T, 1, 2>(Sr, ldc, v, off, c0, c1, A); break;
+                }
+            } else {
+                switch (nr) {
+                    case 4: decode_values_passes<T, 4, 1>(Sr, ldc, v, off, c0, c1, A); break;
+                    case 3: decode_values_passes<T, 3, 1>(Sr, ldc, v, off, c0, c1, A); break;
+                    case 2: decode_values_passes<T, 2, 1>(Sr, ldc, v, off, c0, c1, A); break;
+                    default: decode_values_passes<T, 1, 1>(Sr, ldc, v, off, c0, c1, A); break;
+                }
             }
+            for (int sl = 0; sl < ns; ++sl)
+                for (int i = 0; i < nr; ++i) {
+                    __m512 X[16];
+                    for (int j = 0; j < 16; ++j)
+                        X[j] = _mm512_add_ps(_mm512_add_ps(_mm512_load_ps(A[sl][i][j]), _mm512_load_ps(A[sl][i][32 + j])),
+                                             _mm512_add_ps(_mm512_load_ps(A[sl][i][16 + j]), _mm512_load_ps(A[sl][i][48 + j])));
+                    // The 16-lane tree across j, for 16 channels at once.
+                    for (int j = 0; j < 8; ++j) X[j] = _mm512_add_ps(X[j], X[j + 8]);
+                    for (int j = 0; j < 4; ++j) X[j] = _mm512_add_ps(X[j], X[j + 4]);
+                    _mm512_storeu_ps(o[r + i] + d + 16 * sl, _mm512_add_ps(_mm512_add_ps(X[0], X[2]), _mm512_add_ps(X[1], X[3])));
+                }
         }
-        for (int i = 0; i < nr; ++i) {
-            __m512 X[16];
-            for (int j = 0; j < 16; ++j)
-                X[j] = _mm512_add_ps(_mm512_add_ps(_mm512_load_ps(A[i][j]), _mm512_load_ps(A[i][32 + j])),
-                                     _mm512_add_ps(_mm512_load_ps(A[i][16 + j]), _mm512_load_ps(A[i][48 + j])));
-            // The 16-lane tree across j, for 16 channels at once.
-            for (int j = 0; j < 8; ++j) X[j] = _mm512_add_ps(X[j], X[j + 8]);
-            for (int j = 0; j < 4; ++j) X[j] = _mm512_add_ps(X[j], X[j + 4]);
-            _mm512_storeu_ps(o[r + i] + d0, _mm512_add_ps(_mm512_add_ps(X[0], X[2]), _mm512_add_ps(X[1], X[3])));
-        }
+        d += 16 * ns;
     }
 }
 
 void decode_values(const float* S, int64_t ldc, int R, const void* const* v, KvDtype dt, int goff, int c0, int c1,
-                   float* const* o, int d0) {
+                   float* const* o, int d0, int d1) {
     if (dt == KvDtype::F16)
-        decode_values_t(S, ldc, R, reinterpret_cast<const uint16_t* const*>(v), goff, c0, c1, o, d0);
+        decode_values_t(S, ldc, R, reinterpret_cast<const uint16_t* const*>(v), goff, c0, c1, o, d0, d1);
     else
-        decode_values_t(S, ldc, R, reinterpret_cast<const float* const*>(v), goff, c0, c1, o, d0);
+        decode_values_t(S, ldc, R, reinterpret_cast<const float* const*>(v), goff, c0, c1, o, d0, d1);
 }
 
 }  // namespace
