@@ -69,7 +69,17 @@ struct DecodeKernels {
     // (j + 32 + j) + (16 + j + 48 + j) and the tree; columns whose v[c] is null are skipped.
     void (*values)(const float* S, int64_t ldc, int R, const void* const* v, KvDtype dt, int goff, int c0, int c1,
                    float* const* o, int d0, int d1);
+    // A row's softmax over columns [c0, c1) of sr (masked: -inf), as ggml_vec_soft_max_f32 with
+    // ggml_v_expf: p = fp16(e / sum), zero where masked; c0 a multiple of 16, sr with room up to c1
+    // rounded up to 16. Both levels give the same bits.
+    void (*softmax)(float* sr, int c0, int c1);
 };
+
+// The 256-bit row softmax (attention_reference_order.cpp); ggml_v_expf over n floats (n a
+// multiple of 16) 8 lanes at a time (ggml_expf8) and 16 (AVX-512 only): tests hold them equal.
+void softmax_row_avx2(float* sr, int c0, int c1);
+void expf_avx2(const float* x, float* y, int n);
+void expf_avx512(const float* x, float* y, int n);
 
 const PrefillKernels& avx512_prefill_kernels();
 const DecodeKernels& avx512_decode_kernels();

@@ -41,6 +41,9 @@ namespace {
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 constexpr int kTileRows = 64;  // query heads x queries per prefill work item
 
+// The decode kernels of the level in use (defined below); the softmax also serves prefill.
+const attention_kernels::DecodeKernels& decode_kernels();
+
 // _mm512_reduce_add_ps's tree over lanes lo (0-7) and hi (8-15).
 inline float tree16(__m256 lo, __m256 hi) {
     const __m256 a = _mm256_add_ps(lo, hi);
@@ -124,39 +127,6 @@ void make_rows(const AttentionInput& in, const AttentionShape& s, int64_t t0, in
 inline int32_t first_seen(const AttentionInput& in, const Columns& cols, int32_t p) {
     const int32_t lo = in.window > 0 ? std::max<int32_t>(0, p - in.window + 1) : 0;
     return std::max<int32_t>(0, lo - cols.base);
-}
-
-// Row r's softmax over columns [c0, c1) of its scores sr (masked: -inf); leaves p = fp16(e / sum)
-// there, zero where masked. c0 is a multiple of 16; sr has room up to c1 rounded up to 16.
-void softmax_row(float* sr, int c0, int c1) {
-    // The maximum in eight lanes, not one chain of dependent scalar steps. (max(x, m) keeps m on
-    // ties and NaN, as std::max(m, x) does; the order of the steps cannot change the value beyond
-    // the sign of a zero maximum, which subtracts alike.)
-    __m256 vmax = _mm256_set1_ps(kNegInf);
-    int c = c0;
-    for (; c + 8 <= c1; c += 8) vmax = _mm256_max_ps(_mm256_loadu_ps(sr + c), vmax);
-    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(vmax), _mm256_extractf128_ps(vmax, 1));
-    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
-    float m = _mm_cvtss_f32(m4);
-    for (; c < c1; ++c) m = std::max(m, sr[c]);
-    const int c_end = (c1 + 15) & ~15;
-    for (int c = c1; c < c_end; ++c) sr[c] = kNegInf;
-    if (m == kNegInf) {
-        std::fill(sr + c0, sr + c_end, 0.0f);
-        return;
-    }
-    const __m256 vm = _mm256_set1_ps(m);
-    double sum = 0.0;
-    for (int c = c0; c < c_end; c += 16) {
-        const __m256 lo = ggml_expf8(_mm256_sub_ps(_mm256_loadu_ps(sr + c), vm));
-        const __m256 hi = ggml_expf8(_mm256_sub_ps(_mm256_loadu_ps(sr + c + 8), vm));
-        _mm256_storeu_ps(sr + c, lo);
-        _mm256_storeu_ps(sr + c + 8, hi);
-        sum += static_cast<double>(tree16(lo, hi));
-    }
-    const __m256 inv = _mm256_set1_ps(static_cast<float>(1.0 / sum));
-    for (int c = c0; c < c_end; c += 8) _mm256_storeu_ps(sr + c, round_f16(_mm256_mul_ps(_mm256_loadu_ps(sr + c), inv)));
 }
 
 // V of kv head g transposed: vt[d * ld + c] for the call's columns (zero where absent).
@@ -289,7 +259,7 @@ void prefill_item(const AttentionInput& in, const AttentionShape& s, const Colum
         const int lo = first_seen(in, cols, p), hi = std::min(c1, p - cols.base + 1);
         std::fill(sr + c0, sr + std::max(c0, lo), kNegInf);
         std::fill(sr + std::max(c0, hi), sr + c1, kNegInf);
-        softmax_row(sr, c0, c1);
+        decode_kernels().softmax(sr, c0, c1);
     }
     pk.values(S.data(), ldc, R, vt, ld, hd, c0, (c1 + 15) & ~15, rows.o.data());
 }
@@ -363,7 +333,8 @@ void decode_values_avx2(const float* S, int64_t ldc, int R, const void* const* v
 }
 
 const attention_kernels::DecodeKernels& decode_kernels() {
-    static const attention_kernels::DecodeKernels avx2{decode_scores_avx2, decode_values_avx2};
+    static const attention_kernels::DecodeKernels avx2{decode_scores_avx2, decode_values_avx2,
+                                                       attention_kernels::softmax_row_avx2};
     return std::string_view(simd_level()) == "avx2" ? avx2 : attention_kernels::avx512_decode_kernels();
 }
 
@@ -395,7 +366,7 @@ void attend_decode(const AttentionInput& in, const AttentionShape& s, const Colu
     };
     auto softmax = [&](int64_t row) {
         float* sr = S.data() + row * ldc;
-        softmax_row(sr, c0, hi);
+        dk.softmax(sr, c0, hi);
         // Columns past the softmax's last 16-column block, up to the values' 64: no slot there.
         std::fill(sr + std::min(c1, (hi + 15) & ~15), sr + c1, 0.0f);
     };
@@ -540,5 +511,46 @@ void attend_reference_order(const AttentionInput& in, const AttentionShape& s, f
         }
     });
 }
+
+namespace attention_kernels {
+
+// Row r's softmax over columns [c0, c1) of its scores sr (masked: -inf); leaves p = fp16(e / sum)
+// there, zero where masked. c0 is a multiple of 16; sr has room up to c1 rounded up to 16.
+void softmax_row_avx2(float* sr, int c0, int c1) {
+    // The maximum in eight lanes, not one chain of dependent scalar steps. (max(x, m) keeps m on
+    // ties and NaN, as std::max(m, x) does; the order of the steps cannot change the value beyond
+    // the sign of a zero maximum, which subtracts alike.)
+    __m256 vmax = _mm256_set1_ps(kNegInf);
+    int c = c0;
+    for (; c + 8 <= c1; c += 8) vmax = _mm256_max_ps(_mm256_loadu_ps(sr + c), vmax);
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(vmax), _mm256_extractf128_ps(vmax, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+    float m = _mm_cvtss_f32(m4);
+    for (; c < c1; ++c) m = std::max(m, sr[c]);
+    const int c_end = (c1 + 15) & ~15;
+    for (int c = c1; c < c_end; ++c) sr[c] = kNegInf;
+    if (m == kNegInf) {
+        std::fill(sr + c0, sr + c_end, 0.0f);
+        return;
+    }
+    const __m256 vm = _mm256_set1_ps(m);
+    double sum = 0.0;
+    for (int c = c0; c < c_end; c += 16) {
+        const __m256 lo = ggml_expf8(_mm256_sub_ps(_mm256_loadu_ps(sr + c), vm));
+        const __m256 hi = ggml_expf8(_mm256_sub_ps(_mm256_loadu_ps(sr + c + 8), vm));
+        _mm256_storeu_ps(sr + c, lo);
+        _mm256_storeu_ps(sr + c + 8, hi);
+        sum += static_cast<double>(tree16(lo, hi));
+    }
+    const __m256 inv = _mm256_set1_ps(static_cast<float>(1.0 / sum));
+    for (int c = c0; c < c_end; c += 8) _mm256_storeu_ps(sr + c, round_f16(_mm256_mul_ps(_mm256_loadu_ps(sr + c), inv)));
+}
+
+void expf_avx2(const float* x, float* y, int n) {
+    for (int i = 0; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, ggml_expf8(_mm256_loadu_ps(x + i)));
+}
+
+}  // namespace attention_kernels
 
 }  // namespace kvchat

@@ -392,10 +392,72 @@ void decode_values(const float* S, int64_t ldc, int R, const void* const* v, KvD
         decode_values_t(S, ldc, R, reinterpret_cast<const float* const*>(v), goff, c0, c1, o, d0, d1);
 }
 
+// ggml_v_expf of llama.cpp's AVX-512 build: ggml_expf8's polynomial and FMAs (ggml_expf.h) on 16
+// lanes, with the final scaling by 2^n as one _mm512_scalef_ps (which ggml_expf8 does as two exact
+// multiplications rounded once: the same bits).
+inline __m512 expf16(__m512 x) {
+    const __m512 r = _mm512_set1_ps(0x1.8p23f);
+    const __m512 z = _mm512_fmadd_ps(x, _mm512_set1_ps(0x1.715476p+0f), r);
+    const __m512 n = _mm512_sub_ps(z, r);
+    const __m512 b = _mm512_fnmadd_ps(n, _mm512_set1_ps(0x1.7f7d1cp-20f), _mm512_fnmadd_ps(n, _mm512_set1_ps(0x1.62e4p-1f), x));
+    const __m512 u = _mm512_mul_ps(b, b);
+    const __m512 j = _mm512_fmadd_ps(
+        _mm512_fmadd_ps(_mm512_fmadd_ps(_mm512_set1_ps(0x1.0e4020p-7f), b, _mm512_set1_ps(0x1.573e2ep-5f)), u,
+                        _mm512_fmadd_ps(_mm512_set1_ps(0x1.555e66p-3f), b, _mm512_set1_ps(0x1.fffdb6p-2f))),
+        u, _mm512_fmadd_ps(_mm512_set1_ps(0x1.ffffecp-1f), b, _mm512_set1_ps(1.0f)));
+    const __m512 res = _mm512_scalef_ps(j, n);
+    // |n| > 192: 0 below, infinity above (x = -inf gives 0).
+    const __mmask16 big = _mm512_cmp_ps_mask(_mm512_abs_ps(n), _mm512_set1_ps(192.0f), _CMP_GT_OQ);
+    if (big == 0) return res;
+    const __m512 alt = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(n, _mm512_setzero_ps(), _CMP_LE_OQ),
+                                            _mm512_set1_ps(__builtin_inff()), _mm512_setzero_ps());
+    return _mm512_mask_blend_ps(big, res, alt);
+}
+
+// _mm512_reduce_add_ps's tree of the 16 lanes (attention_reference_order.cpp's tree16 of the two
+// halves).
+inline float tree16(__m512 x) {
+    const __m256 a = _mm256_add_ps(_mm512_castps512_ps256(x), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1)));
+    __m128 b = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    b = _mm_add_ps(b, _mm_movehl_ps(b, b));
+    b = _mm_add_ss(b, _mm_movehdup_ps(b));
+    return _mm_cvtss_f32(b);
+}
+
+// softmax_row_avx2's steps, 16 columns a step.
+void softmax_row(float* sr, int c0, int c1) {
+    constexpr float kNegInf = -__builtin_inff();
+    __m512 vmax = _mm512_set1_ps(kNegInf);
+    int c = c0;
+    for (; c + 16 <= c1; c += 16) vmax = _mm512_max_ps(_mm512_loadu_ps(sr + c), vmax);
+    float m = _mm512_reduce_max_ps(vmax);
+    for (; c < c1; ++c) m = sr[c] > m ? sr[c] : m;
+    const int c_end = (c1 + 15) & ~15;
+    for (int k = c1; k < c_end; ++k) sr[k] = kNegInf;
+    if (m == kNegInf) {
+        for (int k = c0; k < c_end; ++k) sr[k] = 0.0f;
+        return;
+    }
+    const __m512 vm = _mm512_set1_ps(m);
+    double sum = 0.0;
+    for (int k = c0; k < c_end; k += 16) {
+        const __m512 e = expf16(_mm512_sub_ps(_mm512_loadu_ps(sr + k), vm));
+        _mm512_storeu_ps(sr + k, e);
+        sum += static_cast<double>(tree16(e));
+    }
+    const __m512 inv = _mm512_set1_ps(static_cast<float>(1.0 / sum));
+    for (int k = c0; k < c_end; k += 16)
+        _mm512_storeu_ps(sr + k, _mm512_cvtph_ps(_mm512_cvtps_ph(_mm512_mul_ps(_mm512_loadu_ps(sr + k), inv), _MM_FROUND_TO_NEAREST_INT)));
+}
+
 }  // namespace
 
+void expf_avx512(const float* x, float* y, int n) {
+    for (int i = 0; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, expf16(_mm512_loadu_ps(x + i)));
+}
+
 const DecodeKernels& avx512_decode_kernels() {
-    static const DecodeKernels k{decode_scores, decode_values};
+    static const DecodeKernels k{decode_scores, decode_values, softmax_row};
     return k;
 }
 

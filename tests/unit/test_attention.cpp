@@ -4,6 +4,7 @@
 // decode path that splits one tile across threads, and head sizes that are not multiples of 8.
 // Also: results do not depend on the thread count or on how the same slots are split into views.
 #include "engine/compute/attention.h"
+#include "engine/compute/attention_kernels.h"
 #include "engine/compute/kv_dtype.h"
 #include "engine/compute/matmul.h"
 #include "engine/compute/quant_blocks.h"
@@ -503,6 +504,59 @@ private Q_SLOTS:
             attend(stored_as(input(c, d, c.views), t, c.n_kv * c.hd, keep), shape_of(c), out.data(), pool);
             QVERIFY2(std::memcmp(out.data(), want.data(), want.size() * sizeof(float)) == 0, kv_dtype_name(t));
         }
+    }
+
+    // The AVX-512 exp (one _mm512_scalef_ps, as llama.cpp's AVX-512 build) gives ggml_expf8's bits
+    // (two exact scalings) over a sweep of float bit patterns: every exponent, both signs, the
+    // limits where the result under- or overflows, and the infinities.
+    void expLevelsAgree() {
+        if (QString(simd_level()) == "avx2") QSKIP("this CPU runs only the AVX2 loops");
+        std::vector<float> x;
+        for (uint64_t u = 0; u <= 0xffffffffull; u += 4099) {
+            const uint32_t bits = static_cast<uint32_t>(u);
+            float f;
+            std::memcpy(&f, &bits, 4);
+            if (!std::isnan(f)) x.push_back(f);
+        }
+        for (float f : {0.0f, -0.0f, 1.0f, -1.0f, 88.72f, 88.73f, -87.33f, -103.97f, -104.0f, 133.0f, 133.1f, -133.0f,
+                        -133.1f, 1e-45f, -1e-45f, std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity()})
+            x.push_back(f);
+        while (x.size() % 16) x.push_back(0.5f);
+        std::vector<float> y16(x.size()), y8(x.size());
+        attention_kernels::expf_avx512(x.data(), y16.data(), static_cast<int>(x.size()));
+        attention_kernels::expf_avx2(x.data(), y8.data(), static_cast<int>(x.size()));
+        for (size_t i = 0; i < x.size(); ++i)
+            QVERIFY2(std::memcmp(&y16[i], &y8[i], 4) == 0, qPrintable(QString("exp(%1): %2 (AVX-512) vs %3 (AVX2)")
+                                                                       .arg(double(x[i]), 0, 'g', 9).arg(double(y16[i]), 0, 'g', 9)
+                                                                       .arg(double(y8[i]), 0, 'g', 9)));
+    }
+
+    // A decode row's softmax gives the same bits at both levels: masked columns, rows shorter
+    // than a vector, a first column past 0, scores whose exps underflow, a row with nothing visible.
+    void softmaxLevelsAgree() {
+        if (QString(simd_level()) == "avx2") QSKIP("this CPU runs only the AVX2 loops");
+        const auto softmax512 = attention_kernels::avx512_decode_kernels().softmax;
+        std::mt19937 rng(77);
+        std::normal_distribution<float> normal(0.0f, 1.0f);
+        std::uniform_real_distribution<float> unit(0.0f, 1.0f);
+        int rows = 0;
+        for (int c1 : {1, 7, 15, 16, 17, 40, 64, 65, 300, 1029})
+            for (int c0 : {0, 16, 32})
+                for (float scale : {0.1f, 3.0f, 40.0f, 400.0f})
+                    for (float masked : {0.0f, 0.3f, 1.0f}) {
+                        if (c0 >= c1) continue;
+                        const int c_end = (c1 + 15) & ~15;
+                        std::vector<float> a(static_cast<size_t>(c_end) + 16, 123.0f);
+                        for (int c = c0; c < c1; ++c)
+                            a[size_t(c)] = unit(rng) < masked ? -std::numeric_limits<float>::infinity() : normal(rng) * scale;
+                        std::vector<float> b = a;
+                        attention_kernels::softmax_row_avx2(a.data(), c0, c1);
+                        softmax512(b.data(), c0, c1);
+                        ++rows;
+                        QVERIFY2(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0,
+                                 qPrintable(QString("columns [%1, %2), scale %3, masked %4").arg(c0).arg(c1).arg(double(scale)).arg(double(masked))));
+                    }
+        QVERIFY(rows > 200);
     }
 
     // A query that sees nothing (every slot ahead of it) gets zeros, not NaN.
