@@ -6,6 +6,7 @@
 #pragma GCC diagnostic ignored "-Wuninitialized"
 
 #include "engine/compute/attention_kernels.h"
+#include "engine/compute/ggml_expf.h"
 
 #include <immintrin.h>
 
@@ -392,19 +393,12 @@ void decode_values(const float* S, int64_t ldc, int R, const void* const* v, KvD
         decode_values_t(S, ldc, R, reinterpret_cast<const float* const*>(v), goff, c0, c1, o, d0, d1);
 }
 
-// ggml_v_expf of llama.cpp's AVX-512 build: ggml_expf8's polynomial and FMAs (ggml_expf.h) on 16
-// lanes, with the final scaling by 2^n as one _mm512_scalef_ps (which ggml_expf8 does as two exact
+// ggml_v_expf of llama.cpp's AVX-512 build: ggml_expf8's steps (ggml_expf.h) on 16 lanes, with
+// the final scaling by 2^n as one _mm512_scalef_ps (which ggml_expf8 does as two exact
 // multiplications rounded once: the same bits).
 inline __m512 expf16(__m512 x) {
-    const __m512 r = _mm512_set1_ps(0x1.8p23f);
-    const __m512 z = _mm512_fmadd_ps(x, _mm512_set1_ps(0x1.715476p+0f), r);
-    const __m512 n = _mm512_sub_ps(z, r);
-    const __m512 b = _mm512_fnmadd_ps(n, _mm512_set1_ps(0x1.7f7d1cp-20f), _mm512_fnmadd_ps(n, _mm512_set1_ps(0x1.62e4p-1f), x));
-    const __m512 u = _mm512_mul_ps(b, b);
-    const __m512 j = _mm512_fmadd_ps(
-        _mm512_fmadd_ps(_mm512_fmadd_ps(_mm512_set1_ps(0x1.0e4020p-7f), b, _mm512_set1_ps(0x1.573e2ep-5f)), u,
-                        _mm512_fmadd_ps(_mm512_set1_ps(0x1.555e66p-3f), b, _mm512_set1_ps(0x1.fffdb6p-2f))),
-        u, _mm512_fmadd_ps(_mm512_set1_ps(0x1.ffffecp-1f), b, _mm512_set1_ps(1.0f)));
+    __m512 n, j;
+    ggml_expf_parts(x, n, j);
     const __m512 res = _mm512_scalef_ps(j, n);
     // |n| > 192: 0 below, infinity above (x = -inf gives 0).
     const __mmask16 big = _mm512_cmp_ps_mask(_mm512_abs_ps(n), _mm512_set1_ps(192.0f), _CMP_GT_OQ);
