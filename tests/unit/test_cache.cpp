@@ -199,6 +199,16 @@ bool can_limit_file_size(rlim_t bytes) {
     return ::getrlimit(RLIMIT_FSIZE, &rl) == 0 && (rl.rlim_max == RLIM_INFINITY || rl.rlim_max >= bytes);
 }
 
+// The children above start threads (their own model and pool), which ThreadSanitizer refuses in a
+// child forked from a multithreaded process (build-tsan, DEVELOPERS.md).
+#if defined(__SANITIZE_THREAD__)
+#define SKIP_UNDER_TSAN() QSKIP("ThreadSanitizer refuses threads in a child of a multithreaded fork")
+#else
+#define SKIP_UNDER_TSAN() \
+    do {                  \
+    } while (0)
+#endif
+
 // The spill file keeps layer i at byte offset i << 36 (OffloadTier::offset): a limit of
 // (1 << 36) + k leaves layer 0 of a two-layer model unlimited and layer 1 k bytes.
 constexpr rlim_t kLayer1 = rlim_t{1} << 36;
@@ -345,6 +355,7 @@ private slots:
     // A spill file that cannot grow when the cache is made or converted to: a clear error naming
     // the spill file, the old cache untouched and usable, and no spill file left behind.
     void fullDiskWhenMadeOrConverted() {
+        SKIP_UNDER_TSAN();
         if (!can_limit_file_size(kLayer1 + (1 << 20))) QSKIP("the hard file size limit is too low for this test");
         Tiny t(llama_spec());
         QTemporaryDir spill;
@@ -402,6 +413,7 @@ private slots:
                 QTest::newRow((std::string(arch) + " " + spec).c_str()) << arch << spec;
     }
     void fullDiskMidGeneration() {
+        SKIP_UNDER_TSAN();
         QFETCH(QString, arch);
         QFETCH(QString, spec);
         const TinyModelSpec ts = arch == "gemma3" ? gemma_spec() : llama_spec();
@@ -426,6 +438,7 @@ private slots:
         QTest::newRow("quantized") << "quantized:nbits=4,residual=8,group=8";
     }
     void fullTmpfsMidGeneration() {
+        SKIP_UNDER_TSAN();
         QFETCH(QString, spec);
         Tiny t(llama_spec());
         QTemporaryDir mnt;
@@ -446,6 +459,7 @@ private slots:
     // A write-back that fails (a short write, then EFBIG past the limit) keeps the layer's bytes in
     // memory: they are what the next use sees, and they reach the file once it can grow.
     void failedWriteBackKeepsTheBytes() {
+        SKIP_UNDER_TSAN();
         if (!can_limit_file_size(kLayer1 + (1 << 20))) QSKIP("the hard file size limit is too low for this test");
         QTemporaryDir spill;
         const std::string dir = spill.path().toStdString();
