@@ -8,14 +8,12 @@
 #include <immintrin.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cstddef>
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <numeric>
 #include <string_view>
-#include <thread>
 #include <vector>
 
 // Attention as three small dense steps per (query tile, kv head): the group's query heads times
@@ -962,18 +960,14 @@ void attend(const AttentionInput& in, const AttentionShape& shape, float* out, T
         int slice = std::max(8, (hd / std::max(1, threads) + 7) / 8 * 8);
         if (in.kivi && !in.blocks.empty()) slice = (slice + in.kivi->value_group - 1) / in.kivi->value_group * in.kivi->value_group;
         const int64_t n_slices = (hd + slice - 1) / slice;
-        struct SplitHead {
-            std::atomic<int64_t> chunks_left;
-            std::atomic<bool> ready{false};
-        };
         // Every head's rows are all the queries, whose positions collect() kept columns for:
         // each row may see any of them.
         thread_local std::vector<int> tls_act;
         std::vector<int>& act = tls_act;
         act.resize(cols.size());
         std::iota(act.begin(), act.end(), 0);
-        std::vector<SplitHead> split(static_cast<size_t>(n_split));
-        for (SplitHead& h : split) h.chunks_left.store(n_chunks, std::memory_order_relaxed);
+        std::vector<PartsGate> split(static_cast<size_t>(n_split));
+        for (PartsGate& h : split) h.expect(n_chunks);
         const int64_t chunk_items = n_split * n_chunks, whole_end = chunk_items + n_whole;
         pool.parallel_for_dynamic(whole_end + n_split * n_slices, 1, [&](int64_t b, int64_t e) {
             thread_local Scratch w;
@@ -982,20 +976,17 @@ void attend(const AttentionInput& in, const AttentionShape& shape, float* out, T
                 if (i < chunk_items) {
                     const int h = static_cast<int>(i / n_chunks), g = n_whole + h;
                     const int64_t ch = i % n_chunks;
-                    SplitHead& sh = split[static_cast<size_t>(h)];
-                    try {
-                        tile_rows(in, shape, 0, n_q, g, out, cols, w, false);
-                        const Tile tl = make_tile(in, shape, g, cols, cpos, cexempt, S.data() + h * R * ldc, ldc, w, act);
-                        tl.scores(static_cast<int>(ch * kSplitCols), static_cast<int>(std::min(C, (ch + 1) * kSplitCols)));
-                        // The last chunk's thread sees every other chunk's scores (acq_rel).
-                        if (sh.chunks_left.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+                    float* Sh = S.data() + h * R * ldc;
+                    split[static_cast<size_t>(h)].part(
+                        [&] {
+                            tile_rows(in, shape, 0, n_q, g, out, cols, w, false);
+                            make_tile(in, shape, g, cols, cpos, cexempt, Sh, ldc, w, act)
+                                .scores(static_cast<int>(ch * kSplitCols), static_cast<int>(std::min(C, (ch + 1) * kSplitCols)));
+                        },
+                        [&] {
+                            const Tile tl = make_tile(in, shape, g, cols, cpos, cexempt, Sh, ldc, w, act);
                             for (int r = 0; r < tl.R; ++r) tl.softmax(r);
-                            sh.ready.store(true, std::memory_order_release);
-                        }
-                    } catch (...) {
-                        sh.ready.store(true, std::memory_order_release);  // the slices must not wait forever
-                        throw;
-                    }
+                        });
                 } else if (i < whole_end) {
                     if (in.cancelled()) continue;
                     const int g = static_cast<int>(i - chunk_items);
@@ -1008,11 +999,7 @@ void attend(const AttentionInput& in, const AttentionShape& shape, float* out, T
                 } else {
                     const int h = static_cast<int>((i - whole_end) / n_slices), g = n_whole + h;
                     const int d0 = static_cast<int>((i - whole_end) % n_slices) * slice;
-                    const std::atomic<bool>& ready = split[static_cast<size_t>(h)].ready;
-                    for (int spins = 0; !ready.load(std::memory_order_acquire); ++spins) {
-                        _mm_pause();
-                        if (spins > 1024) std::this_thread::yield();  // its thread may share this core
-                    }
+                    split[static_cast<size_t>(h)].wait();
                     tile_rows(in, shape, 0, n_q, g, out, cols, w, false);
                     make_tile(in, shape, g, cols, cpos, cexempt, S.data() + h * R * ldc, ldc, w, act).pv(d0, std::min(hd, d0 + slice));
                 }

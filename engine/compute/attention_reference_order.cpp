@@ -26,12 +26,10 @@
 #include <immintrin.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <string_view>
-#include <thread>
 #include <vector>
 
 namespace kvchat {
@@ -242,6 +240,7 @@ const attention_kernels::PrefillKernels& prefill_kernels() {
 void prefill_item(const AttentionInput& in, const AttentionShape& s, const Columns& cols, const float* vt, int64_t ld,
                   int64_t t0, int64_t t1, int g, float* out, Rows& rows, std::vector<float>& S) {
     const attention_kernels::PrefillKernels& pk = prefill_kernels();
+    const auto softmax_row = decode_kernels().softmax;
     const int hd = s.head_dim, goff = g * hd;
     make_rows(in, s, t0, t1, g, out, rows);
     const int R = static_cast<int>(rows.q.size());
@@ -259,7 +258,7 @@ void prefill_item(const AttentionInput& in, const AttentionShape& s, const Colum
         const int lo = first_seen(in, cols, p), hi = std::min(c1, p - cols.base + 1);
         std::fill(sr + c0, sr + std::max(c0, lo), kNegInf);
         std::fill(sr + std::max(c0, hi), sr + c1, kNegInf);
-        decode_kernels().softmax(sr, c0, c1);
+        softmax_row(sr, c0, c1);
     }
     pk.values(S.data(), ldc, R, vt, ld, hd, c0, (c1 + 15) & ~15, rows.o.data());
 }
@@ -395,12 +394,8 @@ void attend_decode(const AttentionInput& in, const AttentionShape& s, const Colu
     const int n_whole = n_kv / threads * threads, n_split = n_kv - n_whole;
     const int parts = threads;
     const int runs = std::min(threads, n_slices);
-    struct SplitHead {
-        std::atomic<int> parts_left;
-        std::atomic<bool> ready{false};
-    };
-    std::vector<SplitHead> split(static_cast<size_t>(n_split));
-    for (SplitHead& h : split) h.parts_left.store(parts, std::memory_order_relaxed);
+    std::vector<PartsGate> split(static_cast<size_t>(n_split));
+    for (PartsGate& h : split) h.expect(parts);
     const int64_t score_items = int64_t(n_split) * parts, whole_end = score_items + n_whole;
     const int64_t n_items = whole_end + int64_t(n_split) * runs;
     pool.parallel_for_dynamic(n_items, 1, [&](int64_t b, int64_t e) {
@@ -408,13 +403,11 @@ void attend_decode(const AttentionInput& in, const AttentionShape& s, const Colu
         for (int64_t i = b; i < e; ++i) {
             if (i < score_items) {
                 const int h = int(i / parts), part = int(i % parts), g = n_whole + h;
-                scores(g, c0 + int(int64_t(hi - c0) * part / parts), c0 + int(int64_t(hi - c0) * (part + 1) / parts), rows);
-                SplitHead& sh = split[static_cast<size_t>(h)];
-                // The last part's thread sees every other part's scores (acq_rel on the count).
-                if (sh.parts_left.fetch_sub(1, std::memory_order_acq_rel) == 1) {
-                    for (int r = 0; r < group; ++r) softmax(int64_t(g) * group + r);
-                    sh.ready.store(true, std::memory_order_release);
-                }
+                split[static_cast<size_t>(h)].part(
+                    [&] { scores(g, c0 + int(int64_t(hi - c0) * part / parts), c0 + int(int64_t(hi - c0) * (part + 1) / parts), rows); },
+                    [&] {
+                        for (int r = 0; r < group; ++r) softmax(int64_t(g) * group + r);
+                    });
             } else if (i < whole_end) {
                 const int g = int(i - score_items);
                 scores(g, c0, hi, rows);
@@ -422,11 +415,7 @@ void attend_decode(const AttentionInput& in, const AttentionShape& s, const Colu
                 values(g, 0, n_slices, rows);
             } else {
                 const int h = int((i - whole_end) / runs), run = int((i - whole_end) % runs), g = n_whole + h;
-                const std::atomic<bool>& ready = split[static_cast<size_t>(h)].ready;
-                for (int spins = 0; !ready.load(std::memory_order_acquire); ++spins) {
-                    _mm_pause();
-                    if (spins > 1024) std::this_thread::yield();  // its thread may share this core
-                }
+                split[static_cast<size_t>(h)].wait();
                 make_rows(in, s, 0, 1, g, out, rows);
                 values(g, n_slices * run / runs, n_slices * (run + 1) / runs, rows);
             }

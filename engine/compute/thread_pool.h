@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <exception>
 #include <functional>
+#include <immintrin.h>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -63,6 +64,45 @@ private:
     std::atomic<int> start_sleepers_{0}, done_sleepers_{0};
     std::atomic<bool> stop_{false};
     std::exception_ptr error_;  // first exception thrown by a worker in the current run
+};
+
+// Work cut into `parts` inside one parallel step, and work in the same step that must wait for
+// all of them (a kv head's scores cut by columns, then its P.V): the thread that finishes the last
+// part runs `last` and opens the gate; waiters spin until it is open. Safe only when every part
+// has been taken by a running thread before anyone waits (items handed out in order, parts first).
+class PartsGate {
+public:
+    // Closed, waiting for `parts` parts (before the parallel step).
+    void expect(int64_t parts) {
+        left_.store(parts, std::memory_order_relaxed);
+        open_.store(false, std::memory_order_relaxed);
+    }
+    // One part: work(), then, on the thread that completes the last part (it sees every part's
+    // writes: acq_rel), last() and the gate opens. A part that throws opens it too, so that no
+    // waiter spins forever (the exception reaches the step's caller, who discards the results).
+    template <class Work, class Last>
+    void part(Work&& work, Last&& last) {
+        bool was_last = false;
+        try {
+            work();
+            was_last = left_.fetch_sub(1, std::memory_order_acq_rel) == 1;
+            if (was_last) last();
+        } catch (...) {
+            open_.store(true, std::memory_order_release);
+            throw;
+        }
+        if (was_last) open_.store(true, std::memory_order_release);
+    }
+    void wait() const {
+        for (int spins = 0; !open_.load(std::memory_order_acquire); ++spins) {
+            _mm_pause();
+            if (spins > 1024) std::this_thread::yield();  // the thread it waits for may share this core
+        }
+    }
+
+private:
+    std::atomic<int64_t> left_{0};
+    std::atomic<bool> open_{false};
 };
 
 }  // namespace kvchat
