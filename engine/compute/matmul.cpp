@@ -448,28 +448,50 @@ struct FloatWeights<TensorType::BF16> {
 };
 
 // R rows x NT tokens per pass: each converted weight vector serves NT tokens, each x vector R rows.
+// The sums take the AVX-512 kernel's order (matmul_avx512.cpp), so that both levels give the same
+// bits: 16 columns a step as two 8-lane halves, a zero-padded last step, then the halves added and
+// reduced as one 16-lane vector. Holding both halves would take 2 x R x NT of the 16 registers,
+// so a block of columns is walked twice, low halves then high, the second time from L1.
 template <TensorType T, int R, int NT>
 void float_tile(const uint8_t* w, size_t stride, int64_t cols, const float* x, float* y, int64_t y_stride) {
     using F = FloatWeights<T>;
-    __m256 acc[R][NT];
-    for (int r = 0; r < R; ++r)
-        for (int t = 0; t < NT; ++t) acc[r][t] = _mm256_setzero_ps();
-    int64_t c = 0;
-    for (; c + 8 <= cols; c += 8) {
-        __m256 xv[NT];
-        for (int t = 0; t < NT; ++t) xv[t] = _mm256_loadu_ps(x + t * cols + c);
+    constexpr int64_t kBlock = 512;
+    __m256 sums[2][R][NT];
+    for (int h = 0; h < 2; ++h)
+        for (int r = 0; r < R; ++r)
+            for (int t = 0; t < NT; ++t) sums[h][r][t] = _mm256_setzero_ps();
+    const int64_t full = cols / 16 * 16;
+    for (int64_t c0 = 0; c0 < full; c0 += kBlock) {
+        const int64_t c1 = std::min(c0 + kBlock, full);
+        for (int h = 0; h < 2; ++h) {
+            __m256 acc[R][NT];
+            for (int r = 0; r < R; ++r)
+                for (int t = 0; t < NT; ++t) acc[r][t] = sums[h][r][t];
+            for (int64_t c = c0 + 8 * h; c < c1; c += 16) {
+                __m256 xv[NT];
+                for (int t = 0; t < NT; ++t) xv[t] = _mm256_loadu_ps(x + t * cols + c);
+                for (int r = 0; r < R; ++r) {
+                    const __m256 wv = F::load8(w + r * stride, c);
+                    for (int t = 0; t < NT; ++t) acc[r][t] = _mm256_fmadd_ps(wv, xv[t], acc[r][t]);
+                }
+            }
+            for (int r = 0; r < R; ++r)
+                for (int t = 0; t < NT; ++t) sums[h][r][t] = acc[r][t];
+        }
+    }
+    if (full < cols) {
+        alignas(32) float xs[NT][16] = {}, ws[16] = {};
+        for (int t = 0; t < NT; ++t)
+            for (int64_t k = full; k < cols; ++k) xs[t][k - full] = x[t * cols + k];
         for (int r = 0; r < R; ++r) {
-            const __m256 wv = F::load8(w + r * stride, c);
-            for (int t = 0; t < NT; ++t) acc[r][t] = _mm256_fmadd_ps(wv, xv[t], acc[r][t]);
+            for (int64_t k = full; k < cols; ++k) ws[k - full] = F::load1(w + r * stride, k);
+            for (int h = 0; h < 2; ++h)
+                for (int t = 0; t < NT; ++t)
+                    sums[h][r][t] = _mm256_fmadd_ps(_mm256_load_ps(ws + 8 * h), _mm256_load_ps(xs[t] + 8 * h), sums[h][r][t]);
         }
     }
-    for (int r = 0; r < R; ++r) {
-        for (int t = 0; t < NT; ++t) {
-            float s = hsum(acc[r][t]);
-            for (int64_t k = c; k < cols; ++k) s += F::load1(w + r * stride, k) * x[t * cols + k];
-            y[t * y_stride + r] = s;
-        }
-    }
+    for (int r = 0; r < R; ++r)
+        for (int t = 0; t < NT; ++t) y[t * y_stride + r] = hsum(_mm256_add_ps(sums[0][r][t], sums[1][r][t]));
 }
 
 template <TensorType T>
