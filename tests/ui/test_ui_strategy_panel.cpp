@@ -195,6 +195,49 @@ private Q_SLOTS:
         QVERIFY(!panel.applyButton()->isEnabled());
     }
 
+    // A turn that ends (or a transcript read again) while the user is choosing reports the same
+    // strategy: the typed choice, its plan and Apply stay. A changed strategy fills the fields.
+    void aChoiceOutlastsAReportOfTheSameStrategy() {
+        auto cache = filled("dynamic", 40);
+        kvchat::StrategyPanel panel;
+        panel.setCurrentSpec("dynamic");
+        panel.show();
+        QVERIFY(QTest::qWaitForWindowExposed(&panel));
+        QSignalSpy plans(&panel, &kvchat::StrategyPanel::planRequested);
+        retype(panel.specEdit(), "sliding_window:window=8");
+        QTRY_COMPARE(plans.count(), 1);
+        const QString chosen = panel.chosenSpec();
+        QCOMPARE(chosen, QString("sliding_window:window=8"));
+        panel.reportCurrentSpec("dynamic");
+        QCOMPARE(panel.chosenSpec(), chosen);
+        QCOMPARE(panel.specEdit()->text(), QString("sliding_window:window=8"));
+        panel.showPlan(kvchat::plan_conversion(*cache, chosen.toStdString()));
+        QVERIFY(panel.applyButton()->isEnabled());
+        panel.reportCurrentSpec("dynamic");  // after the plan too
+        QVERIFY(panel.applyButton()->isEnabled());
+        QCOMPARE(panel.chosenSpec(), chosen);
+        // A text that does not parse is kept as typed, with its message.
+        retype(panel.specEdit(), "sliding_window:window=");
+        const QString problem = panel.validationMessage();
+        QVERIFY(!problem.isEmpty());
+        panel.reportCurrentSpec("dynamic");
+        QCOMPARE(panel.specEdit()->text(), QString("sliding_window:window="));
+        QCOMPARE(panel.validationMessage(), problem);
+        // The strategy changed (switched from the toolbar): the fields show it.
+        panel.reportCurrentSpec("sink:window=16,sinks=2");
+        QCOMPARE(panel.currentSpec(), QString("sink:window=16,sinks=2"));
+        QCOMPARE(panel.specEdit()->text(), QString("sink:window=16,sinks=2"));
+        QVERIFY(panel.validationMessage().isEmpty());
+        QVERIFY(!panel.applyButton()->isEnabled());
+        // Nothing being chosen: a report fills the fields as before.
+        panel.reportCurrentSpec("sink:window=16,sinks=2");
+        QCOMPARE(panel.chosenSpec(), panel.currentSpec());
+        // setCurrentSpec (another conversation) replaces a choice.
+        retype(panel.specEdit(), "sliding_window:window=8");
+        panel.setCurrentSpec("sink:window=16,sinks=2");
+        QCOMPARE(panel.specEdit()->text(), QString("sink:window=16,sinks=2"));
+    }
+
     // The preview names the messages that lose tokens, in the transcript's numbering, from the
     // plan's positions and the conversation's message starts.
     void previewSaysWhichMessages() {

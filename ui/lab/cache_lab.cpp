@@ -66,7 +66,7 @@ CacheLab::CacheLab(EngineWorker* w, QMainWindow* window, QDockWidget* inspectorD
     });
     connect(w, &EngineWorker::transcriptLoaded, this, [this](const ConversationItem& c, const QList<MessageItem>& messages) {
         if (c.id != conversation_) return;
-        if (!panel_->busy()) panel_->setCurrentSpec(c.cacheSpec);
+        if (!panel_->busy()) showSpec(c.id, c.cacheSpec);
         std::optional<AnswerFigures> reuse;
         for (auto it = messages.rbegin(); it != messages.rend() && !reuse; ++it)
             if (it->role == MessageRole::Assistant) reuse = reuseOf(it->figures);
@@ -76,7 +76,7 @@ CacheLab::CacheLab(EngineWorker* w, QMainWindow* window, QDockWidget* inspectorD
     });
     connect(w, &EngineWorker::turnFinished, this, [this](const TurnOutcome& o) {
         if (o.conversationId != conversation_) return;
-        if (!panel_->busy()) panel_->setCurrentSpec(o.cacheSpec);
+        if (!panel_->busy()) showSpec(o.conversationId, o.cacheSpec);
         inspector_->setReuse(reuseOf(o.answer.figures));
         lastAnswerId_ = o.conversationId;
         Q_EMIT requestSnapshot(o.conversationId);
@@ -100,7 +100,7 @@ CacheLab::CacheLab(EngineWorker* w, QMainWindow* window, QDockWidget* inspectorD
         if (panel_->busy())
             panel_->applyFinished(!summary.isEmpty(), spec, summary.isEmpty() ? tr("The strategy was not changed.") : summary);
         else
-            panel_->setCurrentSpec(spec);
+            showSpec(id, spec);
     });
     auto listConversations = [this](const QList<ConversationItem>& list) {
         QList<QPair<qint64, QString>> items;
@@ -115,6 +115,14 @@ CacheLab::CacheLab(EngineWorker* w, QMainWindow* window, QDockWidget* inspectorD
     connect(w, &EngineWorker::comparisonFailed, this, [this](const QString& problem) {
         comparison_->showError(problem.isEmpty() ? tr("The comparison was cancelled.") : problem);
     });
+}
+
+// A report on the conversation the panel already shows keeps what the user is choosing there
+// (a turn that ends while they type must not wipe it); another conversation's fills the fields.
+void CacheLab::showSpec(qint64 id, const QString& spec) {
+    if (id == panelConversation_) panel_->reportCurrentSpec(spec);
+    else panel_->setCurrentSpec(spec);
+    panelConversation_ = id;
 }
 
 void CacheLab::setConversation(qint64 id) {

@@ -40,11 +40,13 @@ Q_SIGNALS:
     void requestSnapshot(qint64 conversationId);
 
 private:
+    void showSpec(qint64 id, const QString& spec);
     qint64 conversation_ = 0;
     CacheInspector* inspector_ = nullptr;
     StrategyPanel* panel_ = nullptr;
     ComparisonView* comparison_ = nullptr;
     qint64 lastAnswerId_ = -1;  // the conversation the reuse panel describes
+    qint64 panelConversation_ = 0;  // the conversation whose strategy the panel shows
 };
 
 }  // namespace kvchat

@@ -185,6 +185,17 @@ void StrategyPanel::setCurrentSpec(const QString& spec) {
     updateEnabled();
 }
 
+void StrategyPanel::reportCurrentSpec(const QString& spec) {
+    QString canonical = spec;
+    try {
+        canonical = QString::fromStdString(to_string(parse_cache_spec(spec.toStdString())));
+    } catch (const Error&) {
+    }
+    const bool choosing = chosen_ != current_ || !error_text_.isEmpty();
+    if (canonical == current_ && choosing) return;
+    setCurrentSpec(spec);
+}
+
 void StrategyPanel::fillFields(const CacheSpec& s) {
     filling_ = true;
     const std::string_view preset = cache_preset_of(s).name;

@@ -28,6 +28,10 @@ public:
 
     // The conversation's strategy: fills the fields (no plan is asked for).
     void setCurrentSpec(const QString& spec);
+    // The same conversation's strategy reported again (a turn ended, its transcript was read
+    // again): when it has not changed, a choice the user is making in the fields stays, with its
+    // plan; otherwise as setCurrentSpec.
+    void reportCurrentSpec(const QString& spec);
     QString currentSpec() const { return current_; }
     // The spec the fields describe now, canonical; empty while it is not valid.
     QString chosenSpec() const { return chosen_; }
