@@ -266,6 +266,29 @@ void prefill_item(const AttentionInput& in, const AttentionShape& s, const Colum
 // Decode: out[r][d0, d0 + 8) = P · V over columns [c0, c1) (multiples of 64) for rows [0, R), as
 // ggml_vec_dot_f16 sums each channel: chains by column class c % 64, then per lane
 // j = c % 16: (class j + class 32 + j) + (class 16 + j + class 48 + j), then the 16-lane tree.
+// The chains of classes k and k + 1 for NR rows (S's rows from sr on): each column's value line
+// is loaded once for all of them (a chain per row and class, in column order as before).
+template <int NR, class T>
+inline void pv_class_pair(const float* sr, int64_t ldc, const T* const* vcol, int off, int c0, int c1, int k,
+                          float (*A)[64][8]) {
+    __m256 a0[NR], a1[NR];
+    for (int i = 0; i < NR; ++i) a0[i] = a1[i] = _mm256_setzero_ps();
+    for (int c = c0 + k; c < c1; c += 64) {
+        if (const T* v0 = vcol[c]) {
+            const __m256 x = ld8(v0 + off);
+            for (int i = 0; i < NR; ++i) a0[i] = _mm256_fmadd_ps(x, _mm256_set1_ps(sr[i * ldc + c]), a0[i]);
+        }
+        if (const T* v1 = vcol[c + 1]) {
+            const __m256 x = ld8(v1 + off);
+            for (int i = 0; i < NR; ++i) a1[i] = _mm256_fmadd_ps(x, _mm256_set1_ps(sr[i * ldc + c + 1]), a1[i]);
+        }
+    }
+    for (int i = 0; i < NR; ++i) {
+        _mm256_store_ps(A[i][k], a0[i]);
+        _mm256_store_ps(A[i][k + 1], a1[i]);
+    }
+}
+
 template <class T>
 void pv_decode8(const float* S, int64_t ldc, const T* const* vcol, int goff, int R, int c0, int c1, float* const* o,
                 int d0) {
@@ -275,17 +298,14 @@ void pv_decode8(const float* S, int64_t ldc, const T* const* vcol, int goff, int
     for (int r0 = 0; r0 < R; r0 += 8) {
         const int nr = std::min(8, R - r0);
         for (int k = 0; k < 64; k += 2) {
-            for (int i = 0; i < nr; ++i) {
-                __m256 a0 = _mm256_setzero_ps(), a1 = a0;
+            for (int i = 0; i < nr; i += 4) {
                 const float* sr = S + (r0 + i) * ldc;
-                for (int c = c0 + k; c < c1; c += 64) {
-                    const T* v0 = vcol[c];
-                    const T* v1 = vcol[c + 1];
-                    if (v0) a0 = _mm256_fmadd_ps(ld8(v0 + off), _mm256_set1_ps(sr[c]), a0);
-                    if (v1) a1 = _mm256_fmadd_ps(ld8(v1 + off), _mm256_set1_ps(sr[c + 1]), a1);
+                switch (std::min(4, nr - i)) {
+                    case 4: pv_class_pair<4>(sr, ldc, vcol, off, c0, c1, k, A + i); break;
+                    case 3: pv_class_pair<3>(sr, ldc, vcol, off, c0, c1, k, A + i); break;
+                    case 2: pv_class_pair<2>(sr, ldc, vcol, off, c0, c1, k, A + i); break;
+                    default: pv_class_pair<1>(sr, ldc, vcol, off, c0, c1, k, A + i); break;
                 }
-                _mm256_store_ps(A[i][k], a0);
-                _mm256_store_ps(A[i][k + 1], a1);
             }
         }
         for (int i = 0; i < nr; ++i) {
