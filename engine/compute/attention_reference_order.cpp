@@ -263,63 +263,70 @@ void prefill_item(const AttentionInput& in, const AttentionShape& s, const Colum
     pk.values(S.data(), ldc, R, vt, ld, hd, c0, (c1 + 15) & ~15, rows.o.data());
 }
 
-// Decode: out[r][d0, d0 + 8) = P · V over columns [c0, c1) (multiples of 64) for rows [0, R), as
-// ggml_vec_dot_f16 sums each channel: chains by column class c % 64, then per lane
-// j = c % 16: (class j + class 32 + j) + (class 16 + j + class 48 + j), then the 16-lane tree.
-// The chains of classes k and k + 1 for NR rows (S's rows from sr on): each column's value line
-// is loaded once for all of them (a chain per row and class, in column order as before).
-template <int NR, class T>
-inline void pv_class_pair(const float* sr, int64_t ldc, const T* const* vcol, int off, int c0, int c1, int k,
-                          float (*A)[64][8]) {
-    __m256 a0[NR], a1[NR];
-    for (int i = 0; i < NR; ++i) a0[i] = a1[i] = _mm256_setzero_ps();
+// The chains of KC classes from k on, for NR rows (S's rows from sr on) and NS slices of 8
+// channels: each column's value line is loaded once for all of them (a chain per row, class and
+// lane, in column order).
+template <int NR, int NS, int KC, class T>
+inline void pv_classes(const float* sr, int64_t ldc, const T* const* vcol, int off, int c0, int c1, int k,
+                       float (*A)[64][8 * NS]) {
+    __m256 a[KC][NR][NS];
+    for (int j = 0; j < KC; ++j)
+        for (int i = 0; i < NR; ++i)
+            for (int s = 0; s < NS; ++s) a[j][i][s] = _mm256_setzero_ps();
     for (int c = c0 + k; c < c1; c += 64) {
-        if (const T* v0 = vcol[c]) {
-            const __m256 x = ld8(v0 + off);
-            for (int i = 0; i < NR; ++i) a0[i] = _mm256_fmadd_ps(x, _mm256_set1_ps(sr[i * ldc + c]), a0[i]);
-        }
-        if (const T* v1 = vcol[c + 1]) {
-            const __m256 x = ld8(v1 + off);
-            for (int i = 0; i < NR; ++i) a1[i] = _mm256_fmadd_ps(x, _mm256_set1_ps(sr[i * ldc + c + 1]), a1[i]);
+        for (int j = 0; j < KC; ++j) {
+            const T* v = vcol[c + j];
+            if (!v) continue;
+            __m256 x[NS];
+            for (int s = 0; s < NS; ++s) x[s] = ld8(v + off + 8 * s);
+            for (int i = 0; i < NR; ++i) {
+                const __m256 p = _mm256_set1_ps(sr[i * ldc + c + j]);
+                for (int s = 0; s < NS; ++s) a[j][i][s] = _mm256_fmadd_ps(x[s], p, a[j][i][s]);
+            }
         }
     }
-    for (int i = 0; i < NR; ++i) {
-        _mm256_store_ps(A[i][k], a0[i]);
-        _mm256_store_ps(A[i][k + 1], a1[i]);
-    }
+    for (int j = 0; j < KC; ++j)
+        for (int i = 0; i < NR; ++i)
+            for (int s = 0; s < NS; ++s) _mm256_store_ps(A[i][k + j] + 8 * s, a[j][i][s]);
 }
 
-template <class T>
-void pv_decode8(const float* S, int64_t ldc, const T* const* vcol, int goff, int R, int c0, int c1, float* const* o,
-                int d0) {
+// Decode: out[r][d0, d0 + 8 * NS) = P · V over columns [c0, c1) (multiples of 64) for rows
+// [0, R), as ggml_vec_dot_f16 sums each channel: chains by column class c % 64, then per lane
+// j = c % 16: (class j + class 32 + j) + (class 16 + j + class 48 + j), then the 16-lane tree.
+template <int NS, class T>
+void pv_decode(const float* S, int64_t ldc, const T* const* vcol, int goff, int R, int c0, int c1, float* const* o,
+               int d0) {
     const int off = goff + d0;
-    // A[row][class] for this slice of 8 channels.
-    alignas(32) float A[8][64][8];
+    // A[row][class] for this slice of 8 * NS channels.
+    alignas(32) float A[8][64][8 * NS];
+    constexpr int KC = NS == 1 ? 2 : 1;  // 8 chains a pass for up to four rows
     for (int r0 = 0; r0 < R; r0 += 8) {
         const int nr = std::min(8, R - r0);
-        for (int k = 0; k < 64; k += 2) {
+        for (int k = 0; k < 64; k += KC) {
             for (int i = 0; i < nr; i += 4) {
                 const float* sr = S + (r0 + i) * ldc;
                 switch (std::min(4, nr - i)) {
-                    case 4: pv_class_pair<4>(sr, ldc, vcol, off, c0, c1, k, A + i); break;
-                    case 3: pv_class_pair<3>(sr, ldc, vcol, off, c0, c1, k, A + i); break;
-                    case 2: pv_class_pair<2>(sr, ldc, vcol, off, c0, c1, k, A + i); break;
-                    default: pv_class_pair<1>(sr, ldc, vcol, off, c0, c1, k, A + i); break;
+                    case 4: pv_classes<4, NS, KC>(sr, ldc, vcol, off, c0, c1, k, A + i); break;
+                    case 3: pv_classes<3, NS, KC>(sr, ldc, vcol, off, c0, c1, k, A + i); break;
+                    case 2: pv_classes<2, NS, KC>(sr, ldc, vcol, off, c0, c1, k, A + i); break;
+                    default: pv_classes<1, NS, KC>(sr, ldc, vcol, off, c0, c1, k, A + i); break;
                 }
             }
         }
         for (int i = 0; i < nr; ++i) {
-            __m256 X[16];
-            for (int j = 0; j < 16; ++j)
-                X[j] = _mm256_add_ps(_mm256_add_ps(_mm256_load_ps(A[i][j]), _mm256_load_ps(A[i][32 + j])),
-                                     _mm256_add_ps(_mm256_load_ps(A[i][16 + j]), _mm256_load_ps(A[i][48 + j])));
-            // The 16-lane tree across j, for 8 channels at once.
-            __m256 Y[8];
-            for (int j = 0; j < 8; ++j) Y[j] = _mm256_add_ps(X[j], X[j + 8]);
-            __m256 Z[4];
-            for (int j = 0; j < 4; ++j) Z[j] = _mm256_add_ps(Y[j], Y[j + 4]);
-            const __m256 res = _mm256_add_ps(_mm256_add_ps(Z[0], Z[2]), _mm256_add_ps(Z[1], Z[3]));
-            _mm256_storeu_ps(o[r0 + i] + d0, res);
+            for (int s = 0; s < NS; ++s) {
+                __m256 X[16];
+                for (int j = 0; j < 16; ++j)
+                    X[j] = _mm256_add_ps(_mm256_add_ps(_mm256_load_ps(A[i][j] + 8 * s), _mm256_load_ps(A[i][32 + j] + 8 * s)),
+                                         _mm256_add_ps(_mm256_load_ps(A[i][16 + j] + 8 * s), _mm256_load_ps(A[i][48 + j] + 8 * s)));
+                // The 16-lane tree across j, for 8 channels at once.
+                __m256 Y[8];
+                for (int j = 0; j < 8; ++j) Y[j] = _mm256_add_ps(X[j], X[j + 8]);
+                __m256 Z[4];
+                for (int j = 0; j < 4; ++j) Z[j] = _mm256_add_ps(Y[j], Y[j + 4]);
+                const __m256 res = _mm256_add_ps(_mm256_add_ps(Z[0], Z[2]), _mm256_add_ps(Z[1], Z[3]));
+                _mm256_storeu_ps(o[r0 + i] + d0 + 8 * s, res);
+            }
         }
     }
 }
@@ -345,9 +352,16 @@ void decode_scores_avx2(const float* const* q, int R, const void* const* k, KvDt
 
 void decode_values_avx2(const float* S, int64_t ldc, int R, const void* const* v, KvDtype dt, int goff, int c0, int c1,
                         float* const* o, int d0, int d1) {
-    for (int d = d0; d < d1; d += 8) {
-        if (dt == KvDtype::F16) pv_decode8(S, ldc, reinterpret_cast<const uint16_t* const*>(v), goff, R, c0, c1, o, d);
-        else pv_decode8(S, ldc, reinterpret_cast<const float* const*>(v), goff, R, c0, c1, o, d);
+    const auto* v16 = reinterpret_cast<const uint16_t* const*>(v);
+    const auto* v32 = reinterpret_cast<const float* const*>(v);
+    int d = d0;
+    for (; d + 16 <= d1; d += 16) {
+        if (dt == KvDtype::F16) pv_decode<2>(S, ldc, v16, goff, R, c0, c1, o, d);
+        else pv_decode<2>(S, ldc, v32, goff, R, c0, c1, o, d);
+    }
+    if (d < d1) {
+        if (dt == KvDtype::F16) pv_decode<1>(S, ldc, v16, goff, R, c0, c1, o, d);
+        else pv_decode<1>(S, ldc, v32, goff, R, c0, c1, o, d);
     }
 }
 
