@@ -335,6 +335,25 @@ void pv_decode(const float* S, int64_t ldc, const T* const* vcol, int goff, int 
 template <class T>
 void decode_scores_avx2_t(const float* const* q, int R, const T* const* k, int goff, int hd, int c0, int c1, float* S,
                           int64_t ldc, const attention_kernels::DecodeAhead* ahead) {
+    if (hd == 64 && R > 1) {
+        // dot64's arithmetic with each column's keys converted once, in registers, for every row.
+        for (int c = c0; c < c1; ++c) {
+            attention_kernels::request_ahead(ahead, c, c1);
+            if (!k[c]) continue;
+            __m256 kv[8];
+            for (int i = 0; i < 8; ++i) kv[i] = ld8(k[c] + goff + 8 * i);
+            for (int r = 0; r < R; ++r) {
+                const float* qr = q[r];
+                __m256 a[8];
+                for (int i = 0; i < 8; ++i) a[i] = _mm256_fmadd_ps(_mm256_loadu_ps(qr + 8 * i), kv[i], _mm256_setzero_ps());
+                // a[2s + h] is dot64's a[s][h].
+                const __m256 lo = _mm256_add_ps(_mm256_add_ps(a[0], a[4]), _mm256_add_ps(a[2], a[6]));
+                const __m256 hi = _mm256_add_ps(_mm256_add_ps(a[1], a[5]), _mm256_add_ps(a[3], a[7]));
+                S[r * ldc + c] = tree16(lo, hi);
+            }
+        }
+        return;
+    }
     for (int c = c0; c < c1; ++c) {
         attention_kernels::request_ahead(ahead, c, c1);
         if (k[c])
