@@ -70,6 +70,14 @@ inline float dot16(const float* q, const T* k, int hd) {
     return tree16(lo, hi);
 }
 
+// dot64's four 16-lane accumulators (halves a[s][0], a[s][1]) summed: (0 + 2) + (1 + 3), then
+// the 16-lane tree.
+inline float sum_chains(const __m256 (&a)[4][2]) {
+    const __m256 lo = _mm256_add_ps(_mm256_add_ps(a[0][0], a[2][0]), _mm256_add_ps(a[1][0], a[3][0]));
+    const __m256 hi = _mm256_add_ps(_mm256_add_ps(a[0][1], a[2][1]), _mm256_add_ps(a[1][1], a[3][1]));
+    return tree16(lo, hi);
+}
+
 // q · k as ggml_vec_dot_f16 sums it (n == 1): four 16-lane accumulators over the first hd / 64 * 64
 // dimensions, the rest added in double.
 template <class T>
@@ -83,9 +91,7 @@ inline float dot64(const float* q, const T* k, int hd) {
                 const int i = d + 16 * s + 8 * h;
                 a[s][h] = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), ld8(k + i), a[s][h]);
             }
-    const __m256 lo = _mm256_add_ps(_mm256_add_ps(a[0][0], a[2][0]), _mm256_add_ps(a[1][0], a[3][0]));
-    const __m256 hi = _mm256_add_ps(_mm256_add_ps(a[0][1], a[2][1]), _mm256_add_ps(a[1][1], a[3][1]));
-    double sum = tree16(lo, hi);
+    double sum = sum_chains(a);
     for (int d = np; d < hd; ++d) sum += static_cast<double>(q[d] * ld1(k + d));
     return static_cast<float>(sum);
 }
@@ -263,69 +269,62 @@ void prefill_item(const AttentionInput& in, const AttentionShape& s, const Colum
     pk.values(S.data(), ldc, R, vt, ld, hd, c0, (c1 + 15) & ~15, rows.o.data());
 }
 
-// The chains of KC classes from k on, for NR rows (S's rows from sr on) and NS slices of 8
-// channels: each column's value line is loaded once for all of them (a chain per row, class and
+// The chains of class k for NR rows (S's rows from sr on) and 16 channels from off, as two
+// 8-lane halves: each column's value line is loaded once for all of them (a chain per row and
 // lane, in column order).
-template <int NR, int NS, int KC, class T>
-inline void pv_classes(const float* sr, int64_t ldc, const T* const* vcol, int off, int c0, int c1, int k,
-                       float (*A)[64][8 * NS]) {
-    __m256 a[KC][NR][NS];
-    for (int j = 0; j < KC; ++j)
-        for (int i = 0; i < NR; ++i)
-            for (int s = 0; s < NS; ++s) a[j][i][s] = _mm256_setzero_ps();
+template <int NR, class T>
+inline void pv_class(const float* sr, int64_t ldc, const T* const* vcol, int off, int c0, int c1, int k,
+                     float (*A)[64][16]) {
+    __m256 a[NR][2];
+    for (int i = 0; i < NR; ++i) a[i][0] = a[i][1] = _mm256_setzero_ps();
     for (int c = c0 + k; c < c1; c += 64) {
-        for (int j = 0; j < KC; ++j) {
-            const T* v = vcol[c + j];
-            if (!v) continue;
-            __m256 x[NS];
-            for (int s = 0; s < NS; ++s) x[s] = ld8(v + off + 8 * s);
-            for (int i = 0; i < NR; ++i) {
-                const __m256 p = _mm256_set1_ps(sr[i * ldc + c + j]);
-                for (int s = 0; s < NS; ++s) a[j][i][s] = _mm256_fmadd_ps(x[s], p, a[j][i][s]);
-            }
+        const T* v = vcol[c];
+        if (!v) continue;
+        const __m256 x[2] = {ld8(v + off), ld8(v + off + 8)};
+        for (int i = 0; i < NR; ++i) {
+            const __m256 p = _mm256_set1_ps(sr[i * ldc + c]);
+            for (int h = 0; h < 2; ++h) a[i][h] = _mm256_fmadd_ps(x[h], p, a[i][h]);
         }
     }
-    for (int j = 0; j < KC; ++j)
-        for (int i = 0; i < NR; ++i)
-            for (int s = 0; s < NS; ++s) _mm256_store_ps(A[i][k + j] + 8 * s, a[j][i][s]);
+    for (int i = 0; i < NR; ++i)
+        for (int h = 0; h < 2; ++h) _mm256_store_ps(A[i][k] + 8 * h, a[i][h]);
 }
 
-// Decode: out[r][d0, d0 + 8 * NS) = P · V over columns [c0, c1) (multiples of 64) for rows
-// [0, R), as ggml_vec_dot_f16 sums each channel: chains by column class c % 64, then per lane
+// Decode: out[r][d0, d0 + 16) = P · V over columns [c0, c1) (multiples of 64) for rows [0, R), as
+// ggml_vec_dot_f16 sums each channel: chains by column class c % 64, then per lane
 // j = c % 16: (class j + class 32 + j) + (class 16 + j + class 48 + j), then the 16-lane tree.
-template <int NS, class T>
-void pv_decode(const float* S, int64_t ldc, const T* const* vcol, int goff, int R, int c0, int c1, float* const* o,
-               int d0) {
+template <class T>
+void pv_decode16(const float* S, int64_t ldc, const T* const* vcol, int goff, int R, int c0, int c1, float* const* o,
+                 int d0) {
     const int off = goff + d0;
-    // A[row][class] for this slice of 8 * NS channels.
-    alignas(32) float A[8][64][8 * NS];
-    constexpr int KC = NS == 1 ? 2 : 1;  // 8 chains a pass for up to four rows
+    // A[row][class] for these 16 channels.
+    alignas(32) float A[8][64][16];
     for (int r0 = 0; r0 < R; r0 += 8) {
         const int nr = std::min(8, R - r0);
-        for (int k = 0; k < 64; k += KC) {
+        for (int k = 0; k < 64; ++k) {
             for (int i = 0; i < nr; i += 4) {
                 const float* sr = S + (r0 + i) * ldc;
-                switch (std::min(4, nr - i)) {
-                    case 4: pv_classes<4, NS, KC>(sr, ldc, vcol, off, c0, c1, k, A + i); break;
-                    case 3: pv_classes<3, NS, KC>(sr, ldc, vcol, off, c0, c1, k, A + i); break;
-                    case 2: pv_classes<2, NS, KC>(sr, ldc, vcol, off, c0, c1, k, A + i); break;
-                    default: pv_classes<1, NS, KC>(sr, ldc, vcol, off, c0, c1, k, A + i); break;
+                switch (std::min(4, nr - i)) {  // 8 chains a pass for four rows
+                    case 4: pv_class<4>(sr, ldc, vcol, off, c0, c1, k, A + i); break;
+                    case 3: pv_class<3>(sr, ldc, vcol, off, c0, c1, k, A + i); break;
+                    case 2: pv_class<2>(sr, ldc, vcol, off, c0, c1, k, A + i); break;
+                    default: pv_class<1>(sr, ldc, vcol, off, c0, c1, k, A + i); break;
                 }
             }
         }
         for (int i = 0; i < nr; ++i) {
-            for (int s = 0; s < NS; ++s) {
+            for (int h = 0; h < 2; ++h) {
                 __m256 X[16];
                 for (int j = 0; j < 16; ++j)
-                    X[j] = _mm256_add_ps(_mm256_add_ps(_mm256_load_ps(A[i][j] + 8 * s), _mm256_load_ps(A[i][32 + j] + 8 * s)),
-                                         _mm256_add_ps(_mm256_load_ps(A[i][16 + j] + 8 * s), _mm256_load_ps(A[i][48 + j] + 8 * s)));
+                    X[j] = _mm256_add_ps(_mm256_add_ps(_mm256_load_ps(A[i][j] + 8 * h), _mm256_load_ps(A[i][32 + j] + 8 * h)),
+                                         _mm256_add_ps(_mm256_load_ps(A[i][16 + j] + 8 * h), _mm256_load_ps(A[i][48 + j] + 8 * h)));
                 // The 16-lane tree across j, for 8 channels at once.
                 __m256 Y[8];
                 for (int j = 0; j < 8; ++j) Y[j] = _mm256_add_ps(X[j], X[j + 8]);
                 __m256 Z[4];
                 for (int j = 0; j < 4; ++j) Z[j] = _mm256_add_ps(Y[j], Y[j + 4]);
                 const __m256 res = _mm256_add_ps(_mm256_add_ps(Z[0], Z[2]), _mm256_add_ps(Z[1], Z[3]));
-                _mm256_storeu_ps(o[r0 + i] + d0 + 8 * s, res);
+                _mm256_storeu_ps(o[r0 + i] + d0 + 8 * h, res);
             }
         }
     }
@@ -340,16 +339,14 @@ void decode_scores_avx2_t(const float* const* q, int R, const T* const* k, int g
         for (int c = c0; c < c1; ++c) {
             attention_kernels::request_ahead(ahead, c, c1);
             if (!k[c]) continue;
-            __m256 kv[8];
-            for (int i = 0; i < 8; ++i) kv[i] = ld8(k[c] + goff + 8 * i);
+            __m256 kv[4][2];
+            for (int i = 0; i < 4; ++i)
+                for (int h = 0; h < 2; ++h) kv[i][h] = ld8(k[c] + goff + 16 * i + 8 * h);
             for (int r = 0; r < R; ++r) {
-                const float* qr = q[r];
-                __m256 a[8];
-                for (int i = 0; i < 8; ++i) a[i] = _mm256_fmadd_ps(_mm256_loadu_ps(qr + 8 * i), kv[i], _mm256_setzero_ps());
-                // a[2s + h] is dot64's a[s][h].
-                const __m256 lo = _mm256_add_ps(_mm256_add_ps(a[0], a[4]), _mm256_add_ps(a[2], a[6]));
-                const __m256 hi = _mm256_add_ps(_mm256_add_ps(a[1], a[5]), _mm256_add_ps(a[3], a[7]));
-                S[r * ldc + c] = tree16(lo, hi);
+                __m256 a[4][2];
+                for (int i = 0; i < 4; ++i)
+                    for (int h = 0; h < 2; ++h) a[i][h] = _mm256_fmadd_ps(_mm256_loadu_ps(q[r] + 16 * i + 8 * h), kv[i][h], _mm256_setzero_ps());
+                S[r * ldc + c] = sum_chains(a);
             }
         }
         return;
@@ -371,16 +368,9 @@ void decode_scores_avx2(const float* const* q, int R, const void* const* k, KvDt
 
 void decode_values_avx2(const float* S, int64_t ldc, int R, const void* const* v, KvDtype dt, int goff, int c0, int c1,
                         float* const* o, int d0, int d1) {
-    const auto* v16 = reinterpret_cast<const uint16_t* const*>(v);
-    const auto* v32 = reinterpret_cast<const float* const*>(v);
-    int d = d0;
-    for (; d + 16 <= d1; d += 16) {
-        if (dt == KvDtype::F16) pv_decode<2>(S, ldc, v16, goff, R, c0, c1, o, d);
-        else pv_decode<2>(S, ldc, v32, goff, R, c0, c1, o, d);
-    }
-    if (d < d1) {
-        if (dt == KvDtype::F16) pv_decode<1>(S, ldc, v16, goff, R, c0, c1, o, d);
-        else pv_decode<1>(S, ldc, v32, goff, R, c0, c1, o, d);
+    for (int d = d0; d < d1; d += 16) {  // multiples of 16 (attention_kernels.h)
+        if (dt == KvDtype::F16) pv_decode16(S, ldc, reinterpret_cast<const uint16_t* const*>(v), goff, R, c0, c1, o, d);
+        else pv_decode16(S, ldc, reinterpret_cast<const float* const*>(v), goff, R, c0, c1, o, d);
     }
 }
 
