@@ -382,10 +382,33 @@ struct Tile {
             for (int d = 0; d < hd; ++d) qk[r * hd + d] = q[r][d] * ks[d];
             bias[r] = dot_tree(q[r], kz, hd);
         }
-        // The AVX-512 kernel unpacks the block's keys into floats once for all rows: worth it for
-        // many rows. For a decode step's 1-4 rows a kv head, unpacking in registers as the loops
-        // below do is faster (bench_attention quantized:4, 9:3:64, 2,048 tokens, Zen 5: 231 -> 214
-        // us with 1 thread, 122 -> 110 with 2) and gives the same bits.
+        // The AVX-512 scores kernel unpacks the block's keys into floats once for all rows: worth
+        // it for many rows. A decode step's 1-4 rows a kv head unpack in registers instead, faster
+        // (the AVX2 loops below: bench_attention quantized:4, 9:3:64, 2,048 tokens, Zen 5: 231 ->
+        // 214 us with 1 thread, 122 -> 110 with 2) with the same bits; with AVX-512 in a kernel of
+        // their own, two columns a register and the codes made floats by a table permutation
+        // (the same chains and tree, fewer operations): bench_attention quantized:4, 9:3:64, 4,096 tokens, 1 thread, Zen 4: 352 -> 304 us (and
+        // building the row pointers here and in pv_block without reloading `cols` after each
+        // store: -> 282; from memory 414 -> 361).
+        if (const auto* k512 = hd % 8 == 0 && R <= 4 ? kivi_kernels_512() : nullptr) {
+            thread_local std::vector<const uint8_t*> rows;
+            const int n = a1 - a0;
+            rows.resize(2 * static_cast<size_t>(n));
+            // (Locals, so that the loop does not reload them after each store.)
+            const uint8_t** rp = rows.data();
+            const Col* cl = cols;
+            const int* ac = act + a0;
+            const uint8_t* base = f.key_row(data, 0);
+            const uint8_t* next = next_block ? f.key_row(next_block, 0) : nullptr;
+            const int64_t stride = f.key_row(data, 1) - base;
+            for (int a = 0; a < n; ++a) {
+                const int64_t at = cl[ac[a]].j * stride;
+                rp[a] = base + at;
+                if (next) rp[n + a] = next + at;
+            }
+            k512->decode_scores(qk, R, hd, bias, rp, ac, n, NB, goff, S, ldc, next ? rp + n : nullptr, int64_t(hd) * NB / 8);
+            return;
+        }
         if (const auto* k512 = hd % 16 == 0 && R > 4 ? kivi_kernels_512() : nullptr) {
             thread_local std::vector<const uint8_t*> rows;
             thread_local std::vector<float> scratch;
@@ -737,14 +760,29 @@ struct Tile {
         if (!few) request_next_block(true);  // (rows_pass requests them row by row)
         thread_local std::vector<float> ps;
         if (k512) ps.resize(static_cast<size_t>(a1 - a0) * R * nk + static_cast<size_t>(a1 - a0) * 32);
-        if (few) {
-            thread_local std::vector<const float*> scale_zero;
-            scale_zero.resize(2 * static_cast<size_t>(a1 - a0));
-            for (int a = a0; a < a1; ++a) {
-                const int j = cols[act[a]].j;
-                scale_zero[2 * size_t(a - a0)] = f.value_scale(data, j) + goff / vg + k0;
-                scale_zero[2 * size_t(a - a0) + 1] = f.value_zero(data, j) + goff / vg + k0;
+        // The columns' value rows, and with few groups their scales and zeros. (Locals, so that
+        // the loop does not reload them after each store.)
+        thread_local std::vector<const uint8_t*> rows;
+        thread_local std::vector<const float*> scale_zero;
+        rows.resize(static_cast<size_t>(a1 - a0));
+        scale_zero.resize(2 * static_cast<size_t>(a1 - a0));
+        {
+            const uint8_t** rp = rows.data();
+            const float** sz = scale_zero.data();
+            const Col* cl = cols;
+            const int* ac = act + a0;
+            const uint8_t* row0 = f.value_row(data, 0);
+            const int64_t stride = f.value_row(data, 1) - row0, per = f.kv_dim / vg;
+            const float* vs0 = f.value_scale(data, 0) + goff / vg + k0;
+            const float* vz0 = f.value_zero(data, 0) + goff / vg + k0;
+            for (int a = 0; a < a1 - a0; ++a) {
+                const int64_t j = cl[ac[a]].j;
+                rp[a] = row0 + j * stride;
+                sz[2 * a] = vs0 + j * per;
+                sz[2 * a + 1] = vz0 + j * per;
             }
+        }
+        if (few) {
             // PS: also the probabilities times the scales, [column][row][group] (the AVX-512 kernel's).
             auto rows_pass = [&]<int RB, int NK, bool PS>(int r) {
                 __m128 zs[RB];
@@ -754,7 +792,7 @@ struct Tile {
                 if (next) request_row(next + f.v_scale, f.block_bytes - f.v_scale);  // every token's scales and zeros
                 for (int a = a0; a < a1; ++a) {
                     const int c = act[a];
-                    if (next) request_row(f.value_row(next, cols[c].j) + (goff + d0) * NB / 8, (d1 - d0) * NB / 8);
+                    if (next) request_row(next + (rows[size_t(a - a0)] - data) + (goff + d0) * NB / 8, (d1 - d0) * NB / 8);
                     const __m128 z4 = load_lanes<NK>(scale_zero[2 * size_t(a - a0) + 1]);
                     [[maybe_unused]] __m128 s4;
                     if constexpr (PS) s4 = load_lanes<NK>(scale_zero[2 * size_t(a - a0)]);
@@ -799,9 +837,6 @@ struct Tile {
                 }
             }
         }
-        thread_local std::vector<const uint8_t*> rows;
-        rows.clear();
-        for (int a = a0; a < a1; ++a) rows.push_back(f.value_row(data, cols[act[a]].j));
         if (k512) {
             // All rows at once: the AVX-512 kernel unpacks each value once for every row.
             if (!few) {

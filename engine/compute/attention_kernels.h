@@ -104,6 +104,12 @@ struct KiviKernels {
     // o[r][d + j] = fma(ps[(a * R + r) * nk + g[j / 16]], x[a * 16 * nv + j], o[r][d + j]) for a < n in
     // order, r < R, j < 16 * nv (nv 1 or 2).
     void (*dense_values)(const float* ps, int R, int nk, const int* g, const float* x, int n, int d, int nv, float* const* o);
+    // scores' values for a decode step's R <= 4 rows, read from the codes in registers (no
+    // scratch); hd a multiple of 8. With ahead set, also requests into L2 ahead_bytes from
+    // ahead[i] as column i is read (the next block's rows).
+    void (*decode_scores)(const float* qk, int R, int hd, const float* bias, const uint8_t* const* rows, const int* cols,
+                          int n, int nbits, int goff, float* S, int64_t ldc, const uint8_t* const* ahead,
+                          int64_t ahead_bytes);
 };
 const KiviKernels& avx512_kivi_kernels();
 

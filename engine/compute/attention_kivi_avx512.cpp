@@ -33,9 +33,12 @@ inline __m128i code_bytes8(const uint8_t* row, int c) {
 template <int NB>
 struct CodeLanes {
     __m512i pair_idx, pair_shift, run_idx, run_shift, mask;
+    __m512 table;
     CodeLanes() {
         alignas(64) int pi[16], ps[16], ri[16], rs[16];
+        alignas(64) float t[16];
         for (int l = 0; l < 16; ++l) {
+            t[l] = static_cast<float>(l % (1 << NB));
             const int in8 = l % 8;
             pi[l] = (l < 8 ? 0 : 2) + in8 * NB / 32;
             ps[l] = in8 * NB % 32;
@@ -47,10 +50,14 @@ struct CodeLanes {
         run_idx = _mm512_load_si512(ri);
         run_shift = _mm512_load_si512(rs);
         mask = _mm512_set1_epi32((1 << NB) - 1);
+        table = _mm512_load_ps(t);
     }
     __m512 decode(__m128i raw, __m512i idx, __m512i shift) const {
-        const __m512i v = _mm512_permutexvar_epi32(idx, _mm512_castsi128_si512(raw));
-        return _mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srlv_epi32(v, shift), mask));
+        const __m512i v = _mm512_srlv_epi32(_mm512_permutexvar_epi32(idx, _mm512_castsi128_si512(raw)), shift);
+        // 4- and 2-bit codes: a permutation of a table of their values (vpermps reads an index's
+        // low 4 bits, so the neighbours shifted in above need no mask).
+        if constexpr (NB < 8) return _mm512_permutexvar_ps(v, table);
+        else return _mm512_cvtepi32_ps(_mm512_and_si512(v, mask));
     }
     // Channels [c, c + 8) of rows a (lanes 0-7) and b (lanes 8-15).
     __m512 pair(const uint8_t* a, const uint8_t* b, int c) const {
@@ -194,6 +201,124 @@ void kivi_scores(const float* qk, int R, int hd, const float* bias, const uint8_
     }
 }
 
+// A decode step's rows against a block's keys straight from the codes: two columns a register
+// (lanes 0-7 column j's chain, 8-15 column j + 4's), the row's 8 channels broadcast to both
+// halves, 8 columns a tile. A column's 8 codes arrive as one dword (4 bits), word (2 bits) or
+// qword (8 bits) broadcast to its half; 4- and 2-bit codes become floats by a permutation of a
+// table of their values (vpermps reads an index's low 4 bits, so the shifted-out neighbours above
+// them need no mask).
+template <int NB>
+struct CodeTable {
+    __m512i shift;
+    __m512 table;
+    CodeTable() {
+        alignas(64) int sh[16];
+        alignas(64) float t[16];
+        for (int l = 0; l < 16; ++l) {
+            sh[l] = l % 8 * NB;
+            t[l] = static_cast<float>(l % (1 << NB));
+        }
+        shift = _mm512_load_si512(sh);
+        table = _mm512_load_ps(t);
+    }
+    // Channels [c, c + 8) of rows a (lanes 0-7) and b (lanes 8-15).
+    __m512 pair(const uint8_t* a, const uint8_t* b, int c) const {
+        if constexpr (NB == 8) {
+            const __m128i raw = _mm_unpacklo_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(a + c)),
+                                                   _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b + c)));
+            return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(raw));
+        } else {
+            __m512i w;
+            if constexpr (NB == 4) {
+                w = _mm512_mask_set1_epi32(_mm512_set1_epi32(load32(a + c / 2)), 0xff00, load32(b + c / 2));
+            } else {
+                w = _mm512_mask_set1_epi32(_mm512_set1_epi32(load16(a + c / 4)), 0xff00, load16(b + c / 4));
+            }
+            return _mm512_permutexvar_ps(_mm512_srlv_epi32(w, shift), table);
+        }
+    }
+    static int load32(const uint8_t* p) {
+        int v;
+        __builtin_memcpy(&v, p, 4);
+        return v;
+    }
+    static int load16(const uint8_t* p) {
+        uint16_t v;
+        __builtin_memcpy(&v, p, 2);
+        return v;
+    }
+};
+
+template <int NB>
+const CodeTable<NB>& code_table() {
+    static const CodeTable<NB> t;
+    return t;
+}
+
+template <int NB, int RB>
+void kivi_decode_scores_t(const float* qk, int hd, const float* bias, const uint8_t* const* rows, const int* cols, int n,
+                          int goff, float* S, int64_t ldc, const uint8_t* const* ahead, int64_t ahead_bytes) {
+    const CodeTable<NB>& T = code_table<NB>();
+    const int64_t off = int64_t(goff) * NB / 8;
+    for (int i = 0; i < n; i += 8) {
+        const int nc = n - i < 8 ? n - i : 8;
+        const uint8_t* row[8];
+        for (int j = 0; j < 8; ++j) {
+            row[j] = rows[i + (j < nc ? j : nc - 1)];
+            if (ahead && j < nc) request_row(ahead[i + j] + off, ahead_bytes);
+        }
+        __m512 acc[RB][4];
+        for (int r = 0; r < RB; ++r)
+            for (int j = 0; j < 4; ++j) acc[r][j] = _mm512_setzero_ps();
+        for (int d = 0; d < hd; d += 8) {
+            __m512 x[4];
+            for (int j = 0; j < 4; ++j) x[j] = T.pair(row[j], row[j + 4], goff + d);
+            for (int r = 0; r < RB; ++r) {
+                const __m512 qv = _mm512_broadcast_f32x8(_mm256_loadu_ps(qk + r * hd + d));
+                for (int j = 0; j < 4; ++j) acc[r][j] = _mm512_fmadd_ps(qv, x[j], acc[r][j]);
+            }
+        }
+        // As scores_tile's reduction: lane j of quarter 0 the tree of column j's chain, of
+        // quarter 2 column j + 4's; gathered into lanes 0-7.
+        const __m512i gather = _mm512_setr_epi32(0, 1, 2, 3, 8, 9, 10, 11, 0, 0, 0, 0, 0, 0, 0, 0);
+        const bool run = cols[i + nc - 1] - cols[i] == nc - 1;
+        for (int r = 0; r < RB; ++r) {
+            const __m512 h2 = hadd512(hadd512(acc[r][0], acc[r][1]), hadd512(acc[r][2], acc[r][3]));
+            __m512 red = _mm512_add_ps(h2, _mm512_shuffle_f32x4(h2, h2, _MM_SHUFFLE(2, 3, 0, 1)));
+            red = _mm512_add_ps(_mm512_permutexvar_ps(gather, red), _mm512_set1_ps(bias[r]));
+            float* sr = S + r * ldc;
+            if (run) {
+                _mm256_mask_storeu_ps(sr + cols[i], __mmask8((1u << nc) - 1), _mm512_castps512_ps256(red));
+            } else {
+                alignas(32) float out[8];
+                _mm256_store_ps(out, _mm512_castps512_ps256(red));
+                for (int j = 0; j < nc; ++j) sr[cols[i + j]] = out[j];
+            }
+        }
+    }
+}
+
+template <int NB>
+void kivi_decode_scores_nb(const float* qk, int R, int hd, const float* bias, const uint8_t* const* rows, const int* cols,
+                           int n, int goff, float* S, int64_t ldc, const uint8_t* const* ahead, int64_t ahead_bytes) {
+    switch (R) {
+        case 4: return kivi_decode_scores_t<NB, 4>(qk, hd, bias, rows, cols, n, goff, S, ldc, ahead, ahead_bytes);
+        case 3: return kivi_decode_scores_t<NB, 3>(qk, hd, bias, rows, cols, n, goff, S, ldc, ahead, ahead_bytes);
+        case 2: return kivi_decode_scores_t<NB, 2>(qk, hd, bias, rows, cols, n, goff, S, ldc, ahead, ahead_bytes);
+        default: return kivi_decode_scores_t<NB, 1>(qk, hd, bias, rows, cols, n, goff, S, ldc, ahead, ahead_bytes);
+    }
+}
+
+void kivi_decode_scores(const float* qk, int R, int hd, const float* bias, const uint8_t* const* rows, const int* cols,
+                        int n, int nbits, int goff, float* S, int64_t ldc, const uint8_t* const* ahead,
+                        int64_t ahead_bytes) {
+    switch (nbits) {
+        case 8: return kivi_decode_scores_nb<8>(qk, R, hd, bias, rows, cols, n, goff, S, ldc, ahead, ahead_bytes);
+        case 4: return kivi_decode_scores_nb<4>(qk, R, hd, bias, rows, cols, n, goff, S, ldc, ahead, ahead_bytes);
+        default: return kivi_decode_scores_nb<2>(qk, R, hd, bias, rows, cols, n, goff, S, ldc, ahead, ahead_bytes);
+    }
+}
+
 // Rows [r, r + RB) over the columns for channels [d, d + 16 * NV); x(a, v): column a's channels
 // [d + 16 v, d + 16 v + 16) as floats.
 template <int RB, int NV, class X>
@@ -257,11 +382,17 @@ void kivi_values_t(const float* ps, int R, int nk, int k0, int vg, const uint8_t
             values_rows<NV>(ps, R, nk, g, [&](int a, int v) { return L.run(rows[a], goff + d + 16 * v); }, n, d, o);
             return;
         }
-        for (int a = 0; a < n; ++a)
-            for (int v = 0; v < NV; ++v) _mm512_storeu_ps(scratch + (a * NV + v) * 16, L.run(rows[a], goff + d + 16 * v));
-        float_values<NV>(ps, R, nk, g, scratch, n, d, o);
+        if constexpr (NV <= 2) {
+            for (int a = 0; a < n; ++a)
+                for (int v = 0; v < NV; ++v) _mm512_storeu_ps(scratch + (a * NV + v) * 16, L.run(rows[a], goff + d + 16 * v));
+            float_values<NV>(ps, R, nk, g, scratch, n, d, o);
+        }
     };
     int d = d0;
+    // A decode step's rows over 64 channels in one pass: each column's codes read once, 16
+    // chains for 4 rows.
+    if (direct)
+        for (; d + 64 <= d1; d += 64) pass.template operator()<4>(d);
     for (; d + 32 <= d1; d += 32) pass.template operator()<2>(d);
     for (; d < d1; d += 16) pass.template operator()<1>(d);
 }
@@ -278,7 +409,7 @@ void kivi_values(const float* ps, int R, int nk, int k0, int vg, const uint8_t* 
 }  // namespace
 
 const KiviKernels& avx512_kivi_kernels() {
-    static const KiviKernels k{kivi_scores, kivi_values, dense_scores, dense_values};
+    static const KiviKernels k{kivi_scores, kivi_values, dense_scores, dense_values, kivi_decode_scores};
     return k;
 }
 

@@ -344,6 +344,11 @@ private Q_SLOTS:
         // cut 4 + 2).
         QTest::newRow("kivi decode three rows a kv head") << 9 << 3 << 64 << 1 << 600 << 0 << 0 << false << 0.0f << 1 << false << 4 << 560 << 64;
         QTest::newRow("kivi decode six rows, two groups") << 6 << 1 << 128 << 1 << 300 << 0 << 0 << false << 0.0f << 2 << false << 2 << 256 << 64;
+        // A decode step's 1-4 rows a kv head over blocks of each width (the AVX-512 decode
+        // kernel: two columns a register), with windows, sinks and rings around them.
+        QTest::newRow("kivi 2-bit decode one row a kv head window") << 4 << 4 << 32 << 1 << 300 << 100 << 0 << false << 0.0f << 2 << true << 2 << 250 << 16;
+        QTest::newRow("kivi 4-bit decode four rows head_dim 256") << 4 << 1 << 256 << 1 << 400 << 0 << 0 << false << 0.0f << 1 << false << 4 << 320 << 64;
+        QTest::newRow("kivi 8-bit decode sinks window") << 6 << 2 << 64 << 1 << 500 << 64 << 4 << true << 0.0f << 2 << true << 8 << 420 << 16;
         QTest::newRow("kivi turn three groups") << 6 << 2 << 192 << 5 << 200 << 0 << 0 << false << 0.0f << 1 << false << 8 << 160 << 64;
     }
 
