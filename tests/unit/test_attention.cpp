@@ -349,6 +349,9 @@ private Q_SLOTS:
         QTest::newRow("kivi 2-bit decode one row a kv head window") << 4 << 4 << 32 << 1 << 300 << 100 << 0 << false << 0.0f << 2 << true << 2 << 250 << 16;
         QTest::newRow("kivi 4-bit decode four rows head_dim 256") << 4 << 1 << 256 << 1 << 400 << 0 << 0 << false << 0.0f << 1 << false << 4 << 320 << 64;
         QTest::newRow("kivi 8-bit decode sinks window") << 6 << 2 << 64 << 1 << 500 << 64 << 4 << true << 0.0f << 2 << true << 8 << 420 << 16;
+        // ... and in one value group of 64 channels (the zero sums ride along the values).
+        QTest::newRow("kivi 8-bit decode one value group, sinks") << 6 << 2 << 64 << 1 << 500 << 0 << 4 << true << 0.0f << 2 << true << 8 << 420 << 64;
+        QTest::newRow("kivi 2-bit decode one value group, two rows") << 4 << 2 << 64 << 1 << 330 << 0 << 0 << false << 0.0f << 1 << false << 2 << 300 << 64;
         QTest::newRow("kivi turn three groups") << 6 << 2 << 192 << 5 << 200 << 0 << 0 << false << 0.0f << 1 << false << 8 << 160 << 64;
     }
 
