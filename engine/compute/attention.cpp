@@ -790,12 +790,16 @@ struct Tile {
                 float* pa = PS ? ps.data() + r * NK : nullptr;
                 const uint8_t* next = r == 0 ? next_block : nullptr;
                 if (next) request_row(next + f.v_scale, f.block_bytes - f.v_scale);  // every token's scales and zeros
+                // (Locals: the loop's stores would otherwise reload them every column.)
+                const uint8_t* const* rp = rows.data();
+                const float* const* szp = scale_zero.data();
+                const int64_t ahead_off = int64_t(goff + d0) * NB / 8, ahead_bytes = int64_t(d1 - d0) * NB / 8;
                 for (int a = a0; a < a1; ++a) {
                     const int c = act[a];
-                    if (next) request_row(next + (rows[size_t(a - a0)] - data) + (goff + d0) * NB / 8, (d1 - d0) * NB / 8);
-                    const __m128 z4 = load_lanes<NK>(scale_zero[2 * size_t(a - a0) + 1]);
+                    if (next) request_row(next + (rp[a - a0] - data) + ahead_off, ahead_bytes);
+                    const __m128 z4 = load_lanes<NK>(szp[2 * (a - a0) + 1]);
                     [[maybe_unused]] __m128 s4;
-                    if constexpr (PS) s4 = load_lanes<NK>(scale_zero[2 * size_t(a - a0)]);
+                    if constexpr (PS) s4 = load_lanes<NK>(szp[2 * (a - a0)]);
                     for (int i = 0; i < RB; ++i) {
                         const __m128 pr = _mm_set1_ps(S[(r + i) * ldc + c]);
                         if constexpr (PS) store_lanes<NK>(pa + i * NK, _mm_mul_ps(pr, s4));
