@@ -911,9 +911,17 @@ struct Tile {
 
 // The columns (indexes into cols) some query at positions [pmin, pmax] may see.
 void active_columns(const AttentionInput& in, const std::vector<Col>& cols, int32_t pmin, int32_t pmax, std::vector<int>& act) {
-    act.clear();
-    for (size_t c = 0; c < cols.size(); ++c)
-        if (maybe_seen(cols[c], pmin, pmax, in.window)) act.push_back(static_cast<int>(c));
+    // Written by index and kept by count, without a branch: a decode step walks thousands of
+    // columns per kv head, nearly all of them seen.
+    act.resize(cols.size());
+    int* out = act.data();
+    const Col* cl = cols.data();
+    size_t k = 0;
+    for (size_t c = 0; c < cols.size(); ++c) {
+        out[k] = static_cast<int>(c);
+        k += maybe_seen(cl[c], pmin, pmax, in.window);
+    }
+    act.resize(k);
 }
 
 // Row pointers of the tile of queries [t0, t1) for kv head g; with `columns`, also the columns
