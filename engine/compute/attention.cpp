@@ -387,9 +387,9 @@ struct Tile {
         // (the AVX2 loops below: bench_attention quantized:4, 9:3:64, 2,048 tokens, Zen 5: 231 ->
         // 214 us with 1 thread, 122 -> 110 with 2) with the same bits; with AVX-512 in a kernel of
         // their own, two columns a register and the codes made floats by a table permutation
-        // (the same chains and tree, fewer operations): bench_attention quantized:4, 9:3:64, 4,096 tokens, 1 thread, Zen 4: 352 -> 304 us (and
-        // building the row pointers here and in pv_block without reloading `cols` after each
-        // store: -> 282; from memory 414 -> 361).
+        // (the same chains and tree, fewer operations): bench_attention quantized:4, 9:3:64,
+        // 4,096 tokens, 1 thread, Zen 4: 352 -> 304 us (and building the row pointers here and
+        // in pv_block without reloading `cols` after each store: -> 282; from memory 414 -> 361).
         if (const auto* k512 = hd % 8 == 0 && R <= 4 ? kivi_kernels_512() : nullptr) {
             thread_local std::vector<const uint8_t*> rows;
             const int n = a1 - a0;
@@ -760,7 +760,7 @@ struct Tile {
         if (!few) request_next_block(true);  // (rows_pass requests them row by row)
         thread_local std::vector<float> ps;
         if (k512) ps.resize(static_cast<size_t>(a1 - a0) * R * nk + static_cast<size_t>(a1 - a0) * 32);
-        // The columns' value rows, and with few groups their scales and zeros. (Locals, so that
+        // The columns' value rows, and their scales and zeros from group k0 on. (Locals, so that
         // the loop does not reload them after each store.)
         thread_local std::vector<const uint8_t*> rows;
         thread_local std::vector<const float*> scale_zero;
@@ -834,21 +834,19 @@ struct Tile {
         } else {
             for (int a = a0; a < a1; ++a) {
                 const int c = act[a];
-                const float* vz = f.value_zero(data, cols[c].j) + goff / vg;
+                const float* vz = scale_zero[2 * size_t(a - a0) + 1];
                 for (int r = 0; r < R; ++r) {
                     const float pr = S[r * ldc + c];
-                    for (int k = k0; k < k1; ++k) zsum[r * nk + k - k0] = std::fma(pr, vz[k], zsum[r * nk + k - k0]);
+                    for (int k = 0; k < nk; ++k) zsum[r * nk + k] = std::fma(pr, vz[k], zsum[r * nk + k]);
                 }
             }
         }
         if (k512) {
             // All rows at once: the AVX-512 kernel unpacks each value once for every row.
             if (!few) {
-                for (int a = a0; a < a1; ++a) {
-                    const int c = act[a];
-                    const float* vs = f.value_scale(data, cols[c].j) + goff / vg + k0;
-                    scale_probabilities(c, 0, R, vs, nk, ps.data() + static_cast<size_t>(a - a0) * R * nk);
-                }
+                for (int a = a0; a < a1; ++a)
+                    scale_probabilities(act[a], 0, R, scale_zero[2 * size_t(a - a0)], nk,
+                                        ps.data() + static_cast<size_t>(a - a0) * R * nk);
             }
             k512->values(ps.data(), R, nk, k0, vg, rows.data(), a1 - a0, NB, goff, d0, d1, o,
                          ps.data() + static_cast<size_t>(a1 - a0) * R * nk);
@@ -857,11 +855,9 @@ struct Tile {
             ps.resize(static_cast<size_t>(a1 - a0) * kRows * nk);
             for (int r = 0; r < R; r += kRows) {
                 const int nr = std::min(kRows, R - r);
-                for (int a = a0; a < a1; ++a) {
-                    const int c = act[a];
-                    const float* vs = f.value_scale(data, cols[c].j) + goff / vg + k0;
-                    scale_probabilities(c, r, nr, vs, nk, ps.data() + static_cast<size_t>(a - a0) * nr * nk);
-                }
+                for (int a = a0; a < a1; ++a)
+                    scale_probabilities(act[a], r, nr, scale_zero[2 * size_t(a - a0)], nk,
+                                        ps.data() + static_cast<size_t>(a - a0) * nr * nk);
                 switch (nr) {
                     case 4: pv_block_rows<NB, 4>(r, d0, d1, a0, a1, k0, nk, ps.data(), rows.data()); break;
                     case 3: pv_block_rows<NB, 3>(r, d0, d1, a0, a1, k0, nk, ps.data(), rows.data()); break;

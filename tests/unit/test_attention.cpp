@@ -352,6 +352,9 @@ private Q_SLOTS:
         // ... and in one value group of 64 channels (the zero sums ride along the values).
         QTest::newRow("kivi 8-bit decode one value group, sinks") << 6 << 2 << 64 << 1 << 500 << 0 << 4 << true << 0.0f << 2 << true << 8 << 420 << 64;
         QTest::newRow("kivi 2-bit decode one value group, two rows") << 4 << 2 << 64 << 1 << 330 << 0 << 0 << false << 0.0f << 1 << false << 2 << 300 << 64;
+        // More than four value groups a head (the zero sums' loop over groups, not registers).
+        QTest::newRow("kivi eight value groups a head") << 4 << 2 << 128 << 3 << 200 << 0 << 0 << false << 0.0f << 1 << false << 4 << 160 << 16;
+        QTest::newRow("kivi decode eight value groups a head") << 6 << 2 << 128 << 1 << 300 << 0 << 0 << false << 0.0f << 2 << false << 2 << 256 << 16;
         QTest::newRow("kivi turn three groups") << 6 << 2 << 192 << 5 << 200 << 0 << 0 << false << 0.0f << 1 << false << 8 << 160 << 64;
     }
 
