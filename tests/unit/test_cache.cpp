@@ -1468,14 +1468,33 @@ private slots:
         a.resize(100);
         for (size_t i = 0; i < 100; ++i) QCOMPARE(a.data()[i], uint8_t(0));
         std::memset(a.data(), 7, 100);
-        a.resize(3 << 20);  // past a huge page: remapped, not copied
+        a.resize(300 << 10);  // small pages: remapped
         QCOMPARE(a.data()[99], uint8_t(7));
         QCOMPARE(a.data()[100], uint8_t(0));
+        a.data()[(300 << 10) - 1] = 9;
+        a.resize(3 << 20);  // past 512 KiB: copied into whole huge pages
+        QCOMPARE(a.data()[99], uint8_t(7));
+        QCOMPARE(a.data()[100], uint8_t(0));
+        QCOMPARE(a.data()[(300 << 10) - 1], uint8_t(9));
         QCOMPARE(a.data()[(3 << 20) - 1], uint8_t(0));
+        a.data()[(3 << 20) - 1] = 11;
+        a.resize(5 << 20);  // huge pages moved, not copied
+        QCOMPARE(a.data()[99], uint8_t(7));
+        QCOMPARE(a.data()[(300 << 10) - 1], uint8_t(9));
+        QCOMPARE(a.data()[(3 << 20) - 1], uint8_t(11));
+        QCOMPARE(a.data()[3 << 20], uint8_t(0));
+        QCOMPARE(a.data()[(5 << 20) - 1], uint8_t(0));
+#if !defined(__SANITIZE_ADDRESS__)
+        // Where the kernel can back it with 2 MiB pages.
+        QCOMPARE(reinterpret_cast<uintptr_t>(a.data()) % (uintptr_t(2) << 20), uintptr_t(0));
+#endif
         a.resize(50);  // what is given up reads as zero when it comes back
         a.resize(100);
         QCOMPARE(a.data()[49], uint8_t(7));
         QCOMPARE(a.data()[50], uint8_t(0));
+        a.resize(3 << 20);
+        QCOMPARE(a.data()[(300 << 10) - 1], uint8_t(0));
+        QCOMPARE(a.data()[(3 << 20) - 1], uint8_t(0));
 
         QTemporaryDir dir;
         const std::string path = (dir.path() + "/f").toStdString();
