@@ -16,8 +16,8 @@ namespace {
 constexpr int R = kInterleavedRows;
 
 // The layout's parts for t, or an error naming a type without the layout.
-interleaved::GroupParts parts(TensorType t, int64_t nb) {
-    const interleaved::GroupParts p = interleaved::group_parts(t, nb);
+interleaved::GroupParts parts(TensorType t) {
+    const interleaved::GroupParts p = interleaved::group_parts(t);
     if (p.block == 0) throw Error("interleave: no interleaved layout for " + std::string(traits(t).name));
     return p;
 }
@@ -26,17 +26,18 @@ interleaved::GroupParts parts(TensorType t, int64_t nb) {
 // [first, first + n) of the group are read or written when going back.
 void convert_group(TensorType t, int64_t nb, uint8_t* plain, size_t stride, uint8_t* group, int first, int n,
                    bool to_plain) {
-    const interleaved::GroupParts p = parts(t, nb);
-    for (int r = first; r < first + n; ++r) {
-        uint8_t* row = plain + size_t(r - first) * stride;
-        for (int64_t b = 0; b < nb; ++b) {
-            const size_t bi = size_t(b);
-            auto d16 = [&](size_t part) { return group + part + 32 * bi + 2 * size_t(r); };
+    const interleaved::GroupParts p = parts(t);
+    for (int64_t b = 0; b < nb; ++b) {
+        const size_t bi = size_t(b);
+        const interleaved::BlockPlace at = interleaved::block_place(p, nb, bi);
+        for (int r = first; r < first + n; ++r) {
+            uint8_t* row = plain + size_t(r - first) * stride;
+            auto d16 = [&](size_t part) { return group + part + 2 * size_t(r); };
+            uint8_t* v = group + at.values + 4 * size_t(r);
             if (t == TensorType::Q8_0) {
                 auto* blk = reinterpret_cast<BlockQ8_0*>(row + sizeof(BlockQ8_0) * bi);
-                uint8_t* v = group + 512 * bi + 4 * size_t(r);
-                if (to_plain) std::memcpy(&blk->d, d16(p.d), 2);
-                else std::memcpy(d16(p.d), &blk->d, 2);
+                if (to_plain) std::memcpy(&blk->d, d16(at.d), 2);
+                else std::memcpy(d16(at.d), &blk->d, 2);
                 for (int l = 0; l < 8; ++l)
                     for (int j = 0; j < 4; ++j) {
                         uint8_t& q = reinterpret_cast<uint8_t&>(blk->qs[4 * l + j]);
@@ -51,18 +52,18 @@ void convert_group(TensorType t, int64_t nb, uint8_t* plain, size_t stride, uint
                 auto* blk = reinterpret_cast<BlockQ4_1*>(row + sizeof(BlockQ4_1) * bi);
                 qs = blk->qs;
                 if (to_plain) {
-                    std::memcpy(&blk->d, d16(p.d), 2);
-                    std::memcpy(&blk->m, d16(p.m), 2);
+                    std::memcpy(&blk->d, d16(at.d), 2);
+                    std::memcpy(&blk->m, d16(at.m), 2);
                 } else {
-                    std::memcpy(d16(p.d), &blk->d, 2);
-                    std::memcpy(d16(p.m), &blk->m, 2);
+                    std::memcpy(d16(at.d), &blk->d, 2);
+                    std::memcpy(d16(at.m), &blk->m, 2);
                 }
             } else {
                 auto* blk = reinterpret_cast<BlockQ5_0*>(row + sizeof(BlockQ5_0) * bi);
                 qs = blk->qs;
-                uint8_t* masks = group + p.masks + 64 * bi;
+                uint8_t* masks = group + at.masks;
                 if (to_plain) {
-                    std::memcpy(&blk->d, d16(p.d), 2);
+                    std::memcpy(&blk->d, d16(at.d), 2);
                     uint32_t qh = 0;
                     for (int l = 0; l < 8; ++l) {
                         uint64_t m;
@@ -71,7 +72,7 @@ void convert_group(TensorType t, int64_t nb, uint8_t* plain, size_t stride, uint
                     }
                     std::memcpy(blk->qh, &qh, 4);
                 } else {
-                    std::memcpy(d16(p.d), &blk->d, 2);
+                    std::memcpy(d16(at.d), &blk->d, 2);
                     uint32_t qh;
                     std::memcpy(&qh, blk->qh, 4);
                     for (int l = 0; l < 8; ++l) {
@@ -82,7 +83,6 @@ void convert_group(TensorType t, int64_t nb, uint8_t* plain, size_t stride, uint
                     }
                 }
             }
-            uint8_t* v = group + 256 * bi + 4 * size_t(r);
             for (int k = 0; k < 4; ++k) {
                 if (to_plain) std::memcpy(qs + 4 * k, v + 64 * k, 4);
                 else std::memcpy(v + 64 * k, qs + 4 * k, 4);

@@ -57,18 +57,17 @@ inline void nibbles(__m256i packed, __m256i* w) {
 template <int NT>
 void q8_0_group(const uint8_t* group, int64_t nb, const Token8* const* x, float* const* y) {
     const size_t n = size_t(nb);
-    const GroupParts parts = group_parts(TensorType::Q8_0, nb);
-    const uint8_t* scales = group + parts.d;
+    const GroupParts parts = group_parts(TensorType::Q8_0);
     const __m256i flip = _mm256_set1_epi8(char(0x80));
     for (int h = 0; h < 2; ++h) {
         __m256 acc[NT][8];
         for (int t = 0; t < NT; ++t)
             for (int l = 0; l < 8; ++l) acc[t][l] = _mm256_setzero_ps();
         for (size_t b = 0; b < n; ++b) {
-            if (h == 0) request_ahead(group, parts, nb, b);  // during the first half's pass
+            const BlockPlace at = block_place(parts, nb, b);
             __m256 d[NT];
-            token_scales<NT>(load_scales8(scales + 32 * b + 16 * h), x, b, d);
-            const uint8_t* v = group + 512 * b + 32 * h;
+            token_scales<NT>(load_scales8(group + at.d + 16 * h), x, b, d);
+            const uint8_t* v = group + at.values + 32 * h;
             for (int l = 0; l < 8; ++l) {
                 // Signed again, then |w| against x with w's sign (ggml's mul_sum_i8_pairs).
                 const __m256i w = _mm256_xor_si256(load256(v + 64 * l), flip);
@@ -86,25 +85,23 @@ void q8_0_group(const uint8_t* group, int64_t nb, const Token8* const* x, float*
 template <int NT>
 void q5_0_group(const uint8_t* group, int64_t nb, const Token8* const* x, float* const* y) {
     const size_t n = size_t(nb);
-    const GroupParts parts = group_parts(TensorType::Q5_0, nb);
-    const uint8_t* masks = group + parts.masks;
-    const uint8_t* scales = group + parts.d;
+    const GroupParts parts = group_parts(TensorType::Q5_0);
     for (int h = 0; h < 2; ++h) {
         __m256 acc[NT][8];
         for (int t = 0; t < NT; ++t)
             for (int l = 0; l < 8; ++l) acc[t][l] = _mm256_setzero_ps();
         for (size_t b = 0; b < n; ++b) {
-            if (h == 0) request_ahead(group, parts, nb, b);
+            const BlockPlace at = block_place(parts, nb, b);
             __m256 d[NT];
-            token_scales<NT>(load_scales8(scales + 32 * b + 16 * h), x, b, d);
-            const uint8_t* v = group + 256 * b + 32 * h;
+            token_scales<NT>(load_scales8(group + at.d + 16 * h), x, b, d);
+            const uint8_t* v = group + at.values + 32 * h;
             for (int k = 0; k < 4; ++k) {
                 __m256i nib[2];
                 nibbles(load256(v + 64 * k), nib);
                 for (int e = 0; e < 2; ++e) {
                     const int l = k + 4 * e;
                     uint32_t bits;
-                    std::memcpy(&bits, masks + 64 * b + 8 * l + 4 * h, 4);
+                    std::memcpy(&bits, group + at.masks + 8 * l + 4 * h, 4);
                     const __m256i u = _mm256_or_si256(nib[e], fifth_bits(bits));
                     for (int t = 0; t < NT; ++t) {
                         const __m256i s = _mm256_add_epi32(lane_sums(u, _mm256_set1_epi32(load_i32(x[t]->q + 32 * b + 4 * l))),
@@ -121,9 +118,7 @@ void q5_0_group(const uint8_t* group, int64_t nb, const Token8* const* x, float*
 template <int NT>
 void q4_1_group(const uint8_t* group, int64_t nb, const BlockQ8_1* const* x, float* const* y) {
     const size_t n = size_t(nb);
-    const GroupParts parts = group_parts(TensorType::Q4_1, nb);
-    const uint8_t* scales = group + parts.d;
-    const uint8_t* mins = group + parts.m;
+    const GroupParts parts = group_parts(TensorType::Q4_1);
     for (int h = 0; h < 2; ++h) {
         __m256 acc[NT][8], msum[NT];
         for (int t = 0; t < NT; ++t) {
@@ -131,14 +126,14 @@ void q4_1_group(const uint8_t* group, int64_t nb, const BlockQ8_1* const* x, flo
             for (int l = 0; l < 8; ++l) acc[t][l] = _mm256_setzero_ps();
         }
         for (size_t b = 0; b < n; ++b) {
-            if (h == 0) request_ahead(group, parts, nb, b);
-            const __m256 dw = load_scales8(scales + 32 * b + 16 * h), mw = load_scales8(mins + 32 * b + 16 * h);
+            const BlockPlace at = block_place(parts, nb, b);
+            const __m256 dw = load_scales8(group + at.d + 16 * h), mw = load_scales8(group + at.m + 16 * h);
             __m256 d[NT];
             for (int t = 0; t < NT; ++t) {
                 d[t] = _mm256_mul_ps(dw, _mm256_set1_ps(_cvtsh_ss(x[t][b].d)));
                 msum[t] = _mm256_add_ps(msum[t], _mm256_mul_ps(mw, _mm256_set1_ps(_cvtsh_ss(x[t][b].s))));
             }
-            const uint8_t* v = group + 256 * b + 32 * h;
+            const uint8_t* v = group + at.values + 32 * h;
             for (int k = 0; k < 4; ++k) {
                 __m256i w[2];
                 nibbles(load256(v + 64 * k), w);

@@ -63,17 +63,15 @@ inline void nibbles(__m512i packed, __m512i* w) {
 template <int NT>
 void q8_0_group(const uint8_t* group, int64_t nb, const Token8* const* x, float* const* y) {
     const size_t n = size_t(nb);
-    const GroupParts parts = group_parts(TensorType::Q8_0, nb);
-    const uint8_t* values = group;
-    const uint8_t* scales = group + parts.d;
+    const GroupParts parts = group_parts(TensorType::Q8_0);
     __m512 acc[NT][8];
     for (int t = 0; t < NT; ++t)
         for (int l = 0; l < 8; ++l) acc[t][l] = _mm512_setzero_ps();
     for (size_t b = 0; b < n; ++b) {
-        request_ahead(group, parts, nb, b);
+        const BlockPlace at = block_place(parts, nb, b);
         __m512 d[NT];
-        token_scales<NT>(load_scales(scales + 32 * b), x, b, d);
-        const uint8_t* v = values + 512 * b;
+        token_scales<NT>(load_scales(group + at.d), x, b, d);
+        const uint8_t* v = group + at.values;
         for (int l = 0; l < 8; ++l) token_chains<NT>(_mm512_loadu_si512(v + 64 * l), x, b, l, d, acc);
     }
     for (int t = 0; t < NT; ++t) _mm512_storeu_ps(y[t], lane_tree(acc[t]));
@@ -82,20 +80,17 @@ void q8_0_group(const uint8_t* group, int64_t nb, const Token8* const* x, float*
 template <int NT>
 void q5_0_group(const uint8_t* group, int64_t nb, const Token8* const* x, float* const* y) {
     const size_t n = size_t(nb);
-    const GroupParts parts = group_parts(TensorType::Q5_0, nb);
-    const uint8_t* values = group;
-    const uint8_t* masks = group + parts.masks;
-    const uint8_t* scales = group + parts.d;
+    const GroupParts parts = group_parts(TensorType::Q5_0);
     const __m512i fifth = _mm512_set1_epi8(0x10);
     __m512 acc[NT][8];
     for (int t = 0; t < NT; ++t)
         for (int l = 0; l < 8; ++l) acc[t][l] = _mm512_setzero_ps();
     for (size_t b = 0; b < n; ++b) {
-        request_ahead(group, parts, nb, b);
+        const BlockPlace at = block_place(parts, nb, b);
         __m512 d[NT];
-        token_scales<NT>(load_scales(scales + 32 * b), x, b, d);
-        const uint8_t* v = values + 256 * b;
-        const uint8_t* m = masks + 64 * b;
+        token_scales<NT>(load_scales(group + at.d), x, b, d);
+        const uint8_t* v = group + at.values;
+        const uint8_t* m = group + at.masks;
         for (int k = 0; k < 4; ++k) {
             __m512i w[2];
             nibbles(_mm512_loadu_si512(v + 64 * k), w);
@@ -113,25 +108,22 @@ void q5_0_group(const uint8_t* group, int64_t nb, const Token8* const* x, float*
 template <int NT>
 void q4_1_group(const uint8_t* group, int64_t nb, const BlockQ8_1* const* x, float* const* y) {
     const size_t n = size_t(nb);
-    const GroupParts parts = group_parts(TensorType::Q4_1, nb);
-    const uint8_t* values = group;
-    const uint8_t* scales = group + parts.d;
-    const uint8_t* mins = group + parts.m;
+    const GroupParts parts = group_parts(TensorType::Q4_1);
     __m512 acc[NT][8], msum[NT];
     for (int t = 0; t < NT; ++t) {
         msum[t] = _mm512_setzero_ps();
         for (int l = 0; l < 8; ++l) acc[t][l] = _mm512_setzero_ps();
     }
     for (size_t b = 0; b < n; ++b) {
-        request_ahead(group, parts, nb, b);
-        const __m512 dw = load_scales(scales + 32 * b), mw = load_scales(mins + 32 * b);
+        const BlockPlace at = block_place(parts, nb, b);
+        const __m512 dw = load_scales(group + at.d), mw = load_scales(group + at.m);
         __m512 d[NT];
         for (int t = 0; t < NT; ++t) {
             d[t] = _mm512_mul_ps(dw, _mm512_set1_ps(_cvtsh_ss(x[t][b].d)));
             // The product of two fp16 values is exact: the add is the plain kernels' fma.
             msum[t] = _mm512_add_ps(msum[t], _mm512_mul_ps(mw, _mm512_set1_ps(_cvtsh_ss(x[t][b].s))));
         }
-        const uint8_t* v = values + 256 * b;
+        const uint8_t* v = group + at.values;
         for (int k = 0; k < 4; ++k) {
             __m512i w[2];
             nibbles(_mm512_loadu_si512(v + 64 * k), w);

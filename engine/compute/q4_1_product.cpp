@@ -223,7 +223,7 @@ void q4_1_products(const WeightMatrix* const* ws, float* const* ys, int count, c
             return static_cast<const uint8_t*>(w.data) + (s - first_step[i]) * kRowStep * int64_t(row_bytes(w.type, w.cols));
         };
         pool.parallel_for_dynamic(n_steps, grain, [&](int64_t s0, int64_t s1) {
-            // The piece's first two groups whole: the kernels request two groups ahead of theirs.
+            // The piece's first two groups whole, before the prefetchers have caught the stream.
             int j = 0;
             for (int64_t s = s0; s < std::min(s1, s0 + 2); ++s) {
                 const uint8_t* rows = step_rows(s, j);

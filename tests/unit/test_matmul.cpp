@@ -18,6 +18,7 @@
 #include <QtTest>
 
 #include <cmath>
+#include <algorithm>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -324,6 +325,42 @@ private slots:
     // test_q4_1_product), at every level (AVX-512: its own decode kernels; AVX2 and batches: rows
     // put back in the plain layout), 1-3 threads, one and two tokens and batches; the rearranging
     // loses no byte, and matrices it cannot hold are refused.
+    // The layout is read in one ascending pass (interleaved_rows.h: the CPU's prefetchers follow
+    // that at the memory's speed, not a second stream of scales): the group's cache lines, in the
+    // order the decode kernels first touch them (a block's scales, then Q4_1's minimums or Q5_0's
+    // masks, then its values), come in ascending order, every line once; every byte belongs to
+    // exactly one part; whole units keep the values on line boundaries.
+    void interleavedLayoutIsOneAscendingPass() {
+        for (TensorType type : {TensorType::Q4_1, TensorType::Q5_0, TensorType::Q8_0}) {
+            const interleaved::GroupParts p = interleaved::group_parts(type);
+            for (int64_t nb : {int64_t(1), int64_t(2), int64_t(5), int64_t(18), int64_t(48)}) {
+                const size_t bytes = size_t(kInterleavedRows) * row_bytes(type, 32 * nb);
+                const QByteArray where = QString("%1, %2 blocks").arg(QString::fromStdString(std::string(traits(type).name))).arg(nb).toLatin1();
+                std::vector<int> owners(bytes, 0);
+                std::vector<bool> seen((bytes + 63) / 64, false);
+                std::vector<size_t> first;
+                auto touch = [&](size_t offset, size_t n) {
+                    QVERIFY2(offset + n <= bytes, where.constData());
+                    for (size_t i = offset; i < offset + n; ++i) ++owners[i];
+                    for (size_t line = offset / 64; line <= (offset + n - 1) / 64; ++line)
+                        if (!seen[line]) seen[line] = true, first.push_back(line);
+                };
+                for (int64_t b = 0; b < nb; ++b) {
+                    const interleaved::BlockPlace at = interleaved::block_place(p, nb, size_t(b));
+                    touch(at.d, 32);
+                    if (type == TensorType::Q4_1) touch(at.m, 32);
+                    if (type == TensorType::Q5_0) touch(at.masks, 64);
+                    touch(at.values, p.values);
+                    const bool whole_unit = (b / int64_t(p.per_unit) + 1) * int64_t(p.per_unit) <= nb;
+                    if (whole_unit) QVERIFY2(at.values % 64 == 0, where.constData());
+                }
+                QVERIFY2(std::all_of(owners.begin(), owners.end(), [](int o) { return o == 1; }), where.constData());
+                QCOMPARE(first.size(), seen.size());
+                QVERIFY2(std::is_sorted(first.begin(), first.end()), where.constData());
+            }
+        }
+    }
+
     void interleavedRowsEqualPlain_data() {
         add_type_level_rows(std::initializer_list<TensorType>{TensorType::Q4_1, TensorType::Q5_0, TensorType::Q8_0});
     }
