@@ -390,32 +390,32 @@ struct Tile {
         // (the same chains and tree, fewer operations): bench_attention quantized:4, 9:3:64,
         // 4,096 tokens, 1 thread, Zen 4: 352 -> 304 us (and building the row pointers here and
         // in pv_block without reloading `cols` after each store: -> 282; from memory 414 -> 361).
-        if (const auto* k512 = hd % 8 == 0 && R <= 4 ? kivi_kernels_512() : nullptr) {
+        const auto* k512 = kivi_kernels_512();
+        const bool decode512 = k512 && hd % 8 == 0 && R <= 4, rows512 = k512 && hd % 16 == 0 && R > 4;
+        if (decode512 || rows512) {
+            // The columns' key rows (and, for the decode kernel's requests, the next block's).
             thread_local std::vector<const uint8_t*> rows;
             const int n = a1 - a0;
-            rows.resize(2 * static_cast<size_t>(n));
+            const uint8_t* next = decode512 && next_block ? f.key_row(next_block, 0) : nullptr;
+            rows.resize((next ? 2 : 1) * static_cast<size_t>(n));
             // (Locals, so that the loop does not reload them after each store.)
             const uint8_t** rp = rows.data();
             const Col* cl = cols;
             const int* ac = act + a0;
             const uint8_t* base = f.key_row(data, 0);
-            const uint8_t* next = next_block ? f.key_row(next_block, 0) : nullptr;
             const int64_t stride = f.key_row(data, 1) - base;
             for (int a = 0; a < n; ++a) {
                 const int64_t at = cl[ac[a]].j * stride;
                 rp[a] = base + at;
                 if (next) rp[n + a] = next + at;
             }
-            k512->decode_scores(qk, R, hd, bias, rp, ac, n, NB, goff, S, ldc, next ? rp + n : nullptr, int64_t(hd) * NB / 8);
-            return;
-        }
-        if (const auto* k512 = hd % 16 == 0 && R > 4 ? kivi_kernels_512() : nullptr) {
-            thread_local std::vector<const uint8_t*> rows;
-            thread_local std::vector<float> scratch;
-            rows.clear();
-            for (int a = a0; a < a1; ++a) rows.push_back(f.key_row(data, cols[act[a]].j));
-            scratch.resize(static_cast<size_t>(a1 - a0 + 65) * hd);
-            k512->scores(qk, R, hd, bias, rows.data(), act + a0, a1 - a0, NB, goff, S, ldc, scratch.data());
+            if (decode512) {
+                k512->decode_scores(qk, R, hd, bias, rp, ac, n, NB, goff, S, ldc, next ? rp + n : nullptr, int64_t(hd) * NB / 8);
+            } else {
+                thread_local std::vector<float> scratch;
+                scratch.resize(static_cast<size_t>(n + 65) * hd);
+                k512->scores(qk, R, hd, bias, rp, ac, n, NB, goff, S, ldc, scratch.data());
+            }
             return;
         }
         const int full = R / 8 * 8;
