@@ -41,7 +41,7 @@ uint8_t* map_huge(size_t bytes) {
     auto* r = static_cast<uint8_t*>(raw);
     auto* p = reinterpret_cast<uint8_t*>(round_up(reinterpret_cast<uintptr_t>(r), kHuge));
     if (p > r) ::munmap(r, static_cast<size_t>(p - r));
-    if (r + kHuge > p) ::munmap(p + bytes, static_cast<size_t>(r + kHuge - p));
+    ::munmap(p + bytes, static_cast<size_t>(r + kHuge - p));  // (r is page-aligned: p < r + kHuge)
     ::madvise(p, bytes, MADV_HUGEPAGE);  // advice only: without THP it is ignored
     return p;
 }
@@ -61,7 +61,9 @@ void GrowableArena::resize(size_t n) {
     if (n >= kHugeFrom) {
         const size_t want = round_up(n, kHuge);
         uint8_t* p = map_huge(want);
-        if (data_ && huge_) {
+        // Already in huge pages: the small-page mappings stay under kHugeFrom, a file's is split_.
+        const bool huge = data_ && !split_ && mapped_ >= kHuge;
+        if (huge) {
             // Huge pages move with their page tables to the new mapping's start.
             if (::mremap(data_, mapped_, mapped_, MREMAP_MAYMOVE | MREMAP_FIXED, p) == MAP_FAILED) {
                 ::munmap(p, want);
@@ -75,7 +77,6 @@ void GrowableArena::resize(size_t n) {
         data_ = p;
         mapped_ = want;
         size_ = n;
-        huge_ = true;
         split_ = false;
         return;
     }
@@ -117,7 +118,6 @@ bool GrowableArena::adopt_file(int fd, uint64_t offset, size_t len, size_t capac
     data_ = static_cast<uint8_t*>(p);
     mapped_ = want;
     size_ = capacity;
-    huge_ = false;
     split_ = true;  // (also without an anonymous tail: growing must not map more of the file)
     // The last file page continues with whatever follows in the file: zero it past the data.
     if (file_part > len) std::memset(data_ + len, 0, file_part - len);

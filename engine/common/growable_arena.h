@@ -34,7 +34,6 @@ private:
 #else
     size_t mapped_ = 0;  // bytes mapped (whole pages)
     bool split_ = false; // starts with a file mapping: growth copies instead of remapping
-    bool huge_ = false;  // mapped in whole huge pages from a 2 MiB boundary (growth moves them)
 #endif
     uint8_t* data_ = nullptr;
     size_t size_ = 0;
