@@ -388,34 +388,31 @@ struct Tile {
         // 214 us with 1 thread, 122 -> 110 with 2) with the same bits; with AVX-512 in a kernel of
         // their own, two columns a register and the codes made floats by a table permutation
         // (the same chains and tree, fewer operations): bench_attention quantized:4, 9:3:64,
-        // 4,096 tokens, 1 thread, Zen 4: 352 -> 304 us (and building the row pointers here and
-        // in pv_block without reloading `cols` after each store: -> 282; from memory 414 -> 361).
+        // 4,096 tokens, 1 thread, Zen 4: 352 -> 304 us). The columns of a block a decode step
+        // reads are consecutive, so the kernel steps through the rows by the block's stride (other
+        // column sets go by the loops below).
         const auto* k512 = kivi_kernels_512();
-        const bool decode512 = k512 && hd % 8 == 0 && R <= 4, rows512 = k512 && hd % 16 == 0 && R > 4;
-        if (decode512 || rows512) {
-            // The columns' key rows (and, for the decode kernel's requests, the next block's).
+        const int n = a1 - a0;
+        if (k512 && hd % 8 == 0 && R <= 4 && act[a1 - 1] - act[a0] == n - 1) {
+            const uint8_t* row0 = f.key_row(data, cols[act[a0]].j);
+            const int64_t stride = f.key_row(data, 1) - f.key_row(data, 0);
+            const uint8_t* ahead0 = next_block ? f.key_row(next_block, cols[act[a0]].j) : nullptr;
+            k512->decode_scores(qk, R, hd, bias, row0, stride, act[a0], n, NB, goff, S, ldc, ahead0, int64_t(hd) * NB / 8);
+            return;
+        }
+        if (k512 && hd % 16 == 0 && R > 4) {
+            // The columns' key rows. (Locals, so that the loop does not reload them after each store.)
             thread_local std::vector<const uint8_t*> rows;
-            const int n = a1 - a0;
-            const uint8_t* next = decode512 && next_block ? f.key_row(next_block, 0) : nullptr;
-            rows.resize((next ? 2 : 1) * static_cast<size_t>(n));
-            // (Locals, so that the loop does not reload them after each store.)
+            rows.resize(static_cast<size_t>(n));
             const uint8_t** rp = rows.data();
             const Col* cl = cols;
             const int* ac = act + a0;
             const uint8_t* base = f.key_row(data, 0);
             const int64_t stride = f.key_row(data, 1) - base;
-            for (int a = 0; a < n; ++a) {
-                const int64_t at = cl[ac[a]].j * stride;
-                rp[a] = base + at;
-                if (next) rp[n + a] = next + at;
-            }
-            if (decode512) {
-                k512->decode_scores(qk, R, hd, bias, rp, ac, n, NB, goff, S, ldc, next ? rp + n : nullptr, int64_t(hd) * NB / 8);
-            } else {
-                thread_local std::vector<float> scratch;
-                scratch.resize(static_cast<size_t>(n + 65) * hd);
-                k512->scores(qk, R, hd, bias, rp, ac, n, NB, goff, S, ldc, scratch.data());
-            }
+            for (int a = 0; a < n; ++a) rp[a] = base + cl[ac[a]].j * stride;
+            thread_local std::vector<float> scratch;
+            scratch.resize(static_cast<size_t>(n + 65) * hd);
+            k512->scores(qk, R, hd, bias, rp, ac, n, NB, goff, S, ldc, scratch.data());
             return;
         }
         const int full = R / 8 * 8;
@@ -752,6 +749,46 @@ struct Tile {
         // AVX-512 kernel's unpacking into scratch (which its R <= 4, <= 64-channel tiles avoid).
         const bool wide_few = R <= 4 && d1 - d0 > 64;
         const auto* k512 = vg % 16 == 0 && d0 % 16 == 0 && d1 % 16 == 0 && !wide_few ? kivi_kernels_512() : nullptr;
+        const bool few = nk <= 4;
+        const int n = a1 - a0;
+        if (k512 && few && R <= 4 && d1 - d0 <= 64 && act[a1 - 1] - act[a0] == n - 1) {
+            // A decode step's consecutive columns: one kernel reads the probabilities, scales,
+            // zeros and codes in one pass, stepping through the rows by the block's stride, instead
+            // of pointer tables and a pass for the zero sums and scaled probabilities before the
+            // values (the same operations in the same order; bench_attention quantized:4, 9:3:64,
+            // 4,096 tokens, 1 thread, Zen 4: 267 -> 222 us).
+            const int j0 = cols[act[a0]].j;
+            if (next_block) request_row(next_block + f.v_scale, f.block_bytes - f.v_scale);  // every token's scales and zeros
+            attention_kernels::DecodeValues dv{};
+            dv.S = S, dv.ldc = ldc, dv.c0 = act[a0], dv.n = n, dv.R = R;
+            dv.nk = nk, dv.k0 = k0, dv.vg = vg;
+            dv.row0 = f.value_row(data, j0), dv.stride = f.value_row(data, 1) - f.value_row(data, 0);
+            dv.vs0 = f.value_scale(data, j0) + goff / vg + k0, dv.vz0 = f.value_zero(data, j0) + goff / vg + k0;
+            dv.per = f.kv_dim / vg;
+            dv.nbits = NB, dv.goff = goff, dv.d0 = d0, dv.d1 = d1;
+            dv.o = o, dv.zsum = zsum;
+            dv.ahead0 = next_block ? f.value_row(next_block, j0) : nullptr;
+            k512->decode_values(dv);
+        } else {
+            pv_block_general<NB>(d0, d1, a0, a1, data, k512, k0, nk);
+        }
+        // Whole vectors where 8 channels share a value group.
+        const bool whole = vg % 8 == 0 && d0 % 8 == 0;
+        for (int r = 0; r < R; ++r) {
+            int d = d0;
+            for (; whole && d + 8 <= d1; d += 8)
+                _mm256_storeu_ps(o[r] + d, _mm256_add_ps(_mm256_loadu_ps(o[r] + d), _mm256_set1_ps(zsum[r * nk + d / vg - k0])));
+            for (; d < d1; ++d) o[r][d] += zsum[r * nk + d / vg - k0];
+        }
+    }
+
+    // pv_block's other cases: the columns' rows, scales and zeros as pointers, the zero sums (and
+    // for the AVX-512 kernel the scaled probabilities) in a pass of their own, then the values.
+    template <int NB>
+    void pv_block_general(int d0, int d1, int a0, int a1, const uint8_t* data, const attention_kernels::KiviKernels* k512,
+                          int k0, int nk) const {
+        const KiviFormat& f = *in.kivi;
+        const int vg = f.value_group;
         // Up to four value groups a head (head_dim 256 or 64 in groups of 64): the zero sums in
         // registers, four rows at a time (independent chains), across the columns; with the
         // AVX-512 kernel the scaled probabilities in the same pass. Column by column, every row's
@@ -865,14 +902,6 @@ struct Tile {
                     default: pv_block_rows<NB, 1>(r, d0, d1, a0, a1, k0, nk, ps.data(), rows.data()); break;
                 }
             }
-        }
-        // Whole vectors where 8 channels share a value group.
-        const bool whole = vg % 8 == 0 && d0 % 8 == 0;
-        for (int r = 0; r < R; ++r) {
-            int d = d0;
-            for (; whole && d + 8 <= d1; d += 8)
-                _mm256_storeu_ps(o[r] + d, _mm256_add_ps(_mm256_loadu_ps(o[r] + d), _mm256_set1_ps(zsum[r * nk + d / vg - k0])));
-            for (; d < d1; ++d) o[r][d] += zsum[r * nk + d / vg - k0];
         }
     }
 

@@ -84,6 +84,28 @@ void expf_avx512(const float* x, float* y, int n);
 const PrefillKernels& avx512_prefill_kernels();
 const DecodeKernels& avx512_decode_kernels();
 
+// A decode step's R <= 4 rows over n consecutive columns of a KIVI block and channels [d0, d1)
+// (multiples of 16, at most 64 of them; value groups k0 .. k0 + nk - 1, nk <= 4): for c = 0..n-1
+// in order, p = S[r * ldc + c0 + c], o[r][d] = fma(p * vs(c)[d / vg - k0], code_c[goff + d],
+// o[r][d]) and zsum[r * nk + k] = fma(p, vz(c)[k], zsum[r * nk + k]); column c's codes at row0 + c
+// * stride, its scales and zeros (from group k0) at vs0 / vz0 + c * per. With ahead0 set, the
+// same channels of the next block's rows (ahead0 + c * stride) are requested into L2 on the way.
+struct DecodeValues {
+    const float* S;
+    int64_t ldc;
+    int c0, n, R;
+    int nk, k0, vg;
+    const uint8_t* row0;
+    int64_t stride;
+    const float* vs0;
+    const float* vz0;
+    int64_t per;
+    int nbits, goff, d0, d1;
+    float* const* o;
+    float* zsum;
+    const uint8_t* ahead0;
+};
+
 // Attention over KIVI blocks (attention.cpp; its AVX-512 kernels: attention_kivi_avx512.cpp),
 // the same values as attention.cpp's 256-bit loops.
 struct KiviKernels {
@@ -104,12 +126,14 @@ struct KiviKernels {
     // o[r][d + j] = fma(ps[(a * R + r) * nk + g[j / 16]], x[a * 16 * nv + j], o[r][d + j]) for a < n in
     // order, r < R, j < 16 * nv (nv 1 or 2).
     void (*dense_values)(const float* ps, int R, int nk, const int* g, const float* x, int n, int d, int nv, float* const* o);
-    // scores' values for a decode step's R <= 4 rows, read from the codes in registers (no
-    // scratch); hd a multiple of 8. With ahead set, also requests into L2 ahead_bytes from
-    // ahead[i] as column i is read (the next block's rows).
-    void (*decode_scores)(const float* qk, int R, int hd, const float* bias, const uint8_t* const* rows, const int* cols,
-                          int n, int nbits, int goff, float* S, int64_t ldc, const uint8_t* const* ahead,
-                          int64_t ahead_bytes);
+    // scores' values for a decode step's R <= 4 rows over consecutive columns, read from the
+    // codes in registers (no scratch): column i is S's column c0 + i, its codes at row0 + i *
+    // stride; hd a multiple of 8. With ahead0 set, also requests into L2 ahead_bytes from ahead0 +
+    // i * stride + goff's byte as column i is read (the next block's rows).
+    void (*decode_scores)(const float* qk, int R, int hd, const float* bias, const uint8_t* row0, int64_t stride, int c0,
+                          int n, int nbits, int goff, float* S, int64_t ldc, const uint8_t* ahead0, int64_t ahead_bytes);
+    // values and the zero sums for a decode step's rows (DecodeValues).
+    void (*decode_values)(const DecodeValues& a);
 };
 const KiviKernels& avx512_kivi_kernels();
 

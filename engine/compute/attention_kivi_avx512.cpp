@@ -11,6 +11,8 @@
 
 #include <immintrin.h>
 
+#include <utility>
+
 namespace kvchat::attention_kernels {
 namespace {
 
@@ -220,17 +222,16 @@ void kivi_scores(const float* qk, int R, int hd, const float* bias, const uint8_
 // (CodeLanes::pair: lanes 0-7 column j's chain, 8-15 column j + 4's), the row's 8 channels
 // broadcast to both halves, 8 columns a tile.
 template <int NB, int RB>
-void kivi_decode_scores_t(const float* qk, int hd, const float* bias, const uint8_t* const* rows, const int* cols, int n,
-                          int goff, float* S, int64_t ldc, const uint8_t* const* ahead, int64_t ahead_bytes) {
+void kivi_decode_scores_t(const float* qk, int hd, const float* bias, const uint8_t* row0, int64_t stride, int c0, int n,
+                          int goff, float* S, int64_t ldc, const uint8_t* ahead0, int64_t ahead_bytes) {
     const CodeLanes<NB>& L = lanes<NB>();
     const int64_t off = int64_t(goff) * NB / 8;
     for (int i = 0; i < n; i += 8) {
         const int nc = n - i < 8 ? n - i : 8;
         const uint8_t* row[8];
-        for (int j = 0; j < 8; ++j) {
-            row[j] = rows[i + (j < nc ? j : nc - 1)];
-            if (ahead && j < nc) request_row(ahead[i + j] + off, ahead_bytes);
-        }
+        for (int j = 0; j < 8; ++j) row[j] = row0 + (i + (j < nc ? j : nc - 1)) * stride;
+        if (ahead0)
+            for (int j = 0; j < nc; ++j) request_row(ahead0 + (i + j) * stride + off, ahead_bytes);
         __m512 acc[RB][4];
         for (int r = 0; r < RB; ++r)
             for (int j = 0; j < 4; ++j) acc[r][j] = _mm512_setzero_ps();
@@ -245,41 +246,117 @@ void kivi_decode_scores_t(const float* qk, int hd, const float* bias, const uint
         // As scores_tile's reduction: lane j of quarter 0 the tree of column j's chain, of
         // quarter 2 column j + 4's; gathered into lanes 0-7.
         const __m512i gather = _mm512_setr_epi32(0, 1, 2, 3, 8, 9, 10, 11, 0, 0, 0, 0, 0, 0, 0, 0);
-        const bool run = cols[i + nc - 1] - cols[i] == nc - 1;
         for (int r = 0; r < RB; ++r) {
             const __m512 h2 = hadd512(hadd512(acc[r][0], acc[r][1]), hadd512(acc[r][2], acc[r][3]));
             __m512 red = _mm512_add_ps(h2, _mm512_shuffle_f32x4(h2, h2, _MM_SHUFFLE(2, 3, 0, 1)));
             red = _mm512_add_ps(_mm512_permutexvar_ps(gather, red), _mm512_set1_ps(bias[r]));
-            float* sr = S + r * ldc;
-            if (run) {
-                _mm256_mask_storeu_ps(sr + cols[i], __mmask8((1u << nc) - 1), _mm512_castps512_ps256(red));
-            } else {
-                alignas(32) float out[8];
-                _mm256_store_ps(out, _mm512_castps512_ps256(red));
-                for (int j = 0; j < nc; ++j) sr[cols[i + j]] = out[j];
-            }
+            _mm256_mask_storeu_ps(S + r * ldc + c0 + i, __mmask8((1u << nc) - 1), _mm512_castps512_ps256(red));
         }
     }
 }
 
 template <int NB>
-void kivi_decode_scores_nb(const float* qk, int R, int hd, const float* bias, const uint8_t* const* rows, const int* cols,
-                           int n, int goff, float* S, int64_t ldc, const uint8_t* const* ahead, int64_t ahead_bytes) {
+void kivi_decode_scores_nb(const float* qk, int R, int hd, const float* bias, const uint8_t* row0, int64_t stride, int c0,
+                           int n, int goff, float* S, int64_t ldc, const uint8_t* ahead0, int64_t ahead_bytes) {
     switch (R) {
-        case 4: return kivi_decode_scores_t<NB, 4>(qk, hd, bias, rows, cols, n, goff, S, ldc, ahead, ahead_bytes);
-        case 3: return kivi_decode_scores_t<NB, 3>(qk, hd, bias, rows, cols, n, goff, S, ldc, ahead, ahead_bytes);
-        case 2: return kivi_decode_scores_t<NB, 2>(qk, hd, bias, rows, cols, n, goff, S, ldc, ahead, ahead_bytes);
-        default: return kivi_decode_scores_t<NB, 1>(qk, hd, bias, rows, cols, n, goff, S, ldc, ahead, ahead_bytes);
+        case 4: return kivi_decode_scores_t<NB, 4>(qk, hd, bias, row0, stride, c0, n, goff, S, ldc, ahead0, ahead_bytes);
+        case 3: return kivi_decode_scores_t<NB, 3>(qk, hd, bias, row0, stride, c0, n, goff, S, ldc, ahead0, ahead_bytes);
+        case 2: return kivi_decode_scores_t<NB, 2>(qk, hd, bias, row0, stride, c0, n, goff, S, ldc, ahead0, ahead_bytes);
+        default: return kivi_decode_scores_t<NB, 1>(qk, hd, bias, row0, stride, c0, n, goff, S, ldc, ahead0, ahead_bytes);
     }
 }
 
-void kivi_decode_scores(const float* qk, int R, int hd, const float* bias, const uint8_t* const* rows, const int* cols,
-                        int n, int nbits, int goff, float* S, int64_t ldc, const uint8_t* const* ahead,
-                        int64_t ahead_bytes) {
+void kivi_decode_scores(const float* qk, int R, int hd, const float* bias, const uint8_t* row0, int64_t stride, int c0,
+                        int n, int nbits, int goff, float* S, int64_t ldc, const uint8_t* ahead0, int64_t ahead_bytes) {
     switch (nbits) {
-        case 8: return kivi_decode_scores_nb<8>(qk, R, hd, bias, rows, cols, n, goff, S, ldc, ahead, ahead_bytes);
-        case 4: return kivi_decode_scores_nb<4>(qk, R, hd, bias, rows, cols, n, goff, S, ldc, ahead, ahead_bytes);
-        default: return kivi_decode_scores_nb<2>(qk, R, hd, bias, rows, cols, n, goff, S, ldc, ahead, ahead_bytes);
+        case 8: return kivi_decode_scores_nb<8>(qk, R, hd, bias, row0, stride, c0, n, goff, S, ldc, ahead0, ahead_bytes);
+        case 4: return kivi_decode_scores_nb<4>(qk, R, hd, bias, row0, stride, c0, n, goff, S, ldc, ahead0, ahead_bytes);
+        default: return kivi_decode_scores_nb<2>(qk, R, hd, bias, row0, stride, c0, n, goff, S, ldc, ahead0, ahead_bytes);
+    }
+}
+
+// A decode step's rows over up to 64 channels of a block in one pass, straight from the
+// probabilities: per column in order, each row's p times the column's value scales (the same
+// 128-bit product as the separate pass it replaces), p·scale·code into 16-channel chains and p·zero
+// into the row's zero sums.
+// f(0), f(1), ..., f(N - 1) with each index a constant: arrays of registers indexed by them stay
+// registers (GCC scalarizes them only when every index is known before its loops are unrolled).
+template <int N, class F>
+inline void unroll(F&& f) {
+    [&]<int... I>(std::integer_sequence<int, I...>) { (f(std::integral_constant<int, I>{}), ...); }(std::make_integer_sequence<int, N>{});
+}
+
+template <int NB, int RB, int NV, bool One>
+void kivi_decode_values_t(const DecodeValues& a) {
+    const CodeLanes<NB>& L = lanes<NB>();
+    const __mmask8 groups = __mmask8((1u << a.nk) - 1);
+    __m512 acc[RB][NV];
+    __m128 zs[RB];
+    unroll<RB>([&](auto i) {
+        unroll<NV>([&](auto v) { acc[i][v] = _mm512_loadu_ps(a.o[i] + a.d0 + 16 * v); });
+        zs[i] = _mm_maskz_loadu_ps(groups, a.zsum + i * a.nk);
+    });
+    // Lane g of a row's products for each 16 channels (their value group); a broadcast when one
+    // group covers them all (One).
+    __m512i g[NV];
+    unroll<NV>([&](auto v) { g[v] = _mm512_set1_epi32((a.d0 + 16 * v) / a.vg - a.k0); });
+    // (Locals, so that the loop does not reload them after the stores.)
+    const float* sr = a.S + a.c0;
+    const int64_t ldc = a.ldc, stride = a.stride, per = a.per;
+    const int n = a.n, off = a.goff + a.d0;
+    const uint8_t* row = a.row0;
+    const float* vs = a.vs0;
+    const float* vz = a.vz0;
+    const uint8_t* ahead = a.ahead0;
+    const int64_t ahead_off = int64_t(off) * NB / 8, ahead_bytes = int64_t(16 * NV) * NB / 8;
+    for (int c = 0; c < n; ++c, row += stride, vs += per, vz += per) {
+        if (ahead) request_row(ahead + ahead_off, ahead_bytes), ahead += stride;
+        __m512 x[NV];
+        unroll<NV>([&](auto v) { x[v] = L.run(row, off + 16 * v); });
+        const __m128 s4 = One ? _mm_load_ss(vs) : _mm_maskz_loadu_ps(groups, vs);
+        const __m128 z4 = One ? _mm_load_ss(vz) : _mm_maskz_loadu_ps(groups, vz);
+        unroll<RB>([&](auto i) {
+            const __m128 p = _mm_broadcast_ss(sr + i * ldc + c);
+            const __m128 w = _mm_mul_ps(p, s4);
+            zs[i] = _mm_fmadd_ps(p, z4, zs[i]);
+            unroll<NV>([&](auto v) {
+                const __m512 wv = One ? _mm512_broadcastss_ps(w) : _mm512_permutexvar_ps(g[v], _mm512_castps128_ps512(w));
+                acc[i][v] = _mm512_fmadd_ps(wv, x[v], acc[i][v]);
+            });
+        });
+    }
+    unroll<RB>([&](auto i) {
+        unroll<NV>([&](auto v) { _mm512_storeu_ps(a.o[i] + a.d0 + 16 * v, acc[i][v]); });
+        _mm_mask_storeu_ps(a.zsum + i * a.nk, groups, zs[i]);
+    });
+}
+
+template <int NB, int RB>
+void kivi_decode_values_r(const DecodeValues& a) {
+    const bool one = a.nk == 1;
+    switch ((a.d1 - a.d0) / 16) {
+        case 4: return one ? kivi_decode_values_t<NB, RB, 4, true>(a) : kivi_decode_values_t<NB, RB, 4, false>(a);
+        case 3: return one ? kivi_decode_values_t<NB, RB, 3, true>(a) : kivi_decode_values_t<NB, RB, 3, false>(a);
+        case 2: return one ? kivi_decode_values_t<NB, RB, 2, true>(a) : kivi_decode_values_t<NB, RB, 2, false>(a);
+        default: return one ? kivi_decode_values_t<NB, RB, 1, true>(a) : kivi_decode_values_t<NB, RB, 1, false>(a);
+    }
+}
+
+template <int NB>
+void kivi_decode_values_nb(const DecodeValues& a) {
+    switch (a.R) {
+        case 4: return kivi_decode_values_r<NB, 4>(a);
+        case 3: return kivi_decode_values_r<NB, 3>(a);
+        case 2: return kivi_decode_values_r<NB, 2>(a);
+        default: return kivi_decode_values_r<NB, 1>(a);
+    }
+}
+
+void kivi_decode_values(const DecodeValues& a) {
+    switch (a.nbits) {
+        case 8: return kivi_decode_values_nb<8>(a);
+        case 4: return kivi_decode_values_nb<4>(a);
+        default: return kivi_decode_values_nb<2>(a);
     }
 }
 
@@ -373,7 +450,7 @@ void kivi_values(const float* ps, int R, int nk, int k0, int vg, const uint8_t* 
 }  // namespace
 
 const KiviKernels& avx512_kivi_kernels() {
-    static const KiviKernels k{kivi_scores, kivi_values, dense_scores, dense_values, kivi_decode_scores};
+    static const KiviKernels k{kivi_scores, kivi_values, dense_scores, dense_values, kivi_decode_scores, kivi_decode_values};
     return k;
 }
 
