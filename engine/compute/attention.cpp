@@ -4,6 +4,7 @@
 #include "engine/compute/matmul.h"
 #include "engine/compute/quant_blocks.h"
 #include "engine/compute/thread_pool.h"
+#include "engine/compute/unroll.h"
 
 #include <immintrin.h>
 
@@ -442,11 +443,15 @@ struct Tile {
         }
     }
 
-    // Rows [r, r + RB) of qk_block, columns three at a time (a last column repeated and dropped).
+    // Rows [r, r + RB) of qk_block, columns three at a time (a last column repeated and dropped);
+    // a row's three trees reduced together (reduce4: the same additions as hsum_tree).
     template <int NB, int RB>
     void qk_block_cols(int r, int a0, int a1, const uint8_t* data) const {
         const KiviFormat& f = *in.kivi;
         const float* bias = qk + static_cast<size_t>(R) * hd;
+        const float* qr = qk + static_cast<size_t>(r) * hd;
+        const int64_t ahead_off = int64_t(goff) * NB / 8, ahead_bytes = int64_t(hd) * NB / 8;
+        const bool ahead = R <= 4 && next_block;
         for (int a = a0; a < a1; a += 3) {
             const int nc = std::min(3, a1 - a);
             int cc[3];
@@ -454,21 +459,24 @@ struct Tile {
             for (int j = 0; j < 3; ++j) {
                 cc[j] = act[a + std::min(j, nc - 1)];
                 row[j] = f.key_row(data, cols[cc[j]].j);
-                if (R <= 4 && next_block) request_row(f.key_row(next_block, cols[cc[j]].j) + goff * NB / 8, hd * NB / 8);
             }
+            if (ahead)
+                for (int j = 0; j < nc; ++j) request_row(f.key_row(next_block, cols[cc[j]].j) + ahead_off, ahead_bytes);
             __m256 acc[RB][3];
-            for (int i = 0; i < RB; ++i)
-                for (int j = 0; j < 3; ++j) acc[i][j] = _mm256_setzero_ps();
+            unroll<RB>([&](auto i) { unroll<3>([&](auto j) { acc[i][j] = _mm256_setzero_ps(); }); });
             for (int d = 0; d < hd; d += 8) {
                 __m256 x[3];
-                for (int j = 0; j < 3; ++j) x[j] = unpack8<NB>(row[j], goff + d);
-                for (int i = 0; i < RB; ++i) {
-                    const __m256 y = _mm256_loadu_ps(qk + (r + i) * hd + d);
-                    for (int j = 0; j < 3; ++j) acc[i][j] = _mm256_fmadd_ps(y, x[j], acc[i][j]);
-                }
+                unroll<3>([&](auto j) { x[j] = unpack8<NB>(row[j], goff + d); });
+                unroll<RB>([&](auto i) {
+                    const __m256 y = _mm256_loadu_ps(qr + i * hd + d);
+                    unroll<3>([&](auto j) { acc[i][j] = _mm256_fmadd_ps(y, x[j], acc[i][j]); });
+                });
             }
-            for (int i = 0; i < RB; ++i)
-                for (int j = 0; j < nc; ++j) S[(r + i) * ldc + cc[j]] = hsum_tree(acc[i][j]) + bias[r + i];
+            unroll<RB>([&](auto i) {
+                alignas(16) float out[4];
+                _mm_store_ps(out, _mm_add_ps(reduce4(acc[i][0], acc[i][1], acc[i][2], acc[i][2]), _mm_set1_ps(bias[r + i])));
+                for (int j = 0; j < nc; ++j) S[(r + i) * ldc + cc[j]] = out[j];
+            });
         }
     }
 
@@ -769,6 +777,15 @@ struct Tile {
             dv.o = o, dv.zsum = zsum;
             dv.ahead0 = next_block ? f.value_row(next_block, j0) : nullptr;
             k512->decode_values(dv);
+        } else if (!k512 && nk == 1 && R <= 4 && d0 % 8 == 0 && (d1 - d0) % (R <= 2 ? 32 : 16) == 0 &&
+                   act[a1 - 1] - act[a0] == n - 1) {
+            // The same in 256-bit registers, when the channels share one value group.
+            switch (R) {
+                case 4: pv_block_decode<NB, 4>(d0, d1, a0, a1, data, k0); break;
+                case 3: pv_block_decode<NB, 3>(d0, d1, a0, a1, data, k0); break;
+                case 2: pv_block_decode<NB, 2>(d0, d1, a0, a1, data, k0); break;
+                default: pv_block_decode<NB, 1>(d0, d1, a0, a1, data, k0); break;
+            }
         } else {
             pv_block_general<NB>(d0, d1, a0, a1, data, k512, k0, nk);
         }
@@ -780,6 +797,62 @@ struct Tile {
                 _mm256_storeu_ps(o[r] + d, _mm256_add_ps(_mm256_loadu_ps(o[r] + d), _mm256_set1_ps(zsum[r * nk + d / vg - k0])));
             for (; d < d1; ++d) o[r][d] += zsum[r * nk + d / vg - k0];
         }
+    }
+
+    // A decode step's RB rows over consecutive columns, channels [d0, d1) of one value group, in
+    // 256-bit registers: passes of NV vectors (as many as the registers hold), each reading the
+    // probabilities, the scales and the codes, the first also the zeros; per column in order
+    // fma(p * scale, code, out) and fma(p, zero, zsum), the operations of pv_block_general.
+    template <int NB, int RB>
+    void pv_block_decode(int d0, int d1, int a0, int a1, const uint8_t* data, int k0) const {
+        constexpr int NV = RB <= 2 ? 4 : 2;
+        const KiviFormat& f = *in.kivi;
+        const int j0 = cols[act[a0]].j;
+        if (next_block) request_row(next_block + f.v_scale, f.block_bytes - f.v_scale);  // every token's scales and zeros
+        const uint8_t* ahead = next_block ? f.value_row(next_block, j0) + int64_t(goff + d0) * NB / 8 : nullptr;
+        for (int d = d0; d < d1; d += 8 * NV) {
+            if (d == d0) pv_decode_pass<NB, RB, NV, true>(d, d1 - d0, a0, a1, data, k0, ahead);
+            else pv_decode_pass<NB, RB, NV, false>(d, d1 - d0, a0, a1, data, k0, nullptr);
+        }
+    }
+
+    template <int NB, int RB, int NV, bool Z>
+    void pv_decode_pass(int d, int width, int a0, int a1, const uint8_t* data, int k0, const uint8_t* ahead) const {
+        const KiviFormat& f = *in.kivi;
+        const int vg = f.value_group, j0 = cols[act[a0]].j, n = a1 - a0;
+        // (Locals, so that the loop does not reload them after the stores.)
+        const uint8_t* row = f.value_row(data, j0);
+        const int64_t stride = f.value_row(data, 1) - f.value_row(data, 0), per = f.kv_dim / vg, ld = ldc;
+        const float* vs = f.value_scale(data, j0) + goff / vg + k0;
+        const float* vz = f.value_zero(data, j0) + goff / vg + k0;
+        const float* sr = S + act[a0];
+        const int off = goff + d;
+        const int64_t ahead_bytes = int64_t(width) * NB / 8;
+        __m256 acc[RB][NV];
+        [[maybe_unused]] float zs[RB];
+        unroll<RB>([&](auto i) {
+            unroll<NV>([&](auto v) { acc[i][v] = _mm256_loadu_ps(o[i] + d + 8 * v); });
+            if constexpr (Z) zs[i] = zsum[i];
+        });
+        for (int c = 0; c < n; ++c, row += stride, vs += per, vz += per) {
+            if (Z && ahead) request_row(ahead, ahead_bytes), ahead += stride;
+            const float s = *vs;
+            [[maybe_unused]] const float z = Z ? *vz : 0.0f;
+            __m256 w[RB];
+            unroll<RB>([&](auto i) {
+                const float p = sr[i * ld + c];
+                w[i] = _mm256_set1_ps(p * s);
+                if constexpr (Z) zs[i] = std::fma(p, z, zs[i]);
+            });
+            unroll<NV>([&](auto v) {
+                const __m256 x = unpack8<NB>(row, off + 8 * v);
+                unroll<RB>([&](auto i) { acc[i][v] = _mm256_fmadd_ps(w[i], x, acc[i][v]); });
+            });
+        }
+        unroll<RB>([&](auto i) {
+            unroll<NV>([&](auto v) { _mm256_storeu_ps(o[i] + d + 8 * v, acc[i][v]); });
+            if constexpr (Z) zsum[i] = zs[i];
+        });
     }
 
     // pv_block's other cases: the columns' rows, scales and zeros as pointers, the zero sums (and

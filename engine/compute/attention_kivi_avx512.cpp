@@ -9,9 +9,9 @@
 
 #include "engine/compute/attention_kernels.h"
 
-#include <immintrin.h>
+#include "engine/compute/unroll.h"
 
-#include <utility>
+#include <immintrin.h>
 
 namespace kvchat::attention_kernels {
 namespace {
@@ -279,13 +279,6 @@ void kivi_decode_scores(const float* qk, int R, int hd, const float* bias, const
 // probabilities: per column in order, each row's p times the column's value scales (the same
 // 128-bit product as the separate pass it replaces), p·scale·code into 16-channel chains and p·zero
 // into the row's zero sums.
-// f(0), f(1), ..., f(N - 1) with each index a constant: arrays of registers indexed by them stay
-// registers (GCC scalarizes them only when every index is known before its loops are unrolled).
-template <int N, class F>
-inline void unroll(F&& f) {
-    [&]<int... I>(std::integer_sequence<int, I...>) { (f(std::integral_constant<int, I>{}), ...); }(std::make_integer_sequence<int, N>{});
-}
-
 template <int NB, int RB, int NV, bool One>
 void kivi_decode_values_t(const DecodeValues& a) {
     const CodeLanes<NB>& L = lanes<NB>();
