@@ -111,15 +111,14 @@ void scores_tile(const float* qp, int pairs, int p0, int hd, const float* const*
     const float* q[P];
     for (int p = 0; p < P; ++p) q[p] = qp + static_cast<int64_t>(p0 + p < pairs ? p0 + p : pairs - 1) * 2 * hd;
     __m512 acc[P][C];
-    for (int p = 0; p < P; ++p)
-        for (int j = 0; j < C; ++j) acc[p][j] = _mm512_setzero_ps();
+    unroll<P>([&](auto p) { unroll<C>([&](auto j) { acc[p][j] = _mm512_setzero_ps(); }); });
     for (int d = 0; d < hd; d += 8) {
         __m512 x[C];
-        for (int j = 0; j < C; ++j) x[j] = _mm512_broadcast_f32x8(_mm256_loadu_ps(k[j] + d));
-        for (int p = 0; p < P; ++p) {
+        unroll<C>([&](auto j) { x[j] = _mm512_broadcast_f32x8(_mm256_loadu_ps(k[j] + d)); });
+        unroll<P>([&](auto p) {
             const __m512 qv = _mm512_loadu_ps(q[p] + 2 * d);
-            for (int j = 0; j < C; ++j) acc[p][j] = _mm512_fmadd_ps(qv, x[j], acc[p][j]);
-        }
+            unroll<C>([&](auto j) { acc[p][j] = _mm512_fmadd_ps(qv, x[j], acc[p][j]); });
+        });
     }
     // hsum_tree of eight chains at once (four registers): the same additions of the same
     // operands, three levels of 128-bit-lane hadds and a last add of neighbouring quarters.
@@ -130,24 +129,28 @@ void scores_tile(const float* qp, int pairs, int p0, int hd, const float* const*
     if constexpr (C == 2) {
         // Two pairs' registers: red[2m], red[2m + 1] row 2(p + m) against columns 0 and 1; red[8 + ...]
         // its next row.
-        for (int p = 0; p < P && p0 + p < pairs; p += 2) {
-            const int q2 = p + 1 < P ? p + 1 : p;
+        unroll<(P + 1) / 2>([&](auto h) {
+            constexpr int p = 2 * h, q2 = p + 1 < P ? p + 1 : p;
+            if (p0 + p >= pairs) return;
             const __m512 h2 = hadd512(hadd512(acc[p][0], acc[p][1]), hadd512(acc[q2][0], acc[q2][1]));
             _mm512_store_ps(red, _mm512_add_ps(h2, _mm512_shuffle_f32x4(h2, h2, _MM_SHUFFLE(2, 3, 0, 1))));
             for (int m = 0; m < 2 && p + m < P && p0 + p + m < pairs; ++m) {
                 const int r = 2 * (p0 + p + m);
                 for (int j = 0; j < 2; ++j) put(r, j, red[2 * m + j]), put(r + 1, j, red[8 + 2 * m + j]);
             }
-        }
+        });
     } else {
         // One pair's four columns: red[j] row 2p against column c + j, red[8 + j] its next row.
-        for (int p = 0; p < P && p0 + p < pairs; ++p)
-            for (int c = 0; c < C; c += 4) {
+        unroll<P>([&](auto p) {
+            if (p0 + p >= pairs) return;
+            unroll<C / 4>([&](auto c4) {
+                constexpr int c = 4 * c4;
                 const __m512 h2 = hadd512(hadd512(acc[p][c], acc[p][c + 1]), hadd512(acc[p][c + 2], acc[p][c + 3]));
                 _mm512_store_ps(red, _mm512_add_ps(h2, _mm512_shuffle_f32x4(h2, h2, _MM_SHUFFLE(2, 3, 0, 1))));
                 const int r = 2 * (p0 + p);
                 for (int j = 0; j < 4; ++j) put(r, c + j, red[j]), put(r + 1, c + j, red[8 + j]);
-            }
+            });
+        });
     }
 }
 
@@ -358,23 +361,25 @@ void kivi_decode_values(const DecodeValues& a) {
 template <int RB, int NV, class X>
 void values_tile(const float* ps, int R, int nk, int r, const int* g, const X& x, int n, int d, float* const* o) {
     __m512 acc[RB][NV];
-    for (int i = 0; i < RB; ++i)
-        for (int v = 0; v < NV; ++v) acc[i][v] = _mm512_loadu_ps(o[r + i] + d + 16 * v);
+    unroll<RB>([&](auto i) { unroll<NV>([&](auto v) { acc[i][v] = _mm512_loadu_ps(o[r + i] + d + 16 * v); }); });
     for (int a = 0; a < n; ++a) {
         __m512 xv[NV];
-        for (int v = 0; v < NV; ++v) xv[v] = x(a, v);
+        unroll<NV>([&](auto v) { xv[v] = x(a, v); });
         const float* p = ps + (static_cast<int64_t>(a) * R + r) * nk;
-        for (int i = 0; i < RB; ++i)
-            for (int v = 0; v < NV; ++v) acc[i][v] = _mm512_fmadd_ps(_mm512_set1_ps(p[i * nk + g[v]]), xv[v], acc[i][v]);
+        unroll<RB>([&](auto i) {
+            unroll<NV>([&](auto v) { acc[i][v] = _mm512_fmadd_ps(_mm512_set1_ps(p[i * nk + g[v]]), xv[v], acc[i][v]); });
+        });
     }
-    for (int i = 0; i < RB; ++i)
-        for (int v = 0; v < NV; ++v) _mm512_storeu_ps(o[r + i] + d + 16 * v, acc[i][v]);
+    unroll<RB>([&](auto i) { unroll<NV>([&](auto v) { _mm512_storeu_ps(o[r + i] + d + 16 * v, acc[i][v]); }); });
 }
 
 template <int NV, class X>
 void values_rows(const float* ps, int R, int nk, const int* g, const X& x, int n, int d, float* const* o) {
     int r = 0;
-    for (; r + 8 <= R; r += 8) values_tile<8, NV>(ps, R, nk, r, g, x, n, d, o);
+    // (Eight rows of four vectors would be more accumulators than there are registers; four
+    // vectors come only with a decode step's few rows.)
+    if constexpr (NV <= 2)
+        for (; r + 8 <= R; r += 8) values_tile<8, NV>(ps, R, nk, r, g, x, n, d, o);
     for (; r + 4 <= R; r += 4) values_tile<4, NV>(ps, R, nk, r, g, x, n, d, o);
     // The last rows in one tile (a decode step's three rows a kv head): their chains side by side
     // instead of one row's two at a time, which waited on the FMA's latency.

@@ -7,6 +7,7 @@
 
 #include "engine/compute/attention_kernels.h"
 #include "engine/compute/ggml_expf.h"
+#include "engine/compute/unroll.h"
 
 #include <immintrin.h>
 
@@ -34,21 +35,20 @@ inline __m128 reduce4(__m512 a, __m512 b, __m512 c, __m512 d) {
 template <class T, int RI, int RJ>
 void scores_tile(const float* const* q, const T* const* k, int goff, int hd, float* S, int64_t ldc, int c) {
     __m512 acc[RI][RJ];
-    for (int i = 0; i < RI; ++i)
-        for (int j = 0; j < RJ; ++j) acc[i][j] = _mm512_setzero_ps();
+    unroll<RI>([&](auto i) { unroll<RJ>([&](auto j) { acc[i][j] = _mm512_setzero_ps(); }); });
     for (int d = 0; d < hd; d += 16) {
         __m512 kv[RJ];
-        for (int j = 0; j < RJ; ++j) kv[j] = ld16(k[j] + goff + d);
-        for (int i = 0; i < RI; ++i) {
+        unroll<RJ>([&](auto j) { kv[j] = ld16(k[j] + goff + d); });
+        unroll<RI>([&](auto i) {
             const __m512 qv = _mm512_loadu_ps(q[i] + d);
-            for (int j = 0; j < RJ; ++j) acc[i][j] = _mm512_fmadd_ps(kv[j], qv, acc[i][j]);
-        }
+            unroll<RJ>([&](auto j) { acc[i][j] = _mm512_fmadd_ps(kv[j], qv, acc[i][j]); });
+        });
     }
-    for (int i = 0; i < RI; ++i) {
+    unroll<RI>([&](auto i) {
         alignas(16) float out[4];
         _mm_store_ps(out, reduce4(acc[i][0], acc[i][RJ > 1 ? 1 : 0], acc[i][RJ > 2 ? 2 : 0], acc[i][RJ > 3 ? 3 : 0]));
         for (int j = 0; j < RJ; ++j) S[i * ldc + c + j] = out[j];
-    }
+    });
 }
 
 // RI rows x n (1 to 4) columns.
@@ -92,18 +92,17 @@ void scores(const float* const* q, int R, const void* const* k, KvDtype dt, int 
 template <int RI>
 void values_tile(const float* S, int64_t ldc, const float* vt, int64_t ld, int c0, int c1, float* const* o, int d) {
     __m512 acc[RI][4];
-    for (int i = 0; i < RI; ++i)
-        for (int j = 0; j < 4; ++j) acc[i][j] = _mm512_setzero_ps();
+    unroll<RI>([&](auto i) { unroll<4>([&](auto j) { acc[i][j] = _mm512_setzero_ps(); }); });
     const float* v = vt + static_cast<int64_t>(d) * ld;
     for (int c = c0; c < c1; c += 16) {
         __m512 x[4];
-        for (int j = 0; j < 4; ++j) x[j] = _mm512_loadu_ps(v + j * ld + c);
-        for (int i = 0; i < RI; ++i) {
+        unroll<4>([&](auto j) { x[j] = _mm512_loadu_ps(v + j * ld + c); });
+        unroll<RI>([&](auto i) {
             const __m512 p = _mm512_loadu_ps(S + i * ldc + c);
-            for (int j = 0; j < 4; ++j) acc[i][j] = _mm512_fmadd_ps(x[j], p, acc[i][j]);
-        }
+            unroll<4>([&](auto j) { acc[i][j] = _mm512_fmadd_ps(x[j], p, acc[i][j]); });
+        });
     }
-    for (int i = 0; i < RI; ++i) _mm_storeu_ps(o[i] + d, reduce4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]));
+    unroll<RI>([&](auto i) { _mm_storeu_ps(o[i] + d, reduce4(acc[i][0], acc[i][1], acc[i][2], acc[i][3])); });
 }
 
 void values(const float* S, int64_t ldc, int R, const float* vt, int64_t ld, int hd, int c0, int c1, float* const* o) {
@@ -120,20 +119,20 @@ void values(const float* S, int64_t ldc, int R, const float* vt, int64_t ld, int
 template <class T, int RI>
 void decode_scores_tile(const float* const* q, const T* k, int hd, float* S, int64_t ldc, int c) {
     __m512 a[RI][4];
-    for (int i = 0; i < RI; ++i)
-        for (int j = 0; j < 4; ++j) a[i][j] = _mm512_setzero_ps();
+    unroll<RI>([&](auto i) { unroll<4>([&](auto j) { a[i][j] = _mm512_setzero_ps(); }); });
     const int np = hd & ~63;
     for (int d = 0; d < np; d += 64) {
         __m512 kv[4];
-        for (int j = 0; j < 4; ++j) kv[j] = ld16(k + d + 16 * j);
-        for (int i = 0; i < RI; ++i)
-            for (int j = 0; j < 4; ++j) a[i][j] = _mm512_fmadd_ps(_mm512_loadu_ps(q[i] + d + 16 * j), kv[j], a[i][j]);
+        unroll<4>([&](auto j) { kv[j] = ld16(k + d + 16 * j); });
+        unroll<RI>([&](auto i) {
+            unroll<4>([&](auto j) { a[i][j] = _mm512_fmadd_ps(_mm512_loadu_ps(q[i] + d + 16 * j), kv[j], a[i][j]); });
+        });
     }
     __m512 x[4];
-    for (int i = 0; i < 4; ++i) {
-        const int ii = i < RI ? i : 0;
+    unroll<4>([&](auto i) {
+        constexpr int ii = i < RI ? i : 0;
         x[i] = _mm512_add_ps(_mm512_add_ps(a[ii][0], a[ii][2]), _mm512_add_ps(a[ii][1], a[ii][3]));
-    }
+    });
     alignas(16) float out[4];
     _mm_store_ps(out, reduce4(x[0], x[1], x[2], x[3]));
     for (int i = 0; i < RI; ++i) {
