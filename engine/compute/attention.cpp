@@ -779,7 +779,8 @@ struct Tile {
             k512->decode_values(dv);
         } else if (!k512 && nk == 1 && R <= 4 && d0 % 8 == 0 && (d1 - d0) % (R <= 2 ? 32 : 16) == 0 &&
                    act[a1 - 1] - act[a0] == n - 1) {
-            // The same in 256-bit registers, when the channels share one value group.
+            // The same in 256-bit registers, when the channels share one value group (bench_attention
+            // --level avx2, quantized:4, 9:3:64, 4,096 tokens, 1 thread, Zen 4: 472 -> 310 us).
             switch (R) {
                 case 4: pv_block_decode<NB, 4>(d0, d1, a0, a1, data, k0); break;
                 case 3: pv_block_decode<NB, 3>(d0, d1, a0, a1, data, k0); break;
