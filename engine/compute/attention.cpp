@@ -208,10 +208,15 @@ void collect(const AttentionInput& in, int32_t pmin, int32_t pmax, std::vector<C
     cpos.resize(room);
     cexempt.resize(room);
     size_t n = 0;
+    // An entry is written only where it changed: the other threads read these lists, and a write
+    // takes the line back from their caches, while a decode step's lists are the same from layer
+    // to layer but for the slots' pointers (SmolLM2, 4,096 tokens in a 4-bit cache, 2 threads:
+    // rewriting them all took about a tenth of the attention's time).
     auto put = [&](const Col& c) {
-        cols[n] = c;
-        cpos[n] = c.pos;
-        cexempt[n] = c.exempt;
+        Col& e = cols[n];
+        if (e.k != c.k || e.v != c.v || e.pos != c.pos || e.block != c.block || e.j != c.j || e.exempt != c.exempt) e = c;
+        if (cpos[n] != c.pos) cpos[n] = c.pos;
+        if (cexempt[n] != c.exempt) cexempt[n] = c.exempt;
         ++n;
     };
     const int64_t es = static_cast<int64_t>(kv_dtype_bytes(in.dtype));
@@ -221,12 +226,27 @@ void collect(const AttentionInput& in, int32_t pmin, int32_t pmax, std::vector<C
                         sv.pos[j], -1, 0, sv.pos[j] < in.sink_end};
             if (maybe_seen(c, pmin, pmax, in.window)) put(c);
         }
-    for (size_t b = 0; b < in.blocks.size(); ++b) {
-        const QuantBlockView& bv = in.blocks[b];
+    // The blocks' columns depend only on where they start in the lists and on each block's first
+    // position and visible range: when those match the previous call's (the next layer of a decode
+    // step), the entries there are already these, and are not even read.
+    thread_local std::vector<int32_t> sig, last_sig;
+    sig.assign({static_cast<int32_t>(n), static_cast<int32_t>(in.blocks.size())});
+    size_t in_blocks = 0;
+    for (const QuantBlockView& bv : in.blocks) {
         int32_t lo = bv.first_pos;
         const int32_t hi = std::min<int32_t>(bv.first_pos + bv.count - 1, pmax);
         if (in.window > 0) lo = std::max<int32_t>(lo, pmin - in.window + 1);
-        for (int32_t p = lo; p <= hi; ++p) put({nullptr, nullptr, p, static_cast<int32_t>(b), p - bv.first_pos, 0});
+        sig.insert(sig.end(), {bv.first_pos, lo, hi});
+        in_blocks += static_cast<size_t>(std::max(0, hi - lo + 1));
+    }
+    if (sig == last_sig && n + in_blocks <= cols.size()) {
+        n += in_blocks;
+    } else {
+        for (size_t b = 0; b < in.blocks.size(); ++b) {
+            const int32_t first = sig[2 + 3 * b], lo = sig[3 + 3 * b], hi = sig[4 + 3 * b];
+            for (int32_t p = lo; p <= hi; ++p) put({nullptr, nullptr, p, static_cast<int32_t>(b), p - first, 0});
+        }
+        last_sig.swap(sig);
     }
     cols.resize(n);
     cpos.resize(n);

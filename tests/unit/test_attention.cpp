@@ -18,6 +18,7 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 // AttentionInput has a member named like Qt's `slots` keyword.
@@ -571,6 +572,31 @@ private Q_SLOTS:
     }
 
     // A query that sees nothing (every slot ahead of it) gets zeros, not NaN.
+    // attend keeps the quantized blocks' part of its column lists from one call to the next when
+    // they would come out the same (the layers of a decode step). Calls on one thread whose lists
+    // differ only a little each give what a fresh thread computes: the same blocks after more
+    // slots, a window that cuts a block, fewer blocks, and back.
+    void blockColumnsFollowEachCall() {
+        auto quant = [](int held, int window, int quant_tokens) {
+            Case c;
+            c.n_head = 6, c.n_kv = 2, c.hd = 64, c.n_q = 1, c.held = held, c.window = window;
+            c.quant_bits = 4, c.quant_tokens = quant_tokens, c.value_group = 64;
+            return c;
+        };
+        const std::vector<Case> cases = {quant(700, 0, 640), quant(760, 0, 640), quant(700, 0, 640), quant(700, 600, 640),
+                                         quant(700, 0, 512), quant(700, 0, 640), quant(760, 0, 640)};
+        std::vector<Data> data;
+        for (const Case& c : cases) data.push_back(make(c, 99u));
+        for (int threads : {1, 2}) {
+            for (size_t i = 0; i < cases.size(); ++i) {
+                const std::vector<float> here = run(cases[i], data[i], 1, threads);
+                std::vector<float> fresh;
+                std::thread([&] { fresh = run(cases[i], data[i], 1, threads); }).join();
+                QVERIFY2(here == fresh, qPrintable(QString("call %1, %2 threads").arg(i).arg(threads)));
+            }
+        }
+    }
+
     void nothingVisibleGivesZeros() {
         Case c;
         c.n_head = 2, c.hd = 16, c.n_q = 1, c.held = 4;
