@@ -571,7 +571,6 @@ private Q_SLOTS:
         QVERIFY(rows > 200);
     }
 
-    // A query that sees nothing (every slot ahead of it) gets zeros, not NaN.
     // attend keeps the quantized blocks' part of its column lists from one call to the next when
     // they would come out the same (the layers of a decode step). Calls on one thread whose lists
     // differ only a little each give what a fresh thread computes: the same blocks after more
@@ -597,6 +596,7 @@ private Q_SLOTS:
         }
     }
 
+    // A query that sees nothing (every slot ahead of it) gets zeros, not NaN.
     void nothingVisibleGivesZeros() {
         Case c;
         c.n_head = 2, c.hd = 16, c.n_q = 1, c.held = 4;
