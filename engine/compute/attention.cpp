@@ -1134,8 +1134,10 @@ void attend(const AttentionInput& in, const AttentionShape& shape, float* out, T
         // each row may see any of them.
         thread_local std::vector<int> tls_act;
         std::vector<int>& act = tls_act;
+        // (Always 0, 1, 2, ...: only what it grows by is written, for the reason collect() gives.)
+        const size_t had = act.size();
         act.resize(cols.size());
-        std::iota(act.begin(), act.end(), 0);
+        if (act.size() > had) std::iota(act.begin() + static_cast<std::ptrdiff_t>(had), act.end(), static_cast<int>(had));
         std::vector<PartsGate> split(static_cast<size_t>(n_split));
         for (PartsGate& h : split) h.expect(n_chunks);
         const int64_t chunk_items = n_split * n_chunks, whole_end = chunk_items + n_whole;
