@@ -208,15 +208,10 @@ void collect(const AttentionInput& in, int32_t pmin, int32_t pmax, std::vector<C
     cpos.resize(room);
     cexempt.resize(room);
     size_t n = 0;
-    // An entry is written only where it changed: the other threads read these lists, and a write
-    // takes the line back from their caches, while a decode step's lists are the same from layer
-    // to layer but for the slots' pointers (SmolLM2, 4,096 tokens in a 4-bit cache, 2 threads:
-    // rewriting them all took about a tenth of the attention's time).
     auto put = [&](const Col& c) {
-        Col& e = cols[n];
-        if (e.k != c.k || e.v != c.v || e.pos != c.pos || e.block != c.block || e.j != c.j || e.exempt != c.exempt) e = c;
-        if (cpos[n] != c.pos) cpos[n] = c.pos;
-        if (cexempt[n] != c.exempt) cexempt[n] = c.exempt;
+        cols[n] = c;
+        cpos[n] = c.pos;
+        cexempt[n] = c.exempt;
         ++n;
     };
     const int64_t es = static_cast<int64_t>(kv_dtype_bytes(in.dtype));
@@ -228,7 +223,9 @@ void collect(const AttentionInput& in, int32_t pmin, int32_t pmax, std::vector<C
         }
     // The blocks' columns depend only on where they start in the lists and on each block's first
     // position and visible range: when those match the previous call's (the next layer of a decode
-    // step), the entries there are already these, and are not even read.
+    // step), the entries there are already these, and are neither written nor read. The other
+    // threads read these lists, and a write takes the line back from their caches (SmolLM2, 4,096
+    // tokens in a 4-bit cache, 2 threads: rewriting them took about a tenth of the attention).
     thread_local std::vector<int32_t> sig, last_sig;
     sig.assign({static_cast<int32_t>(n), static_cast<int32_t>(in.blocks.size())});
     size_t in_blocks = 0;
@@ -239,7 +236,7 @@ void collect(const AttentionInput& in, int32_t pmin, int32_t pmax, std::vector<C
         sig.insert(sig.end(), {bv.first_pos, lo, hi});
         in_blocks += static_cast<size_t>(std::max(0, hi - lo + 1));
     }
-    if (sig == last_sig && n + in_blocks <= cols.size()) {
+    if (sig == last_sig) {  // (room counted every block's tokens: the entries are within cols)
         n += in_blocks;
     } else {
         for (size_t b = 0; b < in.blocks.size(); ++b) {
@@ -779,12 +776,16 @@ struct Tile {
         const auto* k512 = vg % 16 == 0 && d0 % 16 == 0 && d1 % 16 == 0 && !wide_few ? kivi_kernels_512() : nullptr;
         const bool few = nk <= 4;
         const int n = a1 - a0;
-        if (k512 && few && R <= 4 && d1 - d0 <= 64 && act[a1 - 1] - act[a0] == n - 1) {
-            // A decode step's consecutive columns: one kernel reads the probabilities, scales,
-            // zeros and codes in one pass, stepping through the rows by the block's stride, instead
-            // of pointer tables and a pass for the zero sums and scaled probabilities before the
-            // values (the same operations in the same order; bench_attention quantized:4, 9:3:64,
-            // 4,096 tokens, 1 thread, Zen 4: 267 -> 222 us).
+        // A decode step's consecutive columns: one kernel reads the probabilities, scales, zeros
+        // and codes in one pass, stepping through the rows by the block's stride, instead of
+        // pointer tables and a pass for the zero sums and scaled probabilities before the values
+        // (the same operations in the same order; bench_attention quantized:4, 9:3:64, 4,096
+        // tokens, 1 thread, Zen 4: 267 -> 222 us). At 256 bits (pv_block_decode) when the channels
+        // share one value group (--level avx2: 472 -> 310 us).
+        const bool decode = R <= 4 && act[a1 - 1] - act[a0] == n - 1;
+        const bool fused512 = k512 && few && d1 - d0 <= 64;
+        const bool fused256 = !k512 && nk == 1 && d0 % 8 == 0 && (d1 - d0) % (R <= 2 ? 32 : 16) == 0;
+        if (decode && (fused512 || fused256)) {
             const int j0 = cols[act[a0]].j;
             if (next_block) request_row(next_block + f.v_scale, f.block_bytes - f.v_scale);  // every token's scales and zeros
             attention_kernels::DecodeValues dv{};
@@ -796,16 +797,15 @@ struct Tile {
             dv.nbits = NB, dv.goff = goff, dv.d0 = d0, dv.d1 = d1;
             dv.o = o, dv.zsum = zsum;
             dv.ahead0 = next_block ? f.value_row(next_block, j0) : nullptr;
-            k512->decode_values(dv);
-        } else if (!k512 && nk == 1 && R <= 4 && d0 % 8 == 0 && (d1 - d0) % (R <= 2 ? 32 : 16) == 0 &&
-                   act[a1 - 1] - act[a0] == n - 1) {
-            // The same in 256-bit registers, when the channels share one value group (bench_attention
-            // --level avx2, quantized:4, 9:3:64, 4,096 tokens, 1 thread, Zen 4: 472 -> 310 us).
-            switch (R) {
-                case 4: pv_block_decode<NB, 4>(d0, d1, a0, a1, data, k0); break;
-                case 3: pv_block_decode<NB, 3>(d0, d1, a0, a1, data, k0); break;
-                case 2: pv_block_decode<NB, 2>(d0, d1, a0, a1, data, k0); break;
-                default: pv_block_decode<NB, 1>(d0, d1, a0, a1, data, k0); break;
+            if (k512) {
+                k512->decode_values(dv);
+            } else {
+                switch (R) {
+                    case 4: pv_block_decode<NB, 4>(dv); break;
+                    case 3: pv_block_decode<NB, 3>(dv); break;
+                    case 2: pv_block_decode<NB, 2>(dv); break;
+                    default: pv_block_decode<NB, 1>(dv); break;
+                }
             }
         } else {
             pv_block_general<NB>(d0, d1, a0, a1, data, k512, k0, nk);
@@ -820,43 +820,39 @@ struct Tile {
         }
     }
 
-    // A decode step's RB rows over consecutive columns, channels [d0, d1) of one value group, in
-    // 256-bit registers: passes of NV vectors (as many as the registers hold), each reading the
-    // probabilities, the scales and the codes, the first also the zeros; per column in order
-    // fma(p * scale, code, out) and fma(p, zero, zsum), the operations of pv_block_general.
+    // DecodeValues' steps for RB rows whose channels share one value group, in 256-bit registers:
+    // passes of NV vectors (as many as the registers hold), each reading the probabilities, the
+    // scales and the codes, the first also the zeros; per column in order fma(p * scale, code,
+    // out) and fma(p, zero, zsum), the operations of pv_block_general.
     template <int NB, int RB>
-    void pv_block_decode(int d0, int d1, int a0, int a1, const uint8_t* data, int k0) const {
+    void pv_block_decode(const attention_kernels::DecodeValues& dv) const {
         constexpr int NV = RB <= 2 ? 4 : 2;
-        const KiviFormat& f = *in.kivi;
-        const int j0 = cols[act[a0]].j;
-        if (next_block) request_row(next_block + f.v_scale, f.block_bytes - f.v_scale);  // every token's scales and zeros
-        const uint8_t* ahead = next_block ? f.value_row(next_block, j0) + int64_t(goff + d0) * NB / 8 : nullptr;
-        for (int d = d0; d < d1; d += 8 * NV) {
-            if (d == d0) pv_decode_pass<NB, RB, NV, true>(d, d1 - d0, a0, a1, data, k0, ahead);
-            else pv_decode_pass<NB, RB, NV, false>(d, d1 - d0, a0, a1, data, k0, nullptr);
+        for (int d = dv.d0; d < dv.d1; d += 8 * NV) {
+            if (d == dv.d0) pv_decode_pass<NB, RB, NV, true>(dv, d);
+            else pv_decode_pass<NB, RB, NV, false>(dv, d);
         }
     }
 
     template <int NB, int RB, int NV, bool Z>
-    void pv_decode_pass(int d, int width, int a0, int a1, const uint8_t* data, int k0, const uint8_t* ahead) const {
-        const KiviFormat& f = *in.kivi;
-        const int vg = f.value_group, j0 = cols[act[a0]].j, n = a1 - a0;
+    void pv_decode_pass(const attention_kernels::DecodeValues& dv, int d) const {
         // (Locals, so that the loop does not reload them after the stores.)
-        const uint8_t* row = f.value_row(data, j0);
-        const int64_t stride = f.value_row(data, 1) - f.value_row(data, 0), per = f.kv_dim / vg, ld = ldc;
-        const float* vs = f.value_scale(data, j0) + goff / vg + k0;
-        const float* vz = f.value_zero(data, j0) + goff / vg + k0;
-        const float* sr = S + act[a0];
-        const int off = goff + d;
-        const int64_t ahead_bytes = int64_t(width) * NB / 8;
+        const uint8_t* row = dv.row0;
+        const float* vs = dv.vs0;
+        const float* vz = dv.vz0;
+        const float* sr = dv.S + dv.c0;
+        const int64_t stride = dv.stride, per = dv.per, ld = dv.ldc;
+        const int n = dv.n, off = dv.goff + d;
+        const uint8_t* ahead = Z && dv.ahead0 ? dv.ahead0 + int64_t(dv.goff + dv.d0) * NB / 8 : nullptr;
+        const int64_t ahead_bytes = int64_t(dv.d1 - dv.d0) * NB / 8;
+        float* const* out = dv.o;
         __m256 acc[RB][NV];
         [[maybe_unused]] float zs[RB];
         unroll<RB>([&](auto i) {
-            unroll<NV>([&](auto v) { acc[i][v] = _mm256_loadu_ps(o[i] + d + 8 * v); });
-            if constexpr (Z) zs[i] = zsum[i];
+            unroll<NV>([&](auto v) { acc[i][v] = _mm256_loadu_ps(out[i] + d + 8 * v); });
+            if constexpr (Z) zs[i] = dv.zsum[i];
         });
         for (int c = 0; c < n; ++c, row += stride, vs += per, vz += per) {
-            if (Z && ahead) request_row(ahead, ahead_bytes), ahead += stride;
+            if (ahead) request_row(ahead, ahead_bytes), ahead += stride;
             const float s = *vs;
             [[maybe_unused]] const float z = Z ? *vz : 0.0f;
             __m256 w[RB];
@@ -871,8 +867,8 @@ struct Tile {
             });
         }
         unroll<RB>([&](auto i) {
-            unroll<NV>([&](auto v) { _mm256_storeu_ps(o[i] + d + 8 * v, acc[i][v]); });
-            if constexpr (Z) zsum[i] = zs[i];
+            unroll<NV>([&](auto v) { _mm256_storeu_ps(out[i] + d + 8 * v, acc[i][v]); });
+            if constexpr (Z) dv.zsum[i] = zs[i];
         });
     }
 

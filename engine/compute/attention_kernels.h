@@ -85,7 +85,8 @@ const PrefillKernels& avx512_prefill_kernels();
 const DecodeKernels& avx512_decode_kernels();
 
 // A decode step's R <= 4 rows over n consecutive columns of a KIVI block and channels [d0, d1)
-// (multiples of 16, at most 64 of them; value groups k0 .. k0 + nk - 1, nk <= 4): for c = 0..n-1
+// (for the AVX-512 kernel multiples of 16, at most 64 of them; value groups k0 .. k0 + nk - 1,
+// nk <= 4; attention.cpp's 256-bit pv_block_decode takes the same steps): for c = 0..n-1
 // in order, p = S[r * ldc + c0 + c], o[r][d] = fma(p * vs(c)[d / vg - k0], code_c[goff + d],
 // o[r][d]) and zsum[r * nk + k] = fma(p, vz(c)[k], zsum[r * nk + k]); column c's codes at row0 + c
 // * stride, its scales and zeros (from group k0) at vs0 / vz0 + c * per. With ahead0 set, the
