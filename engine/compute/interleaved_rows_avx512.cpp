@@ -11,6 +11,7 @@
 #include "engine/compute/interleaved_rows.h"
 
 #include "engine/compute/quant_blocks.h"
+#include "engine/compute/unroll.h"
 
 #include <immintrin.h>
 
@@ -44,14 +45,35 @@ inline void token_scales(__m512 dw, const Token8* const* x, size_t b, __m512* d)
 
 // Lane chain l of block b for every token: the unsigned weights w (4 bytes a lane) against the
 // token's 4 bytes, from the chain start that cancels the weights' offset, times d, into acc.
-template <int NT>
-inline void token_chains(__m512i w, const Token8* const* x, size_t b, int l, const __m512* d, __m512 (*acc)[8]) {
-    for (int t = 0; t < NT; ++t) {
-        const __m512i s = _mm512_dpbusd_epi32(_mm512_set1_epi32(x[t]->start[8 * b + l]), w,
-                                              _mm512_set1_epi32(load_i32(x[t]->q + 32 * b + 4 * l)));
-        acc[t][l] = _mm512_fmadd_ps(d[t], _mm512_cvtepi32_ps(s), acc[t][l]);
-    }
+template <int NT, int L, class Acc>
+inline void token_chains(__m512i w, const Token8* const* x, size_t b, const __m512* d, Acc& acc) {
+    unroll<NT>([&](auto t) {
+        const __m512i s = _mm512_dpbusd_epi32(_mm512_set1_epi32(x[t]->start[8 * b + L]), w,
+                                              _mm512_set1_epi32(load_i32(x[t]->q + 32 * b + 4 * L)));
+        __m512* a = acc.template at<decltype(t)::value>();
+        a[L] = _mm512_fmadd_ps(d[t], _mm512_cvtepi32_ps(s), a[L]);
+    });
 }
+
+// The eight lane accumulators of each token, zeroed. One array per token: GCC 12 keeps a single
+// [NT][8] array in memory for NT = 2 (storing all sixteen registers every block).
+template <int NT>
+struct TokenAcc;
+template <>
+struct TokenAcc<1> {
+    __m512 a0[8] = {};
+    template <int T>
+    __m512* at() { return a0; }
+};
+template <>
+struct TokenAcc<2> {
+    __m512 a0[8] = {}, a1[8] = {};
+    template <int T>
+    __m512* at() {
+        if constexpr (T == 0) return a0;
+        else return a1;
+    }
+};
 
 // A 64-byte vector of packed nibbles: w[0] its low nibbles (lane chain k), w[1] its high ones (k + 4).
 inline void nibbles(__m512i packed, __m512i* w) {
@@ -64,17 +86,15 @@ template <int NT>
 void q8_0_group(const uint8_t* group, int64_t nb, const Token8* const* x, float* const* y) {
     const size_t n = size_t(nb);
     const GroupParts parts = group_parts(TensorType::Q8_0);
-    __m512 acc[NT][8];
-    for (int t = 0; t < NT; ++t)
-        for (int l = 0; l < 8; ++l) acc[t][l] = _mm512_setzero_ps();
+    TokenAcc<NT> acc;
     for (size_t b = 0; b < n; ++b) {
         const BlockPlace at = block_place(parts, nb, b);
         __m512 d[NT];
         token_scales<NT>(load_scales(group + at.d), x, b, d);
         const uint8_t* v = group + at.values;
-        for (int l = 0; l < 8; ++l) token_chains<NT>(_mm512_loadu_si512(v + 64 * l), x, b, l, d, acc);
+        unroll<8>([&](auto l) { token_chains<NT, decltype(l)::value>(_mm512_loadu_si512(v + 64 * l), x, b, d, acc); });
     }
-    for (int t = 0; t < NT; ++t) _mm512_storeu_ps(y[t], lane_tree(acc[t]));
+    unroll<NT>([&](auto t) { _mm512_storeu_ps(y[t], lane_tree(acc.template at<decltype(t)::value>())); });
 }
 
 template <int NT>
@@ -82,16 +102,14 @@ void q5_0_group(const uint8_t* group, int64_t nb, const Token8* const* x, float*
     const size_t n = size_t(nb);
     const GroupParts parts = group_parts(TensorType::Q5_0);
     const __m512i fifth = _mm512_set1_epi8(0x10);
-    __m512 acc[NT][8];
-    for (int t = 0; t < NT; ++t)
-        for (int l = 0; l < 8; ++l) acc[t][l] = _mm512_setzero_ps();
+    TokenAcc<NT> acc;
     for (size_t b = 0; b < n; ++b) {
         const BlockPlace at = block_place(parts, nb, b);
         __m512 d[NT];
         token_scales<NT>(load_scales(group + at.d), x, b, d);
         const uint8_t* v = group + at.values;
         const uint8_t* m = group + at.masks;
-        for (int k = 0; k < 4; ++k) {
+        unroll<4>([&](auto k) {
             __m512i w[2];
             nibbles(_mm512_loadu_si512(v + 64 * k), w);
             for (int h = 0; h < 2; ++h) {
@@ -99,21 +117,20 @@ void q5_0_group(const uint8_t* group, int64_t nb, const Token8* const* x, float*
                 std::memcpy(&bits, m + 8 * (k + 4 * h), 8);
                 w[h] = _mm512_mask_add_epi8(w[h], _cvtu64_mask64(bits), w[h], fifth);  // nibble + 16: the fifth bit
             }
-            for (int h = 0; h < 2; ++h) token_chains<NT>(w[h], x, b, k + 4 * h, d, acc);
-        }
+            token_chains<NT, decltype(k)::value>(w[0], x, b, d, acc);
+            token_chains<NT, decltype(k)::value + 4>(w[1], x, b, d, acc);
+        });
     }
-    for (int t = 0; t < NT; ++t) _mm512_storeu_ps(y[t], lane_tree(acc[t]));
+    unroll<NT>([&](auto t) { _mm512_storeu_ps(y[t], lane_tree(acc.template at<decltype(t)::value>())); });
 }
 
 template <int NT>
 void q4_1_group(const uint8_t* group, int64_t nb, const BlockQ8_1* const* x, float* const* y) {
     const size_t n = size_t(nb);
     const GroupParts parts = group_parts(TensorType::Q4_1);
-    __m512 acc[NT][8], msum[NT];
-    for (int t = 0; t < NT; ++t) {
-        msum[t] = _mm512_setzero_ps();
-        for (int l = 0; l < 8; ++l) acc[t][l] = _mm512_setzero_ps();
-    }
+    TokenAcc<NT> acc;
+    __m512 msum[NT];
+    for (int t = 0; t < NT; ++t) msum[t] = _mm512_setzero_ps();
     for (size_t b = 0; b < n; ++b) {
         const BlockPlace at = block_place(parts, nb, b);
         const __m512 dw = load_scales(group + at.d), mw = load_scales(group + at.m);
@@ -124,19 +141,22 @@ void q4_1_group(const uint8_t* group, int64_t nb, const BlockQ8_1* const* x, flo
             msum[t] = _mm512_add_ps(msum[t], _mm512_mul_ps(mw, _mm512_set1_ps(_cvtsh_ss(x[t][b].s))));
         }
         const uint8_t* v = group + at.values;
-        for (int k = 0; k < 4; ++k) {
+        unroll<4>([&](auto k) {
             __m512i w[2];
             nibbles(_mm512_loadu_si512(v + 64 * k), w);
-            for (int h = 0; h < 2; ++h) {
-                const int l = k + 4 * h;
-                for (int t = 0; t < NT; ++t) {
+            unroll<2>([&](auto h) {
+                constexpr int l = decltype(k)::value + 4 * decltype(h)::value;
+                unroll<NT>([&](auto t) {
                     const __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[h], _mm512_set1_epi32(load_i32(x[t][b].qs + 4 * l)));
-                    acc[t][l] = _mm512_fmadd_ps(d[t], _mm512_cvtepi32_ps(s), acc[t][l]);
-                }
-            }
-        }
+                    __m512* a = acc.template at<decltype(t)::value>();
+                    a[l] = _mm512_fmadd_ps(d[t], _mm512_cvtepi32_ps(s), a[l]);
+                });
+            });
+        });
     }
-    for (int t = 0; t < NT; ++t) _mm512_storeu_ps(y[t], _mm512_add_ps(lane_tree(acc[t]), msum[t]));
+    unroll<NT>([&](auto t) {
+        _mm512_storeu_ps(y[t], _mm512_add_ps(lane_tree(acc.template at<decltype(t)::value>()), msum[t]));
+    });
 }
 
 }  // namespace
