@@ -62,24 +62,21 @@ void convert_group(TensorType t, int64_t nb, uint8_t* plain, size_t stride, uint
                 auto* blk = reinterpret_cast<BlockQ5_0*>(row + sizeof(BlockQ5_0) * bi);
                 qs = blk->qs;
                 uint8_t* masks = group + at.masks;
+                // Mask byte 4r + j, bit l: the fifth bit of row r's column 4l + j (qh's bit 4l + j).
                 if (to_plain) {
                     std::memcpy(&blk->d, d16(at.d), 2);
                     uint32_t qh = 0;
-                    for (int l = 0; l < 8; ++l) {
-                        uint64_t m;
-                        std::memcpy(&m, masks + 8 * l, 8);
-                        qh |= uint32_t((m >> (4 * r)) & 0xf) << (4 * l);
-                    }
+                    for (int j = 0; j < 4; ++j)
+                        for (int l = 0; l < 8; ++l) qh |= uint32_t((masks[4 * r + j] >> l) & 1) << (4 * l + j);
                     std::memcpy(blk->qh, &qh, 4);
                 } else {
                     std::memcpy(d16(at.d), &blk->d, 2);
                     uint32_t qh;
                     std::memcpy(&qh, blk->qh, 4);
-                    for (int l = 0; l < 8; ++l) {
-                        uint64_t m;
-                        std::memcpy(&m, masks + 8 * l, 8);
-                        m |= uint64_t((qh >> (4 * l)) & 0xf) << (4 * r);
-                        std::memcpy(masks + 8 * l, &m, 8);
+                    for (int j = 0; j < 4; ++j) {
+                        uint8_t m = 0;
+                        for (int l = 0; l < 8; ++l) m |= uint8_t(((qh >> (4 * l + j)) & 1) << l);
+                        masks[4 * r + j] = m;
                     }
                 }
             }
@@ -109,7 +106,6 @@ void interleave_rows(const WeightMatrix& w, void* dst, ThreadPool& pool) {
     pool.parallel_for(groups, [&](int64_t g0, int64_t g1) {
         for (int64_t g = g0; g < g1; ++g) {
             uint8_t* group = out + size_t(g) * R * stride;
-            std::memset(group, 0, R * stride);  // the Q5_0 masks are or-ed in
             convert_group(w.type, nb, const_cast<uint8_t*>(src) + size_t(g) * R * stride, stride, group, 0, R, false);
         }
     });

@@ -10,8 +10,10 @@
 // group, with nb blocks of 32 columns per row, the blocks come in units (one Q4_1 block; two
 // Q5_0 or Q8_0 blocks, the last unit one block when nb is odd): first the 16 rows' fp16 scales
 // d of each of the unit's blocks (32 bytes a block), then each block's
-//   Q4_1: minimums m (32 bytes); Q5_0: 8 masks of 64 bits: bit 4r + j of mask l = the fifth bit
-//     of row r's column 4l + j;
+//   Q4_1: minimums m (32 bytes); Q5_0: 64 mask bytes laid out as the values' lanes: bit l of
+//     byte 4r + j = the fifth bit of row r's column 4l + j, so one shift and one AND give lane
+//     chain l's fifth bits in place (before 2026-11-27 a mask of 64 bits per chain, which AVX2
+//     spread into bytes with five operations a chain);
 //   values, rows 0..15: 64-byte vectors whose lane r (bytes 4r..4r+3) holds row r's
 //     bytes of one column group. Q4_1 and Q5_0: 4 vectors, vector k = the packed bytes 4k..4k+3
 //     (low nibbles: columns 4k..4k+3, high nibbles: 16 + 4k..16 + 4k + 3). Q8_0: 8 vectors,

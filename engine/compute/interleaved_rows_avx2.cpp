@@ -5,6 +5,7 @@
 #include "engine/compute/interleaved_rows.h"
 
 #include "engine/compute/quant_blocks.h"
+#include "engine/compute/unroll.h"
 
 #include <immintrin.h>
 
@@ -33,12 +34,14 @@ inline __m256 lane_tree(const __m256* a) {
                          _mm256_add_ps(_mm256_add_ps(a[5], a[1]), _mm256_add_ps(a[7], a[3])));
 }
 
-// The 32 bits of m as 32 bytes: 0x10 where the bit is set.
-inline __m256i fifth_bits(uint32_t m) {
-    const __m256i bytes = _mm256_shuffle_epi8(_mm256_set1_epi32(int32_t(m)),
-                                              _mm256_setr_epi64x(0, 0x0101010101010101, 0x0202020202020202, 0x0303030303030303));
-    const __m256i bit = _mm256_set1_epi64x(int64_t(0x8040201008040201));
-    return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(bytes, bit), bit), _mm256_set1_epi8(0x10));
+// Lane chain L's fifth bits in place: bit L of each mask byte moved to bit 4 (0x10). The 16-bit
+// shifts move no bit across a byte that the AND keeps.
+template <int L>
+inline __m256i fifth_bits(__m256i masks) {
+    __m256i m = masks;
+    if constexpr (L < 4) m = _mm256_slli_epi16(masks, 4 - L);
+    else if constexpr (L > 4) m = _mm256_srli_epi16(masks, L - 4);
+    return _mm256_and_si256(m, _mm256_set1_epi8(0x10));
 }
 
 // Per token, this half of block b's weight scales times the token's block scale.
@@ -95,21 +98,20 @@ void q5_0_group(const uint8_t* group, int64_t nb, const Token8* const* x, float*
             __m256 d[NT];
             token_scales<NT>(load_scales8(group + at.d + 16 * h), x, b, d);
             const uint8_t* v = group + at.values + 32 * h;
-            for (int k = 0; k < 4; ++k) {
+            const __m256i masks = load256(group + at.masks + 32 * h);
+            unroll<4>([&](auto k) {
                 __m256i nib[2];
                 nibbles(load256(v + 64 * k), nib);
-                for (int e = 0; e < 2; ++e) {
-                    const int l = k + 4 * e;
-                    uint32_t bits;
-                    std::memcpy(&bits, group + at.masks + 8 * l + 4 * h, 4);
-                    const __m256i u = _mm256_or_si256(nib[e], fifth_bits(bits));
+                unroll<2>([&](auto e) {
+                    constexpr int l = decltype(k)::value + 4 * decltype(e)::value;
+                    const __m256i u = _mm256_or_si256(nib[e], fifth_bits<l>(masks));
                     for (int t = 0; t < NT; ++t) {
                         const __m256i s = _mm256_add_epi32(lane_sums(u, _mm256_set1_epi32(load_i32(x[t]->q + 32 * b + 4 * l))),
                                                            _mm256_set1_epi32(x[t]->start[8 * b + l]));
                         acc[t][l] = _mm256_fmadd_ps(d[t], _mm256_cvtepi32_ps(s), acc[t][l]);
                     }
-                }
-            }
+                });
+            });
         }
         for (int t = 0; t < NT; ++t) _mm256_storeu_ps(y[t] + 8 * h, lane_tree(acc[t]));
     }

@@ -108,17 +108,19 @@ void q5_0_group(const uint8_t* group, int64_t nb, const Token8* const* x, float*
         __m512 d[NT];
         token_scales<NT>(load_scales(group + at.d), x, b, d);
         const uint8_t* v = group + at.values;
-        const uint8_t* m = group + at.masks;
+        const __m512i masks = _mm512_loadu_si512(group + at.masks);
         unroll<4>([&](auto k) {
+            constexpr int K = decltype(k)::value;
             __m512i w[2];
             nibbles(_mm512_loadu_si512(v + 64 * k), w);
-            for (int h = 0; h < 2; ++h) {
-                uint64_t bits;
-                std::memcpy(&bits, m + 8 * (k + 4 * h), 8);
-                w[h] = _mm512_mask_add_epi8(w[h], _cvtu64_mask64(bits), w[h], fifth);  // nibble + 16: the fifth bit
-            }
-            token_chains<NT, decltype(k)::value>(w[0], x, b, d, acc);
-            token_chains<NT, decltype(k)::value + 4>(w[1], x, b, d, acc);
+            // Chain K's fifth bits are bit K of the mask bytes, chain K + 4's bit K + 4: moved to
+            // bit 4 (0x10) and or-ed into the nibbles (0xF8: a | (b & c)).
+            const __m512i lo = _mm512_slli_epi16(masks, 4 - K);
+            const __m512i hi = K == 0 ? masks : _mm512_srli_epi16(masks, K);
+            w[0] = _mm512_ternarylogic_epi32(w[0], lo, fifth, 0xF8);
+            w[1] = _mm512_ternarylogic_epi32(w[1], hi, fifth, 0xF8);
+            token_chains<NT, K>(w[0], x, b, d, acc);
+            token_chains<NT, K + 4>(w[1], x, b, d, acc);
         });
     }
     unroll<NT>([&](auto t) { _mm512_storeu_ps(y[t], lane_tree(acc.template at<decltype(t)::value>())); });
