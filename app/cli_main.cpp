@@ -59,7 +59,7 @@ const char* kUsageText =
     "             --repeat-penalty R --seed S] [--stop STR]... [--no-cache] [--cache SPEC] [--json]\n"
     "             continue a prompt; --json prints one object with text, tokens, timings and the\n"
     "             cache's telemetry; --stop reads \\n, \\t, \\\\, \\xHH (as llama.cpp): --stop \"\\n\\n\"\n"
-    "  bench      [--prompt-tokens 512] [--gen-tokens 128] [--runs 3] [--simd avx2|avx512-vnni|amx] [--json]\n"
+    "  bench      [--prompt-tokens 512] [--gen-tokens 128] [--runs 3] [--json]\n"
     "             prefill and decode tokens per second (median, min and max of the runs), the bytes a\n"
     "             decoded token reads and the share of the memory bandwidth that makes (the bandwidth\n"
     "             read just before and after each run's decode: it moves on a shared host)\n"
@@ -107,6 +107,8 @@ const char* kUsageText =
     "  --threads N     compute threads (default: one per core)\n"
     "  --device D      cpu (default), cuda or cuda:N: where the model computes; a GPU that cannot\n"
     "                  be used is named with the reason, and the CPU is used\n"
+    "  --simd LEVEL    avx2, avx512-vnni or amx: compute at most at this SIMD level (default:\n"
+    "                  each kernel family's fastest on this CPU; every level gives the same bits)\n"
     "  --version       print the version and exit\n"
     "  --help          print this help and exit\n";
 
@@ -369,9 +371,6 @@ int cmd_bench_bandwidth(const Options& o) {
 }
 
 int cmd_bench(const Options& o) {
-    // A lower SIMD level than the CPU's (matmul and attention kernels both follow it), to measure
-    // the AVX2 path on an AVX-512 machine.
-    if (o.has("--simd")) kvchat::force_simd_level(o.str("--simd", "auto").c_str());
     if (o.flag("--bandwidth")) return cmd_bench_bandwidth(o);
     if (o.has("--cache") || o.has("--context")) return cmd_bench_caches(o);
     const int prompt_tokens = static_cast<int>(o.integer("--prompt-tokens", 512, 1, 1 << 20));
@@ -545,6 +544,16 @@ int run_command(const std::vector<std::string>& args) {
         if (o.command.empty()) {
             std::fputs(usage().c_str(), stderr);
             return 2;
+        }
+        // A lower SIMD level than the CPU's, for every command (matmul and attention kernels both
+        // follow it; the bits are the same): to measure the AVX2 path on an AVX-512 machine, or
+        // to keep off a level a CPU lists but faults on.
+        if (o.has("--simd")) {
+            try {
+                kvchat::force_simd_level(o.str("--simd", "auto").c_str());
+            } catch (const kvchat::Error& e) {
+                return fail(std::string("--simd: ") + e.what());
+            }
         }
         if (o.command == "info") return cmd_info(o);
         if (o.command == "tokenize") return cmd_tokenize(o);

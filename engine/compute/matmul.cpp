@@ -735,9 +735,9 @@ void force_simd_level(const char* name) {
     } else if (l == "amx") {
         wanted = Level::amx;
     } else {
-        throw Error("force_simd_level: unknown level '" + l + "'");
+        throw Error("unknown SIMD level '" + l + "' (auto, avx2, avx512-vnni or amx)");
     }
-    if (int(wanted) > int(best_level())) throw Error("force_simd_level: this CPU cannot run " + l);
+    if (int(wanted) > int(best_level())) throw Error("this CPU cannot run the SIMD level " + l + " (its best: " + level_name(best_level()) + ")");
     forced_level.store(int(wanted));
 }
 

@@ -80,6 +80,17 @@ private slots:
         QCOMPARE(r.code, 2);
         QVERIFY(r.err.contains("--frobnicate"));
     }
+    // --simd holds for every command, and a level this CPU lacks or that does not exist is
+    // refused by name before anything is loaded.
+    void simdLevelEveryCommand() {
+        const Run bogus = cli({"generate", "--model", "/nonexistent/m.gguf", "--prompt", "x", "--simd", "avx3"});
+        QCOMPARE(bogus.code, 2);
+        QVERIFY2(bogus.err.contains("--simd") && bogus.err.contains("'avx3'") && !bogus.err.contains("/nonexistent"),
+                 qPrintable(bogus.err));
+        const Run info = cli({"info", "--model", "/nonexistent/m.gguf", "--simd", "avx2"});
+        QCOMPARE(info.code, 2);
+        QVERIFY2(info.err.contains("/nonexistent/m.gguf"), qPrintable(info.err));  // avx2 taken, the model then missing
+    }
     void modelFromEnvironment() {
         QProcess p;
         QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
