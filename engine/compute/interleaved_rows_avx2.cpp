@@ -10,6 +10,7 @@
 #include <immintrin.h>
 
 #include <cstring>
+#include <type_traits>
 
 namespace kvchat::interleaved {
 
@@ -57,6 +58,20 @@ inline void nibbles(__m256i packed, __m256i* w) {
     w[1] = _mm256_and_si256(_mm256_srli_epi16(packed, 4), low);
 }
 
+// Half h of a Q5_0 block's lane chains (values v, masks as in the layout): f(l, u) for each chain l
+// (a compile-time constant) with its 5-bit weights u, 4 a lane.
+template <class F>
+inline void q5_0_chains(const uint8_t* v, __m256i masks, F&& f) {
+    unroll<4>([&](auto k) {
+        __m256i nib[2];
+        nibbles(load256(v + 64 * k), nib);
+        unroll<2>([&](auto e) {
+            constexpr int l = decltype(k)::value + 4 * decltype(e)::value;
+            f(std::integral_constant<int, l>{}, _mm256_or_si256(nib[e], fifth_bits<l>(masks)));
+        });
+    });
+}
+
 template <int NT>
 void q8_0_group(const uint8_t* group, int64_t nb, const Token8* const* x, float* const* y) {
     const size_t n = size_t(nb);
@@ -98,19 +113,12 @@ void q5_0_group(const uint8_t* group, int64_t nb, const Token8* const* x, float*
             __m256 d[NT];
             token_scales<NT>(load_scales8(group + at.d + 16 * h), x, b, d);
             const uint8_t* v = group + at.values + 32 * h;
-            const __m256i masks = load256(group + at.masks + 32 * h);
-            unroll<4>([&](auto k) {
-                __m256i nib[2];
-                nibbles(load256(v + 64 * k), nib);
-                unroll<2>([&](auto e) {
-                    constexpr int l = decltype(k)::value + 4 * decltype(e)::value;
-                    const __m256i u = _mm256_or_si256(nib[e], fifth_bits<l>(masks));
-                    for (int t = 0; t < NT; ++t) {
-                        const __m256i s = _mm256_add_epi32(lane_sums(u, _mm256_set1_epi32(load_i32(x[t]->q + 32 * b + 4 * l))),
-                                                           _mm256_set1_epi32(x[t]->start[8 * b + l]));
-                        acc[t][l] = _mm256_fmadd_ps(d[t], _mm256_cvtepi32_ps(s), acc[t][l]);
-                    }
-                });
+            q5_0_chains(v, load256(group + at.masks + 32 * h), [&](auto l, __m256i u) {
+                for (int t = 0; t < NT; ++t) {
+                    const __m256i s = _mm256_add_epi32(lane_sums(u, _mm256_set1_epi32(load_i32(x[t]->q + 32 * b + 4 * l))),
+                                                       _mm256_set1_epi32(x[t]->start[8 * b + l]));
+                    acc[t][l] = _mm256_fmadd_ps(d[t], _mm256_cvtepi32_ps(s), acc[t][l]);
+                }
             });
         }
         for (int t = 0; t < NT; ++t) _mm256_storeu_ps(y[t] + 8 * h, lane_tree(acc[t]));
@@ -156,95 +164,68 @@ void q4_1_group(const uint8_t* group, int64_t nb, const BlockQ8_1* const* x, flo
 // pass while the arithmetic runs. (q*_group<1> took all the blocks' first halves, then their
 // second halves from L1, and the memory waited during the second pass: from memory, Q4_1
 // 576 x 1536 ran at 18-21 GB/s with one thread against 27 now.) The 16 accumulators do not fit
-// AVX2's 16 registers with the operands: each half's 8 are taken into `a` for the block and put
-// back, the same sums in the same order.
-void q8_0_one(const uint8_t* group, int64_t nb, const Token8& x, float* y) {
-    const size_t n = size_t(nb);
-    const GroupParts parts = group_parts(TensorType::Q8_0);
-    const __m256i flip = _mm256_set1_epi8(char(0x80));
+// AVX2's 16 registers with the operands: half h's 8 are taken into `a` for body(b, at, h, a),
+// which adds block b's lane chains to them, and put back; then y gets the lane trees.
+template <class Body>
+inline void one_token(int64_t nb, TensorType type, float* y, Body&& body) {
+    const GroupParts parts = group_parts(type);
     __m256 acc[2][8];
     for (int h = 0; h < 2; ++h)
         for (int l = 0; l < 8; ++l) acc[h][l] = _mm256_setzero_ps();
-    for (size_t b = 0; b < n; ++b) {
+    for (size_t b = 0; b < size_t(nb); ++b) {
         const BlockPlace at = block_place(parts, nb, b);
-        const __m256 xd = _mm256_set1_ps(x.d[b]);
         for (int h = 0; h < 2; ++h) {
-            const __m256 d = _mm256_mul_ps(load_scales8(group + at.d + 16 * h), xd);
-            const uint8_t* v = group + at.values + 32 * h;
             __m256 a[8];
             for (int l = 0; l < 8; ++l) a[l] = acc[h][l];
-            unroll<8>([&](auto l) {
-                const __m256i w = _mm256_xor_si256(load256(v + 64 * l), flip);
-                const __m256i xs = _mm256_sign_epi8(_mm256_set1_epi32(load_i32(x.q + 32 * b + 4 * l)), w);
-                a[l] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(lane_sums(_mm256_sign_epi8(w, w), xs)), a[l]);
-            });
+            body(b, at, h, a);
             for (int l = 0; l < 8; ++l) acc[h][l] = a[l];
         }
     }
     for (int h = 0; h < 2; ++h) _mm256_storeu_ps(y + 8 * h, lane_tree(acc[h]));
+}
+
+void q8_0_one(const uint8_t* group, int64_t nb, const Token8& x, float* y) {
+    const __m256i flip = _mm256_set1_epi8(char(0x80));
+    one_token(nb, TensorType::Q8_0, y, [&](size_t b, const BlockPlace& at, int h, __m256* a) {
+        const __m256 d = _mm256_mul_ps(load_scales8(group + at.d + 16 * h), _mm256_set1_ps(x.d[b]));
+        const uint8_t* v = group + at.values + 32 * h;
+        unroll<8>([&](auto l) {
+            const __m256i w = _mm256_xor_si256(load256(v + 64 * l), flip);
+            const __m256i xs = _mm256_sign_epi8(_mm256_set1_epi32(load_i32(x.q + 32 * b + 4 * l)), w);
+            a[l] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(lane_sums(_mm256_sign_epi8(w, w), xs)), a[l]);
+        });
+    });
 }
 
 void q5_0_one(const uint8_t* group, int64_t nb, const Token8& x, float* y) {
-    const size_t n = size_t(nb);
-    const GroupParts parts = group_parts(TensorType::Q5_0);
-    __m256 acc[2][8];
-    for (int h = 0; h < 2; ++h)
-        for (int l = 0; l < 8; ++l) acc[h][l] = _mm256_setzero_ps();
-    for (size_t b = 0; b < n; ++b) {
-        const BlockPlace at = block_place(parts, nb, b);
-        const __m256 xd = _mm256_set1_ps(x.d[b]);
-        for (int h = 0; h < 2; ++h) {
-            const __m256 d = _mm256_mul_ps(load_scales8(group + at.d + 16 * h), xd);
-            const uint8_t* v = group + at.values + 32 * h;
-            const __m256i masks = load256(group + at.masks + 32 * h);
-            __m256 a[8];
-            for (int l = 0; l < 8; ++l) a[l] = acc[h][l];
-            unroll<4>([&](auto k) {
-                __m256i nib[2];
-                nibbles(load256(v + 64 * k), nib);
-                unroll<2>([&](auto e) {
-                    constexpr int l = decltype(k)::value + 4 * decltype(e)::value;
-                    const __m256i u = _mm256_or_si256(nib[e], fifth_bits<l>(masks));
-                    const __m256i s = _mm256_add_epi32(lane_sums(u, _mm256_set1_epi32(load_i32(x.q + 32 * b + 4 * l))),
-                                                       _mm256_set1_epi32(x.start[8 * b + l]));
-                    a[l] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(s), a[l]);
-                });
-            });
-            for (int l = 0; l < 8; ++l) acc[h][l] = a[l];
-        }
-    }
-    for (int h = 0; h < 2; ++h) _mm256_storeu_ps(y + 8 * h, lane_tree(acc[h]));
+    one_token(nb, TensorType::Q5_0, y, [&](size_t b, const BlockPlace& at, int h, __m256* a) {
+        const __m256 d = _mm256_mul_ps(load_scales8(group + at.d + 16 * h), _mm256_set1_ps(x.d[b]));
+        const uint8_t* v = group + at.values + 32 * h;
+        q5_0_chains(v, load256(group + at.masks + 32 * h), [&](auto l, __m256i u) {
+            const __m256i s = _mm256_add_epi32(lane_sums(u, _mm256_set1_epi32(load_i32(x.q + 32 * b + 4 * l))),
+                                               _mm256_set1_epi32(x.start[8 * b + l]));
+            a[l] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(s), a[l]);
+        });
+    });
 }
 
 void q4_1_one(const uint8_t* group, int64_t nb, const BlockQ8_1* x, float* y) {
-    const size_t n = size_t(nb);
-    const GroupParts parts = group_parts(TensorType::Q4_1);
-    __m256 acc[2][8], msum[2];
-    for (int h = 0; h < 2; ++h) {
-        msum[h] = _mm256_setzero_ps();
-        for (int l = 0; l < 8; ++l) acc[h][l] = _mm256_setzero_ps();
-    }
-    for (size_t b = 0; b < n; ++b) {
-        const BlockPlace at = block_place(parts, nb, b);
-        const __m256 xd = _mm256_set1_ps(_cvtsh_ss(x[b].d)), xs = _mm256_set1_ps(_cvtsh_ss(x[b].s));
-        for (int h = 0; h < 2; ++h) {
-            const __m256 d = _mm256_mul_ps(load_scales8(group + at.d + 16 * h), xd);
-            msum[h] = _mm256_add_ps(msum[h], _mm256_mul_ps(load_scales8(group + at.m + 16 * h), xs));
-            const uint8_t* v = group + at.values + 32 * h;
-            __m256 a[8];
-            for (int l = 0; l < 8; ++l) a[l] = acc[h][l];
-            unroll<4>([&](auto k) {
-                __m256i w[2];
-                nibbles(load256(v + 64 * k), w);
-                unroll<2>([&](auto e) {
-                    constexpr int l = decltype(k)::value + 4 * decltype(e)::value;
-                    a[l] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(lane_sums(w[e], _mm256_set1_epi32(load_i32(x[b].qs + 4 * l)))), a[l]);
-                });
+    __m256 msum[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+    one_token(nb, TensorType::Q4_1, y, [&](size_t b, const BlockPlace& at, int h, __m256* a) {
+        const __m256 d = _mm256_mul_ps(load_scales8(group + at.d + 16 * h), _mm256_set1_ps(_cvtsh_ss(x[b].d)));
+        msum[h] = _mm256_add_ps(msum[h], _mm256_mul_ps(load_scales8(group + at.m + 16 * h), _mm256_set1_ps(_cvtsh_ss(x[b].s))));
+        const uint8_t* v = group + at.values + 32 * h;
+        unroll<4>([&](auto k) {
+            __m256i w[2];
+            nibbles(load256(v + 64 * k), w);
+            unroll<2>([&](auto e) {
+                constexpr int l = decltype(k)::value + 4 * decltype(e)::value;
+                a[l] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(lane_sums(w[e], _mm256_set1_epi32(load_i32(x[b].qs + 4 * l)))), a[l]);
             });
-            for (int l = 0; l < 8; ++l) acc[h][l] = a[l];
-        }
-    }
-    for (int h = 0; h < 2; ++h) _mm256_storeu_ps(y + 8 * h, _mm256_add_ps(lane_tree(acc[h]), msum[h]));
+        });
+    });
+    // The minimums' sums join after the lane trees, as in q4_1_group.
+    for (int h = 0; h < 2; ++h) _mm256_storeu_ps(y + 8 * h, _mm256_add_ps(_mm256_loadu_ps(y + 8 * h), msum[h]));
 }
 
 }  // namespace
