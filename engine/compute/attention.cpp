@@ -196,9 +196,10 @@ inline bool maybe_seen(const Col& c, int32_t pmin, int32_t pmax, int window) {
 }
 
 // The columns some query at positions [pmin, pmax] may see, in view order then block order
-// (empty slots hold INT32_MAX and drop out). Each row is masked exactly later.
+// (empty slots hold INT32_MAX and drop out). Each row is masked exactly later. block_sig
+// describes the blocks' part of the lists as the previous call on the same lists left it.
 void collect(const AttentionInput& in, int32_t pmin, int32_t pmax, std::vector<Col>& cols, std::vector<int32_t>& cpos,
-             std::vector<int32_t>& cexempt) {
+             std::vector<int32_t>& cexempt, std::vector<int32_t>& block_sig) {
     // Written by index into room for every candidate, then cut: a decode step over a long
     // context collects thousands of columns per layer, and it runs on one thread.
     size_t room = 0;
@@ -226,7 +227,7 @@ void collect(const AttentionInput& in, int32_t pmin, int32_t pmax, std::vector<C
     // step), the entries there are already these, and are neither written nor read. The other
     // threads read these lists, and a write takes the line back from their caches (SmolLM2, 4,096
     // tokens in a 4-bit cache, 2 threads: rewriting them took about a tenth of the attention).
-    thread_local std::vector<int32_t> sig, last_sig;
+    thread_local std::vector<int32_t> sig;
     sig.assign({static_cast<int32_t>(n), static_cast<int32_t>(in.blocks.size())});
     size_t in_blocks = 0;
     for (const QuantBlockView& bv : in.blocks) {
@@ -236,14 +237,14 @@ void collect(const AttentionInput& in, int32_t pmin, int32_t pmax, std::vector<C
         sig.insert(sig.end(), {bv.first_pos, lo, hi});
         in_blocks += static_cast<size_t>(std::max(0, hi - lo + 1));
     }
-    if (sig == last_sig) {  // (room counted every block's tokens: the entries are within cols)
+    if (sig == block_sig) {  // (room counted every block's tokens: the entries are within cols)
         n += in_blocks;
     } else {
         for (size_t b = 0; b < in.blocks.size(); ++b) {
             const int32_t first = sig[2 + 3 * b], lo = sig[3 + 3 * b], hi = sig[4 + 3 * b];
             for (int32_t p = lo; p <= hi; ++p) put({nullptr, nullptr, p, static_cast<int32_t>(b), p - first, 0});
         }
-        last_sig.swap(sig);
+        block_sig.swap(sig);
     }
     cols.resize(n);
     cpos.resize(n);
@@ -1096,14 +1097,14 @@ void attend(const AttentionInput& in, const AttentionShape& shape, float* out, T
     // (Workers must see the caller's buffers, hence references: a lambda names a thread_local
     // of its own thread.)
     thread_local std::vector<Col> tls_cols;
-    thread_local std::vector<int32_t> tls_cpos, tls_cexempt;
+    thread_local std::vector<int32_t> tls_cpos, tls_cexempt, tls_block_sig;
     thread_local std::vector<float> tls_scores;
     std::vector<Col>& cols = tls_cols;
     std::vector<int32_t>& cpos = tls_cpos;
     std::vector<int32_t>& cexempt = tls_cexempt;
     int32_t pmin = std::numeric_limits<int32_t>::max(), pmax = std::numeric_limits<int32_t>::min();
     for (int64_t t = 0; t < n_q; ++t) pmin = std::min(pmin, in.qpos[t]), pmax = std::max(pmax, in.qpos[t]);
-    collect(in, pmin, pmax, cols, cpos, cexempt);
+    collect(in, pmin, pmax, cols, cpos, cexempt, tls_block_sig);
     const int64_t C = static_cast<int64_t>(cols.size()), ldc = padded(C, n_q * group);
 
     const QueryTiles tiles(n_q, group, n_kv, threads, kTileRows);
